@@ -1,0 +1,91 @@
+//! `runwarden init`: the configuration file, the data directory, the database, the key.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use runwarden_store_sqlite::SqliteStore;
+use runwarden_vault::{MasterKey, Vault};
+use serde::Serialize;
+
+use super::Context;
+use crate::config::{Config, MASTER_KEY_ENV, TEMPLATE};
+use crate::output;
+
+#[derive(Debug, Args)]
+pub(crate) struct InitArgs {}
+
+#[derive(Serialize)]
+struct Initialised {
+    config: String,
+    config_written: bool,
+    data_dir: String,
+    database: String,
+    master_key_file: String,
+    master_key_id: String,
+}
+
+pub(crate) async fn run(cx: &Context, _args: InitArgs) -> anyhow::Result<ExitCode> {
+    if std::env::var(MASTER_KEY_ENV).is_ok() {
+        bail!(
+            "${MASTER_KEY_ENV} is set: init creates a key file, so unset it first (or skip init and keep using the variable)"
+        );
+    }
+    let config_written = if cx.config.path.exists() {
+        false
+    } else {
+        std::fs::write(&cx.config.path, TEMPLATE)
+            .with_context(|| format!("while writing {}", cx.config.path.display()))?;
+        true
+    };
+    // The file may have just been written: read it back so what we create is what it says.
+    let config = Config::load(&cx.config.path)?;
+    if config.master_key_file.exists() {
+        bail!(
+            "a master key already exists at {}: init never replaces a key (to change it, use `runwarden secret rotate-master-key`)",
+            config.master_key_file.display()
+        );
+    }
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("while creating {}", config.data_dir.display()))?;
+    if let Some(parent) = config.master_key_file.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let key = MasterKey::generate();
+    key.write_new_file(&config.master_key_file)
+        .with_context(|| {
+            format!(
+                "while writing the master key {}",
+                config.master_key_file.display()
+            )
+        })?;
+    if let Some(parent) = config.sqlite_path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let store = SqliteStore::open(&config.sqlite_path)?;
+    let vault = Vault::open(Arc::new(store), key, config.algorithm)
+        .await
+        .context("while creating the vault")?;
+
+    let report = Initialised {
+        config: config.path.display().to_string(),
+        config_written,
+        data_dir: config.data_dir.display().to_string(),
+        database: config.sqlite_path.display().to_string(),
+        master_key_file: config.master_key_file.display().to_string(),
+        master_key_id: vault.master_key_id().to_string(),
+    };
+    output::emit(cx.json, &report, || {
+        let config_line = if report.config_written {
+            "wrote"
+        } else {
+            "kept existing"
+        };
+        format!(
+            "{config_line} {}\ncreated {}\ncreated master key {} (id {}); back it up: without it no secret can be read",
+            report.config, report.database, report.master_key_file, report.master_key_id
+        )
+    });
+    Ok(ExitCode::SUCCESS)
+}

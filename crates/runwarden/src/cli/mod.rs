@@ -1,0 +1,93 @@
+//! The command line: one clap tree, one module per command group.
+
+mod audit;
+mod egress;
+mod init;
+mod secret;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use runwarden_store_sqlite::SqliteStore;
+use runwarden_vault::{EgressClient, Vault};
+
+use crate::config::Config;
+
+/// runwarden: durable tool-calling agent runs behind a credential vault.
+#[derive(Debug, Parser)]
+#[command(name = "runwarden", version, about)]
+pub(crate) struct Cli {
+    /// The configuration file [default: $RUNWARDEN_CONFIG, else ./runwarden.toml]
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Write runwarden.toml, create the data directory, the database and a master key.
+    Init(init::InitArgs),
+    /// Store, list, remove secrets and rotate the master key.
+    #[command(subcommand)]
+    Secret(secret::SecretCommand),
+    /// Check what the egress policy allows with one guarded request.
+    #[command(subcommand)]
+    Egress(egress::EgressCommand),
+    /// Read and verify the audit log of outbound calls.
+    #[command(subcommand)]
+    Audit(audit::AuditCommand),
+}
+
+/// What every command gets: the resolved configuration and the output mode.
+pub(crate) struct Context {
+    pub(crate) config: Config,
+    pub(crate) json: bool,
+}
+
+impl Context {
+    /// The store at the configured path; refuses to create one (that is `init`'s job).
+    pub(crate) fn store(&self) -> anyhow::Result<SqliteStore> {
+        Ok(SqliteStore::open_existing(&self.config.sqlite_path)?)
+    }
+
+    /// The vault, opened with the configured master key.
+    pub(crate) async fn vault(&self) -> anyhow::Result<Arc<Vault>> {
+        let store = self.store()?;
+        let master = self.config.master_key()?;
+        let vault = Vault::open(Arc::new(store), master, self.config.algorithm)
+            .await
+            .context("while opening the vault")?;
+        Ok(Arc::new(vault))
+    }
+
+    /// The guarded egress client over the vault.
+    pub(crate) async fn egress(&self) -> anyhow::Result<EgressClient> {
+        Ok(EgressClient::new(
+            self.vault().await?,
+            self.config.egress()?,
+        ))
+    }
+}
+
+/// Runs one command; the exit code says how it went.
+pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let path = Config::locate(cli.config.as_deref());
+    let config = Config::load(&path)?;
+    let cx = Context {
+        config,
+        json: cli.json,
+    };
+    match cli.command {
+        Command::Init(args) => init::run(&cx, args).await,
+        Command::Secret(command) => secret::run(&cx, command).await,
+        Command::Egress(command) => egress::run(&cx, command).await,
+        Command::Audit(command) => audit::run(&cx, command).await,
+    }
+}

@@ -1,0 +1,240 @@
+//! `runwarden.toml`: one file, environment overrides, paths relative to the file (SPEC O3).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use runwarden_vault::{Algorithm, EgressConfig, EgressPolicy, MAX_TICK, MasterKey};
+use serde::Deserialize;
+
+/// The environment variable that names the config file when `--config` is absent.
+pub(crate) const CONFIG_ENV: &str = "RUNWARDEN_CONFIG";
+/// A master key given as 64 hex characters instead of a key file.
+pub(crate) const MASTER_KEY_ENV: &str = "RUNWARDEN_MASTER_KEY";
+
+/// The commented file `runwarden init` writes.
+pub(crate) const TEMPLATE: &str = r#"# runwarden configuration. Relative paths are relative to this file.
+# Every setting here can be overridden from the environment, e.g. RUNWARDEN_DATA_DIR.
+
+# Where the SQLite database and the master key live (RUNWARDEN_DATA_DIR).
+data_dir = ".runwarden"
+
+[store]
+# The embedded SQLite database (RUNWARDEN_SQLITE_PATH). Default: <data_dir>/runwarden.db
+# sqlite_path = ".runwarden/runwarden.db"
+
+[vault]
+# The master key file, mode 0600 (RUNWARDEN_MASTER_KEY_FILE). Default: <data_dir>/master.key
+# Alternatively set RUNWARDEN_MASTER_KEY to the key's 64 hex characters.
+# master_key_file = ".runwarden/master.key"
+# The AEAD for new secrets: "xchacha20poly1305" (default) or "aes256gcm".
+algorithm = "xchacha20poly1305"
+
+[egress]
+# Private targets the vault may reach: exact hosts, addresses or CIDRs
+# (RUNWARDEN_EGRESS_ALLOW, comma-separated). Public targets need no entry.
+allow = []
+# allow = ["127.0.0.1", "10.1.2.0/24", "mcp.internal.example"]
+connect_timeout_seconds = 10
+timeout_seconds = 30
+"#;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    data_dir: Option<PathBuf>,
+    #[serde(default)]
+    store: StoreSection,
+    #[serde(default)]
+    vault: VaultSection,
+    #[serde(default)]
+    egress: EgressSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoreSection {
+    sqlite_path: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VaultSection {
+    master_key_file: Option<PathBuf>,
+    algorithm: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EgressSection {
+    #[serde(default)]
+    allow: Vec<String>,
+    #[serde(default = "default_connect_timeout")]
+    connect_timeout_seconds: f64,
+    #[serde(default = "default_timeout")]
+    timeout_seconds: f64,
+}
+
+impl Default for EgressSection {
+    fn default() -> Self {
+        Self {
+            allow: Vec::new(),
+            connect_timeout_seconds: default_connect_timeout(),
+            timeout_seconds: default_timeout(),
+        }
+    }
+}
+
+fn default_connect_timeout() -> f64 {
+    10.0
+}
+
+fn default_timeout() -> f64 {
+    30.0
+}
+
+/// The resolved configuration: every path absolute, every override applied.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    /// The file this came from (it may not exist yet).
+    pub(crate) path: PathBuf,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) sqlite_path: PathBuf,
+    pub(crate) master_key_file: PathBuf,
+    pub(crate) algorithm: Algorithm,
+    pub(crate) egress_allow: Vec<String>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) timeout: Duration,
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn seconds(name: &str, value: f64) -> anyhow::Result<Duration> {
+    if !(value.is_finite() && value > 0.0 && value <= 3600.0) {
+        bail!("{name} must be a number of seconds between 0 and 3600, not {value}");
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+impl Config {
+    /// Where the config file is: `--config`, else `$RUNWARDEN_CONFIG`, else `./runwarden.toml`.
+    pub(crate) fn locate(flag: Option<&Path>) -> PathBuf {
+        flag.map(Path::to_path_buf)
+            .or_else(|| env(CONFIG_ENV).map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from("runwarden.toml"))
+    }
+
+    /// Loads the file if it exists (defaults otherwise) and applies the environment.
+    pub(crate) fn load(path: &Path) -> anyhow::Result<Self> {
+        let file: FileConfig = match std::fs::read_to_string(path) {
+            Ok(text) => toml::from_str(&text)
+                .with_context(|| format!("while reading the configuration {}", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileConfig::default(),
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("while reading the configuration {}", path.display()));
+            }
+        };
+        let base = std::path::absolute(path)?
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let resolve = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+
+        let data_dir = resolve(
+            env("RUNWARDEN_DATA_DIR")
+                .map(PathBuf::from)
+                .or(file.data_dir)
+                .unwrap_or_else(|| ".runwarden".into()),
+        );
+        let sqlite_path = env("RUNWARDEN_SQLITE_PATH")
+            .map(PathBuf::from)
+            .or(file.store.sqlite_path)
+            .map(resolve)
+            .unwrap_or_else(|| data_dir.join("runwarden.db"));
+        let master_key_file = env("RUNWARDEN_MASTER_KEY_FILE")
+            .map(PathBuf::from)
+            .or(file.vault.master_key_file)
+            .map(resolve)
+            .unwrap_or_else(|| data_dir.join("master.key"));
+        let algorithm_name = file
+            .vault
+            .algorithm
+            .unwrap_or_else(|| "xchacha20poly1305".into());
+        let algorithm = Algorithm::parse(&algorithm_name)
+            .with_context(|| format!("unknown [vault] algorithm {algorithm_name:?}: use \"xchacha20poly1305\" or \"aes256gcm\""))?;
+        let egress_allow = match env("RUNWARDEN_EGRESS_ALLOW") {
+            Some(list) => list
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            None => file.egress.allow,
+        };
+        Ok(Self {
+            path: path.to_path_buf(),
+            data_dir,
+            sqlite_path,
+            master_key_file,
+            algorithm,
+            egress_allow,
+            connect_timeout: seconds(
+                "[egress] connect_timeout_seconds",
+                file.egress.connect_timeout_seconds,
+            )?,
+            timeout: seconds("[egress] timeout_seconds", file.egress.timeout_seconds)?,
+        })
+    }
+
+    /// The master key from `$RUNWARDEN_MASTER_KEY` or the key file. Never creates one.
+    pub(crate) fn master_key(&self) -> anyhow::Result<MasterKey> {
+        match env(MASTER_KEY_ENV) {
+            Some(value) => Ok(MasterKey::from_env_value(&value, MASTER_KEY_ENV)?),
+            None => Ok(MasterKey::from_file(&self.master_key_file)?),
+        }
+    }
+
+    /// The egress client's settings.
+    pub(crate) fn egress(&self) -> anyhow::Result<EgressConfig> {
+        Ok(EgressConfig {
+            policy: EgressPolicy::new(&self.egress_allow)?,
+            connect_timeout: self.connect_timeout,
+            default_timeout: self.timeout,
+            tick: MAX_TICK,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_template_parses_and_paths_are_relative_to_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.toml");
+        std::fs::write(&path, TEMPLATE).unwrap();
+        let config = Config::load(&path).unwrap();
+        assert_eq!(config.data_dir, dir.path().join(".runwarden"));
+        assert_eq!(
+            config.sqlite_path,
+            dir.path().join(".runwarden/runwarden.db")
+        );
+        assert_eq!(
+            config.master_key_file,
+            dir.path().join(".runwarden/master.key")
+        );
+        assert_eq!(config.timeout, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn an_unknown_key_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.toml");
+        std::fs::write(&path, "[egress]\nallowed = []\n").unwrap();
+        let err = format!("{:#}", Config::load(&path).unwrap_err());
+        assert!(err.contains("allowed"), "{err}");
+    }
+}

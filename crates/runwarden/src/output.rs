@@ -1,0 +1,35 @@
+//! Printing: concise lines for people, one JSON document for machines (`--json`).
+
+use serde::Serialize;
+
+/// Prints `value` as JSON, or `human` as text.
+pub(crate) fn emit<T: Serialize>(json: bool, value: &T, human: impl FnOnce() -> String) {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(value).expect("output values always serialize")
+        );
+    } else {
+        let text = human();
+        if !text.is_empty() {
+            println!("{text}");
+        }
+    }
+}
+
+/// Prints an error with its chain of causes, to stderr (or as JSON on stdout).
+pub(crate) fn error(json: bool, error: &anyhow::Error) {
+    let message = format!("{error:#}");
+    if json {
+        println!("{}", serde_json::json!({ "error": { "message": message } }));
+    } else {
+        eprintln!("error: {message}");
+    }
+}
+
+/// Unix milliseconds as RFC 3339 UTC with milliseconds.
+pub(crate) fn time(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .unwrap_or_else(|| ms.to_string())
+}

@@ -1,0 +1,114 @@
+//! `SqliteStore`: one SQLite connection behind a mutex, opened with the pragmas that let
+//! several processes share the file, and a runner that moves each call off the runtime.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use runwarden_vault::store::StoreError;
+use rusqlite::{Connection, OpenFlags};
+
+use crate::failure::Failure;
+use crate::migrate::migrate;
+
+/// The embedded SQLite store. Clones share one connection; open another store on the same
+/// path for a second connection (as another process would).
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens the database at `path`, creating the file (not its directory) if missing, and
+    /// applies any pending migrations.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_with(path.as_ref(), OpenFlags::default())
+    }
+
+    /// Opens an existing database at `path` and applies any pending migrations; a missing
+    /// file is an error that tells the operator to run `runwarden init`.
+    pub fn open_existing(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        let no_create = OpenFlags::default().difference(OpenFlags::SQLITE_OPEN_CREATE);
+        if !path.is_file() {
+            return Err(missing(path));
+        }
+        Self::open_with(path, no_create).map_err(|e| if path.is_file() { e } else { missing(path) })
+    }
+
+    /// The database file this store was opened on.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    fn open_with(path: &Path, flags: OpenFlags) -> Result<Self, StoreError> {
+        let operation = format!("opening the database at {}", path.display());
+        let mut conn = Connection::open_with_flags(path, flags)
+            .map_err(|e| Failure::from(e).into_store_error(&operation))?;
+        configure(&conn).map_err(|e| e.into_store_error(&operation))?;
+        migrate(&mut conn).map_err(|e| e.into_store_error("migrating the database"))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                path: path.to_path_buf(),
+                conn: Mutex::new(conn),
+            }),
+        })
+    }
+
+    /// Runs `work` with the connection on tokio's blocking pool. A poisoned lock or a
+    /// panicking task becomes a `StoreError` naming `operation`, never a panic here.
+    pub(crate) async fn run<T, F>(&self, operation: &'static str, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, Failure> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        let task = tokio::task::spawn_blocking(move || {
+            let mut conn = inner.conn.lock().map_err(|_| {
+                StoreError::new(
+                    operation,
+                    "the connection was poisoned by an earlier panic: restart the process",
+                )
+            })?;
+            work(&mut conn).map_err(|e| e.into_store_error(operation))
+        });
+        task.await
+            .map_err(|e| StoreError::new(operation, format!("the store task failed: {e}")))?
+    }
+}
+
+/// SPEC O3: WAL and a busy timeout let `serve`, workers and the CLI share one file; a
+/// writer waits up to five seconds for another process's transaction instead of failing.
+fn configure(conn: &Connection) -> Result<(), Failure> {
+    conn.busy_timeout(Duration::from_secs(5))?;
+    let mode: String =
+        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        let problem =
+            format!("the database stayed in {mode} mode instead of WAL: put it on a local disk");
+        return Err(StoreError::new("opening the database", problem).into());
+    }
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    Ok(())
+}
+
+fn missing(path: &Path) -> StoreError {
+    StoreError::new(
+        "opening the database",
+        format!("no database at {}: run `runwarden init`", path.display()),
+    )
+}

@@ -1,0 +1,29 @@
+//! The embedded SQLite store behind runwarden's vault: sealed records and the audit log
+//! in one local file that `serve`, workers and CLI processes share (SPEC O3).
+//!
+//! [`SqliteStore`] opens (or creates) the database, applies the embedded migrations and
+//! implements [`runwarden_vault::store::VaultStore`]. It is cheap to clone; every call runs
+//! on tokio's blocking pool.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use runwarden_store_sqlite::SqliteStore;
+//! use runwarden_vault::store::{SealedKind, VaultStore};
+//!
+//! # async fn demo() -> Result<(), runwarden_vault::store::StoreError> {
+//! let store = Arc::new(SqliteStore::open_existing("/var/lib/runwarden/runwarden.db")?);
+//! for meta in store.sealed_list(SealedKind::Secret).await? {
+//!     println!("{}", meta.name);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+#![deny(missing_docs)]
+
+pub use connection::SqliteStore;
+
+mod connection;
+mod failure;
+mod migrate;
+mod vault_store;

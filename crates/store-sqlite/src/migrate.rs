@@ -1,0 +1,107 @@
+//! A tiny migration runner: numbered SQL files embedded at build time, applied in order.
+
+use runwarden_vault::store::StoreError;
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::failure::Failure;
+
+/// One embedded migration, named like its file `NNNN_description.sql`.
+struct Migration {
+    version: i64,
+    name: &'static str,
+    sql: &'static str,
+}
+
+/// Every migration this build knows, oldest first. Adding one is adding one line; a
+/// released file is never edited.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "0001_vault",
+    sql: include_str!("../migrations/0001_vault.sql"),
+}];
+
+/// Brings the schema up to date in one immediate transaction, so two processes opening
+/// the same new file at once apply each migration exactly once.
+pub(crate) fn migrate(conn: &mut Connection) -> Result<(), Failure> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             version    INTEGER PRIMARY KEY,
+             name       TEXT    NOT NULL,
+             applied_ms INTEGER NOT NULL
+         )",
+    )?;
+    let applied: i64 = tx.query_row(
+        "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+        [],
+        |row| row.get(0),
+    )?;
+    let known = MIGRATIONS.last().map_or(0, |m| m.version);
+    if applied > known {
+        return Err(StoreError::new(
+            "migrating the database",
+            format!(
+                "database was written by a newer runwarden (schema version {applied}, this build knows up to {known}): \
+                 upgrade runwarden to use it"
+            ),
+        )
+        .into());
+    }
+    for migration in MIGRATIONS.iter().filter(|m| m.version > applied) {
+        tx.execute_batch(migration.sql).map_err(|e| {
+            StoreError::new(
+                "migrating the database",
+                format!("migration {} failed: {e}", migration.name),
+            )
+        })?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name, applied_ms) VALUES (?1, ?2, ?3)",
+            (migration.version, migration.name, now_ms()),
+        )?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// The latest schema version this build knows.
+#[cfg(test)]
+fn latest_version() -> i64 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}
+
+fn now_ms() -> i64 {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_numbered_from_one_without_gaps_and_named_by_their_number() {
+        for (index, migration) in MIGRATIONS.iter().enumerate() {
+            let expected = i64::try_from(index).unwrap() + 1;
+            assert_eq!(migration.version, expected);
+            assert!(
+                migration.name.starts_with(&format!("{expected:04}_")),
+                "{}",
+                migration.name
+            );
+        }
+        assert_eq!(latest_version(), i64::try_from(MIGRATIONS.len()).unwrap());
+    }
+
+    #[test]
+    fn migrating_twice_applies_each_migration_once() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        migrate(&mut conn).unwrap();
+        let rows: i64 = conn
+            .query_row("SELECT COUNT(*) FROM schema_migrations", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, latest_version());
+    }
+}

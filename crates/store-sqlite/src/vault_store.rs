@@ -1,0 +1,413 @@
+//! `VaultStore` for SQLite: sealed records (SPEC V1) and the chained audit log (SPEC V7).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use runwarden_vault::audit::{AuditChain, AuditEvent, AuditRow, AuditTip};
+use runwarden_vault::store::{
+    AuditFilter, RewrapFn, SealedKind, SealedMeta, SealedRecord, StoreError, VaultStore,
+};
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params, params_from_iter};
+
+use crate::SqliteStore;
+use crate::failure::{Failure, hash32};
+
+const SEALED_COLUMNS: &str = "kind, name, algorithm, version, master_key_id, key_nonce, wrapped_key, value_nonce, \
+                              ciphertext, created_ms, updated_ms";
+
+const AUDIT_COLUMNS: &str = "id, time_ms, action, success, secret, method, host, path, status, duration_ms, error, \
+                             reason, actor, correlation, prev_hash, hash";
+
+#[async_trait]
+impl VaultStore for SqliteStore {
+    async fn sealed_get(
+        &self,
+        kind: SealedKind,
+        name: &str,
+    ) -> Result<Option<SealedRecord>, StoreError> {
+        let name = name.to_owned();
+        self.run("reading a sealed record", move |conn| {
+            let sql = format!("SELECT {SEALED_COLUMNS} FROM sealed WHERE kind = ?1 AND name = ?2");
+            let row = conn
+                .query_row(&sql, (kind.as_str(), &name), sealed_columns)
+                .optional()?;
+            row.map(sealed_record).transpose()
+        })
+        .await
+    }
+
+    async fn sealed_put(&self, record: SealedRecord) -> Result<(), StoreError> {
+        self.run("storing a sealed record", move |conn| {
+            // The conflict branch leaves created_ms alone: a replaced secret keeps its birth date.
+            let sql = format!(
+                "INSERT INTO sealed ({SEALED_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                 ON CONFLICT (kind, name) DO UPDATE SET
+                     algorithm = excluded.algorithm, version = excluded.version,
+                     master_key_id = excluded.master_key_id, key_nonce = excluded.key_nonce,
+                     wrapped_key = excluded.wrapped_key, value_nonce = excluded.value_nonce,
+                     ciphertext = excluded.ciphertext, updated_ms = excluded.updated_ms"
+            );
+            conn.execute(&sql, sealed_params(&record))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn sealed_insert_new(&self, record: SealedRecord) -> Result<bool, StoreError> {
+        self.run("storing a new sealed record", move |conn| {
+            let sql = format!(
+                "INSERT INTO sealed ({SEALED_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                 ON CONFLICT (kind, name) DO NOTHING"
+            );
+            Ok(conn.execute(&sql, sealed_params(&record))? == 1)
+        })
+        .await
+    }
+
+    async fn sealed_delete(&self, kind: SealedKind, name: &str) -> Result<bool, StoreError> {
+        let name = name.to_owned();
+        self.run("deleting a sealed record", move |conn| {
+            Ok(conn.execute(
+                "DELETE FROM sealed WHERE kind = ?1 AND name = ?2",
+                (kind.as_str(), &name),
+            )? == 1)
+        })
+        .await
+    }
+
+    async fn sealed_list(&self, kind: SealedKind) -> Result<Vec<SealedMeta>, StoreError> {
+        self.run("listing sealed records", move |conn| {
+            // V2: the listing never selects nonces, keys or ciphertext.
+            let mut stmt = conn.prepare(
+                "SELECT name, algorithm, created_ms, updated_ms FROM sealed WHERE kind = ?1 ORDER BY name",
+            )?;
+            let rows = stmt.query_map([kind.as_str()], |row| {
+                Ok(SealedMeta {
+                    name: row.get(0)?,
+                    algorithm: row.get(1)?,
+                    created_ms: row.get(2)?,
+                    updated_ms: row.get(3)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    async fn sealed_rewrap_all(&self, mut rewrap: RewrapFn) -> Result<usize, StoreError> {
+        self.run("rewrapping sealed records", move |conn| {
+            // V1: rotation is atomic. Dropping the transaction on any early return rolls
+            // back every record already rewritten.
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let records = {
+                let mut stmt = tx.prepare(&format!("SELECT {SEALED_COLUMNS} FROM sealed ORDER BY kind, name"))?;
+                let rows = stmt.query_map([], sealed_columns)?.collect::<Result<Vec<_>, _>>()?;
+                rows.into_iter().map(sealed_record).collect::<Result<Vec<_>, _>>()?
+            };
+            for record in &records {
+                let rewrapped = rewrap(record.clone())?;
+                if rewrapped.kind != record.kind || rewrapped.name != record.name {
+                    return Err(StoreError::new(
+                        "rewrapping sealed records",
+                        format!("rewrapping {} returned another record's kind or name", record.name),
+                    )
+                    .into());
+                }
+                tx.execute(
+                    "UPDATE sealed SET algorithm = ?3, version = ?4, master_key_id = ?5, key_nonce = ?6,
+                         wrapped_key = ?7, value_nonce = ?8, ciphertext = ?9, updated_ms = ?11
+                     WHERE kind = ?1 AND name = ?2",
+                    sealed_params(&rewrapped),
+                )?;
+            }
+            tx.commit()?;
+            Ok(records.len())
+        })
+        .await
+    }
+
+    async fn audit_append(
+        &self,
+        event: AuditEvent,
+        chain: Arc<AuditChain>,
+    ) -> Result<AuditRow, StoreError> {
+        self.run("appending an audit row", move |conn| {
+            // BEGIN IMMEDIATE takes the write lock before reading the tip, so a writer in
+            // another process waits (busy timeout) instead of linking to the same tip.
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            // V7: continue from the anchored tip, not from MAX(id), so a cut tail stays
+            // visible to verify instead of being silently overwritten.
+            let (prev_id, prev_hash) = match read_tip(&tx)? {
+                Some(tip) => (tip.last_id, tip.last_hash),
+                None => (0, [0u8; 32]),
+            };
+            // V7: ids are contiguous so a deleted row shows as a gap.
+            let id = prev_id + 1;
+            let hash = chain.link(id, &event, &prev_hash);
+            let duration_ms = i64::try_from(event.duration_ms)
+                .map_err(|_| StoreError::new("appending an audit row", "the duration does not fit in 63 bits"))?;
+            tx.execute(
+                &format!(
+                    "INSERT INTO audit_log ({AUDIT_COLUMNS})
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+                ),
+                params![
+                    id,
+                    event.time_ms,
+                    event.action,
+                    event.success,
+                    event.secret,
+                    event.method,
+                    event.host,
+                    event.path,
+                    event.status,
+                    duration_ms,
+                    event.error,
+                    event.reason,
+                    event.actor,
+                    event.correlation,
+                    &prev_hash[..],
+                    &hash[..],
+                ],
+            )?;
+            tx.execute(
+                "INSERT INTO audit_tip (id, last_id, last_hash, anchor) VALUES (1, ?1, ?2, ?3)
+                 ON CONFLICT (id) DO UPDATE SET
+                     last_id = excluded.last_id, last_hash = excluded.last_hash, anchor = excluded.anchor",
+                params![id, &hash[..], &chain.anchor(id, &hash)[..]],
+            )?;
+            tx.commit()?;
+            Ok(AuditRow { id, event, prev_hash, hash })
+        })
+        .await
+    }
+
+    async fn audit_list(&self, filter: AuditFilter) -> Result<Vec<AuditRow>, StoreError> {
+        self.run("listing audit rows", move |conn| {
+            let mut sql = format!("SELECT {AUDIT_COLUMNS} FROM audit_log WHERE 1 = 1");
+            let mut args: Vec<Value> = Vec::new();
+            if let Some(after_id) = filter.after_id {
+                args.push(after_id.into());
+                sql.push_str(&format!(" AND id > ?{}", args.len()));
+            }
+            if let Some(action) = filter.action {
+                args.push(action.into());
+                sql.push_str(&format!(" AND action = ?{}", args.len()));
+            }
+            if let Some(correlation) = filter.correlation {
+                args.push(correlation.into());
+                sql.push_str(&format!(" AND correlation = ?{}", args.len()));
+            }
+            sql.push_str(if filter.newest_first {
+                " ORDER BY id DESC"
+            } else {
+                " ORDER BY id ASC"
+            });
+            // A limit of 0 means no limit.
+            if filter.limit > 0 {
+                args.push(i64::from(filter.limit).into());
+                sql.push_str(&format!(" LIMIT ?{}", args.len()));
+            }
+            let mut stmt = conn.prepare(&sql)?;
+            let rows = stmt
+                .query_map(params_from_iter(args), audit_columns)?
+                .collect::<Result<Vec<_>, _>>()?;
+            rows.into_iter().map(audit_row).collect()
+        })
+        .await
+    }
+
+    async fn audit_tip(&self) -> Result<Option<AuditTip>, StoreError> {
+        self.run("reading the audit tip", |conn| read_tip(conn))
+            .await
+    }
+}
+
+fn read_tip(conn: &Connection) -> Result<Option<AuditTip>, Failure> {
+    let raw = conn
+        .query_row(
+            "SELECT last_id, last_hash, anchor FROM audit_tip WHERE id = 1",
+            [],
+            |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, Vec<u8>>(1)?,
+                    row.get::<_, Vec<u8>>(2)?,
+                ))
+            },
+        )
+        .optional()?;
+    raw.map(|(last_id, last_hash, anchor)| {
+        Ok(AuditTip {
+            last_id,
+            last_hash: hash32(last_hash, "the audit tip's last_hash")?,
+            anchor: hash32(anchor, "the audit tip's anchor")?,
+        })
+    })
+    .transpose()
+}
+
+/// A sealed row as read, before its kind is checked.
+type SealedColumns = (
+    String,
+    String,
+    String,
+    i64,
+    String,
+    Vec<u8>,
+    Vec<u8>,
+    Vec<u8>,
+    Vec<u8>,
+    i64,
+    i64,
+);
+
+fn sealed_columns(row: &Row<'_>) -> rusqlite::Result<SealedColumns> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+        row.get(5)?,
+        row.get(6)?,
+        row.get(7)?,
+        row.get(8)?,
+        row.get(9)?,
+        row.get(10)?,
+    ))
+}
+
+fn sealed_record(columns: SealedColumns) -> Result<SealedRecord, Failure> {
+    let (
+        kind,
+        name,
+        algorithm,
+        version,
+        master_key_id,
+        key_nonce,
+        wrapped_key,
+        value_nonce,
+        ciphertext,
+        created_ms,
+        updated_ms,
+    ) = columns;
+    let kind = match kind.as_str() {
+        "secret" => SealedKind::Secret,
+        "internal" => SealedKind::Internal,
+        other => {
+            return Err(Failure::Corrupt(format!(
+                "sealed record {name} has unknown kind {other:?}"
+            )));
+        }
+    };
+    let version = u32::try_from(version).map_err(|_| {
+        Failure::Corrupt(format!(
+            "sealed record {name} has impossible version {version}"
+        ))
+    })?;
+    Ok(SealedRecord {
+        kind,
+        name,
+        algorithm,
+        version,
+        master_key_id,
+        key_nonce,
+        wrapped_key,
+        value_nonce,
+        ciphertext,
+        created_ms,
+        updated_ms,
+    })
+}
+
+fn sealed_params(r: &SealedRecord) -> impl rusqlite::Params + '_ {
+    (
+        r.kind.as_str(),
+        &r.name,
+        &r.algorithm,
+        r.version,
+        &r.master_key_id,
+        &r.key_nonce,
+        &r.wrapped_key,
+        &r.value_nonce,
+        &r.ciphertext,
+        r.created_ms,
+        r.updated_ms,
+    )
+}
+
+/// An audit row as read, before its integers and hashes are checked.
+struct AuditColumns {
+    id: i64,
+    time_ms: i64,
+    action: String,
+    success: i64,
+    secret: Option<String>,
+    method: String,
+    host: String,
+    path: String,
+    status: i64,
+    duration_ms: i64,
+    error: Option<String>,
+    reason: Option<String>,
+    actor: String,
+    correlation: Option<String>,
+    prev_hash: Vec<u8>,
+    hash: Vec<u8>,
+}
+
+fn audit_columns(row: &Row<'_>) -> rusqlite::Result<AuditColumns> {
+    Ok(AuditColumns {
+        id: row.get(0)?,
+        time_ms: row.get(1)?,
+        action: row.get(2)?,
+        success: row.get(3)?,
+        secret: row.get(4)?,
+        method: row.get(5)?,
+        host: row.get(6)?,
+        path: row.get(7)?,
+        status: row.get(8)?,
+        duration_ms: row.get(9)?,
+        error: row.get(10)?,
+        reason: row.get(11)?,
+        actor: row.get(12)?,
+        correlation: row.get(13)?,
+        prev_hash: row.get(14)?,
+        hash: row.get(15)?,
+    })
+}
+
+fn audit_row(c: AuditColumns) -> Result<AuditRow, Failure> {
+    let id = c.id;
+    let corrupt = |column: &str, value: i64| {
+        Failure::Corrupt(format!("audit row {id} has impossible {column} {value}"))
+    };
+    let success = match c.success {
+        0 => false,
+        1 => true,
+        other => return Err(corrupt("success", other)),
+    };
+    Ok(AuditRow {
+        id,
+        event: AuditEvent {
+            time_ms: c.time_ms,
+            action: c.action,
+            success,
+            secret: c.secret,
+            method: c.method,
+            host: c.host,
+            path: c.path,
+            status: u16::try_from(c.status).map_err(|_| corrupt("status", c.status))?,
+            duration_ms: u64::try_from(c.duration_ms)
+                .map_err(|_| corrupt("duration_ms", c.duration_ms))?,
+            error: c.error,
+            reason: c.reason,
+            actor: c.actor,
+            correlation: c.correlation,
+        },
+        prev_hash: hash32(c.prev_hash, &format!("audit row {id}'s prev_hash"))?,
+        hash: hash32(c.hash, &format!("audit row {id}'s hash"))?,
+    })
+}

@@ -1,0 +1,14 @@
+//! The store-sqlite integration tests: the conformance suite on a real file, plus what only
+//! a real file can show (tampering through raw SQL, several connections, migrations).
+
+mod audit_tamper;
+mod common;
+mod concurrency;
+mod open;
+mod sealed;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sqlite_store_passes_the_conformance_suite() {
+    let db = common::TempDb::new();
+    runwarden_storetest::exercise_vault_store(std::sync::Arc::new(db.open())).await;
+}

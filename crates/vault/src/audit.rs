@@ -1,0 +1,341 @@
+//! The audit log: one row per outbound call, linked into an HMAC chain with a tip anchor.
+
+use hkdf::Hkdf;
+use hmac::{Hmac, Mac};
+use serde::Serialize;
+use sha2::Sha256;
+use zeroize::Zeroizing;
+
+use crate::store::{AuditFilter, StoreError, VaultStore};
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// The action strings written to the audit log. Frozen once published (SPEC V7): a new
+/// path gets a new string, an existing string never changes meaning.
+pub mod action {
+    /// A request was sent; `success` says whether a 2xx came back.
+    pub const HTTP_CALL: &str = "http_call";
+    /// The egress guard or the credential check refused the call before anything was sent.
+    pub const HTTP_CALL_REFUSED: &str = "http_call_refused";
+    /// The signal was true on entry: no secret was read, nothing egressed.
+    pub const HTTP_CALL_CANCELLED_BEFORE_SEND: &str = "http_call_cancelled_before_send";
+    /// The signal turned true in flight and the connection was dropped.
+    pub const HTTP_CALL_CANCELLED: &str = "http_call_cancelled";
+}
+
+/// What the vault records about one outbound call; the store adds the id and the links.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditEvent {
+    /// When the call started, Unix milliseconds UTC.
+    pub time_ms: i64,
+    /// One of the [`action`] strings.
+    pub action: String,
+    /// True when a 2xx answer came back.
+    pub success: bool,
+    /// The secret identifier used, never its value.
+    pub secret: Option<String>,
+    /// The HTTP method.
+    pub method: String,
+    /// The normalised target host.
+    pub host: String,
+    /// The path, without query string.
+    pub path: String,
+    /// The HTTP status, 0 when nothing answered.
+    pub status: u16,
+    /// Wall time of the call in milliseconds.
+    pub duration_ms: u64,
+    /// One line, at most 200 characters, URL queries redacted.
+    pub error: Option<String>,
+    /// Why the call was made or refused, as the caller or the guard put it.
+    pub reason: Option<String>,
+    /// Who made the call ("cli", "run", a token name).
+    pub actor: String,
+    /// The run id or other correlation the caller gave.
+    pub correlation: Option<String>,
+}
+
+/// A stored audit row: the event, its id and its place in the chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRow {
+    /// Position in the log, 1-based and contiguous.
+    pub id: i64,
+    /// What happened.
+    pub event: AuditEvent,
+    /// The previous row's hash (all zeros for row 1).
+    pub prev_hash: [u8; 32],
+    /// HMAC over this row's canonical JSON and `prev_hash`.
+    pub hash: [u8; 32],
+}
+
+/// The separately keyed record of the newest row, which makes a cut tail detectable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditTip {
+    /// The id of the newest row.
+    pub last_id: i64,
+    /// The hash of the newest row.
+    pub last_hash: [u8; 32],
+    /// HMAC with the anchor key over `last_id` and `last_hash`.
+    pub anchor: [u8; 32],
+}
+
+/// The two keys of the audit chain, derived from the vault's audit key.
+///
+/// The audit key is random, stored sealed under the master key, and rewrapped with the
+/// secrets on rotation, so rotating the master key never breaks the chain.
+pub struct AuditChain {
+    link_key: Zeroizing<[u8; 32]>,
+    anchor_key: Zeroizing<[u8; 32]>,
+}
+
+impl std::fmt::Debug for AuditChain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AuditChain([redacted])")
+    }
+}
+
+/// The hashed form of a row: id first, then the event's fields in declaration order.
+#[derive(Serialize)]
+struct Canonical<'a> {
+    id: i64,
+    #[serde(flatten)]
+    event: &'a AuditEvent,
+}
+
+impl AuditChain {
+    /// Derives the link and anchor keys from the audit key with HKDF-SHA256.
+    pub fn from_audit_key(audit_key: &[u8]) -> Self {
+        let hk = Hkdf::<Sha256>::new(Some(b"runwarden audit"), audit_key);
+        let mut link_key = Zeroizing::new([0u8; 32]);
+        let mut anchor_key = Zeroizing::new([0u8; 32]);
+        hk.expand(b"chain link v1", link_key.as_mut())
+            .expect("32 bytes is a valid HKDF length");
+        hk.expand(b"tip anchor v1", anchor_key.as_mut())
+            .expect("32 bytes is a valid HKDF length");
+        Self {
+            link_key,
+            anchor_key,
+        }
+    }
+
+    /// The hash of row `id` holding `event` after a row whose hash is `prev_hash`.
+    pub fn link(&self, id: i64, event: &AuditEvent, prev_hash: &[u8; 32]) -> [u8; 32] {
+        let canonical =
+            serde_json::to_vec(&Canonical { id, event }).expect("audit events always serialize");
+        let mut mac =
+            HmacSha256::new_from_slice(self.link_key.as_ref()).expect("any key length works");
+        mac.update(prev_hash);
+        mac.update(&canonical);
+        mac.finalize().into_bytes().into()
+    }
+
+    /// The anchor for a log whose newest row is `last_id` with `last_hash`.
+    pub fn anchor(&self, last_id: i64, last_hash: &[u8; 32]) -> [u8; 32] {
+        let mut mac =
+            HmacSha256::new_from_slice(self.anchor_key.as_ref()).expect("any key length works");
+        mac.update(b"tip");
+        mac.update(&last_id.to_be_bytes());
+        mac.update(last_hash);
+        mac.finalize().into_bytes().into()
+    }
+
+    /// Walks the whole log, page by page, and reports the first break in the chain.
+    pub async fn verify(&self, store: &dyn VaultStore) -> Result<VerifyReport, StoreError> {
+        const PAGE: u32 = 1_000;
+        let mut expected_id = 1i64;
+        let mut prev_hash = [0u8; 32];
+        loop {
+            let filter = AuditFilter {
+                after_id: Some(expected_id - 1),
+                limit: PAGE,
+                ..AuditFilter::default()
+            };
+            let rows = store.audit_list(filter).await?;
+            let page_len = rows.len();
+            for row in rows {
+                if row.id != expected_id {
+                    return Ok(VerifyReport::broken(
+                        expected_id - 1,
+                        row.id,
+                        format!(
+                            "row {expected_id} is missing: the log jumps to row {}",
+                            row.id
+                        ),
+                    ));
+                }
+                if row.prev_hash != prev_hash {
+                    return Ok(VerifyReport::broken(
+                        expected_id - 1,
+                        row.id,
+                        format!(
+                            "row {} does not follow row {}: a row was removed or moved",
+                            row.id,
+                            row.id - 1
+                        ),
+                    ));
+                }
+                if self.link(row.id, &row.event, &row.prev_hash) != row.hash {
+                    return Ok(VerifyReport::broken(
+                        expected_id - 1,
+                        row.id,
+                        format!(
+                            "row {} was altered: its hash does not match its contents",
+                            row.id
+                        ),
+                    ));
+                }
+                prev_hash = row.hash;
+                expected_id += 1;
+            }
+            if page_len < PAGE as usize {
+                break;
+            }
+        }
+        let rows = expected_id - 1;
+        match store.audit_tip().await? {
+            None if rows == 0 => Ok(VerifyReport::intact(0)),
+            None => Ok(VerifyReport::broken(
+                rows,
+                rows,
+                "the tip anchor is missing: the log cannot be shown complete".into(),
+            )),
+            Some(tip) => {
+                if self.anchor(tip.last_id, &tip.last_hash) != tip.anchor {
+                    Ok(VerifyReport::broken(
+                        rows,
+                        tip.last_id,
+                        "the tip anchor was altered".into(),
+                    ))
+                } else if tip.last_id > rows {
+                    Ok(VerifyReport::broken(
+                        rows,
+                        rows + 1,
+                        format!(
+                            "the log was truncated: it ends at row {rows} but the tip anchor names row {}",
+                            tip.last_id
+                        ),
+                    ))
+                } else if tip.last_id < rows || tip.last_hash != prev_hash {
+                    Ok(VerifyReport::broken(
+                        rows,
+                        tip.last_id,
+                        format!(
+                            "the tip anchor names row {} but the log ends at row {rows} with another hash",
+                            tip.last_id
+                        ),
+                    ))
+                } else {
+                    Ok(VerifyReport::intact(rows))
+                }
+            }
+        }
+    }
+}
+
+/// The outcome of `audit verify`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VerifyReport {
+    /// True when every row links and the tip anchor matches.
+    pub intact: bool,
+    /// How many rows were checked and found good before the first break.
+    pub rows_verified: i64,
+    /// The first bad row's id, when broken.
+    pub first_bad_row: Option<i64>,
+    /// What is wrong, when broken.
+    pub problem: Option<String>,
+}
+
+impl VerifyReport {
+    fn intact(rows: i64) -> Self {
+        Self {
+            intact: true,
+            rows_verified: rows,
+            first_bad_row: None,
+            problem: None,
+        }
+    }
+
+    fn broken(rows_verified: i64, first_bad_row: i64, problem: String) -> Self {
+        Self {
+            intact: false,
+            rows_verified,
+            first_bad_row: Some(first_bad_row),
+            problem: Some(problem),
+        }
+    }
+}
+
+/// Makes error text fit for an audit row: one line, URL queries redacted, at most 200
+/// characters (SPEC V7).
+pub fn audit_error_text(text: &str) -> String {
+    let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let redacted = redact_queries(&one_line);
+    if redacted.chars().count() <= 200 {
+        redacted
+    } else {
+        let mut cut: String = redacted.chars().take(199).collect();
+        cut.push('…');
+        cut
+    }
+}
+
+/// Replaces every `?query` that follows a URL-looking token with `?[redacted]`.
+pub(crate) fn redact_queries(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for (i, word) in text.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        match word.find('?') {
+            Some(at) if word.contains("://") || word.starts_with('/') => {
+                out.push_str(&word[..at]);
+                out.push_str("?[redacted]");
+            }
+            _ => out.push_str(word),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_text_is_one_line_without_queries_and_at_most_200_chars() {
+        let text = format!(
+            "error sending request for url (https://h.example/p?token=abc)\nnext line {}",
+            "x".repeat(300)
+        );
+        let cleaned = audit_error_text(&text);
+        assert!(!cleaned.contains('\n'));
+        assert!(!cleaned.contains("token=abc"), "{cleaned}");
+        assert!(cleaned.contains("?[redacted]"));
+        assert_eq!(cleaned.chars().count(), 200);
+    }
+
+    #[test]
+    fn the_link_changes_when_any_field_changes() {
+        let chain = AuditChain::from_audit_key(&[7u8; 32]);
+        let event = AuditEvent {
+            time_ms: 1,
+            action: action::HTTP_CALL.into(),
+            success: true,
+            secret: None,
+            method: "GET".into(),
+            host: "h".into(),
+            path: "/".into(),
+            status: 200,
+            duration_ms: 3,
+            error: None,
+            reason: None,
+            actor: "cli".into(),
+            correlation: None,
+        };
+        let base = chain.link(1, &event, &[0; 32]);
+        let mut edited = event.clone();
+        edited.status = 201;
+        assert_ne!(base, chain.link(1, &edited, &[0; 32]));
+        assert_ne!(base, chain.link(2, &event, &[0; 32]));
+        assert_ne!(base, chain.link(1, &event, &[1; 32]));
+    }
+}

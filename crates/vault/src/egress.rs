@@ -1,0 +1,797 @@
+//! The guarded egress client: one audited, cancellable, bounded HTTP call at a time.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use reqwest::header::{HeaderName, HeaderValue};
+
+use crate::audit::{AuditEvent, action, audit_error_text};
+use crate::error::EgressError;
+use crate::guard::{self, EgressPolicy, VettedTarget};
+use crate::placement::{Credential, Placed};
+use crate::resolver::{Resolver, SystemResolver};
+use crate::secret::SecretValue;
+use crate::signal::CancellationSignal;
+use crate::vault::{Vault, now_ms};
+
+/// The default cap on a response body: 2 MiB (SPEC M5).
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 2 * 1024 * 1024;
+
+/// The longest the vault waits between two questions to a signal while a call is in
+/// flight (SPEC V6).
+pub const MAX_TICK: Duration = Duration::from_millis(100);
+
+/// The grace the wall-clock backstop adds on top of the connect and total timeouts.
+const BACKSTOP_GRACE: Duration = Duration::from_secs(5);
+
+/// An HTTP method the egress client sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// GET
+    Get,
+    /// HEAD
+    Head,
+    /// POST
+    Post,
+    /// PUT
+    Put,
+    /// PATCH
+    Patch,
+    /// DELETE
+    Delete,
+}
+
+impl Method {
+    /// The method as it goes on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Get => "GET",
+            Self::Head => "HEAD",
+            Self::Post => "POST",
+            Self::Put => "PUT",
+            Self::Patch => "PATCH",
+            Self::Delete => "DELETE",
+        }
+    }
+
+    /// Parses a method name, case-insensitively.
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            Self::Get,
+            Self::Head,
+            Self::Post,
+            Self::Put,
+            Self::Patch,
+            Self::Delete,
+        ]
+        .into_iter()
+        .find(|m| m.as_str().eq_ignore_ascii_case(text))
+    }
+
+    fn to_reqwest(self) -> reqwest::Method {
+        match self {
+            Self::Get => reqwest::Method::GET,
+            Self::Head => reqwest::Method::HEAD,
+            Self::Post => reqwest::Method::POST,
+            Self::Put => reqwest::Method::PUT,
+            Self::Patch => reqwest::Method::PATCH,
+            Self::Delete => reqwest::Method::DELETE,
+        }
+    }
+}
+
+/// Decides from the body read so far that the caller has what it needs, so the rest of
+/// the stream is not waited for (an event stream that stays open after our answer).
+pub type CompleteFn = Box<dyn FnMut(&[u8]) -> bool + Send>;
+
+/// One outbound call, described without any HTTP-library type.
+pub struct EgressRequest {
+    method: Method,
+    url: String,
+    headers: Vec<(String, String)>,
+    body: Option<Vec<u8>>,
+    credential: Option<Credential>,
+    timeout: Option<Duration>,
+    max_response_bytes: usize,
+    actor: String,
+    correlation: Option<String>,
+    reason: Option<String>,
+    complete_when: Option<CompleteFn>,
+}
+
+impl std::fmt::Debug for EgressRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EgressRequest")
+            .field("method", &self.method)
+            .field("host_and_path", &guard::describe_for_audit(&self.url))
+            .field("credential", &self.credential)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EgressRequest {
+    /// A request with no body, no credential and the client's default timeout.
+    pub fn new(method: Method, url: impl Into<String>) -> Self {
+        Self {
+            method,
+            url: url.into(),
+            headers: Vec::new(),
+            body: None,
+            credential: None,
+            timeout: None,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            actor: "runwarden".into(),
+            correlation: None,
+            reason: None,
+            complete_when: None,
+        }
+    }
+
+    /// Adds a header. Values with CR or LF are refused at send time.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Sets the body.
+    pub fn body(mut self, body: impl Into<Vec<u8>>) -> Self {
+        self.body = Some(body.into());
+        self
+    }
+
+    /// Names the secret to place and where.
+    pub fn credential(mut self, credential: Credential) -> Self {
+        self.credential = Some(credential);
+        self
+    }
+
+    /// The total bound for this request, connect included (SPEC V5).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Reads at most this many body bytes; the response says when it was cut.
+    pub fn max_response_bytes(mut self, limit: usize) -> Self {
+        self.max_response_bytes = limit;
+        self
+    }
+
+    /// Who makes the call, for the audit row.
+    pub fn actor(mut self, actor: impl Into<String>) -> Self {
+        self.actor = actor.into();
+        self
+    }
+
+    /// The run id or other correlation, for the audit row.
+    pub fn correlation(mut self, correlation: impl Into<String>) -> Self {
+        self.correlation = Some(correlation.into());
+        self
+    }
+
+    /// Why the call is made ("tools/call tickets__create"), for the audit row.
+    pub fn reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
+
+    /// Stops reading the body once `complete` answers true for what was read so far.
+    pub fn complete_when(mut self, complete: CompleteFn) -> Self {
+        self.complete_when = Some(complete);
+        self
+    }
+}
+
+/// What came back. Any status but 3xx arrives here; the caller decides what is failure.
+#[derive(Debug, Clone)]
+pub struct EgressResponse {
+    /// The HTTP status.
+    pub status: u16,
+    /// Response headers, names lowercase.
+    pub headers: Vec<(String, String)>,
+    /// The body, at most the request's limit.
+    pub body: Vec<u8>,
+    /// True when the body was longer than the limit and the rest was not read.
+    pub truncated: bool,
+    /// The id of the audit row this call wrote, when the write succeeded.
+    pub audit_id: Option<i64>,
+}
+
+impl EgressResponse {
+    /// The first value of a header, by lowercase name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// True for a 2xx status.
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+}
+
+/// Settings of an [`EgressClient`].
+#[derive(Debug, Clone)]
+pub struct EgressConfig {
+    /// Which private targets the operator admits.
+    pub policy: EgressPolicy,
+    /// The bound on opening a connection.
+    pub connect_timeout: Duration,
+    /// The total bound of a request that sets none.
+    pub default_timeout: Duration,
+    /// How often a signal is asked while a call is in flight; at most [`MAX_TICK`].
+    pub tick: Duration,
+}
+
+impl Default for EgressConfig {
+    fn default() -> Self {
+        Self {
+            policy: EgressPolicy::default(),
+            connect_timeout: Duration::from_secs(10),
+            default_timeout: Duration::from_secs(30),
+            tick: MAX_TICK,
+        }
+    }
+}
+
+/// Addresses the guard vetted, by host; the only answers reqwest's connector gets.
+type PinTable = Arc<RwLock<HashMap<String, Vec<IpAddr>>>>;
+
+/// reqwest's resolver: answers only from the pin table, never from DNS (V4: no second
+/// lookup, so a rebinding name cannot swap the address between check and connect).
+struct PinnedResolver {
+    pins: PinTable,
+}
+
+impl Resolve for PinnedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let found = self
+            .pins
+            .read()
+            .ok()
+            .and_then(|pins| pins.get(name.as_str()).cloned());
+        Box::pin(async move {
+            match found {
+                Some(ips) => {
+                    Ok(Box::new(ips.into_iter().map(|ip| SocketAddr::new(ip, 0))) as Addrs)
+                }
+                None => Err("the host was not vetted by the egress guard".into()),
+            }
+        })
+    }
+}
+
+/// The only HTTP client in runwarden: places credentials, enforces the egress policy,
+/// bounds and cancels transfers and writes one audit row per call (SPEC V3-V7).
+pub struct EgressClient {
+    vault: Arc<Vault>,
+    config: EgressConfig,
+    resolver: Arc<dyn Resolver>,
+    http: reqwest::Client,
+    pins: PinTable,
+}
+
+impl std::fmt::Debug for EgressClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EgressClient")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a signal answered.
+enum Answer {
+    Go,
+    Stop,
+    Panicked,
+}
+
+fn ask(signal: &dyn CancellationSignal) -> Answer {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| signal.is_cancelled())) {
+        Ok(false) => Answer::Go,
+        Ok(true) => Answer::Stop,
+        Err(_) => Answer::Panicked,
+    }
+}
+
+/// A finished transfer.
+struct Transfer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    truncated: bool,
+    location: Option<String>,
+}
+
+/// How driving a transfer ended.
+enum Driven {
+    Done(Result<Transfer, reqwest::Error>),
+    Cancelled,
+    SignalPanicked,
+    Backstop,
+}
+
+/// The fields of an audit row that are known before the outcome.
+struct CallRecord {
+    started: Instant,
+    time_ms: i64,
+    method: Method,
+    host: String,
+    path: String,
+    secret: Option<String>,
+    actor: String,
+    correlation: Option<String>,
+    reason: Option<String>,
+}
+
+impl CallRecord {
+    fn event(
+        &self,
+        action: &str,
+        status: u16,
+        error: Option<&EgressError>,
+        secret: Option<&SecretValue>,
+    ) -> AuditEvent {
+        AuditEvent {
+            time_ms: self.time_ms,
+            action: action.to_string(),
+            success: error.is_none() && (200..300).contains(&status),
+            secret: self.secret.clone(),
+            method: self.method.as_str().to_string(),
+            host: self.host.clone(),
+            path: self.path.clone(),
+            status,
+            duration_ms: self.started.elapsed().as_millis() as u64,
+            error: error.map(|e| scrub(&audit_error_text(&e.to_string()), secret)),
+            reason: self.reason.clone(),
+            actor: self.actor.clone(),
+            correlation: self.correlation.clone(),
+        }
+    }
+}
+
+/// Removes a secret's text from a message, should a library ever echo it (V2).
+fn scrub(text: &str, secret: Option<&SecretValue>) -> String {
+    match secret.and_then(|s| std::str::from_utf8(s.expose()).ok()) {
+        Some(plain) if plain.len() >= 4 && text.contains(plain) => {
+            text.replace(plain, "[redacted]")
+        }
+        _ => text.to_string(),
+    }
+}
+
+/// One line describing a reqwest error without its URL (which may carry a query secret).
+fn describe_reqwest(error: reqwest::Error) -> String {
+    let error = error.without_url();
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    audit_error_text(&text)
+}
+
+impl EgressClient {
+    /// A client over `vault` using the system resolver.
+    pub fn new(vault: Arc<Vault>, config: EgressConfig) -> Self {
+        Self::with_resolver(vault, config, Arc::new(SystemResolver))
+    }
+
+    /// A client with its own resolver (tests serve hostile DNS answers through this).
+    pub fn with_resolver(
+        vault: Arc<Vault>,
+        mut config: EgressConfig,
+        resolver: Arc<dyn Resolver>,
+    ) -> Self {
+        config.tick = config.tick.clamp(Duration::from_millis(1), MAX_TICK);
+        let pins: PinTable = Arc::default();
+        let http = reqwest::Client::builder()
+            .no_proxy() // V4: never a proxy from the environment
+            .redirect(reqwest::redirect::Policy::none()) // V4: a 3xx is returned, never chased
+            .connect_timeout(config.connect_timeout)
+            .dns_resolver(Arc::new(PinnedResolver { pins: pins.clone() }))
+            .build()
+            .expect("a client with a static configuration always builds");
+        Self {
+            vault,
+            config,
+            resolver,
+            http,
+            pins,
+        }
+    }
+
+    /// The vault behind this client.
+    pub fn vault(&self) -> &Arc<Vault> {
+        &self.vault
+    }
+
+    /// Sends one request and writes exactly one audit row, whatever happens (SPEC V7).
+    ///
+    /// With a signal: asked before anything that costs (a true answer reads no secret and
+    /// sends nothing), then at least every tick and whenever it wakes the client while the
+    /// transfer is in flight (a true answer drops the connection at once).
+    pub async fn send(
+        &self,
+        request: EgressRequest,
+        signal: Option<&dyn CancellationSignal>,
+    ) -> Result<EgressResponse, EgressError> {
+        let (host, path) = guard::describe_for_audit(&request.url);
+        let mut record = CallRecord {
+            started: Instant::now(),
+            time_ms: now_ms(),
+            method: request.method,
+            host,
+            path,
+            secret: request.credential.as_ref().map(|c| c.secret.to_string()),
+            actor: request.actor.clone(),
+            correlation: request.correlation.clone(),
+            reason: request.reason.clone(),
+        };
+
+        // V6: the first question comes before the guard, the secret and the socket.
+        if let Some(signal) = signal {
+            match ask(signal) {
+                Answer::Go => {}
+                Answer::Stop => {
+                    let error = EgressError::CancelledBeforeSend;
+                    return self
+                        .finish(
+                            &record,
+                            action::HTTP_CALL_CANCELLED_BEFORE_SEND,
+                            0,
+                            Err(error),
+                            None,
+                        )
+                        .await;
+                }
+                Answer::Panicked => {
+                    let error = EgressError::SignalPanicked {
+                        host: record.host.clone(),
+                    };
+                    return self
+                        .finish(&record, action::HTTP_CALL_REFUSED, 0, Err(error), None)
+                        .await;
+                }
+            }
+        }
+
+        // V4: the guard decides before any secret is read.
+        let target =
+            match guard::vet_target(&self.config.policy, &*self.resolver, &request.url).await {
+                Ok(target) => target,
+                Err(refusal) => {
+                    return self
+                        .finish(
+                            &record,
+                            action::HTTP_CALL_REFUSED,
+                            0,
+                            Err(refusal.into()),
+                            None,
+                        )
+                        .await;
+                }
+            };
+        record.host = target.audit_host();
+        record.path = target.url.path().to_string();
+
+        let secret = match &request.credential {
+            None => None,
+            Some(credential) => match self.vault.secret_use(&credential.secret).await {
+                Ok(value) => Some(value),
+                Err(e) => {
+                    return self
+                        .finish(
+                            &record,
+                            action::HTTP_CALL_REFUSED,
+                            0,
+                            Err(EgressError::Credential(e)),
+                            None,
+                        )
+                        .await;
+                }
+            },
+        };
+        let built = self.build(&request, &target, secret.as_ref());
+        let http_request = match built {
+            Ok(r) => r,
+            Err(error) => {
+                return self
+                    .finish(
+                        &record,
+                        action::HTTP_CALL_REFUSED,
+                        0,
+                        Err(error),
+                        secret.as_ref(),
+                    )
+                    .await;
+            }
+        };
+
+        let timeout = request.timeout.unwrap_or(self.config.default_timeout);
+        let backstop = timeout + self.config.connect_timeout + BACKSTOP_GRACE;
+        let transfer = transfer(
+            self.http.clone(),
+            http_request,
+            request.max_response_bytes,
+            request.complete_when,
+        );
+        let driven = self.drive(transfer, signal, backstop).await;
+
+        let host = record.host.clone();
+        match driven {
+            Driven::Done(Ok(t)) if (300..400).contains(&t.status) => {
+                let location = t.location.unwrap_or_else(|| "(no location)".into());
+                let error = EgressError::Redirect {
+                    host,
+                    status: t.status,
+                    location,
+                };
+                self.finish(
+                    &record,
+                    action::HTTP_CALL,
+                    t.status,
+                    Err(error),
+                    secret.as_ref(),
+                )
+                .await
+            }
+            Driven::Done(Ok(t)) => {
+                let response = EgressResponse {
+                    status: t.status,
+                    headers: t.headers,
+                    body: t.body,
+                    truncated: t.truncated,
+                    audit_id: None,
+                };
+                self.finish(
+                    &record,
+                    action::HTTP_CALL,
+                    t.status,
+                    Ok(response),
+                    secret.as_ref(),
+                )
+                .await
+            }
+            Driven::Done(Err(e)) => {
+                let error = if e.is_timeout() {
+                    EgressError::Timeout {
+                        host,
+                        after: timeout,
+                    }
+                } else {
+                    EgressError::Transport {
+                        host,
+                        detail: describe_reqwest(e),
+                    }
+                };
+                self.finish(&record, action::HTTP_CALL, 0, Err(error), secret.as_ref())
+                    .await
+            }
+            Driven::Cancelled => {
+                let error = EgressError::CancelledInFlight { host };
+                self.finish(
+                    &record,
+                    action::HTTP_CALL_CANCELLED,
+                    0,
+                    Err(error),
+                    secret.as_ref(),
+                )
+                .await
+            }
+            Driven::SignalPanicked => {
+                let error = EgressError::SignalPanicked { host };
+                self.finish(&record, action::HTTP_CALL, 0, Err(error), secret.as_ref())
+                    .await
+            }
+            Driven::Backstop => {
+                let error = EgressError::Backstop {
+                    host,
+                    after: backstop,
+                };
+                self.finish(&record, action::HTTP_CALL, 0, Err(error), secret.as_ref())
+                    .await
+            }
+        }
+    }
+
+    /// Builds the wire request: the caller's headers, the placed credential, the pinned
+    /// addresses, the total timeout.
+    fn build(
+        &self,
+        request: &EgressRequest,
+        target: &VettedTarget,
+        secret: Option<&SecretValue>,
+    ) -> Result<reqwest::Request, EgressError> {
+        let mut url = target.url.clone();
+        let mut headers = reqwest::header::HeaderMap::new();
+        for (name, value) in &request.headers {
+            let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                EgressError::InvalidHeader {
+                    name: name.clone(),
+                    problem: "not a valid header name",
+                }
+            })?;
+            if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+                return Err(EgressError::InvalidHeader {
+                    name: name.clone(),
+                    problem: "the value contains a line break",
+                });
+            }
+            let value = HeaderValue::from_str(value).map_err(|_| EgressError::InvalidHeader {
+                name: name.clone(),
+                problem: "not a valid header value",
+            })?;
+            headers.append(header, value);
+        }
+        if let (Some(credential), Some(secret)) = (&request.credential, secret) {
+            match credential.placement.place(secret)? {
+                Placed::Header(name, value) => {
+                    headers.insert(name, value);
+                }
+                Placed::Query(name, value) => {
+                    url.query_pairs_mut().append_pair(&name, &value);
+                }
+            }
+        }
+        if !target.ip_literal {
+            let key = target.url.host_str().unwrap_or_default().to_string();
+            if let Ok(mut pins) = self.pins.write() {
+                pins.insert(key, target.addrs.clone());
+            }
+        }
+        let timeout = request
+            .timeout
+            .unwrap_or(self.config.default_timeout)
+            .max(Duration::from_millis(1));
+        let mut builder = self
+            .http
+            .request(request.method.to_reqwest(), url)
+            .headers(headers)
+            .timeout(timeout);
+        if let Some(body) = &request.body {
+            builder = builder.body(body.clone());
+        }
+        builder.build().map_err(|e| EgressError::Transport {
+            host: target.host.clone(),
+            detail: describe_reqwest(e),
+        })
+    }
+
+    /// Drives a transfer while asking the signal; dropping the transfer closes its socket.
+    async fn drive(
+        &self,
+        transfer: impl std::future::Future<Output = Result<Transfer, reqwest::Error>>,
+        signal: Option<&dyn CancellationSignal>,
+        backstop: Duration,
+    ) -> Driven {
+        let transfer = std::pin::pin!(transfer);
+        let mut transfer = transfer;
+        let deadline = tokio::time::sleep(backstop);
+        let mut deadline = std::pin::pin!(deadline);
+        let Some(signal) = signal else {
+            return tokio::select! {
+                result = &mut transfer => Driven::Done(result),
+                _ = &mut deadline => Driven::Backstop,
+            };
+        };
+        let start = tokio::time::Instant::now() + self.config.tick;
+        let mut tick = tokio::time::interval_at(start, self.config.tick);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut wake = signal.woken();
+        loop {
+            let woken = tokio::select! {
+                biased;
+                result = &mut transfer => return Driven::Done(result),
+                _ = &mut deadline => return Driven::Backstop,
+                _ = &mut wake => true,
+                _ = tick.tick() => false,
+            };
+            if woken {
+                wake = signal.woken();
+            }
+            match ask(signal) {
+                Answer::Go => {}
+                Answer::Stop => return Driven::Cancelled,
+                Answer::Panicked => return Driven::SignalPanicked,
+            }
+        }
+    }
+
+    /// Writes the audit row and hands back the outcome with the row's id.
+    async fn finish(
+        &self,
+        record: &CallRecord,
+        action: &str,
+        status: u16,
+        outcome: Result<EgressResponse, EgressError>,
+        secret: Option<&SecretValue>,
+    ) -> Result<EgressResponse, EgressError> {
+        let event = record.event(action, status, outcome.as_ref().err(), secret);
+        let written = self.vault.audit_record(event).await;
+        match (&written, outcome) {
+            (Ok(row), Ok(mut response)) => {
+                response.audit_id = Some(row.id);
+                Ok(response)
+            }
+            (_, outcome) => {
+                if let Err(e) = written {
+                    // The call's outcome stands (a write may have landed; turning it into an
+                    // error would invite a retry). The failure is loud in the log instead.
+                    tracing::error!(error = %e, action, host = %record.host, "could not write the audit row for an outbound call");
+                }
+                outcome
+            }
+        }
+    }
+}
+
+/// Sends the request and reads the body up to `limit` bytes.
+async fn transfer(
+    http: reqwest::Client,
+    request: reqwest::Request,
+    limit: usize,
+    mut complete: Option<CompleteFn>,
+) -> Result<Transfer, reqwest::Error> {
+    let mut response = http.execute(request).await?;
+    let status = response.status().as_u16();
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    if (300..400).contains(&status) {
+        let location = response.headers().get(reqwest::header::LOCATION).map(|v| {
+            let text = String::from_utf8_lossy(v.as_bytes());
+            let (host, path) = guard::describe_for_audit(&text);
+            if host.is_empty() {
+                path
+            } else {
+                format!("{host}{path}")
+            }
+        });
+        return Ok(Transfer {
+            status,
+            headers,
+            body: Vec::new(),
+            truncated: false,
+            location,
+        });
+    }
+    let mut body = Vec::new();
+    let mut truncated = false;
+    while let Some(chunk) = response.chunk().await? {
+        let room = limit - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            truncated = true;
+            break;
+        }
+        body.extend_from_slice(&chunk);
+        if let Some(complete) = complete.as_mut()
+            && complete(&body)
+        {
+            break;
+        }
+    }
+    Ok(Transfer {
+        status,
+        headers,
+        body,
+        truncated,
+        location: None,
+    })
+}

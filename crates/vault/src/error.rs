@@ -1,0 +1,175 @@
+//! The vault's error types: one for secrets and keys, one for outbound calls.
+
+use std::time::Duration;
+
+use crate::guard::Refusal;
+use crate::store::StoreError;
+
+/// What went wrong while sealing, opening, storing or rotating secrets and keys.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum VaultError {
+    /// The name has characters outside `[A-Za-z0-9._-]` or is empty or too long.
+    #[error("invalid secret name {name:?}: use 1 to 128 characters of A-Z a-z 0-9 . _ -")]
+    InvalidSecretName {
+        /// The offending name, cut to 64 characters.
+        name: String,
+    },
+    /// No secret has that name.
+    #[error("no secret named {name:?}: store it with `runwarden secret put {name}`")]
+    SecretNotFound {
+        /// The name that was asked for.
+        name: String,
+    },
+    /// A value was empty; an empty credential is always a mistake.
+    #[error("the value for secret {name:?} is empty: pipe the value on standard input")]
+    EmptySecret {
+        /// The secret's name.
+        name: String,
+    },
+    /// No master key was found where the configuration points.
+    #[error("no master key at {location}: run `runwarden init` to create one")]
+    MasterKeyMissing {
+        /// The key file path or environment variable that was tried.
+        location: String,
+    },
+    /// A master key exists but is unusable: wrong size, bad encoding or unsafe mode.
+    #[error("the master key at {location} is unusable: {problem}")]
+    MasterKeyInvalid {
+        /// The key file path or environment variable.
+        location: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A sealed record was written under a different master key than the one loaded.
+    #[error(
+        "{what} was sealed under master key {sealed_under}, but the loaded key is {loaded}: \
+         point the configuration at the right key file"
+    )]
+    WrongMasterKey {
+        /// What could not be opened ("secret \"x\"", "the audit key").
+        what: String,
+        /// Fingerprint of the key the record names.
+        sealed_under: String,
+        /// Fingerprint of the key that was loaded.
+        loaded: String,
+    },
+    /// Authenticated decryption failed: the record was edited, renamed or corrupted.
+    #[error(
+        "{what} failed authentication: its ciphertext was altered or it was moved from \
+         another name; restore it from a backup or put it again"
+    )]
+    Tampered {
+        /// What could not be opened.
+        what: String,
+    },
+    /// The record names an algorithm or format version this build does not know.
+    #[error(
+        "{what} uses {algorithm} version {version}, which this runwarden does not know: upgrade runwarden"
+    )]
+    UnknownAlgorithm {
+        /// What could not be opened.
+        what: String,
+        /// The algorithm as stored.
+        algorithm: String,
+        /// The format version as stored.
+        version: u32,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Why an outbound call did not produce a response (SPEC V4-V6).
+///
+/// The text of every variant is free of secret values and URL query strings.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EgressError {
+    /// The signal was already true on entry: no secret was read, nothing was sent.
+    #[error("cancelled before send: nothing left this process")]
+    CancelledBeforeSend,
+    /// The signal turned true while the transfer was in flight; the connection was dropped.
+    /// The credential had gone out, so treat it as exposed to the peer.
+    #[error("cancelled while the request to {host} was in flight; the connection was dropped")]
+    CancelledInFlight {
+        /// The host that was being called.
+        host: String,
+    },
+    /// The egress guard refused the target before any secret was read.
+    #[error("refused: {0}")]
+    Refused(#[from] Refusal),
+    /// The named secret could not be used.
+    #[error("while preparing the credential: {0}")]
+    Credential(#[source] VaultError),
+    /// A header name or value (the caller's or a placed credential's) is not valid on the
+    /// wire, for example because it contains CR or LF.
+    #[error("invalid header {name:?}: {problem}")]
+    InvalidHeader {
+        /// The header name (never its value).
+        name: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// The request did not finish within its total timeout.
+    #[error("timed out after {:.1} s talking to {host}", after.as_secs_f64())]
+    Timeout {
+        /// The host that was being called.
+        host: String,
+        /// The bound that ran out.
+        after: Duration,
+    },
+    /// The wall-clock backstop ended a transfer that its own timeout failed to end.
+    #[error("the wall-clock backstop of {:.1} s ended the call to {host}", after.as_secs_f64())]
+    Backstop {
+        /// The host that was being called.
+        host: String,
+        /// The backstop that ran out.
+        after: Duration,
+    },
+    /// The connection could not be made or broke during the exchange.
+    #[error("transport failure talking to {host}: {detail}")]
+    Transport {
+        /// The host that was being called.
+        host: String,
+        /// A single-line description with queries redacted.
+        detail: String,
+    },
+    /// The server answered with a redirect, which is never followed.
+    #[error("{host} answered {status} redirecting to {location}; redirects are never followed")]
+    Redirect {
+        /// The host that answered.
+        host: String,
+        /// The 3xx status.
+        status: u16,
+        /// Where it pointed (scheme, host and path only).
+        location: String,
+    },
+    /// The server answered with a status the caller treats as failure.
+    #[error("{host} answered HTTP {status}")]
+    Status {
+        /// The host that answered.
+        host: String,
+        /// The status code.
+        status: u16,
+    },
+    /// The caller's cancellation signal panicked; the call was ended.
+    #[error("the cancellation signal panicked; the call to {host} was ended")]
+    SignalPanicked {
+        /// The host that was being called.
+        host: String,
+    },
+    /// The vault's store failed before the call could start.
+    #[error("while reading the vault: {0}")]
+    Store(#[source] VaultError),
+}
+
+impl EgressError {
+    /// True for both kinds of cancellation.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(
+            self,
+            Self::CancelledBeforeSend | Self::CancelledInFlight { .. }
+        )
+    }
+}

@@ -1,0 +1,57 @@
+//! The credential vault: secrets at rest, a guarded egress client that places them at the
+//! wire, and a hash-chained audit log of every outbound call.
+//!
+//! The vault knows nothing about runs, MCP or models (see `ARCHITECTURE.md`). Callers
+//! build an [`EgressRequest`] that *names* a secret and a [`Placement`], hand it to
+//! [`EgressClient::send`] with an optional [`CancellationSignal`], and get an
+//! [`EgressResponse`] or a typed [`EgressError`]. No HTTP-library type crosses this API.
+//!
+//! - [`Vault`] seals secrets with envelope encryption ([`Algorithm`]) under a
+//!   [`MasterKey`], rotates that key, and keeps the audit log ([`audit`]).
+//! - [`EgressClient`] applies the egress guard ([`EgressPolicy`], DNS through a
+//!   [`Resolver`]), places the credential, bounds and cancels the transfer, and writes
+//!   exactly one audit row per call.
+//! - [`store::VaultStore`] is the storage seam a backend implements.
+//!
+//! ```no_run
+//! # async fn example(client: runwarden_vault::EgressClient) -> Result<(), runwarden_vault::EgressError> {
+//! use runwarden_vault::{CancelFlag, Credential, EgressRequest, Method, Placement, SecretName};
+//!
+//! let stop = CancelFlag::new();
+//! let request = EgressRequest::new(Method::Post, "https://mcp.example.com/mcp")
+//!     .credential(Credential { secret: SecretName::new("tickets-token").unwrap(), placement: Placement::Bearer })
+//!     .body(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.to_vec());
+//! let response = client.send(request, Some(&stop)).await?;
+//! println!("{}", response.status);
+//! # Ok(()) }
+//! ```
+
+#![deny(missing_docs)]
+
+pub mod audit;
+mod egress;
+mod envelope;
+mod error;
+mod guard;
+mod master_key;
+mod placement;
+mod resolver;
+mod secret;
+mod signal;
+pub mod store;
+mod vault;
+
+pub use audit::{AuditEvent, AuditRow, VerifyReport};
+pub use egress::{
+    CompleteFn, DEFAULT_MAX_RESPONSE_BYTES, EgressClient, EgressConfig, EgressRequest,
+    EgressResponse, MAX_TICK, Method,
+};
+pub use envelope::Algorithm;
+pub use error::{EgressError, VaultError};
+pub use guard::{EgressPolicy, PolicyError, Refusal};
+pub use master_key::MasterKey;
+pub use placement::{Credential, Placement};
+pub use resolver::{Resolver, SystemResolver};
+pub use secret::{SecretName, SecretValue};
+pub use signal::{CancelFlag, CancellationSignal, NeverCancelled, WakeFuture};
+pub use vault::Vault;

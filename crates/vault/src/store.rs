@@ -1,0 +1,149 @@
+//! The vault's storage seam: sealed records and the audit log, implemented by store crates.
+//!
+//! This is an internal seam, not a plugin API. Every backend runs the conformance suite in
+//! `runwarden-storetest`, and the vault relies on exactly what that suite checks.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::audit::{AuditChain, AuditEvent, AuditRow, AuditTip};
+
+/// A store failure. The message names the operation and never carries a secret.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("store error while {operation}: {message}")]
+pub struct StoreError {
+    /// What the store was doing ("appending an audit row").
+    pub operation: String,
+    /// What went wrong, in the backend's words.
+    pub message: String,
+}
+
+impl StoreError {
+    /// Builds an error from an operation and anything printable.
+    pub fn new(operation: impl Into<String>, message: impl ToString) -> Self {
+        Self {
+            operation: operation.into(),
+            message: message.to_string(),
+        }
+    }
+}
+
+/// Which table of sealed records a record belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SealedKind {
+    /// An operator's secret, listed by `secret list`.
+    Secret,
+    /// A key the vault keeps for itself (the audit chain key), never listed.
+    Internal,
+}
+
+impl SealedKind {
+    /// The stable text stored in the `kind` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Secret => "secret",
+            Self::Internal => "internal",
+        }
+    }
+}
+
+/// One envelope-encrypted record as stored (SPEC V1). Holds ciphertext only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealedRecord {
+    /// Which table it belongs to.
+    pub kind: SealedKind,
+    /// The identifier, also the associated data of both layers.
+    pub name: String,
+    /// The AEAD used for both layers, as stored ("xchacha20poly1305", "aes256gcm").
+    pub algorithm: String,
+    /// The envelope format version.
+    pub version: u32,
+    /// Fingerprint of the master key that wrapped the data key.
+    pub master_key_id: String,
+    /// Nonce for the wrapped data key.
+    pub key_nonce: Vec<u8>,
+    /// The data key sealed with the master key.
+    pub wrapped_key: Vec<u8>,
+    /// Nonce for the value.
+    pub value_nonce: Vec<u8>,
+    /// The value sealed with the data key.
+    pub ciphertext: Vec<u8>,
+    /// Creation time, Unix milliseconds UTC.
+    pub created_ms: i64,
+    /// Last update time, Unix milliseconds UTC.
+    pub updated_ms: i64,
+}
+
+/// What `secret list` shows: never a value, never ciphertext.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealedMeta {
+    /// The identifier.
+    pub name: String,
+    /// The AEAD it is sealed with.
+    pub algorithm: String,
+    /// Creation time, Unix milliseconds UTC.
+    pub created_ms: i64,
+    /// Last update time, Unix milliseconds UTC.
+    pub updated_ms: i64,
+}
+
+/// Rewraps one record during master-key rotation; an error aborts the whole rotation.
+pub type RewrapFn = Box<dyn FnMut(SealedRecord) -> Result<SealedRecord, StoreError> + Send>;
+
+/// Which audit rows to return.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditFilter {
+    /// Only rows with this action.
+    pub action: Option<String>,
+    /// Only rows with this correlation (run id).
+    pub correlation: Option<String>,
+    /// Only rows with an id greater than this.
+    pub after_id: Option<i64>,
+    /// Newest first instead of oldest first.
+    pub newest_first: bool,
+    /// At most this many rows.
+    pub limit: u32,
+}
+
+/// Storage for sealed records and the audit log.
+#[async_trait]
+pub trait VaultStore: Send + Sync + 'static {
+    /// One sealed record, if present.
+    async fn sealed_get(
+        &self,
+        kind: SealedKind,
+        name: &str,
+    ) -> Result<Option<SealedRecord>, StoreError>;
+
+    /// Inserts or replaces a record. On replace, `created_ms` of the existing row is kept.
+    async fn sealed_put(&self, record: SealedRecord) -> Result<(), StoreError>;
+
+    /// Inserts a record only if none has its kind and name; answers whether it inserted.
+    async fn sealed_insert_new(&self, record: SealedRecord) -> Result<bool, StoreError>;
+
+    /// Deletes a record; answers whether one existed.
+    async fn sealed_delete(&self, kind: SealedKind, name: &str) -> Result<bool, StoreError>;
+
+    /// Metadata of every record of a kind, ordered by name.
+    async fn sealed_list(&self, kind: SealedKind) -> Result<Vec<SealedMeta>, StoreError>;
+
+    /// Runs `rewrap` over every record of every kind in one transaction and stores the
+    /// results; any error leaves every record as it was. Answers how many were rewrapped.
+    async fn sealed_rewrap_all(&self, rewrap: RewrapFn) -> Result<usize, StoreError>;
+
+    /// Appends one audit row atomically: reads the tip, assigns the next id (the previous
+    /// id plus one, starting at 1), links the row with `chain`, stores it and moves the tip
+    /// anchor, all in one transaction that other writers (other processes too) wait for.
+    async fn audit_append(
+        &self,
+        event: AuditEvent,
+        chain: Arc<AuditChain>,
+    ) -> Result<AuditRow, StoreError>;
+
+    /// Rows matching a filter.
+    async fn audit_list(&self, filter: AuditFilter) -> Result<Vec<AuditRow>, StoreError>;
+
+    /// The tip anchor, if any row was ever appended.
+    async fn audit_tip(&self) -> Result<Option<AuditTip>, StoreError>;
+}

@@ -1,0 +1,135 @@
+//! V5, V7: bounded transfers and failure shapes, each with exactly one audit row.
+
+use std::time::Duration;
+
+use runwarden_vault::audit::action;
+use runwarden_vault::{EgressError, EgressRequest, Method};
+
+use crate::support::fixture;
+use crate::support::server::{Behaviour, TestServer};
+
+#[tokio::test]
+async fn a_server_that_never_answers_hits_the_total_timeout() {
+    let f = fixture().await;
+    let server = TestServer::start(Behaviour::Stall).await;
+    let request =
+        EgressRequest::new(Method::Get, server.url("/slow")).timeout(Duration::from_millis(300));
+    let err = f.client.send(request, None).await.unwrap_err();
+    assert!(matches!(err, EgressError::Timeout { .. }), "{err}");
+    let row = f.only_audit_row().await;
+    assert_eq!(
+        (
+            row.event.action.as_str(),
+            row.event.success,
+            row.event.status
+        ),
+        (action::HTTP_CALL, false, 0)
+    );
+    assert!(row.event.error.unwrap().contains("timed out"));
+}
+
+#[tokio::test]
+async fn a_closed_port_is_a_transport_failure_with_a_one_line_error() {
+    let f = fixture().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let request = EgressRequest::new(Method::Get, format!("http://127.0.0.1:{port}/x?token=abc"));
+    let err = f.client.send(request, None).await.unwrap_err();
+    assert!(matches!(err, EgressError::Transport { .. }), "{err}");
+    let error = f.only_audit_row().await.event.error.unwrap();
+    assert!(!error.contains('\n') && error.chars().count() <= 200);
+    assert!(
+        !error.contains("token=abc"),
+        "queries are redacted: {error}"
+    );
+}
+
+#[tokio::test]
+async fn an_error_status_is_an_answer_the_caller_judges_and_the_audit_row_marks_failed() {
+    let f = fixture().await;
+    let server = TestServer::start(Behaviour::Respond {
+        status: 503,
+        headers: vec![],
+        body: b"busy".to_vec(),
+    })
+    .await;
+    let response = f
+        .client
+        .send(EgressRequest::new(Method::Post, server.url("/")), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            response.status,
+            response.is_success(),
+            response.body.as_slice()
+        ),
+        (503, false, b"busy".as_slice())
+    );
+    let row = f.only_audit_row().await;
+    assert_eq!(response.audit_id, Some(row.id));
+    assert_eq!(
+        (
+            row.event.action.as_str(),
+            row.event.status,
+            row.event.success
+        ),
+        (action::HTTP_CALL, 503, false)
+    );
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_cut_and_the_rest_is_not_read() {
+    let f = fixture().await;
+    let body = vec![b'x'; 3 * 1024 * 1024];
+    let server = TestServer::start(Behaviour::Respond {
+        status: 200,
+        headers: vec![],
+        body,
+    })
+    .await;
+    let request =
+        EgressRequest::new(Method::Get, server.url("/big")).max_response_bytes(2 * 1024 * 1024);
+    let response = f.client.send(request, None).await.unwrap();
+    assert!(response.truncated);
+    assert_eq!(response.body.len(), 2 * 1024 * 1024);
+}
+
+#[tokio::test]
+async fn a_caller_can_stop_reading_once_it_has_its_answer() {
+    let f = fixture().await;
+    let server = TestServer::start(Behaviour::Respond {
+        status: 200,
+        headers: vec![],
+        body: b"first|second".to_vec(),
+    })
+    .await;
+    let request = EgressRequest::new(Method::Get, server.url("/"))
+        .complete_when(Box::new(|body: &[u8]| body.contains(&b'|')));
+    let response = f.client.send(request, None).await.unwrap();
+    assert!(response.body.starts_with(b"first|"));
+    assert!(!response.truncated);
+}
+
+#[tokio::test]
+async fn every_call_writes_one_row_and_the_chain_verifies() {
+    let f = fixture().await;
+    let server = TestServer::start(Behaviour::ok()).await;
+    for _ in 0..5 {
+        f.client
+            .send(EgressRequest::new(Method::Get, server.url("/")), None)
+            .await
+            .unwrap();
+    }
+    f.client
+        .send(EgressRequest::new(Method::Get, "http://10.0.0.1/"), None)
+        .await
+        .unwrap_err();
+    assert_eq!(f.audit().await.len(), 6);
+    let report = f.vault.audit_verify().await.unwrap();
+    assert!(report.intact, "{report:?}");
+    assert_eq!(report.rows_verified, 6);
+}

@@ -1,0 +1,188 @@
+//! Shared test fixtures: a vault over a real SQLite file, a store that counts secret reads,
+//! resolvers that serve scripted answers, and the loopback server.
+
+#![allow(dead_code, unreachable_pub)]
+
+pub mod server;
+
+use std::collections::HashMap;
+use std::io;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use runwarden_store_sqlite::SqliteStore;
+use runwarden_vault::audit::{AuditChain, AuditTip};
+use runwarden_vault::store::{
+    AuditFilter, RewrapFn, SealedKind, SealedMeta, SealedRecord, StoreError, VaultStore,
+};
+use runwarden_vault::{
+    Algorithm, AuditEvent, AuditRow, EgressClient, EgressConfig, EgressPolicy, MasterKey, Resolver,
+    SecretName, SecretValue, Vault,
+};
+use tempfile::TempDir;
+
+/// The value every test secret carries; it must never surface anywhere but the wire.
+pub const SIGIL: &str = "sigil-7c1f9e2a-never-print";
+
+/// A real SQLite store that counts how often a secret's ciphertext is read.
+pub struct CountingStore {
+    inner: SqliteStore,
+    pub secret_reads: AtomicUsize,
+}
+
+#[async_trait]
+impl VaultStore for CountingStore {
+    async fn sealed_get(
+        &self,
+        kind: SealedKind,
+        name: &str,
+    ) -> Result<Option<SealedRecord>, StoreError> {
+        if kind == SealedKind::Secret {
+            self.secret_reads.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.sealed_get(kind, name).await
+    }
+    async fn sealed_put(&self, record: SealedRecord) -> Result<(), StoreError> {
+        self.inner.sealed_put(record).await
+    }
+    async fn sealed_insert_new(&self, record: SealedRecord) -> Result<bool, StoreError> {
+        self.inner.sealed_insert_new(record).await
+    }
+    async fn sealed_delete(&self, kind: SealedKind, name: &str) -> Result<bool, StoreError> {
+        self.inner.sealed_delete(kind, name).await
+    }
+    async fn sealed_list(&self, kind: SealedKind) -> Result<Vec<SealedMeta>, StoreError> {
+        self.inner.sealed_list(kind).await
+    }
+    async fn sealed_rewrap_all(&self, rewrap: RewrapFn) -> Result<usize, StoreError> {
+        self.inner.sealed_rewrap_all(rewrap).await
+    }
+    async fn audit_append(
+        &self,
+        event: AuditEvent,
+        chain: Arc<AuditChain>,
+    ) -> Result<AuditRow, StoreError> {
+        self.inner.audit_append(event, chain).await
+    }
+    async fn audit_list(&self, filter: AuditFilter) -> Result<Vec<AuditRow>, StoreError> {
+        self.inner.audit_list(filter).await
+    }
+    async fn audit_tip(&self) -> Result<Option<AuditTip>, StoreError> {
+        self.inner.audit_tip().await
+    }
+}
+
+/// Answers from a fixed table; a name may get a different answer on later lookups
+/// (DNS rebinding). Counts lookups.
+#[derive(Default)]
+pub struct ScriptedResolver {
+    answers: HashMap<String, Vec<Vec<IpAddr>>>,
+    pub lookups: AtomicUsize,
+}
+
+impl ScriptedResolver {
+    /// `name` answers `first` on its first lookup and `later` on every other one.
+    pub fn with(mut self, name: &str, first: &[&str], later: &[&str]) -> Self {
+        let parse = |list: &[&str]| {
+            list.iter()
+                .map(|a| a.parse().unwrap())
+                .collect::<Vec<IpAddr>>()
+        };
+        self.answers
+            .insert(name.to_string(), vec![parse(first), parse(later)]);
+        self
+    }
+}
+
+#[async_trait]
+impl Resolver for ScriptedResolver {
+    async fn resolve(&self, host: &str) -> io::Result<Vec<IpAddr>> {
+        let n = self.lookups.fetch_add(1, Ordering::SeqCst);
+        match self.answers.get(host) {
+            Some(answers) => Ok(answers[n.min(1)].clone()),
+            None => Err(io::Error::new(io::ErrorKind::NotFound, "no such host")),
+        }
+    }
+}
+
+/// A vault over a fresh SQLite file, with an egress client.
+pub struct Fixture {
+    pub dir: TempDir,
+    pub store: Arc<CountingStore>,
+    pub vault: Arc<Vault>,
+    pub client: Arc<EgressClient>,
+}
+
+/// A fixture with `allow` as the egress allowlist and the given resolver.
+pub async fn fixture_with(allow: &[&str], resolver: Arc<dyn Resolver>, tick: Duration) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let inner = SqliteStore::open(dir.path().join("runwarden.db")).unwrap();
+    let store = Arc::new(CountingStore {
+        inner,
+        secret_reads: AtomicUsize::new(0),
+    });
+    let vault = Arc::new(
+        Vault::open(store.clone(), MasterKey::generate(), Algorithm::default())
+            .await
+            .unwrap(),
+    );
+    let config = EgressConfig {
+        policy: EgressPolicy::new(allow).unwrap(),
+        connect_timeout: Duration::from_secs(5),
+        default_timeout: Duration::from_secs(20),
+        tick,
+    };
+    let client = Arc::new(EgressClient::with_resolver(vault.clone(), config, resolver));
+    Fixture {
+        dir,
+        store,
+        vault,
+        client,
+    }
+}
+
+/// A fixture that allowlists loopback, with the default tick and an empty resolver.
+pub async fn fixture() -> Fixture {
+    fixture_with(
+        &["127.0.0.1"],
+        Arc::new(ScriptedResolver::default()),
+        runwarden_vault::MAX_TICK,
+    )
+    .await
+}
+
+impl Fixture {
+    /// Stores the sigil under `name`.
+    pub async fn put_sigil(&self, name: &str) -> SecretName {
+        let name = SecretName::new(name).unwrap();
+        self.vault
+            .secret_put(&name, SecretValue::new(SIGIL.as_bytes().to_vec()))
+            .await
+            .unwrap();
+        name
+    }
+
+    /// How many times a secret's ciphertext was read.
+    pub fn secret_reads(&self) -> usize {
+        self.store.secret_reads.load(Ordering::SeqCst)
+    }
+
+    /// Every audit row, oldest first.
+    pub async fn audit(&self) -> Vec<AuditRow> {
+        self.vault.audit_list(AuditFilter::default()).await.unwrap()
+    }
+
+    /// The one audit row the test expects, asserting there is exactly one.
+    pub async fn only_audit_row(&self) -> AuditRow {
+        let rows = self.audit().await;
+        assert_eq!(
+            rows.len(),
+            1,
+            "expected exactly one audit row, got {rows:#?}"
+        );
+        rows.into_iter().next().unwrap()
+    }
+}

@@ -1,0 +1,10 @@
+//! The vault's integration tests: a real SQLite file, real HTTP servers on 127.0.0.1.
+
+mod support;
+
+mod cancellation;
+mod crypto;
+mod failures;
+mod hostile;
+mod placement;
+mod secrecy;

@@ -1,0 +1,162 @@
+//! The MCP client's error type: every failure names the server and the method.
+
+use std::time::Duration;
+
+use runwarden_vault::EgressError;
+
+/// Why an MCP operation failed (M5). Never carries a response body's bytes beyond a short,
+/// single-line excerpt of a JSON-RPC error message the server wrote.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum McpError {
+    /// M3: less than a second of the operation's budget was left, so the leg was not sent.
+    #[error("{method} to server {server} not sent: the {} s budget for this operation is spent", budget.as_secs())]
+    NotSent {
+        /// The server.
+        server: String,
+        /// The leg that was not sent.
+        method: String,
+        /// The operation's whole budget.
+        budget: Duration,
+    },
+    /// M4: the caller's signal cancelled the leg.
+    #[error("{method} to server {server} cancelled {}", if *in_flight { "in flight; the connection was dropped" } else { "before send; nothing was sent" })]
+    Cancelled {
+        /// The server.
+        server: String,
+        /// The leg that was cancelled.
+        method: String,
+        /// True when the request had gone out (its effect is unknown).
+        in_flight: bool,
+    },
+    /// The vault refused or could not complete the leg (policy, credential, timeout, transport).
+    #[error("{method} to server {server}: {source}")]
+    Egress {
+        /// The server.
+        server: String,
+        /// The leg.
+        method: String,
+        /// What the vault said (boxed: it is large and this path is rare).
+        #[source]
+        source: Box<EgressError>,
+    },
+    /// The server answered with an HTTP status that is not success.
+    #[error("server {server} answered HTTP {status} to {method}")]
+    Status {
+        /// The server.
+        server: String,
+        /// The leg.
+        method: String,
+        /// The status.
+        status: u16,
+    },
+    /// M5: 404 on a request that carried a session id: the server forgot the session.
+    #[error("server {server} no longer knows our session (HTTP 404 to {method}){}", if method == "tools/call" { "; the call was not re-sent because it may have run" } else { "" })]
+    SessionExpired {
+        /// The server.
+        server: String,
+        /// The leg.
+        method: String,
+    },
+    /// M5: the body was larger than the limit; none of it is echoed.
+    #[error("server {server} answered {method} with more than {} MiB; the answer was refused", limit / (1024 * 1024))]
+    TooLarge {
+        /// The server.
+        server: String,
+        /// The leg.
+        method: String,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// M5: an HTML page instead of JSON-RPC, usually a wrong URL or a login page.
+    #[error(
+        "server {server} answered {method} with an HTML page, not JSON-RPC: check the server's url"
+    )]
+    Html {
+        /// The server.
+        server: String,
+        /// The leg.
+        method: String,
+    },
+    /// M5: a content type that is neither JSON nor an event stream.
+    #[error("server {server} answered {method} with unsupported content type {content_type:?}")]
+    ContentType {
+        /// The server.
+        server: String,
+        /// The leg.
+        method: String,
+        /// The content type as sent (cut to 60 characters).
+        content_type: String,
+    },
+    /// M5: an empty body where a JSON-RPC response was due.
+    #[error("server {server} answered {method} with an empty body")]
+    EmptyBody {
+        /// The server.
+        server: String,
+        /// The leg.
+        method: String,
+    },
+    /// M1: an event stream that ended without the response to our request.
+    #[error("server {server} closed the event stream for {method} without answering it")]
+    NoResponse {
+        /// The server.
+        server: String,
+        /// The leg.
+        method: String,
+    },
+    /// M5: the body is not a JSON-RPC response (not JSON, or neither result nor error).
+    #[error("server {server} answered {method} with a malformed response: {problem}")]
+    Malformed {
+        /// The server.
+        server: String,
+        /// The leg.
+        method: String,
+        /// What is wrong, in our words.
+        problem: String,
+    },
+    /// M5: the server answered with a JSON-RPC error.
+    #[error("server {server} refused {method}: JSON-RPC error {code}: {message}")]
+    Rpc {
+        /// The server.
+        server: String,
+        /// The leg.
+        method: String,
+        /// The JSON-RPC error code.
+        code: i64,
+        /// The server's message, one line, at most 200 characters.
+        message: String,
+    },
+    /// M2: version or capability negotiation failed.
+    #[error("server {server}: {problem}")]
+    Protocol {
+        /// The server.
+        server: String,
+        /// What failed.
+        problem: String,
+    },
+    /// M6: discovery did not end within the page ceiling.
+    #[error("server {server} kept paginating tools/list past {pages} pages; discovery was stopped")]
+    TooManyPages {
+        /// The server.
+        server: String,
+        /// The ceiling.
+        pages: usize,
+    },
+}
+
+impl McpError {
+    /// True for a cancellation, before send or in flight.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, Self::Cancelled { .. })
+    }
+}
+
+/// Cuts server-written text to one line of at most 200 characters.
+pub(crate) fn one_line(text: &str) -> String {
+    let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if joined.chars().count() <= 200 {
+        joined
+    } else {
+        joined.chars().take(199).chain(['…']).collect()
+    }
+}

@@ -1,0 +1,39 @@
+//! An MCP client over Streamable HTTP whose every byte goes through the runwarden vault.
+//!
+//! [`McpClient`] talks to one server declared by a [`ServerConfig`]. It negotiates the
+//! protocol (2025-11-25 or 2025-06-18), spends one deadline per operation across its legs,
+//! and takes a [`CancellationSignal`](runwarden_vault::CancellationSignal) in exactly three
+//! places: [`McpClient::call_tool`], [`McpClient::send_request`] and
+//! [`McpClient::send_notification`]. Tool results, failures and cancellations come back
+//! as a [`ToolResult`] the model can read. The crate knows nothing about runs.
+//!
+//! ```no_run
+//! # async fn example(egress: std::sync::Arc<runwarden_vault::EgressClient>) {
+//! use runwarden_mcp::{McpClient, ServerConfig, ToolCallRequest};
+//!
+//! let client = McpClient::new(ServerConfig::new("tickets", "https://mcp.example.com/mcp"), egress);
+//! let call = ToolCallRequest { tool: "search".into(), arguments: Default::default(), correlation: None };
+//! let outcome = client.call_tool(call, None).await;
+//! println!("{}", outcome.result.text);
+//! # }
+//! ```
+
+#![deny(missing_docs)]
+
+mod client;
+mod config;
+mod deadline;
+mod error;
+pub mod naming;
+mod result;
+pub mod schema;
+mod sse;
+
+pub use client::{
+    CANCEL_NOTICE_BUDGET, LegReport, ListedTool, MAX_PAGES, MAX_RESPONSE_BYTES, McpClient,
+    Notification, Reply, Request, SUPPORTED_VERSIONS, ToolCall, ToolCallRequest,
+};
+pub use config::{DEFAULT_TIMEOUT, Effect, ServerConfig};
+pub use deadline::{Clock, ManualClock, SystemClock};
+pub use error::McpError;
+pub use result::{ToolOutcome, ToolResult};

@@ -1,0 +1,66 @@
+//! Fixtures for the MCP tests: a vault over a real SQLite file and a scripted MCP server.
+
+#![allow(dead_code, unreachable_pub)]
+
+pub mod scripted;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use runwarden_mcp::{ManualClock, McpClient, ServerConfig};
+use runwarden_store_sqlite::SqliteStore;
+use runwarden_vault::store::AuditFilter;
+use runwarden_vault::{
+    Algorithm, AuditRow, EgressClient, EgressConfig, EgressPolicy, MasterKey, Vault,
+};
+
+/// How long a test waits for an event before failing.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// A vault over a fresh SQLite file and an egress client that admits loopback.
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+    pub vault: Arc<Vault>,
+    pub egress: Arc<EgressClient>,
+}
+
+pub async fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("runwarden.db")).unwrap();
+    let vault = Arc::new(
+        Vault::open(Arc::new(store), MasterKey::generate(), Algorithm::default())
+            .await
+            .unwrap(),
+    );
+    let config = EgressConfig {
+        policy: EgressPolicy::new(&["127.0.0.1"]).unwrap(),
+        ..EgressConfig::default()
+    };
+    let egress = Arc::new(EgressClient::new(vault.clone(), config));
+    Fixture { dir, vault, egress }
+}
+
+impl Fixture {
+    /// A client for `url` named `tickets`, on `clock` when given.
+    pub fn client(&self, url: String, clock: Option<Arc<ManualClock>>) -> McpClient {
+        let client = McpClient::new(ServerConfig::new("tickets", url), self.egress.clone());
+        match clock {
+            Some(clock) => client.with_clock(clock),
+            None => client,
+        }
+    }
+
+    /// Every audit row, oldest first.
+    pub async fn audit(&self) -> Vec<AuditRow> {
+        self.vault.audit_list(AuditFilter::default()).await.unwrap()
+    }
+
+    /// The actions of every audit row, oldest first.
+    pub async fn audit_actions(&self) -> Vec<String> {
+        self.audit()
+            .await
+            .into_iter()
+            .map(|r| r.event.action)
+            .collect()
+    }
+}

@@ -1,0 +1,6 @@
+//! The MCP client's integration tests: scripted servers on 127.0.0.1 through a real vault.
+
+mod support;
+
+mod conformance;
+mod seams;

@@ -1,0 +1,20 @@
+//! Test-only helpers shared by runwarden's crates: a real HTTP/1.1 server on 127.0.0.1
+//! whose answer to each request comes from a handler, and which reports connections,
+//! requests and client-side closes as timestamped events.
+//!
+//! ```no_run
+//! # async fn example() {
+//! use runwarden_testkit::{Reply, TestServer};
+//! let mut server = TestServer::start(|_request| Reply::text(200, "ok")).await;
+//! let url = server.url("/");
+//! # let _ = url;
+//! let request = server.next_request(std::time::Duration::from_secs(5)).await;
+//! assert_eq!(request.method, "GET");
+//! # }
+//! ```
+
+#![deny(missing_docs)]
+
+mod server;
+
+pub use server::{HttpRequest, Reply, Seen, TestServer};

@@ -15,11 +15,18 @@ use runwarden_vault::{
 };
 use serde_json::{Map, Value, json};
 
+use crate::catalogue::{CatalogueStore, Contact};
 use crate::config::ServerConfig;
 use crate::deadline::{Clock, Deadline, SystemClock};
 use crate::error::{McpError, one_line};
 use crate::result::ToolResult;
 use crate::sse;
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
 
 /// The protocol versions this client negotiates, newest first (M2).
 pub const SUPPORTED_VERSIONS: [&str; 2] = ["2025-11-25", "2025-06-18"];
@@ -149,6 +156,7 @@ pub struct McpClient {
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
     next_id: AtomicI64,
     actor: String,
+    health: Option<Arc<dyn CatalogueStore>>,
 }
 
 impl std::fmt::Debug for McpClient {
@@ -175,6 +183,31 @@ impl McpClient {
             session: tokio::sync::Mutex::new(None),
             next_id: AtomicI64::new(1),
             actor: "mcp".into(),
+            health: None,
+        }
+    }
+
+    /// Records each operation's outcome as the server's liveness (M11).
+    pub fn with_health(mut self, store: Arc<dyn CatalogueStore>) -> Self {
+        self.health = Some(store);
+        self
+    }
+
+    /// M11: a success or a failure per operation; a cancellation is neither, because it
+    /// says nothing about the server.
+    async fn record_contact(&self, outcome: Result<(), &McpError>) {
+        let Some(store) = &self.health else { return };
+        let at_ms = now_ms();
+        let contact = match outcome {
+            Ok(()) => Contact::Success { at_ms },
+            Err(error) if error.is_cancelled() => return,
+            Err(error) => Contact::Failure {
+                at_ms,
+                error: one_line(&error.to_string()),
+            },
+        };
+        if let Err(error) = store.health_record(&self.server.name, contact).await {
+            tracing::warn!(server = %self.server.name, %error, "could not record the server's liveness");
         }
     }
 
@@ -223,6 +256,7 @@ impl McpClient {
         let op = self.operation(signal, call.correlation.clone());
         let mut request_id = None;
         let outcome = self.call_tool_legs(&op, &call, &mut request_id).await;
+        self.record_contact(outcome.as_ref().map(|_| ())).await;
         if let (
             Err(McpError::Cancelled {
                 in_flight: true, ..
@@ -298,7 +332,13 @@ impl McpClient {
         signal: Option<&dyn CancellationSignal>,
     ) -> Result<(), McpError> {
         let op = self.operation(signal, None);
-        let session = self.session(&op).await?;
+        let sent = self.notify(&op, notification).await;
+        self.record_contact(sent.as_ref().map(|_| ())).await;
+        sent
+    }
+
+    async fn notify(&self, op: &Operation<'_>, notification: Notification) -> Result<(), McpError> {
+        let session = self.session(op).await?;
         let (method, params) = match notification {
             Notification::Cancelled { request_id, reason } => (
                 "notifications/cancelled",

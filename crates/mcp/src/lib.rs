@@ -20,6 +20,7 @@
 
 #![deny(missing_docs)]
 
+mod catalogue;
 mod client;
 mod config;
 mod deadline;
@@ -29,6 +30,9 @@ mod result;
 pub mod schema;
 mod sse;
 
+pub use catalogue::{
+    CatalogueEntry, CatalogueStore, Contact, SchemaStatus, ServerHealth, build_catalogue,
+};
 pub use client::{
     CANCEL_NOTICE_BUDGET, LegReport, ListedTool, MAX_PAGES, MAX_RESPONSE_BYTES, McpClient,
     Notification, Reply, Request, SUPPORTED_VERSIONS, ToolCall, ToolCallRequest,

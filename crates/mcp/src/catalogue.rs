@@ -1,0 +1,171 @@
+//! The imported tool catalogue (M8-M10) and per-server liveness (M11), and the store seam
+//! that keeps them.
+
+use async_trait::async_trait;
+use runwarden_vault::store::StoreError;
+use serde_json::Value;
+
+use crate::client::ListedTool;
+use crate::config::{Effect, ServerConfig};
+use crate::naming::local_names;
+use crate::schema::normalise_input_schema;
+
+/// Whether a tool's input schema can be offered to model providers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SchemaStatus {
+    /// The normalised schema (M8).
+    Usable(Value),
+    /// Why the whole tool was refused; it is listed but never offered to a model.
+    Refused(String),
+}
+
+/// One imported tool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CatalogueEntry {
+    /// The server's configured name.
+    pub server: String,
+    /// The provider-valid name the model sees (M9).
+    pub local_name: String,
+    /// The name that goes on the wire.
+    pub remote_name: String,
+    /// The server's description.
+    pub description: Option<String>,
+    /// The operator-declared effect (M10).
+    pub effect: Effect,
+    /// The normalised schema, or why the tool was refused.
+    pub schema: SchemaStatus,
+    /// When it was imported, Unix milliseconds UTC.
+    pub imported_ms: i64,
+}
+
+impl CatalogueEntry {
+    /// True when the tool can be offered to a model.
+    pub fn is_usable(&self) -> bool {
+        matches!(self.schema, SchemaStatus::Usable(_))
+    }
+}
+
+/// Builds catalogue entries from a discovery: local names, normalised schemas and the
+/// operator's effects. Never reads annotations the server wrote about itself (M10).
+pub fn build_catalogue(
+    server: &ServerConfig,
+    tools: &[ListedTool],
+    now_ms: i64,
+) -> Vec<CatalogueEntry> {
+    let remote: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    let locals = local_names(&server.name, &remote);
+    tools
+        .iter()
+        .zip(locals)
+        .map(|(tool, local_name)| CatalogueEntry {
+            server: server.name.clone(),
+            local_name,
+            remote_name: tool.name.clone(),
+            description: tool.description.clone(),
+            effect: server.effect_of(&tool.name),
+            schema: match normalise_input_schema(&tool.input_schema) {
+                Ok(schema) => SchemaStatus::Usable(schema),
+                Err(refusal) => SchemaStatus::Refused(refusal.to_string()),
+            },
+            imported_ms: now_ms,
+        })
+        .collect()
+}
+
+/// One contact with a server, for its liveness record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Contact {
+    /// The server answered an operation.
+    Success {
+        /// When, Unix milliseconds UTC.
+        at_ms: i64,
+    },
+    /// An operation failed for a reason on the server's side or the way to it.
+    Failure {
+        /// When, Unix milliseconds UTC.
+        at_ms: i64,
+        /// One line, no secrets (an `McpError`'s text).
+        error: String,
+    },
+}
+
+/// A server's liveness (M11): the last success and the last failure. The run's events,
+/// not this, are the call log.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ServerHealth {
+    /// The server's configured name.
+    pub server: String,
+    /// The last successful contact.
+    pub last_success_ms: Option<i64>,
+    /// The last failure.
+    pub last_failure_ms: Option<i64>,
+    /// What the last failure was.
+    pub last_error: Option<String>,
+}
+
+/// Storage for catalogues and liveness. An internal seam: every backend runs
+/// `runwarden-storetest`'s catalogue checks.
+#[async_trait]
+pub trait CatalogueStore: Send + Sync + 'static {
+    /// Replaces a server's whole catalogue atomically. A local name already used by
+    /// another server's tool is refused and nothing changes.
+    async fn catalogue_replace(
+        &self,
+        server: &str,
+        entries: Vec<CatalogueEntry>,
+    ) -> Result<(), StoreError>;
+
+    /// Every entry, or one server's, ordered by server then local name.
+    async fn catalogue_list(&self, server: Option<&str>)
+    -> Result<Vec<CatalogueEntry>, StoreError>;
+
+    /// Records one contact; a success keeps the last failure and vice versa.
+    async fn health_record(&self, server: &str, contact: Contact) -> Result<(), StoreError>;
+
+    /// Every server's liveness, ordered by server.
+    async fn health_list(&self) -> Result<Vec<ServerHealth>, StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn effects_come_from_the_operator_never_from_annotations() {
+        let mut server = ServerConfig::new("tickets", "http://x");
+        server.tools.insert("search".into(), Effect::ReadOnly);
+        let tools = vec![
+            ListedTool {
+                name: "search".into(),
+                description: None,
+                input_schema: json!({"type": "object"}),
+            },
+            // The server claims this one is harmless; the default still applies.
+            ListedTool {
+                name: "delete".into(),
+                description: Some("readOnlyHint: true".into()),
+                input_schema: json!({}),
+            },
+        ];
+        let entries = build_catalogue(&server, &tools, 1);
+        assert_eq!(entries[0].effect, Effect::ReadOnly);
+        assert_eq!(entries[1].effect, Effect::NonIdempotentWrite);
+        assert_eq!(entries[1].local_name, "tickets__delete");
+    }
+
+    #[test]
+    fn a_refused_schema_keeps_the_tool_listed_with_its_reason() {
+        let server = ServerConfig::new("s", "http://x");
+        let tools = vec![ListedTool {
+            name: "t".into(),
+            description: None,
+            input_schema: json!({"type": "object", "$defs": {}}),
+        }];
+        let entries = build_catalogue(&server, &tools, 1);
+        assert!(
+            matches!(&entries[0].schema, SchemaStatus::Refused(reason) if reason.contains("$defs"))
+        );
+        assert!(!entries[0].is_usable());
+    }
+}

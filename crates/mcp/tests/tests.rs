@@ -3,4 +3,5 @@
 mod support;
 
 mod conformance;
+mod peer;
 mod seams;

@@ -1,6 +1,7 @@
 //! Test-only helpers shared by runwarden's crates: a real HTTP/1.1 server on 127.0.0.1
 //! whose answer to each request comes from a handler, and which reports connections,
-//! requests and client-side closes as timestamped events.
+//! requests and client-side closes as timestamped events; and [`Peer`], the real MCP
+//! server of the official Python SDK, started per test.
 //!
 //! ```no_run
 //! # async fn example() {
@@ -15,6 +16,8 @@
 
 #![deny(missing_docs)]
 
+mod peer;
 mod server;
 
+pub use peer::Peer;
 pub use server::{HttpRequest, Reply, Seen, TestServer};

@@ -1,0 +1,117 @@
+//! The real MCP peer: the official Python SDK serving `tests/peer/server.py`, started in
+//! its own process for one test and killed when dropped.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// How long a peer may take to print `READY` (imports take 1-2 s; CI machines are slow).
+const STARTUP: Duration = Duration::from_secs(60);
+
+/// The repository root (two levels above any crate's manifest directory).
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The venv's Python: `$RUNWARDEN_PEER_PYTHON` when `.ci/run` set it, else whatever
+/// `scripts/peer-venv.sh` prints last (it builds the venv when missing).
+fn python() -> PathBuf {
+    if let Ok(path) = std::env::var("RUNWARDEN_PEER_PYTHON")
+        && !path.is_empty()
+    {
+        return PathBuf::from(path);
+    }
+    let output = Command::new("bash")
+        .arg(repo_root().join("scripts/peer-venv.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run scripts/peer-venv.sh");
+    assert!(
+        output.status.success(),
+        "scripts/peer-venv.sh failed: the real MCP peer is required, never skipped"
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    PathBuf::from(
+        stdout
+            .lines()
+            .last()
+            .expect("peer-venv.sh prints the python path")
+            .trim(),
+    )
+}
+
+/// A running peer server.
+pub struct Peer {
+    child: Child,
+    /// The port it listens on, on 127.0.0.1.
+    pub port: u16,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Peer {
+    /// Starts `server.py` with extra flags (`--stateless`, `--json-response`) and waits
+    /// for its `READY <port>` line.
+    pub fn start(flags: &[&str]) -> Self {
+        let mut child = Command::new(python())
+            .arg(repo_root().join("tests/peer/server.py"))
+            .args(["--port", "0"])
+            .args(flags)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the MCP peer");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(port) = line.strip_prefix("READY ") {
+                    let _ = tx.send(port.trim().parse::<u16>().ok());
+                    return;
+                }
+            }
+            let _ = tx.send(None);
+        });
+        let port = match rx.recv_timeout(STARTUP) {
+            Ok(Some(port)) => port,
+            other => {
+                let _ = child.kill();
+                panic!("the MCP peer did not print READY: {other:?}");
+            }
+        };
+        Self { child, port }
+    }
+
+    /// The Streamable HTTP endpoint.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    /// The peer's counters (`GET /stats`), as JSON text.
+    pub fn stats(&self) -> String {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect to the peer");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("set a read timeout");
+        write!(
+            stream,
+            "GET /stats HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n"
+        )
+        .expect("send GET /stats");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("read /stats");
+        response
+            .split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_string())
+            .unwrap_or_default()
+    }
+}

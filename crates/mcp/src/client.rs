@@ -350,7 +350,7 @@ impl McpClient {
             ),
         };
         let message = json!({"jsonrpc": "2.0", "method": method, "params": params});
-        self.leg(&op, Some(&session), method, message, None)
+        self.leg(op, Some(&session), method, message, None)
             .await
             .map(|_| ())
     }

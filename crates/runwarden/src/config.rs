@@ -107,6 +107,12 @@ pub(crate) struct Config {
     pub(crate) timeout: Duration,
 }
 
+/// True when `$RUNWARDEN_MASTER_KEY` supplies the key. An empty value does not count, the
+/// same rule [`Config::master_key`] applies, so every command agrees on where the key is.
+pub(crate) fn master_key_from_env() -> bool {
+    env(MASTER_KEY_ENV).is_some()
+}
+
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
@@ -133,8 +139,9 @@ impl Config {
                 .with_context(|| format!("while reading the configuration {}", path.display()))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileConfig::default(),
             Err(e) => {
-                return Err(e)
-                    .with_context(|| format!("while reading the configuration {}", path.display()));
+                return Err(e).with_context(|| {
+                    format!("while reading the configuration {}", path.display())
+                });
             }
         };
         let base = std::path::absolute(path)?

@@ -2,8 +2,9 @@
 //! in one local file that `serve`, workers and CLI processes share (SPEC O3).
 //!
 //! [`SqliteStore`] opens (or creates) the database, applies the embedded migrations and
-//! implements [`runwarden_vault::store::VaultStore`]. It is cheap to clone; every call runs
-//! on tokio's blocking pool.
+//! implements [`runwarden_vault::store::VaultStore`] and, for the imported MCP tool
+//! catalogue and server liveness (SPEC M8-M11), [`runwarden_mcp::CatalogueStore`]. It is
+//! cheap to clone; every call runs on tokio's blocking pool.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -23,6 +24,7 @@
 
 pub use connection::SqliteStore;
 
+mod catalogue_store;
 mod connection;
 mod failure;
 mod migrate;

@@ -14,11 +14,18 @@ struct Migration {
 
 /// Every migration this build knows, oldest first. Adding one is adding one line; a
 /// released file is never edited.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "0001_vault",
-    sql: include_str!("../migrations/0001_vault.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_vault",
+        sql: include_str!("../migrations/0001_vault.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_mcp",
+        sql: include_str!("../migrations/0002_mcp.sql"),
+    },
+];
 
 /// Brings the schema up to date in one immediate transaction, so two processes opening
 /// the same new file at once apply each migration exactly once.

@@ -2,6 +2,7 @@
 //! a real file can show (tampering through raw SQL, several connections, migrations).
 
 mod audit_tamper;
+mod catalogue;
 mod common;
 mod concurrency;
 mod open;

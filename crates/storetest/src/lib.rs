@@ -1,9 +1,10 @@
 //! One conformance suite that every runwarden store backend runs, so the vault can rely on
 //! exactly what it checks.
 //!
-//! [`exercise_vault_store`] takes a fresh, empty [`VaultStore`] and runs a list of small
-//! checks, each named after the property it guards (SPEC V1 for sealed records, SPEC V7
-//! for the audit log). A backend's tests call it once:
+//! [`exercise_vault_store`] takes a fresh, empty
+//! [`VaultStore`](runwarden_vault::store::VaultStore) and runs a list of small checks, each
+//! named after the property it guards (SPEC V1 for sealed records, SPEC V7 for the audit
+//! log). A backend's tests call it once:
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -14,9 +15,15 @@
 //!     runwarden_storetest::exercise_vault_store(fresh_store).await;
 //! }
 //! ```
+//!
+//! [`exercise_catalogue_store`] does the same for a fresh
+//! [`CatalogueStore`](runwarden_mcp::CatalogueStore): the imported MCP tool catalogue
+//! (SPEC M8-M10) and per-server liveness (SPEC M11).
 
 #![deny(missing_docs)]
 
+pub use catalogue::exercise_catalogue_store;
 pub use vault::exercise_vault_store;
 
+mod catalogue;
 mod vault;

@@ -20,7 +20,7 @@ pub(crate) enum AuditCommand {
         /// Only rows of this run (the correlation column).
         #[arg(long = "run", value_name = "ID")]
         run: Option<String>,
-        /// At most this many rows.
+        /// At most this many rows (0: all of them).
         #[arg(long, default_value_t = 50)]
         limit: u32,
     },

@@ -10,7 +10,7 @@ use runwarden_vault::{MasterKey, Vault};
 use serde::Serialize;
 
 use super::Context;
-use crate::config::{Config, MASTER_KEY_ENV, TEMPLATE};
+use crate::config::{Config, MASTER_KEY_ENV, TEMPLATE, master_key_from_env};
 use crate::output;
 
 #[derive(Debug, Args)]
@@ -27,7 +27,7 @@ struct Initialised {
 }
 
 pub(crate) async fn run(cx: &Context, _args: InitArgs) -> anyhow::Result<ExitCode> {
-    if std::env::var(MASTER_KEY_ENV).is_ok() {
+    if master_key_from_env() {
         bail!(
             "${MASTER_KEY_ENV} is set: init creates a key file, so unset it first (or skip init and keep using the variable)"
         );

@@ -12,7 +12,7 @@ use serde::Serialize;
 use zeroize::Zeroizing;
 
 use super::Context;
-use crate::config::MASTER_KEY_ENV;
+use crate::config::{MASTER_KEY_ENV, master_key_from_env};
 use crate::output;
 
 #[derive(Debug, Subcommand)]
@@ -125,7 +125,10 @@ async fn remove(cx: &Context, name: &str) -> anyhow::Result<ExitCode> {
     let name = SecretName::new(name)?;
     let vault = cx.vault().await?;
     if !vault.secret_remove(&name).await? {
-        bail!("no secret named {name:?}: `runwarden secret list` shows what is stored");
+        bail!(
+            "no secret named {:?}: `runwarden secret list` shows what is stored",
+            name.as_str()
+        );
     }
     output::emit(
         cx.json,
@@ -176,7 +179,7 @@ async fn rotate(cx: &Context, new_key_file: &Path) -> anyhow::Result<ExitCode> {
     .await
     .context("the rotation committed but the new key does not open the vault")?;
 
-    let installed = if std::env::var(MASTER_KEY_ENV).is_ok() {
+    let installed = if master_key_from_env() {
         false
     } else {
         install_key_file(new_key_file, &cx.config.master_key_file).with_context(|| {

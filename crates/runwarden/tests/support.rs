@@ -1,0 +1,289 @@
+//! Helpers for the CLI tests: a scratch directory with its own config, the real binary run
+//! as a subprocess with a clean environment, and a tiny HTTP server on 127.0.0.1.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A value that must never be printed; tests grep every output for it.
+pub(crate) const SIGIL: &str = "sigil-5f0c2e91-DO-NOT-PRINT";
+
+/// One scratch installation: a temporary directory holding `runwarden.toml` and the data
+/// directory `init` creates next to it.
+pub(crate) struct Sandbox {
+    dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    /// An empty directory: nothing initialised.
+    pub(crate) fn empty() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("a temporary directory"),
+        }
+    }
+
+    /// A directory after a successful `runwarden init`.
+    pub(crate) fn initialised() -> Self {
+        let sandbox = Self::empty();
+        sandbox.run(&["init"]).ok();
+        sandbox
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub(crate) fn config(&self) -> PathBuf {
+        self.path().join("runwarden.toml")
+    }
+
+    pub(crate) fn data_dir(&self) -> PathBuf {
+        self.path().join(".runwarden")
+    }
+
+    pub(crate) fn key_file(&self) -> PathBuf {
+        self.data_dir().join("master.key")
+    }
+
+    pub(crate) fn database(&self) -> PathBuf {
+        self.data_dir().join("runwarden.db")
+    }
+
+    /// Admits `127.0.0.1` in the config's egress allowlist, so tests can reach their server.
+    pub(crate) fn allow_loopback(&self) {
+        let text = std::fs::read_to_string(self.config()).expect("the config exists");
+        assert!(
+            text.contains("\nallow = []\n"),
+            "the template changed:\n{text}"
+        );
+        let text = text.replace("\nallow = []\n", "\nallow = [\"127.0.0.1\"]\n");
+        std::fs::write(self.config(), text).expect("the config is writable");
+    }
+
+    /// The binary with `--config` pointing here, run from this directory, and no
+    /// `RUNWARDEN_*` variable from the developer's environment.
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_runwarden"));
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("RUNWARDEN_") {
+                command.env_remove(name);
+            }
+        }
+        command
+            .arg("--config")
+            .arg(self.config())
+            .args(args)
+            .current_dir(self.path())
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Runs the binary with no input.
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
+        Output::of(self.command(args))
+    }
+
+    /// Runs the binary with `input` on standard input.
+    pub(crate) fn run_with_stdin(&self, args: &[&str], input: &[u8]) -> Output {
+        let mut command = self.command(args);
+        command.stdin(Stdio::piped());
+        Output::with_stdin(command, input)
+    }
+
+    /// Runs a prepared command (extra variables set by the caller).
+    pub(crate) fn run_command(&self, command: Command) -> Output {
+        Output::of(command)
+    }
+
+    /// `secret put NAME` with `value` on stdin; must succeed.
+    pub(crate) fn put(&self, name: &str, value: &str) -> Output {
+        self.run_with_stdin(&["secret", "put", name], value.as_bytes())
+            .ok()
+    }
+}
+
+/// What one run of the binary printed and how it exited.
+#[derive(Debug)]
+pub(crate) struct Output {
+    pub(crate) args: String,
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+}
+
+impl Output {
+    fn of(mut command: Command) -> Self {
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let args = format!("{:?}", command.get_args().collect::<Vec<_>>());
+        let output = command.output().expect("the binary runs");
+        Self::from_output(args, output)
+    }
+
+    fn with_stdin(mut command: Command, input: &[u8]) -> Self {
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let args = format!("{:?}", command.get_args().collect::<Vec<_>>());
+        let mut child = command.spawn().expect("the binary runs");
+        let written = child.stdin.take().expect("stdin is piped").write_all(input);
+        // A command that fails before reading its input closes the pipe: not our concern.
+        if let Err(e) = written
+            && e.kind() != std::io::ErrorKind::BrokenPipe
+        {
+            panic!("could not write the binary's input: {e}");
+        }
+        let output = child.wait_with_output().expect("the binary exits");
+        Self::from_output(args, output)
+    }
+
+    fn from_output(args: String, output: std::process::Output) -> Self {
+        Self {
+            args,
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// Stdout and stderr together, for "never printed" checks and messages.
+    pub(crate) fn all(&self) -> String {
+        format!("{}\n{}", self.stdout, self.stderr)
+    }
+
+    /// Asserts exit status 0 and returns self.
+    #[track_caller]
+    pub(crate) fn ok(self) -> Self {
+        assert_eq!(
+            self.code,
+            Some(0),
+            "expected success from {}: {self:#?}",
+            self.args
+        );
+        self
+    }
+
+    /// Asserts a non-zero exit (not a crash by signal) and returns self.
+    #[track_caller]
+    pub(crate) fn fails(self) -> Self {
+        assert!(
+            matches!(self.code, Some(code) if code != 0),
+            "expected a non-zero exit from {}: {self:#?}",
+            self.args
+        );
+        self
+    }
+
+    /// Asserts that stdout and stderr together contain `needle`.
+    #[track_caller]
+    pub(crate) fn says(self, needle: &str) -> Self {
+        assert!(
+            self.all().contains(needle),
+            "expected {needle:?} in the output of {self:#?}"
+        );
+        self
+    }
+
+    /// Stdout parsed as one JSON document.
+    #[track_caller]
+    pub(crate) fn json(&self) -> serde_json::Value {
+        serde_json::from_str(self.stdout.trim())
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:#?}"))
+    }
+}
+
+/// An HTTP/1.1 server on 127.0.0.1 that answers every request `200 ok` and keeps the raw
+/// request text (head and body), recorded before it answers: once the client has its
+/// response, the request is in [`TestServer::requests`]. No waiting needed.
+pub(crate) struct TestServer {
+    addr: SocketAddr,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl TestServer {
+    /// Ready to accept as soon as this returns (the socket is bound and listening).
+    pub(crate) fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+        let addr = listener.local_addr().expect("a local address");
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let recorded = requests.clone();
+        // The thread ends with the test process; each test binary run is short-lived.
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let recorded = recorded.clone();
+                std::thread::spawn(move || serve(stream, &recorded));
+            }
+        });
+        Self { addr, requests }
+    }
+
+    /// `http://127.0.0.1:PORT{path}`.
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Every raw request received so far, oldest first.
+    pub(crate) fn requests(&self) -> Vec<String> {
+        self.requests.lock().expect("not poisoned").clone()
+    }
+
+    /// The only request received; fails if there were none or several.
+    #[track_caller]
+    pub(crate) fn only_request(&self) -> String {
+        let requests = self.requests();
+        assert_eq!(requests.len(), 1, "expected one request, got {requests:#?}");
+        requests.into_iter().next().expect("one request")
+    }
+}
+
+fn serve(stream: TcpStream, recorded: &Mutex<Vec<String>>) {
+    // A bound on a stuck client, not a wait for a condition.
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut reader = BufReader::new(&stream);
+    let mut head = String::new();
+    let mut content_length = 0usize;
+    loop {
+        let mut line = String::new();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            content_length = value.trim().parse().unwrap_or(0);
+        }
+        let end = line == "\r\n";
+        head.push_str(&line);
+        if end {
+            break;
+        }
+    }
+    let mut body = vec![0; content_length];
+    if reader.read_exact(&mut body).is_err() {
+        return;
+    }
+    head.push_str(&String::from_utf8_lossy(&body));
+    recorded.lock().expect("not poisoned").push(head);
+    let mut stream = &stream;
+    let _ = stream.write_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+    );
+    let _ = stream.flush();
+}
+
+/// The value of header `name` (any case) in a raw request, if present.
+pub(crate) fn header(request: &str, name: &str) -> Option<String> {
+    request
+        .split("\r\n")
+        .skip(1)
+        .take_while(|line| !line.is_empty())
+        .filter_map(|line| line.split_once(':'))
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.trim().to_string())
+}
+
+/// The request line's target (`/path?query`) of a raw request.
+pub(crate) fn target(request: &str) -> &str {
+    request.split(' ').nth(1).unwrap_or_default()
+}

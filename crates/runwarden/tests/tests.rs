@@ -1,0 +1,12 @@
+//! The `runwarden` binary as operators meet it: each test runs the real executable in a
+//! scratch directory with its own `runwarden.toml` and a clean environment.
+
+mod audit;
+mod config;
+mod egress;
+mod init;
+mod json;
+mod rotate;
+mod secret;
+mod sigil;
+mod support;

@@ -312,17 +312,21 @@ impl McpClient {
         signal: Option<&dyn CancellationSignal>,
     ) -> Result<Reply, McpError> {
         let op = self.operation(signal, None);
-        match request {
+        let reply = match request {
             Request::ListTools => self.list_tools(&op).await.map(Reply::Tools),
-            Request::Ping => {
-                let session = self.session(&op).await?;
-                let id = self.next_id();
-                let message = json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
-                self.leg(&op, Some(&session), "ping", message, Some(id))
-                    .await
-                    .map(|_| Reply::Pong)
-            }
-        }
+            Request::Ping => self.ping(&op).await.map(|()| Reply::Pong),
+        };
+        self.record_contact(reply.as_ref().map(|_| ())).await;
+        reply
+    }
+
+    async fn ping(&self, op: &Operation<'_>) -> Result<(), McpError> {
+        let session = self.session(op).await?;
+        let id = self.next_id();
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
+        self.leg(op, Some(&session), "ping", message, Some(id))
+            .await
+            .map(|_| ())
     }
 
     /// Sends a notification operation (seam 3 of 3), handshake included if needed.

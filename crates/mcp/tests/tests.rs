@@ -3,5 +3,6 @@
 mod support;
 
 mod conformance;
+mod liveness;
 mod peer;
 mod seams;

@@ -1,10 +1,14 @@
 //! `runwarden.toml`: one file, environment overrides, paths relative to the file (SPEC O3).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use runwarden_vault::{Algorithm, EgressConfig, EgressPolicy, MAX_TICK, MasterKey};
+use runwarden_mcp::{Effect, ServerConfig};
+use runwarden_vault::{
+    Algorithm, Credential, EgressConfig, EgressPolicy, MAX_TICK, MasterKey, Placement, SecretName,
+};
 use serde::Deserialize;
 
 /// The environment variable that names the config file when `--config` is absent.
@@ -37,6 +41,16 @@ allow = []
 # allow = ["127.0.0.1", "10.1.2.0/24", "mcp.internal.example"]
 connect_timeout_seconds = 10
 timeout_seconds = 30
+
+# MCP servers (Streamable HTTP). Tools become <server>__<tool> after `runwarden mcp import`.
+# [mcp.servers.tickets]
+# url = "https://mcp.example.com/mcp"
+# auth = { secret = "tickets-token", placement = "bearer" }  # or "basic"; "header" with
+#                                      # header = "X-Api-Key" (and prefix); "query" with param
+# effect = "non_idempotent_write"      # the default; or "idempotent_write", "read_only"
+# timeout_seconds = 20                 # one budget per operation, spent across its legs
+# [mcp.servers.tickets.tools.search]
+# effect = "read_only"
 "#;
 
 #[derive(Debug, Default, Deserialize)]
@@ -49,6 +63,120 @@ struct FileConfig {
     vault: VaultSection,
     #[serde(default)]
     egress: EgressSection,
+    #[serde(default)]
+    mcp: McpSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct McpSection {
+    #[serde(default)]
+    servers: BTreeMap<String, ServerSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServerSection {
+    url: String,
+    auth: Option<AuthSection>,
+    effect: Option<String>,
+    timeout_seconds: Option<f64>,
+    #[serde(default)]
+    tools: BTreeMap<String, ToolSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuthSection {
+    secret: String,
+    placement: String,
+    header: Option<String>,
+    prefix: Option<String>,
+    param: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolSection {
+    effect: String,
+}
+
+fn effect(text: &str, at: &str) -> anyhow::Result<Effect> {
+    Effect::parse(text).with_context(|| {
+        format!("{at}: unknown effect {text:?}: use \"read_only\", \"idempotent_write\" or \"non_idempotent_write\"")
+    })
+}
+
+/// M9/M10: a server from `[mcp.servers.NAME]`, checked so that its tools' local names
+/// stay unique (`<name>__<tool>`) and its effects are the operator's.
+fn mcp_server(name: &str, section: ServerSection) -> anyhow::Result<ServerConfig> {
+    let at = format!("[mcp.servers.{name}]");
+    let valid_name = !name.is_empty()
+        && name.len() <= 32
+        && !name.contains("__")
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !valid_name {
+        bail!(
+            "{at}: a server name is 1 to 32 characters of A-Z a-z 0-9 _ - without \"__\" (it prefixes tool names)"
+        );
+    }
+    if section.url.trim().is_empty() {
+        bail!("{at}: url is empty");
+    }
+    let auth = match section.auth {
+        None => None,
+        Some(auth) => {
+            let placement = match (auth.placement.as_str(), auth.header, auth.param) {
+                ("bearer", None, None) => Placement::Bearer,
+                ("basic", None, None) => Placement::Basic,
+                ("header", Some(name), None) => Placement::Header {
+                    name,
+                    prefix: auth.prefix.clone(),
+                },
+                ("query", None, Some(name)) => Placement::Query { name },
+                ("header", None, _) => {
+                    bail!("{at}: auth placement \"header\" needs header = \"Header-Name\"")
+                }
+                ("query", _, None) => {
+                    bail!("{at}: auth placement \"query\" needs param = \"name\"")
+                }
+                (other, _, _) if !["bearer", "basic", "header", "query"].contains(&other) => {
+                    bail!(
+                        "{at}: unknown auth placement {other:?}: use bearer, basic, header or query"
+                    )
+                }
+                _ => bail!("{at}: header goes with placement \"header\" and param with \"query\""),
+            };
+            if auth.prefix.is_some() && !matches!(placement, Placement::Header { .. }) {
+                bail!("{at}: prefix goes with placement \"header\"");
+            }
+            Some(Credential {
+                secret: SecretName::new(auth.secret)
+                    .with_context(|| format!("{at}: auth secret"))?,
+                placement,
+            })
+        }
+    };
+    let mut server = ServerConfig::new(name, section.url);
+    server.auth = auth;
+    if let Some(text) = section.effect {
+        server.effect = effect(&text, &at)?;
+    }
+    if let Some(timeout) = section.timeout_seconds {
+        server.timeout = seconds(&format!("{at} timeout_seconds"), timeout)?;
+    }
+    for (tool, declared) in section.tools {
+        server.tools.insert(
+            tool.clone(),
+            effect(
+                &declared.effect,
+                &format!("[mcp.servers.{name}.tools.{tool}]"),
+            )?,
+        );
+    }
+    Ok(server)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -105,6 +233,8 @@ pub(crate) struct Config {
     pub(crate) egress_allow: Vec<String>,
     pub(crate) connect_timeout: Duration,
     pub(crate) timeout: Duration,
+    /// MCP servers by name.
+    pub(crate) mcp_servers: BTreeMap<String, ServerConfig>,
 }
 
 /// True when `$RUNWARDEN_MASTER_KEY` supplies the key. An empty value does not count, the
@@ -192,6 +322,30 @@ impl Config {
                 file.egress.connect_timeout_seconds,
             )?,
             timeout: seconds("[egress] timeout_seconds", file.egress.timeout_seconds)?,
+            mcp_servers: file
+                .mcp
+                .servers
+                .into_iter()
+                .map(|(name, section)| Ok((name.clone(), mcp_server(&name, section)?)))
+                .collect::<anyhow::Result<_>>()?,
+        })
+    }
+
+    /// One configured MCP server, or an error listing the configured ones.
+    pub(crate) fn mcp_server(&self, name: &str) -> anyhow::Result<&ServerConfig> {
+        self.mcp_servers.get(name).with_context(|| {
+            let known: Vec<&str> = self.mcp_servers.keys().map(String::as_str).collect();
+            if known.is_empty() {
+                format!(
+                    "no MCP server named {name:?}: declare it as [mcp.servers.{name}] in {}",
+                    self.path.display()
+                )
+            } else {
+                format!(
+                    "no MCP server named {name:?}: the configured ones are {}",
+                    known.join(", ")
+                )
+            }
         })
     }
 
@@ -243,5 +397,67 @@ mod tests {
         std::fs::write(&path, "[egress]\nallowed = []\n").unwrap();
         let err = format!("{:#}", Config::load(&path).unwrap_err());
         assert!(err.contains("allowed"), "{err}");
+    }
+
+    #[test]
+    fn an_mcp_server_is_read_with_its_auth_effects_and_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.toml");
+        let text = r#"
+[mcp.servers.tickets]
+url = "https://mcp.example.com/mcp"
+auth = { secret = "tickets-token", placement = "header", header = "X-Api-Key", prefix = "Key " }
+effect = "idempotent_write"
+timeout_seconds = 5
+[mcp.servers.tickets.tools.search]
+effect = "read_only"
+"#;
+        std::fs::write(&path, text).unwrap();
+        let config = Config::load(&path).unwrap();
+        let server = config.mcp_server("tickets").unwrap();
+        assert_eq!(server.timeout, Duration::from_secs(5));
+        assert_eq!(server.effect_of("search"), Effect::ReadOnly);
+        assert_eq!(server.effect_of("create"), Effect::IdempotentWrite);
+        let auth = server.auth.as_ref().unwrap();
+        assert_eq!(auth.secret.as_str(), "tickets-token");
+        assert_eq!(
+            auth.placement,
+            Placement::Header {
+                name: "X-Api-Key".into(),
+                prefix: Some("Key ".into())
+            }
+        );
+        assert!(
+            config
+                .mcp_server("other")
+                .unwrap_err()
+                .to_string()
+                .contains("tickets")
+        );
+    }
+
+    #[test]
+    fn bad_mcp_declarations_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.toml");
+        for (text, expected) in [
+            ("[mcp.servers.\"a.b\"]\nurl = \"http://x\"\n", "server name"),
+            (
+                "[mcp.servers.t]\nurl = \"http://x\"\neffect = \"harmless\"\n",
+                "unknown effect",
+            ),
+            (
+                "[mcp.servers.t]\nurl = \"http://x\"\nauth = { secret = \"s\", placement = \"header\" }\n",
+                "needs header",
+            ),
+            (
+                "[mcp.servers.t]\nurl = \"http://x\"\nauth = { secret = \"s\", placement = \"cookie\" }\n",
+                "unknown auth placement",
+            ),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let err = format!("{:#}", Config::load(&path).unwrap_err());
+            assert!(err.contains(expected), "{text}: {err}");
+        }
     }
 }

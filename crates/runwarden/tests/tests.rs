@@ -6,6 +6,7 @@ mod config;
 mod egress;
 mod init;
 mod json;
+mod mcp;
 mod rotate;
 mod secret;
 mod sigil;

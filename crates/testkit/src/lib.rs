@@ -16,8 +16,10 @@
 
 #![deny(missing_docs)]
 
+mod mcp;
 mod peer;
 mod server;
 
+pub use mcp::{mcp_handler, tool};
 pub use peer::Peer;
 pub use server::{HttpRequest, Reply, Seen, TestServer};

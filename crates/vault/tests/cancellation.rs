@@ -10,8 +10,8 @@ use runwarden_vault::{
 };
 use tokio::sync::Notify;
 
-use crate::support::server::{Behaviour, TestServer};
 use crate::support::{Fixture, fixture};
+use runwarden_testkit::{Reply, TestServer};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -26,7 +26,7 @@ async fn stalled_call<S: CancellationSignal + Clone + 'static>(
 ) {
     let f = fixture().await;
     let secret = f.put_sigil("api").await;
-    let mut server = TestServer::start(Behaviour::Stall).await;
+    let mut server = TestServer::start(|_| Reply::Stall).await;
     let request = EgressRequest::new(Method::Post, server.url("/mcp"))
         .body(b"{\"jsonrpc\":\"2.0\"}".to_vec())
         .credential(Credential {
@@ -88,7 +88,7 @@ async fn without_a_wake_the_tick_alone_ends_the_transfer() {
 async fn a_signal_already_true_on_entry_reads_no_secret_and_opens_no_connection() {
     let f = fixture().await;
     let secret = f.put_sigil("api").await;
-    let server = TestServer::start(Behaviour::Stall).await;
+    let server = TestServer::start(|_| Reply::Stall).await;
     let flag = CancelFlag::new();
     flag.cancel();
     let request = EgressRequest::new(Method::Post, server.url("/mcp")).credential(Credential {
@@ -205,7 +205,7 @@ async fn a_signal_that_panics_in_flight_ends_the_call_with_one_audit_row() {
 async fn a_signal_that_panics_before_send_reads_no_secret_and_sends_nothing() {
     let f = fixture().await;
     let secret = f.put_sigil("api").await;
-    let server = TestServer::start(Behaviour::Stall).await;
+    let server = TestServer::start(|_| Reply::Stall).await;
     let signal = PanicsOnAsk {
         asks: Default::default(),
         panic_at: 1,

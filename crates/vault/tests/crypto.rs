@@ -11,7 +11,7 @@ use runwarden_vault::{
 };
 
 use crate::support::SIGIL;
-use crate::support::server::{Behaviour, TestServer};
+use runwarden_testkit::{Reply, TestServer};
 
 struct Db {
     dir: tempfile::TempDir,
@@ -55,7 +55,7 @@ async fn put(vault: &Vault, name: &str, value: &str) -> SecretName {
 
 /// Uses the secret as a bearer token against a live server; returns what the server got.
 async fn use_secret(vault: Vault, name: &str) -> Result<String, EgressError> {
-    let mut server = TestServer::start(Behaviour::ok()).await;
+    let mut server = TestServer::start(|_| Reply::text(200, "ok")).await;
     let config = EgressConfig {
         policy: EgressPolicy::new(&["127.0.0.1"]).unwrap(),
         ..EgressConfig::default()
@@ -67,7 +67,7 @@ async fn use_secret(vault: Vault, name: &str) -> Result<String, EgressError> {
         placement: Placement::Bearer,
     });
     client.send(request, None).await?;
-    Ok(server.next_request(Duration::from_secs(5)).await)
+    Ok(server.next_request(Duration::from_secs(5)).await.raw)
 }
 
 #[tokio::test]

@@ -6,12 +6,12 @@ use runwarden_vault::audit::action;
 use runwarden_vault::{EgressError, EgressRequest, Method};
 
 use crate::support::fixture;
-use crate::support::server::{Behaviour, TestServer};
+use runwarden_testkit::{Reply, TestServer};
 
 #[tokio::test]
 async fn a_server_that_never_answers_hits_the_total_timeout() {
     let f = fixture().await;
-    let server = TestServer::start(Behaviour::Stall).await;
+    let server = TestServer::start(|_| Reply::Stall).await;
     let request =
         EgressRequest::new(Method::Get, server.url("/slow")).timeout(Duration::from_millis(300));
     let err = f.client.send(request, None).await.unwrap_err();
@@ -50,10 +50,13 @@ async fn a_closed_port_is_a_transport_failure_with_a_one_line_error() {
 #[tokio::test]
 async fn an_error_status_is_an_answer_the_caller_judges_and_the_audit_row_marks_failed() {
     let f = fixture().await;
-    let server = TestServer::start(Behaviour::Respond {
-        status: 503,
-        headers: vec![],
-        body: b"busy".to_vec(),
+    let server = TestServer::start({
+        let reply = Reply::Respond {
+            status: 503,
+            headers: vec![],
+            body: b"busy".to_vec(),
+        };
+        move |_| reply.clone()
     })
     .await;
     let response = f
@@ -85,10 +88,13 @@ async fn an_error_status_is_an_answer_the_caller_judges_and_the_audit_row_marks_
 async fn a_body_over_the_limit_is_cut_and_the_rest_is_not_read() {
     let f = fixture().await;
     let body = vec![b'x'; 3 * 1024 * 1024];
-    let server = TestServer::start(Behaviour::Respond {
-        status: 200,
-        headers: vec![],
-        body,
+    let server = TestServer::start({
+        let reply = Reply::Respond {
+            status: 200,
+            headers: vec![],
+            body,
+        };
+        move |_| reply.clone()
     })
     .await;
     let request =
@@ -101,10 +107,13 @@ async fn a_body_over_the_limit_is_cut_and_the_rest_is_not_read() {
 #[tokio::test]
 async fn a_caller_can_stop_reading_once_it_has_its_answer() {
     let f = fixture().await;
-    let server = TestServer::start(Behaviour::Respond {
-        status: 200,
-        headers: vec![],
-        body: b"first|second".to_vec(),
+    let server = TestServer::start({
+        let reply = Reply::Respond {
+            status: 200,
+            headers: vec![],
+            body: b"first|second".to_vec(),
+        };
+        move |_| reply.clone()
     })
     .await;
     let request = EgressRequest::new(Method::Get, server.url("/"))
@@ -117,7 +126,7 @@ async fn a_caller_can_stop_reading_once_it_has_its_answer() {
 #[tokio::test]
 async fn every_call_writes_one_row_and_the_chain_verifies() {
     let f = fixture().await;
-    let server = TestServer::start(Behaviour::ok()).await;
+    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
     for _ in 0..5 {
         f.client
             .send(EgressRequest::new(Method::Get, server.url("/")), None)

@@ -5,8 +5,8 @@ use std::time::Duration;
 use runwarden_vault::audit::action;
 use runwarden_vault::{Credential, EgressRequest, Method, Placement};
 
-use crate::support::server::{Behaviour, TestServer};
 use crate::support::{SIGIL, fixture};
+use runwarden_testkit::{Reply, TestServer};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -14,13 +14,13 @@ const WAIT: Duration = Duration::from_secs(10);
 async fn raw_request_with(placement: Placement) -> (String, crate::support::Fixture) {
     let f = fixture().await;
     let secret = f.put_sigil("api").await;
-    let mut server = TestServer::start(Behaviour::ok()).await;
+    let mut server = TestServer::start(|_| Reply::text(200, "ok")).await;
     let request = EgressRequest::new(Method::Post, server.url("/v1/things?page=2"))
         .body(b"{}".to_vec())
         .credential(Credential { secret, placement });
     let response = f.client.send(request, None).await.unwrap();
     assert_eq!(response.status, 200);
-    (server.next_request(WAIT).await, f)
+    (server.next_request(WAIT).await.raw, f)
 }
 
 fn lines_with_sigil(raw: &str, needle: &str) -> Vec<String> {
@@ -51,13 +51,13 @@ async fn basic_goes_base64_encoded_in_the_authorization_header_only() {
         )
         .await
         .unwrap();
-    let mut server = TestServer::start(Behaviour::ok()).await;
+    let mut server = TestServer::start(|_| Reply::text(200, "ok")).await;
     let request = EgressRequest::new(Method::Get, server.url("/")).credential(Credential {
         secret: name,
         placement: Placement::Basic,
     });
     f.client.send(request, None).await.unwrap();
-    let raw = server.next_request(WAIT).await;
+    let raw = server.next_request(WAIT).await.raw;
     let encoded = base64::engine::general_purpose::STANDARD.encode(format!("user:{SIGIL}"));
     assert_eq!(
         lines_with_sigil(&raw, &encoded),
@@ -110,7 +110,7 @@ async fn a_placement_whose_value_has_a_line_break_is_refused_before_send() {
         )
         .await
         .unwrap();
-    let server = TestServer::start(Behaviour::ok()).await;
+    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
     let request = EgressRequest::new(Method::Get, server.url("/")).credential(Credential {
         secret: name,
         placement: Placement::Bearer,
@@ -131,7 +131,7 @@ async fn a_placement_whose_value_has_a_line_break_is_refused_before_send() {
 #[tokio::test]
 async fn a_caller_header_with_a_line_break_is_refused_before_send() {
     let f = fixture().await;
-    let server = TestServer::start(Behaviour::ok()).await;
+    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
     let request = EgressRequest::new(Method::Get, server.url("/")).header("x-note", "a\r\nb: c");
     let err = f.client.send(request, None).await.unwrap_err();
     assert!(
@@ -151,7 +151,7 @@ async fn a_caller_header_with_a_line_break_is_refused_before_send() {
 #[tokio::test]
 async fn a_missing_secret_is_refused_and_the_call_is_never_made_anonymously() {
     let f = fixture().await;
-    let server = TestServer::start(Behaviour::ok()).await;
+    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
     let secret = runwarden_vault::SecretName::new("absent").unwrap();
     let request = EgressRequest::new(Method::Get, server.url("/")).credential(Credential {
         secret,

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use runwarden_vault::{CancelFlag, Credential, EgressRequest, Method, Placement};
 
-use crate::support::server::{Behaviour, TestServer};
 use crate::support::{SIGIL, fixture};
+use runwarden_testkit::{Reply, TestServer};
 
 /// Collects everything the tracing subscriber writes.
 #[derive(Clone, Default)]
@@ -47,8 +47,8 @@ async fn a_sigil_never_leaks_into_logs_errors_debug_or_audit_rows() {
         },
         Placement::Query { name: "key".into() },
     ];
-    let ok = TestServer::start(Behaviour::ok()).await;
-    let mut stall = TestServer::start(Behaviour::Stall).await;
+    let ok = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let mut stall = TestServer::start(|_| Reply::Stall).await;
     let closed_port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
@@ -82,6 +82,7 @@ async fn a_sigil_never_leaks_into_logs_errors_debug_or_audit_rows() {
             while !stall
                 .next_request(Duration::from_secs(10))
                 .await
+                .raw
                 .starts_with("GET /d")
             {}
             flag.cancel();

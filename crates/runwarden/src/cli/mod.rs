@@ -3,6 +3,7 @@
 mod audit;
 mod egress;
 mod init;
+mod mcp;
 mod secret;
 
 use std::path::PathBuf;
@@ -43,6 +44,9 @@ enum Command {
     /// Read and verify the audit log of outbound calls.
     #[command(subcommand)]
     Audit(audit::AuditCommand),
+    /// Import MCP servers' tools, list them, check liveness, call a tool.
+    #[command(subcommand)]
+    Mcp(mcp::McpCommand),
 }
 
 /// What every command gets: the resolved configuration and the output mode.
@@ -89,5 +93,6 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Secret(command) => secret::run(&cx, command).await,
         Command::Egress(command) => egress::run(&cx, command).await,
         Command::Audit(command) => audit::run(&cx, command).await,
+        Command::Mcp(command) => mcp::run(&cx, command).await,
     }
 }

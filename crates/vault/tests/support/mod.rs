@@ -3,8 +3,6 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-pub mod server;
-
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;

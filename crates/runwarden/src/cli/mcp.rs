@@ -1,0 +1,351 @@
+//! `runwarden mcp`: import a server's tools, list the catalogue, check liveness, call a tool.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use clap::Subcommand;
+use runwarden_mcp::{
+    CatalogueEntry, CatalogueStore, McpClient, Reply, Request, SchemaStatus, ServerConfig,
+    ServerHealth, ToolCallRequest, ToolOutcome, build_catalogue,
+};
+use runwarden_vault::CancelFlag;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::Context;
+use crate::output;
+
+/// Exit status of a command the operator interrupted (128 + SIGINT).
+const EXIT_CANCELLED: u8 = 130;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum McpCommand {
+    /// Walk the server's tools/list and store its normalised catalogue.
+    Import {
+        /// The server's name in [mcp.servers].
+        name: String,
+    },
+    /// Servers, their tools (local name, effect, schema status) and last contact.
+    List {
+        /// Only this server.
+        name: Option<String>,
+    },
+    /// Ping every configured server and show its liveness.
+    Health,
+    /// Call one tool as an operator would test it; Ctrl-C cancels the call in flight.
+    Call {
+        /// The server's name.
+        name: String,
+        /// The tool: its remote name or its local name (`server__tool`).
+        tool: String,
+        /// The arguments as a JSON object.
+        #[arg(long, default_value = "{}")]
+        args: String,
+    },
+}
+
+/// A flag that Ctrl-C cancels, through the same signal path a run uses.
+fn ctrl_c_flag() -> CancelFlag {
+    let flag = CancelFlag::new();
+    let on_ctrl_c = flag.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_ctrl_c.cancel();
+        }
+    });
+    flag
+}
+
+pub(crate) async fn run(cx: &Context, command: McpCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        McpCommand::Import { name } => import(cx, &name).await,
+        McpCommand::List { name } => list(cx, name.as_deref()).await,
+        McpCommand::Health => health(cx).await,
+        McpCommand::Call { name, tool, args } => call(cx, &name, &tool, &args).await,
+    }
+}
+
+async fn client(
+    cx: &Context,
+    server: &ServerConfig,
+) -> anyhow::Result<(McpClient, Arc<dyn CatalogueStore>)> {
+    let store: Arc<dyn CatalogueStore> = Arc::new(cx.store()?);
+    let egress = Arc::new(cx.egress().await?);
+    let client = McpClient::new(server.clone(), egress)
+        .with_actor("cli")
+        .with_health(store.clone());
+    Ok((client, store))
+}
+
+#[derive(Serialize)]
+struct ToolView<'a> {
+    local_name: &'a str,
+    remote_name: &'a str,
+    effect: &'static str,
+    usable: bool,
+    refused: Option<&'a str>,
+}
+
+impl<'a> ToolView<'a> {
+    fn new(entry: &'a CatalogueEntry) -> Self {
+        let refused = match &entry.schema {
+            SchemaStatus::Usable(_) => None,
+            SchemaStatus::Refused(reason) => Some(reason.as_str()),
+        };
+        Self {
+            local_name: &entry.local_name,
+            remote_name: &entry.remote_name,
+            effect: entry.effect.as_str(),
+            usable: refused.is_none(),
+            refused,
+        }
+    }
+
+    fn line(&self) -> String {
+        match self.refused {
+            None => format!(
+                "  {:<40} {:<22} {}",
+                self.local_name, self.effect, self.remote_name
+            ),
+            Some(reason) => format!("  {:<40} REFUSED: {reason}", self.local_name),
+        }
+    }
+}
+
+async fn import(cx: &Context, name: &str) -> anyhow::Result<ExitCode> {
+    let server = cx.config.mcp_server(name)?;
+    let (client, store) = client(cx, server).await?;
+    let stop = ctrl_c_flag();
+    let tools = match client.send_request(Request::ListTools, Some(&stop)).await {
+        Ok(Reply::Tools(tools)) => tools,
+        Ok(_) => bail!("server {name} answered tools/list with something else"),
+        Err(e) if e.is_cancelled() => {
+            output::error(cx.json, &anyhow::anyhow!("cancelled: {e}"));
+            return Ok(ExitCode::from(EXIT_CANCELLED));
+        }
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("while importing the catalogue of server {name}"));
+        }
+    };
+    let entries = build_catalogue(server, &tools, chrono::Utc::now().timestamp_millis());
+    store
+        .catalogue_replace(name, entries.clone())
+        .await
+        .with_context(|| format!("while storing the catalogue of server {name}"))?;
+    let views: Vec<ToolView<'_>> = entries.iter().map(ToolView::new).collect();
+    let refused = views.iter().filter(|v| !v.usable).count();
+    let report = serde_json::json!({ "server": name, "imported": views.len(), "refused": refused, "tools": views });
+    output::emit(cx.json, &report, || {
+        let mut text = format!(
+            "imported {} tools from {name} ({refused} refused)",
+            views.len()
+        );
+        for view in &views {
+            text.push('\n');
+            text.push_str(&view.line());
+        }
+        text
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Serialize)]
+struct ServerView<'a> {
+    name: &'a str,
+    url: &'a str,
+    effect: &'static str,
+    timeout_seconds: u64,
+    last_success: Option<String>,
+    last_failure: Option<String>,
+    last_error: Option<&'a str>,
+    tools: Vec<ToolView<'a>>,
+}
+
+fn contact_line(health: Option<&ServerHealth>) -> String {
+    let Some(h) = health else {
+        return "never contacted".into();
+    };
+    let mut parts = Vec::new();
+    if let Some(ms) = h.last_success_ms {
+        parts.push(format!("last success {}", output::time(ms)));
+    }
+    if let Some(ms) = h.last_failure_ms {
+        parts.push(format!(
+            "last failure {} ({})",
+            output::time(ms),
+            h.last_error.as_deref().unwrap_or("")
+        ));
+    }
+    if parts.is_empty() {
+        "never contacted".into()
+    } else {
+        parts.join("; ")
+    }
+}
+
+async fn list(cx: &Context, only: Option<&str>) -> anyhow::Result<ExitCode> {
+    if let Some(name) = only {
+        cx.config.mcp_server(name)?;
+    }
+    let store = cx.store()?;
+    let catalogue = store.catalogue_list(only).await?;
+    let health = store.health_list().await?;
+    let servers: Vec<ServerView<'_>> = cx
+        .config
+        .mcp_servers
+        .values()
+        .filter(|s| only.is_none_or(|name| s.name == name))
+        .map(|s| {
+            let h = health.iter().find(|h| h.server == s.name);
+            ServerView {
+                name: &s.name,
+                url: &s.url,
+                effect: s.effect.as_str(),
+                timeout_seconds: s.timeout.as_secs(),
+                last_success: h.and_then(|h| h.last_success_ms).map(output::time),
+                last_failure: h.and_then(|h| h.last_failure_ms).map(output::time),
+                last_error: h.and_then(|h| h.last_error.as_deref()),
+                tools: catalogue
+                    .iter()
+                    .filter(|e| e.server == s.name)
+                    .map(ToolView::new)
+                    .collect(),
+            }
+        })
+        .collect();
+    output::emit(cx.json, &servers, || {
+        if servers.is_empty() {
+            return "no MCP servers configured: add [mcp.servers.NAME] with a url to runwarden.toml".into();
+        }
+        let mut text = String::new();
+        for s in &servers {
+            let h = health.iter().find(|h| h.server == s.name);
+            text.push_str(&format!(
+                "{} {} (default effect {}, {} s budget): {}\n",
+                s.name,
+                s.url,
+                s.effect,
+                s.timeout_seconds,
+                contact_line(h)
+            ));
+            if s.tools.is_empty() {
+                text.push_str(&format!(
+                    "  no tools imported: run `runwarden mcp import {}`\n",
+                    s.name
+                ));
+            }
+            for tool in &s.tools {
+                text.push_str(&tool.line());
+                text.push('\n');
+            }
+        }
+        text.trim_end().to_string()
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn health(cx: &Context) -> anyhow::Result<ExitCode> {
+    if cx.config.mcp_servers.is_empty() {
+        bail!("no MCP servers configured: add [mcp.servers.NAME] with a url to runwarden.toml");
+    }
+    let stop = ctrl_c_flag();
+    let mut rows = Vec::new();
+    let mut all_up = true;
+    for server in cx.config.mcp_servers.values() {
+        let (client, _) = client(cx, server).await?;
+        let started = std::time::Instant::now();
+        let outcome = client.send_request(Request::Ping, Some(&stop)).await;
+        let error = outcome.as_ref().err().map(ToString::to_string);
+        all_up &= error.is_none();
+        rows.push(serde_json::json!({
+            "server": server.name, "up": error.is_none(), "millis": started.elapsed().as_millis() as u64, "error": error,
+        }));
+    }
+    let store = cx.store()?;
+    let health = store.health_list().await?;
+    output::emit(cx.json, &rows, || {
+        rows.iter()
+            .map(|r| {
+                let name = r["server"].as_str().unwrap_or_default();
+                let state = match r["error"].as_str() {
+                    None => format!("up ({} ms)", r["millis"]),
+                    Some(e) => format!("DOWN: {e}"),
+                };
+                format!(
+                    "{name}: {state}; {}",
+                    contact_line(health.iter().find(|h| h.server == name))
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    Ok(if all_up {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn call(cx: &Context, name: &str, tool: &str, args: &str) -> anyhow::Result<ExitCode> {
+    let server = cx.config.mcp_server(name)?;
+    let arguments = match serde_json::from_str::<Value>(args) {
+        Ok(Value::Object(map)) => map,
+        Ok(_) => bail!("--args must be a JSON object, like '{{\"q\": \"printer\"}}'"),
+        Err(e) => {
+            bail!("--args is not valid JSON ({e}): pass an object, like '{{\"q\": \"printer\"}}'")
+        }
+    };
+    let (client, store) = client(cx, server).await?;
+    // A local name from the catalogue maps to its remote name; anything else goes as is.
+    let catalogue = store.catalogue_list(Some(name)).await?;
+    let remote = catalogue
+        .iter()
+        .find(|e| e.local_name == tool)
+        .map_or(tool, |e| e.remote_name.as_str())
+        .to_string();
+    let stop = ctrl_c_flag();
+    let request = ToolCallRequest {
+        tool: remote.clone(),
+        arguments,
+        correlation: None,
+    };
+    let outcome = client.call_tool(request, Some(&stop)).await;
+    let result = &outcome.result;
+    let (label, code) = match result.outcome {
+        ToolOutcome::Succeeded => ("succeeded", ExitCode::SUCCESS),
+        ToolOutcome::ToolError => ("tool error", ExitCode::FAILURE),
+        ToolOutcome::Failed => ("failed", ExitCode::FAILURE),
+        ToolOutcome::Cancelled => ("cancelled", ExitCode::from(EXIT_CANCELLED)),
+    };
+    let legs: Vec<Value> = outcome
+        .legs
+        .iter()
+        .map(|l| serde_json::json!({"method": l.method, "granted_seconds": l.granted.as_secs(), "millis": l.elapsed.as_millis() as u64}))
+        .collect();
+    let report = serde_json::json!({
+        "server": name, "tool": remote, "outcome": label, "text": result.text,
+        "sent": result.sent, "request_id": outcome.request_id, "legs": legs,
+    });
+    output::emit(cx.json, &report, || {
+        let total: u128 = outcome.legs.iter().map(|l| l.elapsed.as_millis()).sum();
+        let mut text = format!(
+            "{}\n{label}: {name} {remote} ({} legs, {total} ms)",
+            result.text,
+            outcome.legs.len()
+        );
+        if result.outcome == ToolOutcome::Cancelled {
+            let effect = if result.sent {
+                "the request had gone out: its effect on the server is unknown"
+            } else {
+                "nothing was sent"
+            };
+            text.push_str(&format!(
+                "\ncancelled by Ctrl-C; {effect}; see `runwarden audit list`"
+            ));
+        }
+        text
+    });
+    Ok(code)
+}

@@ -1,0 +1,252 @@
+//! `runwarden mcp`: import, list, call and health against MCP servers on 127.0.0.1, and
+//! Ctrl-C (SIGINT) cancelling a call in flight.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use runwarden_testkit::{Reply, TestServer, mcp_handler, tool};
+use serde_json::{Value, json};
+
+use crate::support::{Output, SIGIL, Sandbox};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// An initialised sandbox that allows loopback and declares `srv` at `url`.
+fn sandbox_with_server(url: &str, extra: &str) -> Arc<Sandbox> {
+    let sandbox = Sandbox::initialised();
+    sandbox.allow_loopback();
+    let mut text = std::fs::read_to_string(sandbox.config()).unwrap();
+    text.push_str(&format!("\n[mcp.servers.srv]\nurl = \"{url}\"\n{extra}\n[mcp.servers.srv.tools.search]\neffect = \"read_only\"\n"));
+    std::fs::write(sandbox.config(), text).unwrap();
+    Arc::new(sandbox)
+}
+
+/// Runs the binary off the async runtime, so the test's server keeps answering.
+async fn run(sandbox: &Arc<Sandbox>, args: &[&str]) -> Output {
+    let (sandbox, args) = (
+        sandbox.clone(),
+        args.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+    );
+    tokio::task::spawn_blocking(move || {
+        sandbox.run(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .unwrap()
+}
+
+fn tools() -> Vec<Value> {
+    let refused =
+        json!({"name": "recursive", "inputSchema": {"type": "object", "$defs": {"n": {}}}});
+    vec![tool("search"), tool("create.ticket"), refused, tool("slow")]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_stores_local_names_effects_and_refusals_and_list_shows_them() {
+    let server = TestServer::start(mcp_handler(tools(), &[])).await;
+    let sandbox = sandbox_with_server(&server.url("/mcp"), "");
+    run(&sandbox, &["mcp", "import", "srv"])
+        .await
+        .ok()
+        .says("imported 4 tools from srv (1 refused)")
+        .says("srv__create_ticket")
+        .says("$defs");
+
+    let listed = run(&sandbox, &["--json", "mcp", "list"]).await.ok().json();
+    let tools = listed[0]["tools"].as_array().unwrap();
+    let search = tools
+        .iter()
+        .find(|t| t["local_name"] == "srv__search")
+        .unwrap();
+    assert_eq!(search["effect"], "read_only", "the operator's declaration");
+    let create = tools
+        .iter()
+        .find(|t| t["local_name"] == "srv__create_ticket")
+        .unwrap();
+    assert_eq!(
+        (create["remote_name"].as_str(), create["effect"].as_str()),
+        (Some("create.ticket"), Some("non_idempotent_write"))
+    );
+    let recursive = tools
+        .iter()
+        .find(|t| t["local_name"] == "srv__recursive")
+        .unwrap();
+    assert_eq!(recursive["usable"], false);
+    assert!(
+        listed[0]["last_success"].is_string(),
+        "the import was recorded as a successful contact"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_by_local_name_puts_the_remote_name_on_the_wire() {
+    let mut server = TestServer::start(mcp_handler(tools(), &[])).await;
+    let sandbox = sandbox_with_server(&server.url("/mcp"), "");
+    run(&sandbox, &["mcp", "import", "srv"]).await.ok();
+    run(
+        &sandbox,
+        &[
+            "mcp",
+            "call",
+            "srv",
+            "srv__create_ticket",
+            "--args",
+            r#"{"q":"printer"}"#,
+        ],
+    )
+    .await
+    .ok()
+    .says("create.ticket {\"q\":\"printer\"}")
+    .says("succeeded");
+    let wire: Vec<Value> = server
+        .drain_requests()
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    assert!(
+        wire.iter()
+            .any(|m| m["method"] == "tools/call" && m["params"]["name"] == "create.ticket")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_arguments_are_refused_before_anything_is_sent() {
+    let server = TestServer::start(mcp_handler(tools(), &[])).await;
+    let sandbox = sandbox_with_server(&server.url("/mcp"), "");
+    run(
+        &sandbox,
+        &["mcp", "call", "srv", "search", "--args", "[1,2]"],
+    )
+    .await
+    .fails()
+    .says("must be a JSON object");
+    run(&sandbox, &["mcp", "call", "nope", "search"])
+        .await
+        .fails()
+        .says("no MCP server named \"nope\"");
+    assert_eq!(server.connection_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_secret_is_missing_is_never_tried_anonymously() {
+    let server = TestServer::start(mcp_handler(tools(), &[])).await;
+    let sandbox = sandbox_with_server(
+        &server.url("/mcp"),
+        "auth = { secret = \"srv-token\", placement = \"bearer\" }",
+    );
+    run(&sandbox, &["mcp", "import", "srv"])
+        .await
+        .fails()
+        .says("no secret named \"srv-token\"");
+    assert_eq!(
+        server.connection_count(),
+        0,
+        "nothing was sent without the credential"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_secret_goes_on_every_leg_and_never_into_output() {
+    let mut server = TestServer::start(mcp_handler(tools(), &[])).await;
+    let sandbox = sandbox_with_server(
+        &server.url("/mcp"),
+        "auth = { secret = \"srv-token\", placement = \"bearer\" }",
+    );
+    sandbox.put("srv-token", SIGIL);
+    let out = run(
+        &sandbox,
+        &[
+            "--json",
+            "mcp",
+            "call",
+            "srv",
+            "search",
+            "--args",
+            r#"{"q":"x"}"#,
+        ],
+    )
+    .await
+    .ok();
+    assert!(!out.stdout.contains(SIGIL) && !out.stderr.contains(SIGIL));
+    let legs = server.drain_requests();
+    assert_eq!(legs.len(), 3);
+    for leg in legs {
+        assert_eq!(
+            leg.header("authorization"),
+            Some(format!("Bearer {SIGIL}").as_str())
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_reports_a_down_server_and_exits_non_zero() {
+    let up = TestServer::start(mcp_handler(tools(), &[])).await;
+    let down = TestServer::start(|_| Reply::text(503, "maintenance")).await;
+    let sandbox = sandbox_with_server(&up.url("/mcp"), "");
+    let mut text = std::fs::read_to_string(sandbox.config()).unwrap();
+    text.push_str(&format!(
+        "\n[mcp.servers.down]\nurl = \"{}\"\n",
+        down.url("/mcp")
+    ));
+    std::fs::write(sandbox.config(), text).unwrap();
+    run(&sandbox, &["mcp", "health"])
+        .await
+        .fails()
+        .says("srv: up")
+        .says("down: DOWN: server down answered HTTP 503 to initialize");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_cancels_a_call_in_flight_and_the_command_exits_within_a_second() {
+    let mut server = TestServer::start(mcp_handler(tools(), &["slow"])).await;
+    let sandbox = sandbox_with_server(&server.url("/mcp"), "");
+    let mut command = sandbox.command(&["mcp", "call", "srv", "slow"]);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = command.spawn().unwrap();
+    let pid = child.id().to_string();
+    // Wait until the call is on the wire (the server holds it), then press Ctrl-C.
+    loop {
+        let request = server.next_request(WAIT).await;
+        if String::from_utf8_lossy(&request.body).contains("tools/call") {
+            break;
+        }
+    }
+    let pressed = Instant::now();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let output = tokio::time::timeout(
+        WAIT,
+        tokio::task::spawn_blocking(move || child.wait_with_output()),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .unwrap();
+    let took = pressed.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "the command took {took:?} to exit after SIGINT"
+    );
+    assert_eq!(output.status.code(), Some(130));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("cancelled by Ctrl-C"), "{stdout}");
+    server.next_close(WAIT).await;
+
+    let audit = run(
+        &sandbox,
+        &["--json", "audit", "list", "--action", "http_call_cancelled"],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(
+        audit.as_array().unwrap().len(),
+        1,
+        "the audit row proves the teardown: {audit}"
+    );
+}

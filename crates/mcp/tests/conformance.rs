@@ -4,7 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use runwarden_mcp::{ManualClock, McpError, Reply, Request, ToolCallRequest, ToolOutcome};
+use runwarden_mcp::{
+    ManualClock, McpError, Reply, Request, SchemaStatus, ServerConfig, ToolCallRequest,
+    ToolOutcome, build_catalogue,
+};
 use runwarden_testkit::Seen;
 use runwarden_vault::CancelFlag;
 use runwarden_vault::audit::action;
@@ -32,6 +35,7 @@ conformance!(
     a_server_without_tools_is_refused,
     discovery_walks_every_page_in_order,
     discovery_stops_at_the_page_ceiling,
+    schemas_off_the_wire_are_normalised_and_named_locally,
     a_tool_call_puts_the_remote_name_on_the_wire_and_honours_is_error,
     the_budget_is_spent_across_the_legs,
     an_exhausted_budget_sends_nothing_and_says_so,
@@ -223,6 +227,39 @@ async fn discovery_stops_at_the_page_ceiling(profile: Profile) {
         .filter(|r| method_of(r) == "tools/list")
         .count();
     assert_eq!(pages, 50);
+}
+
+async fn schemas_off_the_wire_are_normalised_and_named_locally(profile: Profile) {
+    let f = fixture().await;
+    let messy = json!({"name": "files.read", "inputSchema": {"type": "object", "title": "dropped", "$schema": "x",
+        "properties": {"path": {"type": "string", "format": "uri", "description": "where"}}, "required": ["path"]}});
+    let recursive = json!({"name": "tree", "inputSchema": {"type": "object", "properties": {"node": {"$ref": "#/$defs/n"}}}});
+    let server = scripted::start(Script {
+        pages: vec![vec![messy, recursive]],
+        ..Script::new(profile)
+    })
+    .await;
+    let Ok(Reply::Tools(tools)) = f
+        .client(server.url("/mcp"), None)
+        .send_request(Request::ListTools, None)
+        .await
+    else {
+        panic!("discovery failed")
+    };
+    let catalogue = build_catalogue(&ServerConfig::new("tickets", server.url("/mcp")), &tools, 0);
+    assert_eq!(catalogue[0].local_name, "tickets__files_read");
+    assert_eq!(catalogue[0].remote_name, "files.read");
+    assert_eq!(
+        catalogue[0].schema,
+        SchemaStatus::Usable(
+            json!({"type": "object", "properties": {"path": {"type": "string", "description": "where"}}, "required": ["path"]})
+        )
+    );
+    assert!(
+        matches!(&catalogue[1].schema, SchemaStatus::Refused(reason) if reason.contains("$ref")),
+        "{:?}",
+        catalogue[1].schema
+    );
 }
 
 async fn a_tool_call_puts_the_remote_name_on_the_wire_and_honours_is_error(profile: Profile) {

@@ -51,6 +51,18 @@ timeout_seconds = 30
 # timeout_seconds = 20                 # one budget per operation, spent across its legs
 # [mcp.servers.tickets.tools.search]
 # effect = "read_only"
+
+# Agents: a model and the imported tools it may call (patterns: exact or prefix*).
+# [agents.helper]
+# provider = "openai"                  # any OpenAI-compatible base_url; or "anthropic", "scripted"
+# model = "gpt-4o-mini"
+# base_url = "https://api.openai.com/v1"
+# api_key_secret = "openai"            # a vault secret; placed at the wire, never read here
+# system = "You are a careful helpdesk agent."
+# tools = ["tickets__search", "tickets__create", "files__*"]
+# max_rounds = 20
+# timeout_seconds = 120                # per model call
+# (provider = "scripted" takes script = "plan.json" instead of model and key)
 "#;
 
 #[derive(Debug, Default, Deserialize)]
@@ -65,6 +77,117 @@ struct FileConfig {
     egress: EgressSection,
     #[serde(default)]
     mcp: McpSection,
+    #[serde(default)]
+    agents: BTreeMap<String, AgentSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentSection {
+    provider: String,
+    model: Option<String>,
+    base_url: Option<String>,
+    api_key_secret: Option<String>,
+    system: Option<String>,
+    #[serde(default)]
+    tools: Vec<String>,
+    max_rounds: Option<u32>,
+    script: Option<PathBuf>,
+    timeout_seconds: Option<f64>,
+    max_tokens: Option<u32>,
+}
+
+/// Which model an agent talks to (L1, L2).
+#[derive(Debug, Clone)]
+pub(crate) enum ProviderConfig {
+    /// Any OpenAI-compatible chat completions endpoint.
+    OpenAi {
+        base_url: String,
+        model: String,
+        api_key: Option<SecretName>,
+        max_tokens: Option<u32>,
+    },
+    /// Anthropic Messages.
+    Anthropic {
+        base_url: String,
+        model: String,
+        api_key: SecretName,
+        max_tokens: Option<u32>,
+    },
+    /// A plan replayed from a JSON file.
+    Scripted { script: PathBuf },
+}
+
+/// An agent from `[agents.NAME]`.
+#[derive(Debug, Clone)]
+pub(crate) struct AgentConfig {
+    pub(crate) name: String,
+    pub(crate) provider: ProviderConfig,
+    pub(crate) system: Option<String>,
+    pub(crate) tools: Vec<String>,
+    pub(crate) max_rounds: Option<u32>,
+    pub(crate) timeout: Duration,
+}
+
+fn agent(
+    name: &str,
+    section: AgentSection,
+    resolve: &dyn Fn(PathBuf) -> PathBuf,
+) -> anyhow::Result<AgentConfig> {
+    let at = format!("[agents.{name}]");
+    let secret = |s: Option<String>| -> anyhow::Result<Option<SecretName>> {
+        s.map(|s| SecretName::new(s).with_context(|| format!("{at}: api_key_secret")))
+            .transpose()
+    };
+    let model = |m: Option<String>| {
+        m.with_context(|| {
+            format!(
+                "{at}: provider {:?} needs model = \"...\"",
+                section.provider
+            )
+        })
+    };
+    let provider = match section.provider.as_str() {
+        "openai" => ProviderConfig::OpenAi {
+            base_url: section
+                .base_url
+                .clone()
+                .unwrap_or_else(|| "https://api.openai.com/v1".into()),
+            model: model(section.model.clone())?,
+            api_key: secret(section.api_key_secret.clone())?,
+            max_tokens: section.max_tokens,
+        },
+        "anthropic" => ProviderConfig::Anthropic {
+            base_url: section
+                .base_url
+                .clone()
+                .unwrap_or_else(|| "https://api.anthropic.com/v1".into()),
+            model: model(section.model.clone())?,
+            api_key: secret(section.api_key_secret.clone())?.with_context(|| {
+                format!("{at}: provider \"anthropic\" needs api_key_secret = \"NAME\"")
+            })?,
+            max_tokens: section.max_tokens,
+        },
+        "scripted" => ProviderConfig::Scripted {
+            script: resolve(section.script.clone().with_context(|| {
+                format!("{at}: provider \"scripted\" needs script = \"plan.json\"")
+            })?),
+        },
+        other => bail!(
+            "{at}: unknown provider {other:?}: use \"openai\" (any compatible base_url), \"anthropic\" or \"scripted\""
+        ),
+    };
+    Ok(AgentConfig {
+        name: name.to_string(),
+        provider,
+        system: section.system,
+        tools: section.tools,
+        max_rounds: section.max_rounds,
+        timeout: seconds(
+            &format!("{at} timeout_seconds"),
+            section.timeout_seconds.unwrap_or(120.0),
+        )?,
+    })
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -235,6 +358,8 @@ pub(crate) struct Config {
     pub(crate) timeout: Duration,
     /// MCP servers by name.
     pub(crate) mcp_servers: BTreeMap<String, ServerConfig>,
+    /// Agents by name.
+    pub(crate) agents: BTreeMap<String, AgentConfig>,
 }
 
 /// True when `$RUNWARDEN_MASTER_KEY` supplies the key. An empty value does not count, the
@@ -328,6 +453,29 @@ impl Config {
                 .into_iter()
                 .map(|(name, section)| Ok((name.clone(), mcp_server(&name, section)?)))
                 .collect::<anyhow::Result<_>>()?,
+            agents: file
+                .agents
+                .into_iter()
+                .map(|(name, section)| Ok((name.clone(), agent(&name, section, &resolve)?)))
+                .collect::<anyhow::Result<_>>()?,
+        })
+    }
+
+    /// One configured agent, or an error listing the configured ones.
+    pub(crate) fn agent(&self, name: &str) -> anyhow::Result<&AgentConfig> {
+        self.agents.get(name).with_context(|| {
+            let known: Vec<&str> = self.agents.keys().map(String::as_str).collect();
+            if known.is_empty() {
+                format!(
+                    "no agent named {name:?}: declare it as [agents.{name}] in {}",
+                    self.path.display()
+                )
+            } else {
+                format!(
+                    "no agent named {name:?}: the configured ones are {}",
+                    known.join(", ")
+                )
+            }
         })
     }
 

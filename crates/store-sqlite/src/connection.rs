@@ -1,5 +1,6 @@
 //! `SqliteStore`: one SQLite connection behind a mutex, opened with the pragmas that let
-//! several processes share the file, and a runner that moves each call off the runtime.
+//! several processes share the file, and a runner that moves each call off the runtime;
+//! plus a second, read-only connection for the synchronous run-status probe (SPEC R6).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -11,8 +12,9 @@ use rusqlite::{Connection, OpenFlags};
 use crate::failure::Failure;
 use crate::migrate::migrate;
 
-/// The embedded SQLite store. Clones share one connection; open another store on the same
-/// path for a second connection (as another process would).
+/// The embedded SQLite store. Clones share one write connection (and one read-only probe
+/// connection); open another store on the same path for a second connection (as another
+/// process would).
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
@@ -21,6 +23,9 @@ pub struct SqliteStore {
 struct Inner {
     path: PathBuf,
     conn: Mutex<Connection>,
+    /// R6: the in-flight signal reads a run's status from inside the vault's tick. A WAL
+    /// reader of its own never waits behind `conn`'s mutex or its transactions.
+    probe: Mutex<Connection>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -60,10 +65,13 @@ impl SqliteStore {
             .map_err(|e| Failure::from(e).into_store_error(&operation))?;
         configure(&conn).map_err(|e| e.into_store_error(&operation))?;
         migrate(&mut conn).map_err(|e| e.into_store_error("migrating the database"))?;
+        // Opened after the migration, so the file exists, is in WAL mode and has its tables.
+        let probe = open_probe(path).map_err(|e| e.into_store_error(&operation))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
                 conn: Mutex::new(conn),
+                probe: Mutex::new(probe),
             }),
         })
     }
@@ -88,6 +96,22 @@ impl SqliteStore {
         task.await
             .map_err(|e| StoreError::new(operation, format!("the store task failed: {e}")))?
     }
+
+    /// Runs `work` at once on the calling thread with the read-only probe connection. For
+    /// short single-row reads only (R6); it never touches the write connection's mutex.
+    pub(crate) fn probe<T>(
+        &self,
+        operation: &'static str,
+        work: impl FnOnce(&Connection) -> Result<T, Failure>,
+    ) -> Result<T, StoreError> {
+        let conn = self.inner.probe.lock().map_err(|_| {
+            StoreError::new(
+                operation,
+                "the probe connection was poisoned by an earlier panic: restart the process",
+            )
+        })?;
+        work(&conn).map_err(|e| e.into_store_error(operation))
+    }
 }
 
 /// SPEC O3: WAL and a busy timeout let `serve`, workers and the CLI share one file; a
@@ -105,6 +129,22 @@ fn configure(conn: &Connection) -> Result<(), Failure> {
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     Ok(())
 }
+
+/// The probe connection: read-only, so it can never take the write lock, and with a short
+/// busy timeout, because a WAL reader only waits in rare cases (another connection
+/// recovering the WAL index) and the signal that asks must never stall for long (R6, V6).
+fn open_probe(path: &Path) -> Result<Connection, Failure> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(PROBE_BUSY_TIMEOUT)?;
+    Ok(conn)
+}
+
+/// How long the probe waits for a lock before answering with an error (read fail-soft by
+/// the runtime as "not cancelled", R5/R6).
+const PROBE_BUSY_TIMEOUT: Duration = Duration::from_millis(250);
 
 fn missing(path: &Path) -> StoreError {
     StoreError::new(

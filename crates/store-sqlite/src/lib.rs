@@ -3,8 +3,10 @@
 //!
 //! [`SqliteStore`] opens (or creates) the database, applies the embedded migrations and
 //! implements [`runwarden_vault::store::VaultStore`] and, for the imported MCP tool
-//! catalogue and server liveness (SPEC M8-M11), [`runwarden_mcp::CatalogueStore`]. It is
-//! cheap to clone; every call runs on tokio's blocking pool.
+//! catalogue and server liveness (SPEC M8-M11), [`runwarden_mcp::CatalogueStore`], and,
+//! for durable runs and their events (SPEC R1-R7), `runwarden_runtime::store::RunStore`.
+//! It is cheap to clone; every call runs on tokio's blocking pool, except the synchronous
+//! run-status probe, which answers at once from a read-only connection of its own (R6).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -28,4 +30,5 @@ mod catalogue_store;
 mod connection;
 mod failure;
 mod migrate;
+mod run_store;
 mod vault_store;

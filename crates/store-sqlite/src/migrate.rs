@@ -25,6 +25,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0002_mcp",
         sql: include_str!("../migrations/0002_mcp.sql"),
     },
+    Migration {
+        version: 3,
+        name: "0003_runs",
+        sql: include_str!("../migrations/0003_runs.sql"),
+    },
 ];
 
 /// Brings the schema up to date in one immediate transaction, so two processes opening

@@ -62,7 +62,11 @@ async fn a_vault_only_database_gets_the_mcp_tables_on_open_and_keeps_its_records
     };
     assert_eq!(
         versions,
-        [(1, "0001_vault".to_owned()), (2, "0002_mcp".to_owned())]
+        [
+            (1, "0001_vault".to_owned()),
+            (2, "0002_mcp".to_owned()),
+            (3, "0003_runs".to_owned())
+        ]
     );
     let old: Option<SealedRecord> = store.sealed_get(SealedKind::Secret, "old").await.unwrap();
     assert_eq!(old.map(|r| r.ciphertext), Some(vec![4]));

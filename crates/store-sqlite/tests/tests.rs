@@ -6,6 +6,7 @@ mod catalogue;
 mod common;
 mod concurrency;
 mod open;
+mod runs;
 mod sealed;
 
 #[tokio::test(flavor = "multi_thread")]

@@ -19,11 +19,18 @@
 //! [`exercise_catalogue_store`] does the same for a fresh
 //! [`CatalogueStore`](runwarden_mcp::CatalogueStore): the imported MCP tool catalogue
 //! (SPEC M8-M10) and per-server liveness (SPEC M11).
+//!
+//! [`exercise_run_store`] does the same for a fresh
+//! [`RunStore`](runwarden_runtime::store::RunStore): runs and their events (SPEC R1), the
+//! lease (R3), the cancel (R4), the boundary step after a cancel (R5), the status probe
+//! (R6) and the write fence (R7).
 
 #![deny(missing_docs)]
 
 pub use catalogue::exercise_catalogue_store;
+pub use runs::exercise_run_store;
 pub use vault::exercise_vault_store;
 
 mod catalogue;
+mod runs;
 mod vault;

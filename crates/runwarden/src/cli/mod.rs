@@ -4,6 +4,7 @@ mod audit;
 mod egress;
 mod init;
 mod mcp;
+mod run;
 mod secret;
 
 use std::path::PathBuf;
@@ -47,6 +48,14 @@ enum Command {
     /// Import MCP servers' tools, list them, check liveness, call a tool.
     #[command(subcommand)]
     Mcp(mcp::McpCommand),
+    /// Run an agent synchronously, printing each step; Ctrl-C cancels the run.
+    Run(run::RunArgs),
+    /// Cancel a run (exit 0 when it cancelled it).
+    Cancel(run::RunIdArgs),
+    /// A run's status, termination reason, rounds, lease holder and pending effect.
+    Status(run::RunIdArgs),
+    /// A run's events; --follow keeps printing until it ends.
+    Events(run::EventsArgs),
 }
 
 /// What every command gets: the resolved configuration and the output mode.
@@ -94,5 +103,9 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Egress(command) => egress::run(&cx, command).await,
         Command::Audit(command) => audit::run(&cx, command).await,
         Command::Mcp(command) => mcp::run(&cx, command).await,
+        Command::Run(args) => run::run(&cx, args).await,
+        Command::Cancel(args) => run::cancel(&cx, args).await,
+        Command::Status(args) => run::status(&cx, args).await,
+        Command::Events(args) => run::events(&cx, args).await,
     }
 }

@@ -1,0 +1,54 @@
+//! What can go wrong with a model call.
+
+use runwarden_vault::EgressError;
+
+/// Why a model call failed. The text never carries a secret or a request body.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    /// The caller's signal cancelled the call.
+    #[error("the model call was cancelled {}", if *in_flight { "in flight" } else { "before send" })]
+    Cancelled {
+        /// True when the request had gone out.
+        in_flight: bool,
+    },
+    /// The provider answered with an error status.
+    #[error("the model provider answered HTTP {status}: {message}")]
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// The provider's error message, one line, at most 200 characters.
+        message: String,
+    },
+    /// The vault refused the call or the transport failed (timeout, connection, policy).
+    #[error("the model call did not complete: {0}")]
+    Egress(#[source] Box<EgressError>),
+    /// The answer could not be understood.
+    #[error("the model provider's answer is malformed: {0}")]
+    Malformed(String),
+    /// The scripted plan has no turn left, or is invalid.
+    #[error("the scripted plan: {0}")]
+    Script(String),
+}
+
+impl ModelError {
+    /// True for failures a retry may cure: 429, 5xx, timeouts and transport failures
+    /// (R9 classifies queued runs by this).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Status { status, .. } => *status == 429 || *status >= 500,
+            Self::Egress(e) => matches!(
+                **e,
+                EgressError::Timeout { .. }
+                    | EgressError::Transport { .. }
+                    | EgressError::Backstop { .. }
+            ),
+            _ => false,
+        }
+    }
+
+    /// True for a cancellation.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, Self::Cancelled { .. })
+    }
+}

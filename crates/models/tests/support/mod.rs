@@ -1,0 +1,144 @@
+//! Fixtures for the model tests: a vault over a real SQLite file, keys, requests.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use runwarden_models::{Message, ModelRequest, ToolCallRequest, ToolSpec};
+use runwarden_store_sqlite::SqliteStore;
+use runwarden_testkit::{HttpRequest, Reply};
+use runwarden_vault::store::AuditFilter;
+use runwarden_vault::{
+    Algorithm, AuditRow, EgressClient, EgressConfig, EgressPolicy, MasterKey, SecretName,
+    SecretValue, Vault,
+};
+use serde_json::{Value, json};
+
+/// How long a test waits for an event before failing.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// A key value no provider could make up, so finding it proves where it went.
+pub const KEY_SIGIL: &str = "sk-sigil-5c9e1b";
+
+/// A vault over a fresh SQLite file and an egress client that admits loopback.
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+    pub vault: Arc<Vault>,
+    pub egress: Arc<EgressClient>,
+}
+
+pub async fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("runwarden.db")).unwrap();
+    let vault = Arc::new(
+        Vault::open(Arc::new(store), MasterKey::generate(), Algorithm::default())
+            .await
+            .unwrap(),
+    );
+    let config = EgressConfig {
+        policy: EgressPolicy::new(&["127.0.0.1"]).unwrap(),
+        ..EgressConfig::default()
+    };
+    let egress = Arc::new(EgressClient::new(vault.clone(), config));
+    Fixture { dir, vault, egress }
+}
+
+impl Fixture {
+    /// Stores [`KEY_SIGIL`] under `name` and names it.
+    pub async fn put_key(&self, name: &str) -> SecretName {
+        let name = SecretName::new(name).unwrap();
+        self.vault
+            .secret_put(&name, SecretValue::new(KEY_SIGIL.as_bytes().to_vec()))
+            .await
+            .unwrap();
+        name
+    }
+
+    /// Every audit row, oldest first.
+    pub async fn audit(&self) -> Vec<AuditRow> {
+        self.vault.audit_list(AuditFilter::default()).await.unwrap()
+    }
+
+    /// The actions of every audit row, oldest first.
+    pub async fn audit_actions(&self) -> Vec<String> {
+        self.audit()
+            .await
+            .into_iter()
+            .map(|r| r.event.action)
+            .collect()
+    }
+}
+
+/// A JSON answer.
+pub fn json_reply(status: u16, body: Value) -> Reply {
+    Reply::typed(status, "application/json", body.to_string())
+}
+
+/// The body of a request the server saw, as JSON.
+pub fn body_of(request: &HttpRequest) -> Value {
+    serde_json::from_slice(&request.body).expect("the request body is JSON")
+}
+
+/// A tool on offer.
+pub fn tickets_create() -> ToolSpec {
+    ToolSpec {
+        name: "tickets__create".into(),
+        description: Some("Opens a ticket".into()),
+        input_schema: json!({"type": "object", "properties": {"title": {"type": "string"}}}),
+    }
+}
+
+/// A conversation in its second round: prompt, one assistant turn with two tool calls,
+/// both results.
+pub fn second_round() -> ModelRequest {
+    ModelRequest {
+        system: Some("You file tickets.".into()),
+        messages: vec![
+            Message::User {
+                text: "File two tickets.".into(),
+            },
+            Message::Assistant {
+                text: Some("Filing them.".into()),
+                tool_calls: vec![
+                    ToolCallRequest {
+                        id: "c1".into(),
+                        name: "tickets__create".into(),
+                        arguments: json!({"title": "one"}),
+                    },
+                    ToolCallRequest {
+                        id: "c2".into(),
+                        name: "tickets__create".into(),
+                        arguments: json!({"title": "two"}),
+                    },
+                ],
+            },
+            Message::Tool {
+                call_id: "c1".into(),
+                name: "tickets__create".into(),
+                content: "created T-1".into(),
+                is_error: false,
+            },
+            Message::Tool {
+                call_id: "c2".into(),
+                name: "tickets__create".into(),
+                content: "quota exceeded".into(),
+                is_error: true,
+            },
+        ],
+        tools: vec![tickets_create()],
+        correlation: Some("run-42".into()),
+    }
+}
+
+/// A first-round request with no tools.
+pub fn hello() -> ModelRequest {
+    ModelRequest {
+        system: None,
+        messages: vec![Message::User {
+            text: "Hello".into(),
+        }],
+        tools: Vec::new(),
+        correlation: None,
+    }
+}

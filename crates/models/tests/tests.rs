@@ -1,0 +1,9 @@
+//! The model providers' integration tests: fake model servers on 127.0.0.1 through a real
+//! vault over SQLite, and the scripted provider's plans.
+
+mod support;
+
+mod anthropic;
+mod failures;
+mod openai;
+mod scripted;

@@ -1,0 +1,138 @@
+//! An agent as a run executes it: a model provider, a system prompt, bound tools.
+
+use std::sync::Arc;
+
+use runwarden_mcp::{CatalogueEntry, Effect, McpClient, SchemaStatus};
+use runwarden_models::{ModelProvider, ToolSpec};
+
+/// The default round limit (R2).
+pub const DEFAULT_MAX_ROUNDS: u32 = 20;
+/// The most rounds an agent may be configured with; larger values are clamped (R2).
+pub const MAX_ROUNDS_LIMIT: u32 = 100;
+
+/// A tool an agent may call: what the model sees and where the call goes.
+#[derive(Clone)]
+pub struct BoundTool {
+    /// Local name, description and normalised schema.
+    pub spec: ToolSpec,
+    /// The name on the wire.
+    pub remote_name: String,
+    /// The operator's declared effect (M10), which decides the write fence (R7).
+    pub effect: Effect,
+    /// The server's client.
+    pub client: Arc<McpClient>,
+}
+
+impl std::fmt::Debug for BoundTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoundTool")
+            .field("name", &self.spec.name)
+            .field("effect", &self.effect)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An agent ready to run.
+pub struct AgentSpec {
+    /// The agent's name.
+    pub name: String,
+    /// The system prompt.
+    pub system: Option<String>,
+    /// The round limit, already clamped.
+    pub max_rounds: u32,
+    /// The model.
+    pub provider: Arc<dyn ModelProvider>,
+    /// The tools on offer.
+    pub tools: Vec<BoundTool>,
+}
+
+impl std::fmt::Debug for AgentSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentSpec")
+            .field("name", &self.name)
+            .field("tools", &self.tools)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Clamps a configured round limit into 1..=[`MAX_ROUNDS_LIMIT`] (R2).
+pub fn clamp_rounds(configured: Option<u32>) -> u32 {
+    configured
+        .unwrap_or(DEFAULT_MAX_ROUNDS)
+        .clamp(1, MAX_ROUNDS_LIMIT)
+}
+
+/// True when `pattern` (an exact local name, or a prefix ending in `*`) names `local`.
+pub fn pattern_matches(pattern: &str, local: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => local.starts_with(prefix),
+        None => pattern == local,
+    }
+}
+
+/// Binds catalogue entries to an agent's tool patterns. Refused tools are never offered;
+/// a pattern that names no usable tool is an error, so a typo does not silently leave an
+/// agent without its tools.
+pub fn bind_tools(
+    patterns: &[String],
+    catalogue: &[CatalogueEntry],
+    client_of: impl Fn(&str) -> Option<Arc<McpClient>>,
+) -> Result<Vec<BoundTool>, String> {
+    let mut bound: Vec<BoundTool> = Vec::new();
+    for pattern in patterns {
+        let mut matched = false;
+        for entry in catalogue
+            .iter()
+            .filter(|e| pattern_matches(pattern, &e.local_name))
+        {
+            let SchemaStatus::Usable(schema) = &entry.schema else {
+                continue;
+            };
+            matched = true;
+            if bound.iter().any(|b| b.spec.name == entry.local_name) {
+                continue;
+            }
+            let client = client_of(&entry.server).ok_or_else(|| {
+                format!(
+                    "tool {} belongs to server {}, which is not configured",
+                    entry.local_name, entry.server
+                )
+            })?;
+            bound.push(BoundTool {
+                spec: ToolSpec {
+                    name: entry.local_name.clone(),
+                    description: entry.description.clone(),
+                    input_schema: schema.clone(),
+                },
+                remote_name: entry.remote_name.clone(),
+                effect: entry.effect,
+                client,
+            });
+        }
+        if !matched {
+            return Err(format!(
+                "tool pattern {pattern:?} names no usable imported tool: run `runwarden mcp import SERVER` and check `runwarden mcp list`"
+            ));
+        }
+    }
+    Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_match_exactly_or_by_prefix() {
+        assert!(pattern_matches("files__*", "files__read"));
+        assert!(pattern_matches("tickets__create", "tickets__create"));
+        assert!(!pattern_matches("tickets__create", "tickets__create_many"));
+    }
+
+    #[test]
+    fn rounds_are_clamped() {
+        assert_eq!(clamp_rounds(None), 20);
+        assert_eq!(clamp_rounds(Some(0)), 1);
+        assert_eq!(clamp_rounds(Some(10_000)), MAX_ROUNDS_LIMIT);
+    }
+}

@@ -1,0 +1,549 @@
+//! The step loop (R2): model call, the tool calls it asked for, the next round; with a
+//! lease (R3), the step-boundary probe (R5), the in-flight signal (R6), the write fence
+//! (R7) and fail-closed recording of write steps (R8).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use runwarden_mcp::{Clock, ToolCallRequest as McpCall, ToolOutcome};
+use runwarden_models::{Message, ModelRequest, ToolCallRequest};
+use runwarden_vault::store::StoreError;
+use serde_json::{Value, json};
+
+use crate::agent::{AgentSpec, BoundTool};
+use crate::signal::{CancelHub, RunSignal, is_run_cancelled};
+use crate::state::{Outcome, RunState};
+use crate::store::{
+    CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
+    RunSettle, RunStore, SettleAnswer,
+};
+
+/// The default lease of an executing segment (R3).
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// The default interval of the background heartbeat.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(10);
+
+/// Who executes and how long a lease lasts.
+#[derive(Debug, Clone)]
+pub struct ExecutorConfig {
+    /// This segment's identity (`claimed_by`), unique per process.
+    pub owner: String,
+    /// How long a lease lasts without renewal.
+    pub lease: Duration,
+    /// How often the background heartbeat renews it.
+    pub heartbeat: Duration,
+}
+
+impl ExecutorConfig {
+    /// A config with a fresh owner name and the default lease and heartbeat.
+    pub fn new(owner_prefix: &str) -> Self {
+        Self {
+            owner: format!(
+                "{owner_prefix}-{}-{}",
+                std::process::id(),
+                uuid::Uuid::now_v7()
+            ),
+            lease: DEFAULT_LEASE,
+            heartbeat: DEFAULT_HEARTBEAT,
+        }
+    }
+}
+
+/// Sees every event right after it was stored (the CLI prints them as they happen).
+pub type Observer = Arc<dyn Fn(&RunEvent) + Send + Sync>;
+
+/// Runs agents. One per process; cheap to share.
+pub struct Executor {
+    store: Arc<dyn RunStore>,
+    hub: Arc<CancelHub>,
+    clock: Arc<dyn Clock>,
+    config: ExecutorConfig,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn ms(duration: Duration) -> i64 {
+    duration.as_millis() as i64
+}
+
+/// How one step's recording went.
+enum Recorded {
+    Stored,
+    LostRun,
+    Failed(StoreError),
+}
+
+/// Stops the heartbeat task when the segment ends, however it ends.
+struct HeartbeatGuard(tokio::task::JoinHandle<()>);
+
+impl Drop for HeartbeatGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// One executing segment's context.
+struct Segment<'a> {
+    run: &'a Run,
+    agent: &'a AgentSpec,
+    observer: Option<Observer>,
+    lease_lost: Arc<AtomicBool>,
+}
+
+impl Executor {
+    /// An executor over a store, with the process's cancel hub and a monotonic clock.
+    pub fn new(
+        store: Arc<dyn RunStore>,
+        hub: Arc<CancelHub>,
+        clock: Arc<dyn Clock>,
+        config: ExecutorConfig,
+    ) -> Self {
+        Self {
+            store,
+            hub,
+            clock,
+            config,
+        }
+    }
+
+    /// The store behind this executor.
+    pub fn store(&self) -> &Arc<dyn RunStore> {
+        &self.store
+    }
+
+    /// This segment's identity.
+    pub fn owner(&self) -> &str {
+        &self.config.owner
+    }
+
+    /// R3: a synchronous run claims its row at birth.
+    pub async fn create_sync(&self, agent: &str, prompt: &str) -> Result<Run, StoreError> {
+        let id = uuid::Uuid::now_v7().to_string();
+        let now = now_ms();
+        self.store
+            .run_create(RunCreate {
+                id: id.clone(),
+                agent: agent.to_string(),
+                correlation: id,
+                request: Some(json!({ "prompt": prompt })),
+                status: NewRunStatus::Running {
+                    owner: self.config.owner.clone(),
+                    lease_until_ms: now + ms(self.config.lease),
+                },
+                now_ms: now,
+            })
+            .await
+    }
+
+    /// R4: the operator's cancel, as issued through this process: the guarded row update,
+    /// then a wake-up for the run's in-flight signals so they ask at once (R6).
+    pub async fn cancel(&self, run_id: &str) -> Result<CancelAnswer, StoreError> {
+        let answer = self.store.run_cancel(run_id, now_ms()).await?;
+        if matches!(answer, CancelAnswer::Cancelled { .. }) {
+            self.hub.wake(run_id);
+        }
+        Ok(answer)
+    }
+
+    fn signal(&self, segment: &Segment<'_>) -> RunSignal {
+        RunSignal::new(
+            &segment.run.id,
+            self.store.clone(),
+            self.clock.clone(),
+            &self.hub,
+        )
+        .with_stop(segment.lease_lost.clone())
+    }
+
+    /// Renews the lease in the background while calls are in flight; a renewal that
+    /// matches no row marks the lease lost and stops in-flight calls at once (R3).
+    fn heartbeat(&self, run: &Run, lease_lost: Arc<AtomicBool>) -> HeartbeatGuard {
+        let (store, hub, config, id) = (
+            self.store.clone(),
+            self.hub.clone(),
+            self.config.clone(),
+            run.id.clone(),
+        );
+        HeartbeatGuard(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(config.heartbeat);
+            tick.tick().await; // the first tick is immediate; the lease is fresh
+            loop {
+                tick.tick().await;
+                let now = now_ms();
+                let beat = Heartbeat {
+                    id: id.clone(),
+                    owner: config.owner.clone(),
+                    lease_until_ms: now + ms(config.lease),
+                    now_ms: now,
+                };
+                match store.run_heartbeat(beat).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        lease_lost.store(true, Ordering::SeqCst);
+                        hub.wake(&id);
+                        return;
+                    }
+                    // A store hiccup is not a lost lease; the next beat tries again.
+                    Err(error) => {
+                        tracing::warn!(run = %id, %error, "the heartbeat could not renew the lease")
+                    }
+                }
+            }
+        }))
+    }
+
+    async fn record(
+        &self,
+        segment: &Segment<'_>,
+        kind: &str,
+        payload: Value,
+        clear_fence: bool,
+        round: Option<u32>,
+    ) -> Recorded {
+        let append = EventAppend {
+            id: segment.run.id.clone(),
+            owner: self.config.owner.clone(),
+            kind: kind.to_string(),
+            payload: payload.clone(),
+            clear_fence,
+            round,
+            now_ms: now_ms(),
+        };
+        match self.store.run_event_append(append).await {
+            Ok(Some(seq)) => {
+                if let Some(observer) = &segment.observer {
+                    observer(&RunEvent {
+                        run_id: segment.run.id.clone(),
+                        seq,
+                        kind: kind.to_string(),
+                        payload,
+                        time_ms: now_ms(),
+                    });
+                }
+                Recorded::Stored
+            }
+            Ok(None) => Recorded::LostRun,
+            Err(error) => Recorded::Failed(error),
+        }
+    }
+
+    /// Records a step where a failure to record is tolerated (R8: read-only steps stay
+    /// fail-soft); `None` means the segment lost the run and must stop.
+    async fn record_soft(
+        &self,
+        segment: &Segment<'_>,
+        kind: &str,
+        payload: Value,
+        round: Option<u32>,
+    ) -> Option<()> {
+        match self.record(segment, kind, payload, false, round).await {
+            Recorded::Stored => Some(()),
+            Recorded::LostRun => None,
+            Recorded::Failed(error) => {
+                tracing::warn!(run = %segment.run.id, kind, %error, "could not record a step; going on");
+                Some(())
+            }
+        }
+    }
+
+    /// Why the segment stops at a boundary, if it must: a cancel (R5) or a lost lease (R3).
+    fn must_stop(&self, segment: &Segment<'_>) -> Option<Outcome> {
+        if is_run_cancelled(&*self.store, &segment.run.id) {
+            Some(Outcome::Cancelled)
+        } else if segment.lease_lost.load(Ordering::SeqCst) {
+            Some(Outcome::LeaseLost)
+        } else {
+            None
+        }
+    }
+
+    async fn settle(&self, segment: &Segment<'_>, status: RunState, reason: String) -> Outcome {
+        let kind = if status == RunState::Completed {
+            "run_completed"
+        } else {
+            "run_failed"
+        };
+        if self
+            .record(segment, kind, json!({ "reason": reason }), false, None)
+            .await
+            .is_lost()
+        {
+            return Outcome::LeaseLost;
+        }
+        let settle = RunSettle {
+            id: segment.run.id.clone(),
+            owner: self.config.owner.clone(),
+            status,
+            reason,
+            now_ms: now_ms(),
+        };
+        match self.store.run_settle(settle).await {
+            Ok(SettleAnswer::Settled) if status == RunState::Completed => Outcome::Completed,
+            Ok(SettleAnswer::Settled) => Outcome::Failed,
+            Ok(SettleAnswer::AlreadyCancelled) => Outcome::Cancelled,
+            Ok(SettleAnswer::LeaseLost) => Outcome::LeaseLost,
+            Err(error) => {
+                // The row stays running; its lease runs out and the reaper decides (R9).
+                tracing::error!(run = %segment.run.id, %error, "could not settle the run");
+                Outcome::Failed
+            }
+        }
+    }
+
+    /// Executes a run this segment holds, from its prompt, to an outcome (never an error).
+    pub async fn execute(
+        &self,
+        run: &Run,
+        agent: &AgentSpec,
+        prompt: &str,
+        observer: Option<Observer>,
+    ) -> Outcome {
+        let lease_lost = Arc::new(AtomicBool::new(false));
+        let _heartbeat = self.heartbeat(run, lease_lost.clone());
+        let segment = Segment {
+            run,
+            agent,
+            observer,
+            lease_lost,
+        };
+        let started = json!({ "agent": agent.name, "prompt": prompt, "owner": self.config.owner });
+        if self
+            .record_soft(&segment, "run_started", started, None)
+            .await
+            .is_none()
+        {
+            return Outcome::LeaseLost;
+        }
+        let outcome = self.rounds(&segment, prompt).await;
+        if matches!(outcome, Outcome::Cancelled) {
+            // The cancel already won the row: mark the stop for readers, settle nothing.
+            let _ = self
+                .record(
+                    &segment,
+                    "run_stopped",
+                    json!({ "outcome": outcome.as_str() }),
+                    false,
+                    None,
+                )
+                .await;
+        }
+        outcome
+    }
+
+    async fn rounds(&self, segment: &Segment<'_>, prompt: &str) -> Outcome {
+        let agent = segment.agent;
+        let mut messages = vec![Message::User {
+            text: prompt.to_string(),
+        }];
+        let tools: Vec<_> = agent.tools.iter().map(|t| t.spec.clone()).collect();
+        for round in 1..=agent.max_rounds {
+            if let Some(stop) = self.must_stop(segment) {
+                return stop;
+            }
+            let request = ModelRequest {
+                system: agent.system.clone(),
+                messages: messages.clone(),
+                tools: tools.clone(),
+                correlation: Some(segment.run.correlation.clone()),
+            };
+            let signal = self.signal(segment);
+            let turn = match agent.provider.complete(&request, Some(&signal)).await {
+                Ok(turn) => turn,
+                Err(error) if error.is_cancelled() => {
+                    let payload = json!({ "round": round, "error": error.to_string() });
+                    let _ = self
+                        .record_soft(segment, "model_cancelled", payload, Some(round))
+                        .await;
+                    return self.must_stop(segment).unwrap_or(Outcome::Cancelled);
+                }
+                Err(error) => {
+                    let payload = json!({ "round": round, "error": error.to_string(), "retryable": error.is_retryable() });
+                    if self
+                        .record_soft(segment, "model_failed", payload, Some(round))
+                        .await
+                        .is_none()
+                    {
+                        return Outcome::LeaseLost;
+                    }
+                    return self
+                        .settle(
+                            segment,
+                            RunState::Failed,
+                            format!("the model call failed: {error}"),
+                        )
+                        .await;
+                }
+            };
+            let payload =
+                json!({ "round": round, "text": turn.text, "tool_calls": turn.tool_calls });
+            if self
+                .record_soft(segment, "model_response", payload, Some(round))
+                .await
+                .is_none()
+            {
+                return Outcome::LeaseLost;
+            }
+            if let Some(stop) = self.must_stop(segment) {
+                return stop; // R5: the boundary step is stored; stop without settling
+            }
+            if turn.tool_calls.is_empty() {
+                let text = turn.text.unwrap_or_default();
+                return self.settle(segment, RunState::Completed, text).await;
+            }
+            messages.push(Message::Assistant {
+                text: turn.text.clone(),
+                tool_calls: turn.tool_calls.clone(),
+            });
+            for call in &turn.tool_calls {
+                match self.tool_step(segment, round, call).await {
+                    Ok(result) => messages.push(result),
+                    Err(outcome) => return outcome,
+                }
+                if let Some(stop) = self.must_stop(segment) {
+                    return stop; // R5
+                }
+            }
+        }
+        self.settle(
+            segment,
+            RunState::Failed,
+            format!("no final answer within {} rounds", agent.max_rounds),
+        )
+        .await
+    }
+
+    /// One tool execution as a step. `Err` is the segment's outcome when it must stop.
+    async fn tool_step(
+        &self,
+        segment: &Segment<'_>,
+        round: u32,
+        call: &ToolCallRequest,
+    ) -> Result<Message, Outcome> {
+        let answer = |content: String, is_error: bool| Message::Tool {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            content,
+            is_error,
+        };
+        let Some(tool) = segment
+            .agent
+            .tools
+            .iter()
+            .find(|t| t.spec.name == call.name)
+        else {
+            let text = format!("no tool named {:?} is offered to this agent", call.name);
+            let payload = json!({ "round": round, "call_id": call.id, "tool": call.name, "outcome": "refused", "text": text });
+            self.record_soft(segment, "tool_executed", payload, None)
+                .await
+                .ok_or(Outcome::LeaseLost)?;
+            return Ok(answer(text, true));
+        };
+        let Value::Object(arguments) = call.arguments.clone() else {
+            let text = "the tool's arguments must be a JSON object".to_string();
+            let payload = json!({ "round": round, "call_id": call.id, "tool": call.name, "outcome": "refused", "text": text });
+            self.record_soft(segment, "tool_executed", payload, None)
+                .await
+                .ok_or(Outcome::LeaseLost)?;
+            return Ok(answer(text, true));
+        };
+        let is_write = tool.effect.is_write();
+        if is_write {
+            self.fence(segment, tool).await?;
+        }
+        let signal = self.signal(segment);
+        let mcp_call = McpCall {
+            tool: tool.remote_name.clone(),
+            arguments,
+            correlation: Some(segment.run.correlation.clone()),
+        };
+        let outcome = tool.client.call_tool(mcp_call, Some(&signal)).await;
+        let result = outcome.result;
+        let label = match result.outcome {
+            ToolOutcome::Succeeded => "succeeded",
+            ToolOutcome::ToolError => "tool_error",
+            ToolOutcome::Failed => "failed",
+            ToolOutcome::Cancelled => "cancelled",
+        };
+        let payload = json!({
+            "round": round, "call_id": call.id, "tool": call.name, "remote": tool.remote_name,
+            "server": tool.client.server().name, "effect": tool.effect.as_str(), "outcome": label,
+            "sent": result.sent, "text": result.text,
+        });
+        // R7: recording a write step clears the fence in the same update, except after a
+        // cancellation: a cancelled mid-write run keeps its mark.
+        let clear_fence = is_write && result.outcome != ToolOutcome::Cancelled;
+        match self
+            .record(segment, "tool_executed", payload, clear_fence, None)
+            .await
+        {
+            Recorded::Stored => {}
+            Recorded::LostRun => return Err(Outcome::LeaseLost),
+            Recorded::Failed(error) if is_write => {
+                // R8: a write step that cannot be recorded fails the run, never retried.
+                return Err(self
+                    .settle(
+                        segment,
+                        RunState::Failed,
+                        format!("a write step could not be recorded: {error}"),
+                    )
+                    .await);
+            }
+            Recorded::Failed(error) => {
+                tracing::warn!(run = %segment.run.id, %error, "could not record a read-only tool step; going on");
+            }
+        }
+        if result.outcome == ToolOutcome::Cancelled {
+            // M12: the model would read this, but the run itself is what was cancelled.
+            return Err(self.must_stop(segment).unwrap_or(Outcome::Cancelled));
+        }
+        let is_error = !result.is_success();
+        Ok(answer(result.text, is_error))
+    }
+
+    /// R7: stamps the pending effect and renews the lease before a write; a segment with
+    /// no lease refuses the write before the call.
+    async fn fence(&self, segment: &Segment<'_>, tool: &BoundTool) -> Result<(), Outcome> {
+        let now = now_ms();
+        let mark = FenceMark {
+            id: segment.run.id.clone(),
+            owner: self.config.owner.clone(),
+            effect: tool.effect.as_str().to_string(),
+            lease_until_ms: now + ms(self.config.lease),
+            now_ms: now,
+        };
+        match self.store.run_fence_mark(mark).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(self.must_stop(segment).unwrap_or(Outcome::LeaseLost)),
+            Err(error) => {
+                // Without the mark the write would be unfenced: refuse it (fail closed).
+                tracing::error!(run = %segment.run.id, %error, "could not stamp the write fence; the write was not made");
+                Err(self
+                    .settle(
+                        segment,
+                        RunState::Failed,
+                        format!("the write fence could not be stamped: {error}"),
+                    )
+                    .await)
+            }
+        }
+    }
+}
+
+impl Recorded {
+    fn is_lost(&self) -> bool {
+        matches!(self, Self::LostRun)
+    }
+}

@@ -1,0 +1,33 @@
+//! Durable agent runs: the run store seam, the step loop over models and MCP tools,
+//! cancellation at step boundaries and in flight, and the write fence.
+//!
+//! An [`Executor`] creates and executes runs held in a [`RunStore`]. Each outbound call
+//! of a run carries a [`RunSignal`] that asks the run row, through the one function
+//! [`is_run_cancelled`], whether the run was cancelled; an operator's cancel through
+//! [`Executor::cancel`] also wakes those signals via the [`CancelHub`]. Outcomes are
+//! values ([`Outcome`]), never errors. The crate contains no SQL.
+//!
+//! ```no_run
+//! # async fn example(executor: runwarden_runtime::Executor, agent: runwarden_runtime::AgentSpec) {
+//! let run = executor.create_sync(&agent.name, "file a ticket for the printer").await.unwrap();
+//! let outcome = executor.execute(&run, &agent, "file a ticket for the printer", None).await;
+//! println!("{} {}", run.id, outcome.as_str());
+//! # }
+//! ```
+
+#![deny(missing_docs)]
+
+mod agent;
+mod executor;
+mod signal;
+mod state;
+pub mod store;
+
+pub use agent::{
+    AgentSpec, BoundTool, DEFAULT_MAX_ROUNDS, MAX_ROUNDS_LIMIT, bind_tools, clamp_rounds,
+    pattern_matches,
+};
+pub use executor::{DEFAULT_HEARTBEAT, DEFAULT_LEASE, Executor, ExecutorConfig, Observer};
+pub use signal::{CancelHub, RunSignal, SIGNAL_READ_INTERVAL, is_run_cancelled};
+pub use state::{Outcome, RunState};
+pub use store::{CancelAnswer, Run, RunEvent, RunStore};

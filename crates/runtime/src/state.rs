@@ -1,0 +1,91 @@
+//! A run's status (R1) and the outcomes a segment returns (R10).
+
+use serde::{Deserialize, Serialize};
+
+/// Where a run is in its life. Terminal states are never left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Stored with its request, waiting for a worker. Into it: `enqueue`, or the reaper
+    /// requeueing a stale run. Out of it: a worker's guarded claim, or a cancel.
+    Queued,
+    /// A segment holds the lease and executes. Into it: a synchronous run at birth, or a
+    /// claim. Out of it: the segment settling (completed, failed), a cancel, or the reaper.
+    Running,
+    /// Suspended until an operator approves a step. Out of it: approval or a cancel.
+    WaitingForApproval,
+    /// Terminal: the model gave its final answer.
+    Completed,
+    /// Terminal: the run failed, or was dead-lettered (see the termination reason).
+    Failed,
+    /// Terminal: an operator cancelled it (R4). No resume, retry or reaper path takes it.
+    Cancelled,
+}
+
+impl RunState {
+    /// The stable text stored in the `status` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::WaitingForApproval => "waiting_for_approval",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses a stored status.
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            Self::Queued,
+            Self::Running,
+            Self::WaitingForApproval,
+            Self::Completed,
+            Self::Failed,
+            Self::Cancelled,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
+
+    /// Completed, failed and cancelled are terminal (R1).
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+}
+
+/// How a segment ended, as a value (R10). Never an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Outcome {
+    /// The run completed.
+    Completed,
+    /// The run failed; the row says why.
+    Failed,
+    /// An operator cancelled the run; the segment stopped without settling.
+    Cancelled,
+    /// The run waits for an approval.
+    AwaitingApproval,
+    /// The run went back to the queue for another attempt.
+    Requeued,
+    /// The segment lost its lease and stopped at once, settling nothing (R3).
+    LeaseLost,
+    /// The run was failed for good by the reaper or the retry budget.
+    DeadLettered,
+}
+
+impl Outcome {
+    /// The upper-case name used in output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "COMPLETED",
+            Self::Failed => "FAILED",
+            Self::Cancelled => "CANCELLED",
+            Self::AwaitingApproval => "AWAITING_APPROVAL",
+            Self::Requeued => "REQUEUED",
+            Self::LeaseLost => "LEASE_LOST",
+            Self::DeadLettered => "DEAD_LETTERED",
+        }
+    }
+}

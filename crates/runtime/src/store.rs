@@ -1,0 +1,220 @@
+//! The run store seam (R1, R3, R4, R7): runs, their events, and the guarded updates that
+//! decide who may act on a run. Backends: `runwarden-store-sqlite`; every backend runs
+//! `runwarden-storetest`'s run checks unchanged.
+//!
+//! Every write that could race is one guarded UPDATE whose affected-row count decides,
+//! so a PostgreSQL backend can implement the same contract without SQLite-only tricks.
+
+use async_trait::async_trait;
+use runwarden_vault::store::StoreError;
+use serde_json::Value;
+
+use crate::state::RunState;
+
+/// A run row (R1).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    /// A UUIDv7.
+    pub id: String,
+    /// The agent's name.
+    pub agent: String,
+    /// Where the run is.
+    pub status: RunState,
+    /// Why it ended (or was requeued), for people and for retry decisions.
+    pub termination_reason: Option<String>,
+    /// The stored request (agent input) of a queued run; dropped by a cancel.
+    pub request: Option<Value>,
+    /// The segment holding (or last holding) the lease.
+    pub claimed_by: Option<String>,
+    /// When the lease runs out, Unix milliseconds UTC.
+    pub lease_expires_ms: Option<i64>,
+    /// The effect of a write that started and was not recorded (R7).
+    pub pending_effect: Option<String>,
+    /// How often the run went back to the queue.
+    pub requeue_count: u32,
+    /// Model rounds so far.
+    pub rounds: u32,
+    /// Carried into audit rows of every outbound call.
+    pub correlation: String,
+    /// Unix milliseconds UTC.
+    pub created_ms: i64,
+    /// Unix milliseconds UTC.
+    pub updated_ms: i64,
+}
+
+/// One event of a run. `seq` is strictly increasing per run, never duplicated (R1).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunEvent {
+    /// The run.
+    pub run_id: String,
+    /// 1, 2, 3, ... per run.
+    pub seq: i64,
+    /// What happened (`model_response`, `tool_executed`, ...).
+    pub kind: String,
+    /// Details, as JSON.
+    pub payload: Value,
+    /// Unix milliseconds UTC.
+    pub time_ms: i64,
+}
+
+/// How a new run starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NewRunStatus {
+    /// A synchronous run: claimed by its segment at birth (R3).
+    Running {
+        /// The segment.
+        owner: String,
+        /// The first lease.
+        lease_until_ms: i64,
+    },
+    /// A queued run, with its request stored.
+    Queued,
+}
+
+/// Parameters of [`RunStore::run_create`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunCreate {
+    /// A UUIDv7 chosen by the caller.
+    pub id: String,
+    /// The agent.
+    pub agent: String,
+    /// The correlation for audit rows (usually the id).
+    pub correlation: String,
+    /// The request to store (needed to requeue or claim the run later).
+    pub request: Option<Value>,
+    /// Running (claimed) or queued.
+    pub status: NewRunStatus,
+    /// Now, Unix milliseconds UTC.
+    pub now_ms: i64,
+}
+
+/// What a cancel did (R4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelAnswer {
+    /// The run moved to `cancelled` from this state.
+    Cancelled {
+        /// The state it left.
+        previous: RunState,
+    },
+    /// The run was already terminal; nothing changed.
+    AlreadyTerminal(RunState),
+    /// No run has that id.
+    NotFound,
+}
+
+/// Parameters of [`RunStore::run_heartbeat`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// The run.
+    pub id: String,
+    /// The segment that must hold the lease.
+    pub owner: String,
+    /// The renewed lease.
+    pub lease_until_ms: i64,
+    /// Now.
+    pub now_ms: i64,
+}
+
+/// Parameters of [`RunStore::run_fence_mark`] (R7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceMark {
+    /// The run.
+    pub id: String,
+    /// The segment that must hold the lease.
+    pub owner: String,
+    /// The effect about to happen (`non_idempotent_write`, `idempotent_write`).
+    pub effect: String,
+    /// The renewed lease.
+    pub lease_until_ms: i64,
+    /// Now.
+    pub now_ms: i64,
+}
+
+/// Parameters of [`RunStore::run_event_append`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventAppend {
+    /// The run.
+    pub id: String,
+    /// The segment that must hold (or have held, for a cancelled run) the lease.
+    pub owner: String,
+    /// The event's kind.
+    pub kind: String,
+    /// The event's details.
+    pub payload: Value,
+    /// R7: clear `pending_effect` in the same update (a write step being recorded).
+    pub clear_fence: bool,
+    /// Raise the run's round count to this.
+    pub round: Option<u32>,
+    /// Now.
+    pub now_ms: i64,
+}
+
+/// Parameters of [`RunStore::run_settle`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSettle {
+    /// The run.
+    pub id: String,
+    /// The segment that must hold the lease.
+    pub owner: String,
+    /// `Completed` or `Failed`.
+    pub status: RunState,
+    /// Why.
+    pub reason: String,
+    /// Now.
+    pub now_ms: i64,
+}
+
+/// What a settle did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettleAnswer {
+    /// The run is now terminal with the given status.
+    Settled,
+    /// A cancel won the row first; the run stays cancelled.
+    AlreadyCancelled,
+    /// The segment no longer holds the lease; nothing changed.
+    LeaseLost,
+}
+
+/// Storage for runs and their events.
+#[async_trait]
+pub trait RunStore: Send + Sync + 'static {
+    /// Inserts a run with its first event sequence free.
+    async fn run_create(&self, params: RunCreate) -> Result<Run, StoreError>;
+
+    /// One run.
+    async fn run_get(&self, id: &str) -> Result<Option<Run>, StoreError>;
+
+    /// The run's status, read now. Synchronous on purpose: the in-flight signal asks it
+    /// from inside the vault's tick (R6), so it must be cheap and must not wait behind
+    /// writers (SQLite answers from a WAL read connection of its own).
+    fn run_status_now(&self, id: &str) -> Result<Option<RunState>, StoreError>;
+
+    /// R4: a guarded transition from any non-terminal status to `cancelled` that drops the
+    /// stored request; `pending_effect` is kept. A terminal run is refused.
+    async fn run_cancel(&self, id: &str, now_ms: i64) -> Result<CancelAnswer, StoreError>;
+
+    /// R3: renews the lease if `owner` holds it on a running (or just-cancelled) run;
+    /// false means the lease was lost.
+    async fn run_heartbeat(&self, params: Heartbeat) -> Result<bool, StoreError>;
+
+    /// R7: stamps `pending_effect` and renews the lease, guarded by owner and `running`;
+    /// false means the write must not happen.
+    async fn run_fence_mark(&self, params: FenceMark) -> Result<bool, StoreError>;
+
+    /// Appends an event with the next sequence number, guarded by owner (the run may be
+    /// running or cancelled); with `clear_fence` the same transaction clears
+    /// `pending_effect` (running runs only). `None` means the segment lost the run.
+    async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError>;
+
+    /// Moves a running run held by `owner` to `completed` or `failed`.
+    async fn run_settle(&self, params: RunSettle) -> Result<SettleAnswer, StoreError>;
+
+    /// Events with a sequence greater than `after_seq`, oldest first, at most `limit`
+    /// (0 = all).
+    async fn run_events(
+        &self,
+        id: &str,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<RunEvent>, StoreError>;
+}

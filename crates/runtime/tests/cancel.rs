@@ -1,0 +1,225 @@
+//! R4, R5, R6 end to end: a cancel reaches a tool call or a model call on the wire, and a
+//! cancel at a boundary stops the run before the next call.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use runwarden_mcp::Effect;
+use runwarden_models::OpenAiCompatible;
+use runwarden_runtime::{CancelAnswer, Outcome, RunState, RunStore};
+use runwarden_testkit::{Reply, TestServer, mcp_handler, tool};
+use runwarden_vault::audit::action;
+use serde_json::json;
+
+use crate::support::{WAIT, fixture};
+
+async fn wait_for_tools_call(server: &mut TestServer) {
+    loop {
+        let request = server.next_request(WAIT).await;
+        if String::from_utf8_lossy(&request.body).contains("\"tools/call\"") {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_cancel_through_this_process_tears_down_a_stalled_write_and_keeps_the_fence() {
+    let f = fixture().await;
+    let mut server = TestServer::start(mcp_handler(vec![tool("create")], &["create"])).await;
+    let plan = json!([{"tool_calls": [{"name": "srv__create", "arguments": {}}]}, {"text": "never reached"}]);
+    let agent = f.agent(
+        plan,
+        vec![f.tool(&server.url("/mcp"), "create", Effect::NonIdempotentWrite)],
+    );
+    let run = f.executor.create_sync("helper", "go").await.unwrap();
+    let (executor, task_run) = (f.executor.clone(), run.clone());
+    let task = tokio::spawn(async move { executor.execute(&task_run, &agent, "go", None).await });
+    wait_for_tools_call(&mut server).await;
+
+    let issued = Instant::now();
+    assert_eq!(
+        f.executor.cancel(&run.id).await.unwrap(),
+        CancelAnswer::Cancelled {
+            previous: RunState::Running
+        }
+    );
+    server.next_close(WAIT).await;
+    // Generous bound: woken in-process this takes milliseconds; it catches a 10x regression.
+    assert!(
+        issued.elapsed() < Duration::from_millis(500),
+        "took {:?}",
+        issued.elapsed()
+    );
+    assert_eq!(
+        tokio::time::timeout(WAIT, task).await.unwrap().unwrap(),
+        Outcome::Cancelled
+    );
+
+    assert_eq!(
+        f.kinds(&run.id).await,
+        [
+            "run_started",
+            "model_response",
+            "tool_executed",
+            "run_stopped"
+        ]
+    );
+    let step = &f.store.run_events(&run.id, 0, 0).await.unwrap()[2];
+    assert_eq!(step.payload["outcome"], "cancelled");
+    assert!(step.payload["text"].as_str().unwrap().contains("cancelled"));
+    let row = f.store.run_get(&run.id).await.unwrap().unwrap();
+    assert_eq!(row.status, RunState::Cancelled);
+    assert_eq!(
+        row.pending_effect.as_deref(),
+        Some("non_idempotent_write"),
+        "a cancelled mid-write run keeps its mark"
+    );
+    assert!(
+        f.audit_actions()
+            .await
+            .contains(&action::HTTP_CALL_CANCELLED.to_string())
+    );
+    let calls = server
+        .drain_requests()
+        .iter()
+        .filter(|r| String::from_utf8_lossy(&r.body).contains("\"tools/call\""))
+        .count();
+    assert_eq!(
+        calls, 0,
+        "nothing retried the write after the one on the wire"
+    );
+}
+
+#[tokio::test]
+async fn a_cancel_written_by_another_process_is_seen_by_polling_within_about_a_second() {
+    let f = fixture().await;
+    let mut server = TestServer::start(mcp_handler(vec![tool("create")], &["create"])).await;
+    let plan = json!([{"tool_calls": [{"name": "srv__create", "arguments": {}}]}]);
+    let agent = f.agent(
+        plan,
+        vec![f.tool(&server.url("/mcp"), "create", Effect::NonIdempotentWrite)],
+    );
+    let run = f.executor.create_sync("helper", "go").await.unwrap();
+    let (executor, task_run) = (f.executor.clone(), run.clone());
+    let task = tokio::spawn(async move { executor.execute(&task_run, &agent, "go", None).await });
+    wait_for_tools_call(&mut server).await;
+
+    // Straight to the row, as `runwarden cancel` in another process does: no wake-up.
+    let issued = Instant::now();
+    f.store.inner.run_cancel(&run.id, 0).await.unwrap();
+    server.next_close(WAIT).await;
+    assert!(
+        issued.elapsed() < Duration::from_secs(3),
+        "poll-only took {:?}",
+        issued.elapsed()
+    );
+    assert_eq!(
+        tokio::time::timeout(WAIT, task).await.unwrap().unwrap(),
+        Outcome::Cancelled
+    );
+}
+
+#[tokio::test]
+async fn a_cancel_tears_down_a_model_call_in_flight() {
+    let f = fixture().await;
+    let mut model = TestServer::start(|_| Reply::Stall).await;
+    let provider = Arc::new(OpenAiCompatible::new(
+        f.egress.clone(),
+        model.url("/v1"),
+        "slow-model",
+    ));
+    let agent = f.agent_with(provider, vec![]);
+    let run = f.executor.create_sync("helper", "go").await.unwrap();
+    let (executor, task_run) = (f.executor.clone(), run.clone());
+    let task = tokio::spawn(async move { executor.execute(&task_run, &agent, "go", None).await });
+    model.next_request(WAIT).await;
+    f.executor.cancel(&run.id).await.unwrap();
+    model.next_close(WAIT).await;
+    assert_eq!(
+        tokio::time::timeout(WAIT, task).await.unwrap().unwrap(),
+        Outcome::Cancelled
+    );
+    assert_eq!(
+        f.kinds(&run.id).await,
+        ["run_started", "model_cancelled", "run_stopped"]
+    );
+    assert_eq!(f.audit_actions().await, [action::HTTP_CALL_CANCELLED]);
+}
+
+#[tokio::test]
+async fn a_cancel_at_a_boundary_stops_the_run_before_the_next_call_is_sent() {
+    let f = fixture().await;
+    let server = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
+    let run = f.executor.create_sync("helper", "go").await.unwrap();
+    // The scripted model's turn is cheap; cancel before execution starts its next step.
+    f.executor.cancel(&run.id).await.unwrap();
+    let plan = json!([{"tool_calls": [{"name": "srv__create", "arguments": {}}]}]);
+    let agent = f.agent(
+        plan,
+        vec![f.tool(&server.url("/mcp"), "create", Effect::NonIdempotentWrite)],
+    );
+    assert_eq!(
+        f.executor.execute(&run, &agent, "go", None).await,
+        Outcome::Cancelled
+    );
+    assert_eq!(server.connection_count(), 0, "the server receives nothing");
+    assert!(f.audit_actions().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_call_whose_run_is_already_cancelled_is_refused_before_send() {
+    let f = fixture().await;
+    let server = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
+    let run = f.executor.create_sync("helper", "go").await.unwrap();
+    f.executor.cancel(&run.id).await.unwrap();
+    let tool = f.tool(&server.url("/mcp"), "create", Effect::NonIdempotentWrite);
+    let signal = runwarden_runtime::RunSignal::new(
+        &run.id,
+        f.store.clone(),
+        Arc::new(runwarden_mcp::SystemClock::default()),
+        &f.hub,
+    );
+    let call = runwarden_mcp::ToolCallRequest {
+        tool: "create".into(),
+        arguments: Default::default(),
+        correlation: None,
+    };
+    let outcome = tool.client.call_tool(call, Some(&signal)).await;
+    assert!(!outcome.result.sent);
+    assert_eq!(server.connection_count(), 0);
+    assert_eq!(
+        f.audit_actions().await,
+        [action::HTTP_CALL_CANCELLED_BEFORE_SEND]
+    );
+}
+
+#[tokio::test]
+async fn a_terminal_run_cannot_be_cancelled_and_a_cancelled_one_cannot_be_settled() {
+    let f = fixture().await;
+    let run = f.executor.create_sync("helper", "go").await.unwrap();
+    let agent = f.agent(json!([{"text": "done"}]), vec![]);
+    assert_eq!(
+        f.executor.execute(&run, &agent, "go", None).await,
+        Outcome::Completed
+    );
+    assert_eq!(
+        f.executor.cancel(&run.id).await.unwrap(),
+        CancelAnswer::AlreadyTerminal(RunState::Completed)
+    );
+
+    let second = f.executor.create_sync("helper", "go").await.unwrap();
+    f.executor.cancel(&second.id).await.unwrap();
+    assert_eq!(
+        f.executor.cancel(&second.id).await.unwrap(),
+        CancelAnswer::AlreadyTerminal(RunState::Cancelled)
+    );
+    // Executing it again (a resume) stops at once and never leaves `cancelled`.
+    assert_eq!(
+        f.executor.execute(&second, &agent, "go", None).await,
+        Outcome::Cancelled
+    );
+    assert_eq!(
+        f.store.run_get(&second.id).await.unwrap().unwrap().status,
+        RunState::Cancelled
+    );
+}

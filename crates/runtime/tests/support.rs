@@ -1,0 +1,196 @@
+//! Fixtures for the runtime tests: a real SQLite store behind a thin wrapper that counts
+//! (and, when told, fails) probe reads and step records; a vault; MCP servers on 127.0.0.1.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use runwarden_mcp::{Clock, Effect, McpClient, ServerConfig, SystemClock};
+use runwarden_models::{ModelProvider, Scripted, ToolSpec};
+use runwarden_runtime::store::{
+    CancelAnswer, EventAppend, FenceMark, Heartbeat, Run, RunCreate, RunEvent, RunSettle,
+    SettleAnswer,
+};
+use runwarden_runtime::{
+    AgentSpec, BoundTool, CancelHub, Executor, ExecutorConfig, RunState, RunStore,
+};
+use runwarden_store_sqlite::SqliteStore;
+use runwarden_vault::store::{AuditFilter, StoreError};
+use runwarden_vault::{Algorithm, EgressClient, EgressConfig, EgressPolicy, MasterKey, Vault};
+use serde_json::json;
+
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// The real store, counting probe reads, failing them or tool-step records on demand.
+pub struct Instrumented {
+    pub inner: SqliteStore,
+    pub probe_reads: AtomicUsize,
+    pub fail_probes: AtomicBool,
+    pub fail_tool_steps: AtomicBool,
+}
+
+#[async_trait]
+impl RunStore for Instrumented {
+    async fn run_create(&self, params: RunCreate) -> Result<Run, StoreError> {
+        self.inner.run_create(params).await
+    }
+    async fn run_get(&self, id: &str) -> Result<Option<Run>, StoreError> {
+        self.inner.run_get(id).await
+    }
+    fn run_status_now(&self, id: &str) -> Result<Option<RunState>, StoreError> {
+        self.probe_reads.fetch_add(1, Ordering::SeqCst);
+        if self.fail_probes.load(Ordering::SeqCst) {
+            return Err(StoreError::new(
+                "reading a run's status",
+                "injected failure",
+            ));
+        }
+        self.inner.run_status_now(id)
+    }
+    async fn run_cancel(&self, id: &str, now_ms: i64) -> Result<CancelAnswer, StoreError> {
+        self.inner.run_cancel(id, now_ms).await
+    }
+    async fn run_heartbeat(&self, params: Heartbeat) -> Result<bool, StoreError> {
+        self.inner.run_heartbeat(params).await
+    }
+    async fn run_fence_mark(&self, params: FenceMark) -> Result<bool, StoreError> {
+        self.inner.run_fence_mark(params).await
+    }
+    async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
+        if params.kind == "tool_executed" && self.fail_tool_steps.load(Ordering::SeqCst) {
+            return Err(StoreError::new(
+                "appending a run event",
+                "injected failure: the disk is full",
+            ));
+        }
+        self.inner.run_event_append(params).await
+    }
+    async fn run_settle(&self, params: RunSettle) -> Result<SettleAnswer, StoreError> {
+        self.inner.run_settle(params).await
+    }
+    async fn run_events(
+        &self,
+        id: &str,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<RunEvent>, StoreError> {
+        self.inner.run_events(id, after_seq, limit).await
+    }
+}
+
+/// A vault, an egress client admitting loopback, an instrumented store and an executor.
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+    pub store: Arc<Instrumented>,
+    pub vault: Arc<Vault>,
+    pub egress: Arc<EgressClient>,
+    pub hub: Arc<CancelHub>,
+    pub executor: Arc<Executor>,
+}
+
+pub async fn fixture() -> Fixture {
+    fixture_with_clock(Arc::new(SystemClock::default())).await
+}
+
+pub async fn fixture_with_clock(clock: Arc<dyn Clock>) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let inner = SqliteStore::open(dir.path().join("runwarden.db")).unwrap();
+    let vault = Arc::new(
+        Vault::open(
+            Arc::new(inner.clone()),
+            MasterKey::generate(),
+            Algorithm::default(),
+        )
+        .await
+        .unwrap(),
+    );
+    let config = EgressConfig {
+        policy: EgressPolicy::new(&["127.0.0.1"]).unwrap(),
+        ..EgressConfig::default()
+    };
+    let egress = Arc::new(EgressClient::new(vault.clone(), config));
+    let store = Arc::new(Instrumented {
+        inner,
+        probe_reads: AtomicUsize::new(0),
+        fail_probes: AtomicBool::new(false),
+        fail_tool_steps: AtomicBool::new(false),
+    });
+    let hub = Arc::new(CancelHub::new());
+    let executor = Arc::new(Executor::new(
+        store.clone(),
+        hub.clone(),
+        clock,
+        ExecutorConfig::new("test"),
+    ));
+    Fixture {
+        dir,
+        store,
+        vault,
+        egress,
+        hub,
+        executor,
+    }
+}
+
+impl Fixture {
+    /// A tool of server `srv` at `url` with the given effect.
+    pub fn tool(&self, url: &str, remote: &str, effect: Effect) -> BoundTool {
+        let client = Arc::new(McpClient::new(
+            ServerConfig::new("srv", url),
+            self.egress.clone(),
+        ));
+        BoundTool {
+            spec: ToolSpec {
+                name: format!("srv__{remote}"),
+                description: None,
+                input_schema: json!({"type": "object", "properties": {}}),
+            },
+            remote_name: remote.to_string(),
+            effect,
+            client,
+        }
+    }
+
+    /// An agent with a scripted plan (JSON) and tools.
+    pub fn agent(&self, plan: serde_json::Value, tools: Vec<BoundTool>) -> AgentSpec {
+        self.agent_with(
+            Arc::new(Scripted::from_json(&plan.to_string()).unwrap()),
+            tools,
+        )
+    }
+
+    pub fn agent_with(&self, provider: Arc<dyn ModelProvider>, tools: Vec<BoundTool>) -> AgentSpec {
+        AgentSpec {
+            name: "helper".into(),
+            system: None,
+            max_rounds: 20,
+            provider,
+            tools,
+        }
+    }
+
+    /// Every event kind of a run, in order.
+    pub async fn kinds(&self, run_id: &str) -> Vec<String> {
+        self.store
+            .run_events(run_id, 0, 0)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect()
+    }
+
+    /// Every audit action, oldest first.
+    pub async fn audit_actions(&self) -> Vec<String> {
+        self.vault
+            .audit_list(AuditFilter::default())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.event.action)
+            .collect()
+    }
+}

@@ -1,0 +1,8 @@
+//! The runtime's integration tests: a real SQLite store, real MCP and model servers on
+//! 127.0.0.1, the vault in between.
+
+mod support;
+
+mod cancel;
+mod runs;
+mod signal;

@@ -1,0 +1,371 @@
+//! `runwarden run`, `cancel`, `status`, `events`: synchronous runs and what operators ask
+//! of any run.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use runwarden_mcp::{CatalogueStore, McpClient, SystemClock};
+use runwarden_models::{Anthropic, ModelProvider, OpenAiCompatible, Scripted};
+use runwarden_runtime::{
+    AgentSpec, CancelAnswer, CancelHub, Executor, ExecutorConfig, Outcome, RunEvent, RunStore,
+    bind_tools, clamp_rounds,
+};
+use runwarden_store_sqlite::SqliteStore;
+use runwarden_vault::EgressClient;
+use serde_json::{Value, json};
+
+use super::Context;
+use crate::config::{AgentConfig, ProviderConfig};
+use crate::output;
+
+/// Exit status of a cancelled run (128 + SIGINT).
+const EXIT_CANCELLED: u8 = 130;
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The agent, from [agents.NAME].
+    #[arg(long)]
+    agent: String,
+    /// What to ask the agent.
+    prompt: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunIdArgs {
+    /// The run's id.
+    run_id: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EventsArgs {
+    /// The run's id.
+    run_id: String,
+    /// Keep printing events as they come until the run has ended.
+    #[arg(long)]
+    follow: bool,
+}
+
+/// The model provider an agent's configuration names; its key stays in the vault.
+fn provider(
+    agent: &AgentConfig,
+    egress: &Arc<EgressClient>,
+) -> anyhow::Result<Arc<dyn ModelProvider>> {
+    Ok(match &agent.provider {
+        ProviderConfig::OpenAi {
+            base_url,
+            model,
+            api_key,
+            max_tokens,
+        } => Arc::new(OpenAiCompatible {
+            api_key: api_key.clone(),
+            timeout: agent.timeout,
+            max_tokens: *max_tokens,
+            ..OpenAiCompatible::new(egress.clone(), base_url.clone(), model.clone())
+        }),
+        ProviderConfig::Anthropic {
+            base_url,
+            model,
+            api_key,
+            max_tokens,
+        } => {
+            let mut provider = Anthropic::new(egress.clone(), model.clone(), api_key.clone());
+            provider.base_url = base_url.clone();
+            provider.timeout = agent.timeout;
+            if let Some(max) = max_tokens {
+                provider.max_tokens = *max;
+            }
+            Arc::new(provider)
+        }
+        ProviderConfig::Scripted { script } => Arc::new(
+            Scripted::from_file(script)
+                .with_context(|| format!("while loading the plan of agent {}", agent.name))?,
+        ),
+    })
+}
+
+/// Everything a run needs: the store, the executor, the agent with its bound tools.
+pub(crate) struct Runner {
+    pub(crate) store: Arc<SqliteStore>,
+    pub(crate) executor: Arc<Executor>,
+}
+
+impl Runner {
+    pub(crate) async fn new(cx: &Context, owner: &str) -> anyhow::Result<Self> {
+        let store = Arc::new(cx.store()?);
+        let executor = Executor::new(
+            store.clone(),
+            Arc::new(CancelHub::new()),
+            Arc::new(SystemClock::default()),
+            ExecutorConfig::new(owner),
+        );
+        Ok(Self {
+            store,
+            executor: Arc::new(executor),
+        })
+    }
+
+    /// The agent ready to run: provider, tools bound from the imported catalogue.
+    pub(crate) async fn agent(&self, cx: &Context, name: &str) -> anyhow::Result<AgentSpec> {
+        let config = cx.config.agent(name)?;
+        let egress = Arc::new(cx.egress().await?);
+        let catalogue = self.store.catalogue_list(None).await?;
+        let mut clients: HashMap<String, Arc<McpClient>> = HashMap::new();
+        for server in cx.config.mcp_servers.values() {
+            let client = McpClient::new(server.clone(), egress.clone())
+                .with_actor("run")
+                .with_health(self.store.clone());
+            clients.insert(server.name.clone(), Arc::new(client));
+        }
+        let tools = bind_tools(&config.tools, &catalogue, |server| {
+            clients.get(server).cloned()
+        })
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("while binding the tools of agent {name}"))?;
+        Ok(AgentSpec {
+            name: name.to_string(),
+            system: config.system.clone(),
+            max_rounds: clamp_rounds(config.max_rounds),
+            provider: provider(config, &egress)?,
+            tools,
+        })
+    }
+}
+
+/// One event as a line for people.
+pub(crate) fn event_line(event: &RunEvent) -> String {
+    let p = &event.payload;
+    let text = |v: &Value| -> String {
+        let s = v.as_str().unwrap_or_default();
+        let line = s.lines().next().unwrap_or_default();
+        if line.chars().count() > 120 {
+            format!("{}…", line.chars().take(119).collect::<String>())
+        } else {
+            line.to_string()
+        }
+    };
+    let round = p["round"]
+        .as_u64()
+        .map(|r| format!("round {r}: "))
+        .unwrap_or_default();
+    let body = match event.kind.as_str() {
+        "run_started" => format!("started: agent {}", text(&p["agent"])),
+        "model_response" => match p["tool_calls"].as_array().filter(|c| !c.is_empty()) {
+            Some(calls) => {
+                let names: Vec<&str> = calls.iter().filter_map(|c| c["name"].as_str()).collect();
+                format!("model asked for {}", names.join(", "))
+            }
+            None => format!("model answered: {}", text(&p["text"])),
+        },
+        "model_failed" => format!("model call failed: {}", text(&p["error"])),
+        "model_cancelled" => format!("model call cancelled: {}", text(&p["error"])),
+        "tool_executed" => format!(
+            "tool {} {}: {}",
+            text(&p["tool"]),
+            text(&p["outcome"]),
+            text(&p["text"])
+        ),
+        "run_completed" => format!("completed: {}", text(&p["reason"])),
+        "run_failed" => format!("failed: {}", text(&p["reason"])),
+        "run_stopped" => format!("stopped: {}", text(&p["outcome"])),
+        other => format!("{other}: {p}"),
+    };
+    format!("[{}] {round}{body}", event.seq)
+}
+
+/// One event as JSON for machines (`--json`): one object per line, with the run id.
+pub(crate) fn event_json(event: &RunEvent) -> Value {
+    json!({ "run_id": event.run_id, "seq": event.seq, "kind": event.kind, "time": output::time(event.time_ms), "payload": event.payload })
+}
+
+fn print_event(json: bool, event: &RunEvent) {
+    if json {
+        println!("{}", event_json(event));
+    } else {
+        println!("{}", event_line(event));
+    }
+}
+
+pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let runner = Runner::new(cx, "run").await?;
+    let agent = runner.agent(cx, &args.agent).await?;
+    let run = runner
+        .executor
+        .create_sync(&agent.name, &args.prompt)
+        .await
+        .context("while creating the run")?;
+    if !cx.json {
+        eprintln!("run {} (Ctrl-C cancels it)", run.id);
+    }
+    // Ctrl-C goes through the operator's cancel path: the guarded row update, then the
+    // in-process wake-up of the run's in-flight calls.
+    let (executor, run_id) = (runner.executor.clone(), run.id.clone());
+    let cancelled_at: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
+    let stamp = cancelled_at.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            *stamp.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+            if let Err(error) = executor.cancel(&run_id).await {
+                eprintln!("error: could not cancel run {run_id}: {error}");
+            }
+        }
+    });
+    let json = cx.json;
+    let observer: runwarden_runtime::Observer =
+        Arc::new(move |event: &RunEvent| print_event(json, event));
+    let outcome = runner
+        .executor
+        .execute(&run, &agent, &args.prompt, Some(observer))
+        .await;
+    let final_row = runner
+        .store
+        .run_get(&run.id)
+        .await?
+        .context("the run vanished")?;
+    let summary = json!({
+        "run_id": run.id, "outcome": outcome.as_str(), "status": final_row.status.as_str(),
+        "termination_reason": final_row.termination_reason, "pending_effect": final_row.pending_effect,
+    });
+    output::emit(cx.json, &summary, || {
+        let mut text = format!("run {} {}", run.id, outcome.as_str());
+        if let Some(reason) = &final_row.termination_reason {
+            text.push_str(&format!(": {reason}"));
+        }
+        if outcome == Outcome::Cancelled {
+            let since = cancelled_at
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .map(|t| t.elapsed().as_millis());
+            if let Some(ms) = since {
+                text.push_str(&format!(" ({ms} ms after Ctrl-C)"));
+            }
+            if let Some(effect) = &final_row.pending_effect {
+                text.push_str(&format!("\na {effect} was in flight: its effect on the server is unknown and it will not be retried"));
+            }
+        }
+        text
+    });
+    Ok(match outcome {
+        Outcome::Completed => ExitCode::SUCCESS,
+        Outcome::Cancelled => ExitCode::from(EXIT_CANCELLED),
+        _ => ExitCode::FAILURE,
+    })
+}
+
+pub(crate) async fn cancel(cx: &Context, args: RunIdArgs) -> anyhow::Result<ExitCode> {
+    let store = cx.store()?;
+    match store
+        .run_cancel(&args.run_id, chrono::Utc::now().timestamp_millis())
+        .await?
+    {
+        CancelAnswer::Cancelled { previous } => {
+            let report =
+                json!({ "run_id": args.run_id, "cancelled": true, "previous": previous.as_str() });
+            output::emit(cx.json, &report, || {
+                format!(
+                    "cancelled run {} (it was {}); calls in flight stop within about a second",
+                    args.run_id,
+                    previous.as_str()
+                )
+            });
+            Ok(ExitCode::SUCCESS)
+        }
+        CancelAnswer::AlreadyTerminal(state) => {
+            bail!(
+                "run {} is already {}: a finished run cannot be cancelled",
+                args.run_id,
+                state.as_str()
+            )
+        }
+        CancelAnswer::NotFound => bail!(
+            "no run with id {}: `runwarden status` takes the id `run` printed",
+            args.run_id
+        ),
+    }
+}
+
+pub(crate) async fn status(cx: &Context, args: RunIdArgs) -> anyhow::Result<ExitCode> {
+    let store = cx.store()?;
+    let Some(run) = store.run_get(&args.run_id).await? else {
+        bail!("no run with id {}", args.run_id);
+    };
+    let report = json!({
+        "run_id": run.id, "agent": run.agent, "status": run.status.as_str(), "termination_reason": run.termination_reason,
+        "rounds": run.rounds, "attempts": run.requeue_count + 1, "requeue_count": run.requeue_count,
+        "lease_holder": run.claimed_by, "lease_expires": run.lease_expires_ms.map(output::time),
+        "pending_effect": run.pending_effect, "created": output::time(run.created_ms), "updated": output::time(run.updated_ms),
+    });
+    output::emit(cx.json, &report, || {
+        let mut text = format!(
+            "run {}\n  agent {}\n  status {}",
+            run.id,
+            run.agent,
+            run.status.as_str()
+        );
+        if let Some(reason) = &run.termination_reason {
+            text.push_str(&format!(" ({reason})"));
+        }
+        text.push_str(&format!(
+            "\n  rounds {}, attempts {}",
+            run.rounds,
+            run.requeue_count + 1
+        ));
+        if let Some(holder) = &run.claimed_by {
+            let until = run.lease_expires_ms.map(output::time).unwrap_or_default();
+            text.push_str(&format!("\n  lease holder {holder} until {until}"));
+        }
+        match &run.pending_effect {
+            Some(effect) => text.push_str(&format!(
+                "\n  pending effect {effect} (a write started and was not recorded)"
+            )),
+            None => text.push_str("\n  pending effect none"),
+        }
+        text.push_str(&format!(
+            "\n  created {}, updated {}",
+            output::time(run.created_ms),
+            output::time(run.updated_ms)
+        ));
+        text
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Event kinds after which a run writes nothing more.
+const FINAL_KINDS: [&str; 3] = ["run_completed", "run_failed", "run_stopped"];
+
+pub(crate) async fn events(cx: &Context, args: EventsArgs) -> anyhow::Result<ExitCode> {
+    let store = cx.store()?;
+    if store.run_get(&args.run_id).await?.is_none() {
+        bail!("no run with id {}", args.run_id);
+    }
+    let mut after = 0;
+    let mut ended_at: Option<Instant> = None;
+    let mut poll = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        let events = store.run_events(&args.run_id, after, 0).await?;
+        let mut saw_final = false;
+        for event in &events {
+            print_event(cx.json, event);
+            after = event.seq;
+            saw_final |= FINAL_KINDS.contains(&event.kind.as_str());
+        }
+        if !args.follow || saw_final {
+            return Ok(ExitCode::SUCCESS);
+        }
+        let run = store
+            .run_get(&args.run_id)
+            .await?
+            .context("the run vanished")?;
+        if run.status.is_terminal() {
+            // A segment may still write its last step; give it a moment, then stop.
+            let since = *ended_at.get_or_insert_with(Instant::now);
+            if since.elapsed() > Duration::from_secs(3) {
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+        poll.tick().await;
+    }
+}

@@ -1,0 +1,399 @@
+//! `RunStore` for SQLite: run rows and their events (SPEC R1), the lease (R3), the cancel
+//! (R4), the status probe (R5, R6) and the write fence (R7).
+//!
+//! Every write that could race is one guarded UPDATE whose affected-row count decides.
+//! Where an answer needs the row's state as well (a cancel's `previous`, a refused settle),
+//! the read and the guarded update share one `BEGIN IMMEDIATE` transaction, so another
+//! process cannot change the row between them.
+
+use async_trait::async_trait;
+use runwarden_runtime::RunState;
+use runwarden_runtime::store::{
+    CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
+    RunSettle, RunStore, SettleAnswer,
+};
+use runwarden_vault::store::StoreError;
+use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
+use serde_json::Value;
+
+use crate::SqliteStore;
+use crate::failure::Failure;
+
+const RUN_COLUMNS: &str = "id, agent, status, termination_reason, request, claimed_by, lease_expires_ms, \
+                           pending_effect, requeue_count, rounds, correlation, created_ms, updated_ms";
+
+/// R4: the reason a cancel writes; people read it in `status` and the API.
+const CANCEL_REASON: &str = "cancelled by an operator";
+
+const READING_STATUS: &str = "reading a run's status";
+const SETTLING: &str = "settling a run";
+
+#[async_trait]
+impl RunStore for SqliteStore {
+    async fn run_create(&self, params: RunCreate) -> Result<Run, StoreError> {
+        self.run("creating a run", move |conn| {
+            let request = params.request.as_ref().map(Value::to_string);
+            // R3: a synchronous run is claimed by its segment at birth; a queued run has no
+            // owner until a worker's guarded claim.
+            let (status, claimed_by, lease_expires_ms) = match &params.status {
+                NewRunStatus::Running {
+                    owner,
+                    lease_until_ms,
+                } => (
+                    RunState::Running,
+                    Some(owner.clone()),
+                    Some(*lease_until_ms),
+                ),
+                NewRunStatus::Queued => (RunState::Queued, None, None),
+            };
+            let inserted = conn.execute(
+                "INSERT INTO runs (id, agent, status, request, claimed_by, lease_expires_ms,
+                                   correlation, created_ms, updated_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)
+                 ON CONFLICT (id) DO NOTHING",
+                params![
+                    params.id,
+                    params.agent,
+                    status.as_str(),
+                    request,
+                    claimed_by,
+                    lease_expires_ms,
+                    params.correlation,
+                    params.now_ms,
+                ],
+            )?;
+            if inserted == 0 {
+                return Err(StoreError::new(
+                    "creating a run",
+                    format!(
+                        "a run with id {} already exists: give every run a fresh UUIDv7",
+                        params.id
+                    ),
+                )
+                .into());
+            }
+            Ok(Run {
+                id: params.id,
+                agent: params.agent,
+                status,
+                termination_reason: None,
+                request: params.request,
+                claimed_by,
+                lease_expires_ms,
+                pending_effect: None,
+                requeue_count: 0,
+                rounds: 0,
+                correlation: params.correlation,
+                created_ms: params.now_ms,
+                updated_ms: params.now_ms,
+            })
+        })
+        .await
+    }
+
+    async fn run_get(&self, id: &str) -> Result<Option<Run>, StoreError> {
+        let id = id.to_owned();
+        self.run("reading a run", move |conn| {
+            let row = conn
+                .query_row(
+                    &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"),
+                    [&id],
+                    run_columns,
+                )
+                .optional()?;
+            row.map(run_row).transpose()
+        })
+        .await
+    }
+
+    fn run_status_now(&self, id: &str) -> Result<Option<RunState>, StoreError> {
+        // R6: answered on the read-only probe connection, on this thread, so the vault's
+        // tick never waits behind the write connection's mutex or a writer's transaction.
+        self.probe(READING_STATUS, |conn| {
+            let status: Option<String> = conn
+                .prepare_cached("SELECT status FROM runs WHERE id = ?1")?
+                .query_row([id], |row| row.get(0))
+                .optional()?;
+            status.map(|text| parse_status(id, &text)).transpose()
+        })
+    }
+
+    async fn run_cancel(&self, id: &str, now_ms: i64) -> Result<CancelAnswer, StoreError> {
+        let id = id.to_owned();
+        self.run("cancelling a run", move |conn| {
+            // R4: the read and the guarded update share one immediate transaction, so
+            // `previous` is the state the cancel really left.
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let Some(previous) = read_status(&tx, &id)? else {
+                return Ok(CancelAnswer::NotFound);
+            };
+            if previous.is_terminal() {
+                return Ok(CancelAnswer::AlreadyTerminal(previous));
+            }
+            // R4: the stored request goes (nothing may resume the run); pending_effect and
+            // claimed_by stay, so the reaper and people can see a cancelled mid-write run (R7).
+            let changed = tx.execute(
+                "UPDATE runs SET status = 'cancelled', request = NULL, termination_reason = ?1,
+                     updated_ms = ?2
+                 WHERE id = ?3 AND status NOT IN ('completed', 'failed', 'cancelled')",
+                params![CANCEL_REASON, now_ms, id],
+            )?;
+            if changed != 1 {
+                return Err(StoreError::new(
+                    "cancelling a run",
+                    format!("run {id} changed inside the cancel's transaction: retry the cancel"),
+                )
+                .into());
+            }
+            tx.commit()?;
+            Ok(CancelAnswer::Cancelled { previous })
+        })
+        .await
+    }
+
+    async fn run_heartbeat(&self, params: Heartbeat) -> Result<bool, StoreError> {
+        self.run("renewing a run's lease", move |conn| {
+            // R3: a renewal that matches no row means the lease was lost. A cancelled run
+            // still belongs to its segment until the segment records its boundary step (R5).
+            let changed = conn.execute(
+                "UPDATE runs SET lease_expires_ms = ?1, updated_ms = ?2
+                 WHERE id = ?3 AND claimed_by = ?4 AND status IN ('running', 'cancelled')",
+                params![
+                    params.lease_until_ms,
+                    params.now_ms,
+                    params.id,
+                    params.owner
+                ],
+            )?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn run_fence_mark(&self, params: FenceMark) -> Result<bool, StoreError> {
+        self.run("marking a run's write fence", move |conn| {
+            // R7: no lease or no running run, no write.
+            let changed = conn.execute(
+                "UPDATE runs SET pending_effect = ?1, lease_expires_ms = ?2, updated_ms = ?3
+                 WHERE id = ?4 AND claimed_by = ?5 AND status = 'running'",
+                params![
+                    params.effect,
+                    params.lease_until_ms,
+                    params.now_ms,
+                    params.id,
+                    params.owner
+                ],
+            )?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
+        self.run("appending a run event", move |conn| {
+            let payload = params.payload.to_string();
+            let round = params.round.map(i64::from);
+            // BEGIN IMMEDIATE takes the write lock before reading MAX(seq), so a writer in
+            // another process waits (busy timeout) instead of taking the same sequence (R1).
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            // The guard decides: the owner of a running run, or of a run cancelled under it
+            // (R5: it records its boundary step). R7: the fence is cleared on a running run
+            // only; a cancelled mid-write run keeps its mark. Rounds never go down.
+            let changed = tx.execute(
+                "UPDATE runs SET
+                     pending_effect = CASE WHEN ?1 AND status = 'running' THEN NULL
+                                           ELSE pending_effect END,
+                     rounds = MAX(rounds, COALESCE(?2, rounds)),
+                     updated_ms = ?3
+                 WHERE id = ?4 AND claimed_by = ?5 AND status IN ('running', 'cancelled')",
+                params![
+                    params.clear_fence,
+                    round,
+                    params.now_ms,
+                    params.id,
+                    params.owner
+                ],
+            )?;
+            if changed != 1 {
+                // Dropping the transaction rolls it back: nothing is stored.
+                return Ok(None);
+            }
+            let seq: i64 = tx.query_row(
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = ?1",
+                [&params.id],
+                |row| row.get(0),
+            )?;
+            tx.execute(
+                "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![params.id, seq, params.kind, payload, params.now_ms],
+            )?;
+            tx.commit()?;
+            Ok(Some(seq))
+        })
+        .await
+    }
+
+    async fn run_settle(&self, params: RunSettle) -> Result<SettleAnswer, StoreError> {
+        if !matches!(params.status, RunState::Completed | RunState::Failed) {
+            return Err(StoreError::new(
+                SETTLING,
+                format!(
+                    "a run settles as completed or failed, not {}: cancel it with run_cancel",
+                    params.status.as_str()
+                ),
+            ));
+        }
+        self.run(SETTLING, move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let changed = tx.execute(
+                "UPDATE runs SET status = ?1, termination_reason = ?2, updated_ms = ?3
+                 WHERE id = ?4 AND claimed_by = ?5 AND status = 'running'",
+                params![
+                    params.status.as_str(),
+                    params.reason,
+                    params.now_ms,
+                    params.id,
+                    params.owner
+                ],
+            )?;
+            let answer = if changed == 1 {
+                SettleAnswer::Settled
+            } else if read_status(&tx, &params.id)? == Some(RunState::Cancelled) {
+                // R4, R5: the cancel won the row; the segment must not overwrite it.
+                SettleAnswer::AlreadyCancelled
+            } else {
+                // R3: another segment holds the run, or it is no longer running.
+                SettleAnswer::LeaseLost
+            };
+            tx.commit()?;
+            Ok(answer)
+        })
+        .await
+    }
+
+    async fn run_events(
+        &self,
+        id: &str,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<RunEvent>, StoreError> {
+        let id = id.to_owned();
+        self.run("listing a run's events", move |conn| {
+            // SQLite reads a negative LIMIT as "no limit".
+            let limit = if limit == 0 { -1 } else { i64::from(limit) };
+            let mut stmt = conn.prepare_cached(
+                "SELECT run_id, seq, kind, payload, time_ms FROM run_events
+                 WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+            )?;
+            let rows = stmt
+                .query_map(params![id, after_seq, limit], |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, i64>(1)?,
+                        row.get::<_, String>(2)?,
+                        row.get::<_, String>(3)?,
+                        row.get::<_, i64>(4)?,
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            rows.into_iter()
+                .map(|(run_id, seq, kind, payload, time_ms)| {
+                    let payload = serde_json::from_str(&payload).map_err(|e| {
+                        Failure::Corrupt(format!(
+                            "event {seq} of run {run_id} has a payload that is not JSON ({e})"
+                        ))
+                    })?;
+                    Ok(RunEvent {
+                        run_id,
+                        seq,
+                        kind,
+                        payload,
+                        time_ms,
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+}
+
+/// The status of run `id` inside the caller's transaction; `None` when there is no run.
+fn read_status(conn: &Connection, id: &str) -> Result<Option<RunState>, Failure> {
+    let status: Option<String> = conn
+        .query_row("SELECT status FROM runs WHERE id = ?1", [id], |row| {
+            row.get(0)
+        })
+        .optional()?;
+    status.map(|text| parse_status(id, &text)).transpose()
+}
+
+/// A stored status this build does not know is damage, reported, never a panic.
+fn parse_status(id: &str, text: &str) -> Result<RunState, Failure> {
+    RunState::parse(text)
+        .ok_or_else(|| Failure::Corrupt(format!("run {id} has unknown status {text:?}")))
+}
+
+/// A run row as read, before its status, request and counters are checked.
+struct RunColumns {
+    id: String,
+    agent: String,
+    status: String,
+    termination_reason: Option<String>,
+    request: Option<String>,
+    claimed_by: Option<String>,
+    lease_expires_ms: Option<i64>,
+    pending_effect: Option<String>,
+    requeue_count: i64,
+    rounds: i64,
+    correlation: String,
+    created_ms: i64,
+    updated_ms: i64,
+}
+
+fn run_columns(row: &Row<'_>) -> rusqlite::Result<RunColumns> {
+    Ok(RunColumns {
+        id: row.get(0)?,
+        agent: row.get(1)?,
+        status: row.get(2)?,
+        termination_reason: row.get(3)?,
+        request: row.get(4)?,
+        claimed_by: row.get(5)?,
+        lease_expires_ms: row.get(6)?,
+        pending_effect: row.get(7)?,
+        requeue_count: row.get(8)?,
+        rounds: row.get(9)?,
+        correlation: row.get(10)?,
+        created_ms: row.get(11)?,
+        updated_ms: row.get(12)?,
+    })
+}
+
+fn run_row(c: RunColumns) -> Result<Run, Failure> {
+    let corrupt = |what: String| Failure::Corrupt(format!("run {} {what}", c.id));
+    let status = parse_status(&c.id, &c.status)?;
+    let request = c
+        .request
+        .as_deref()
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(|e| corrupt(format!("has a stored request that is not JSON ({e})")))?;
+    let count = |value: i64, what: &str| {
+        u32::try_from(value).map_err(|_| corrupt(format!("has {what} {value}, out of range")))
+    };
+    Ok(Run {
+        status,
+        request,
+        requeue_count: count(c.requeue_count, "a requeue count")?,
+        rounds: count(c.rounds, "a round count")?,
+        id: c.id,
+        agent: c.agent,
+        termination_reason: c.termination_reason,
+        claimed_by: c.claimed_by,
+        lease_expires_ms: c.lease_expires_ms,
+        pending_effect: c.pending_effect,
+        correlation: c.correlation,
+        created_ms: c.created_ms,
+        updated_ms: c.updated_ms,
+    })
+}

@@ -1,18 +1,30 @@
 //! Printing: concise lines for people, one JSON document for machines (`--json`).
 
+use std::io::Write;
+
 use serde::Serialize;
+
+/// Writes one line to stdout. When the reader has gone away (`runwarden events | head`),
+/// the command ends quietly instead of panicking on the broken pipe.
+pub(crate) fn line(text: impl std::fmt::Display) {
+    let mut stdout = std::io::stdout().lock();
+    if let Err(error) = writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
+        if error.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: could not write to standard output: {error}");
+        std::process::exit(1);
+    }
+}
 
 /// Prints `value` as JSON, or `human` as text.
 pub(crate) fn emit<T: Serialize>(json: bool, value: &T, human: impl FnOnce() -> String) {
     if json {
-        println!(
-            "{}",
-            serde_json::to_string(value).expect("output values always serialize")
-        );
+        line(serde_json::to_string(value).expect("output values always serialize"));
     } else {
         let text = human();
         if !text.is_empty() {
-            println!("{text}");
+            line(text);
         }
     }
 }
@@ -21,7 +33,7 @@ pub(crate) fn emit<T: Serialize>(json: bool, value: &T, human: impl FnOnce() -> 
 pub(crate) fn error(json: bool, error: &anyhow::Error) {
     let message = format!("{error:#}");
     if json {
-        println!("{}", serde_json::json!({ "error": { "message": message } }));
+        line(serde_json::json!({ "error": { "message": message } }));
     } else {
         eprintln!("error: {message}");
     }

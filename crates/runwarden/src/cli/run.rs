@@ -183,9 +183,9 @@ pub(crate) fn event_json(event: &RunEvent) -> Value {
 
 fn print_event(json: bool, event: &RunEvent) {
     if json {
-        println!("{}", event_json(event));
+        output::line(event_json(event));
     } else {
-        println!("{}", event_line(event));
+        output::line(event_line(event));
     }
 }
 

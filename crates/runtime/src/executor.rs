@@ -303,7 +303,10 @@ impl Executor {
         }
     }
 
-    /// Executes a run this segment holds, from its prompt, to an outcome (never an error).
+    /// Executes a run this segment holds, to an outcome (never an error). A run that has
+    /// events already (a claimed, requeued run) resumes from them: the conversation is
+    /// rebuilt from the stored steps and only the work not yet recorded is done, so a write
+    /// that was recorded is never made twice.
     pub async fn execute(
         &self,
         run: &Run,
@@ -319,37 +322,65 @@ impl Executor {
             observer,
             lease_lost,
         };
-        let started = json!({ "agent": agent.name, "prompt": prompt, "owner": self.config.owner });
+        let history = match self.store.run_events(&run.id, 0, 0).await {
+            Ok(history) => history,
+            Err(error) => {
+                // Without its history a resumed run could repeat recorded work: stop here
+                // and let the lease run out (the reaper decides).
+                tracing::error!(run = %run.id, %error, "could not read the run's history; not executing it");
+                return Outcome::Failed;
+            }
+        };
+        let progress = Progress::replay(prompt, &history);
+        let (kind, payload) = if history.is_empty() {
+            (
+                "run_started",
+                json!({ "agent": agent.name, "prompt": prompt, "owner": self.config.owner }),
+            )
+        } else {
+            let attempt = run.requeue_count + 1;
+            (
+                "run_resumed",
+                json!({ "owner": self.config.owner, "from_round": progress.round, "attempt": attempt }),
+            )
+        };
         if self
-            .record_soft(&segment, "run_started", started, None)
+            .record_soft(&segment, kind, payload, None)
             .await
             .is_none()
         {
             return Outcome::LeaseLost;
         }
-        let outcome = self.rounds(&segment, prompt).await;
+        let outcome = self.rounds(&segment, progress).await;
         if matches!(outcome, Outcome::Cancelled) {
             // The cancel already won the row: mark the stop for readers, settle nothing.
+            let stopped = json!({ "outcome": outcome.as_str() });
             let _ = self
-                .record(
-                    &segment,
-                    "run_stopped",
-                    json!({ "outcome": outcome.as_str() }),
-                    false,
-                    None,
-                )
+                .record(&segment, "run_stopped", stopped, false, None)
                 .await;
         }
         outcome
     }
 
-    async fn rounds(&self, segment: &Segment<'_>, prompt: &str) -> Outcome {
+    async fn rounds(&self, segment: &Segment<'_>, progress: Progress) -> Outcome {
         let agent = segment.agent;
-        let mut messages = vec![Message::User {
-            text: prompt.to_string(),
-        }];
+        let Progress {
+            mut messages,
+            round: last_round,
+            unanswered,
+        } = progress;
         let tools: Vec<_> = agent.tools.iter().map(|t| t.spec.clone()).collect();
-        for round in 1..=agent.max_rounds {
+        // A resumed run first finishes the tool calls its last model turn asked for.
+        for call in &unanswered {
+            if let Some(stop) = self.must_stop(segment) {
+                return stop;
+            }
+            match self.tool_step(segment, last_round, call).await {
+                Ok(result) => messages.push(result),
+                Err(outcome) => return outcome,
+            }
+        }
+        for round in last_round + 1..=agent.max_rounds {
             if let Some(stop) = self.must_stop(segment) {
                 return stop;
             }
@@ -539,6 +570,57 @@ impl Executor {
                     .await)
             }
         }
+    }
+}
+
+/// Where a run stands, rebuilt from its stored events.
+struct Progress {
+    /// The conversation so far.
+    messages: Vec<Message>,
+    /// The last model round that was recorded (0 for a fresh run).
+    round: u32,
+    /// Tool calls of that round with no recorded result.
+    unanswered: Vec<ToolCallRequest>,
+}
+
+impl Progress {
+    fn replay(prompt: &str, history: &[RunEvent]) -> Self {
+        let user = Message::User {
+            text: prompt.to_string(),
+        };
+        let mut progress = Self {
+            messages: vec![user],
+            round: 0,
+            unanswered: Vec::new(),
+        };
+        for event in history {
+            let p = &event.payload;
+            match event.kind.as_str() {
+                "model_response" => {
+                    let calls: Vec<ToolCallRequest> =
+                        serde_json::from_value(p["tool_calls"].clone()).unwrap_or_default();
+                    progress.round = p["round"].as_u64().map_or(progress.round + 1, |r| r as u32);
+                    let text = p["text"].as_str().map(str::to_string);
+                    progress.messages.push(Message::Assistant {
+                        text,
+                        tool_calls: calls.clone(),
+                    });
+                    progress.unanswered = calls;
+                }
+                "tool_executed" => {
+                    let call_id = p["call_id"].as_str().unwrap_or_default();
+                    progress.unanswered.retain(|c| c.id != call_id);
+                    progress.messages.push(Message::Tool {
+                        call_id: call_id.to_string(),
+                        name: p["tool"].as_str().unwrap_or_default().to_string(),
+                        content: p["text"].as_str().unwrap_or_default().to_string(),
+                        is_error: p["outcome"] != "succeeded",
+                    });
+                }
+                _ => {}
+            }
+        }
+        progress
     }
 }
 

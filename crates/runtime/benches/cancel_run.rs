@@ -34,7 +34,7 @@ use runwarden_runtime::{
     RunState, RunStore,
 };
 use runwarden_store_sqlite::SqliteStore;
-use runwarden_testkit::{HttpRequest, Reply, Seen, TestServer, mcp_handler, tool};
+use runwarden_testkit::{HttpRequest, Seen, TestServer, mcp_handler, tool};
 use runwarden_vault::{
     Algorithm, CancelFlag, EgressClient, EgressConfig, EgressPolicy, MasterKey, Vault,
 };
@@ -657,6 +657,15 @@ async fn timed_run(
     let seen = std::mem::take(&mut *seen.lock().unwrap_or_else(|p| p.into_inner()));
     for pair in seen.windows(2) {
         let step = pair[1].1.saturating_duration_since(pair[0].1);
+        if step > Duration::from_millis(3) && std::env::var_os("BENCH_DEBUG").is_some() {
+            eprintln!(
+                "slow {} after {} : {:?} pos {}",
+                pair[1].0,
+                pair[0].0,
+                step,
+                seen.iter().position(|x| x.1 == pair[1].1).unwrap_or(0)
+            );
+        }
         match pair[1].0.as_str() {
             "model_response" => model_steps.push(step),
             "tool_executed" => tool_steps.push(step),

@@ -12,6 +12,8 @@ use runwarden_vault::store::StoreError;
 use serde_json::{Value, json};
 
 use crate::agent::{AgentSpec, BoundTool};
+use crate::queue::{DeadLetter, QueueStore, Requeue, RequeueAnswer};
+use crate::retry::RetryPolicy;
 use crate::signal::{CancelHub, RunSignal, is_run_cancelled};
 use crate::state::{Outcome, RunState};
 use crate::store::{
@@ -56,6 +58,8 @@ pub type Observer = Arc<dyn Fn(&RunEvent) + Send + Sync>;
 /// Runs agents. One per process; cheap to share.
 pub struct Executor {
     store: Arc<dyn RunStore>,
+    /// The same store as a queue, for segments of queued runs.
+    queue: Option<Arc<dyn QueueStore>>,
     hub: Arc<CancelHub>,
     clock: Arc<dyn Clock>,
     config: ExecutorConfig,
@@ -101,6 +105,17 @@ struct Segment<'a> {
     agent: &'a AgentSpec,
     observer: Option<Observer>,
     lease_lost: Arc<AtomicBool>,
+    options: &'a SegmentOptions,
+}
+
+/// How a segment of a queued run behaves beyond a synchronous one.
+#[derive(Debug, Clone, Default)]
+pub struct SegmentOptions {
+    /// Retry retryable failures by requeueing (R9); without it a failure settles the run.
+    pub retry: Option<RetryPolicy>,
+    /// When set, the segment puts its run back in the queue at its next boundary (a
+    /// graceful worker stop); the requeue does not spend the retry budget.
+    pub drain: Option<Arc<AtomicBool>>,
 }
 
 impl Executor {
@@ -113,6 +128,24 @@ impl Executor {
     ) -> Self {
         Self {
             store,
+            queue: None,
+            hub,
+            clock,
+            config,
+        }
+    }
+
+    /// An executor over a store that is also a queue (workers use this one).
+    pub fn with_queue(
+        queue: Arc<dyn QueueStore>,
+        hub: Arc<CancelHub>,
+        clock: Arc<dyn Clock>,
+        config: ExecutorConfig,
+    ) -> Self {
+        let store: Arc<dyn RunStore> = queue.clone();
+        Self {
+            store,
+            queue: Some(queue),
             hub,
             clock,
             config,
@@ -122,6 +155,11 @@ impl Executor {
     /// The store behind this executor.
     pub fn store(&self) -> &Arc<dyn RunStore> {
         &self.store
+    }
+
+    /// The lease length in milliseconds.
+    pub fn lease_ms(&self) -> i64 {
+        ms(self.config.lease)
     }
 
     /// This segment's identity.
@@ -213,6 +251,7 @@ impl Executor {
         clear_fence: bool,
         round: Option<u32>,
     ) -> Recorded {
+        let time_ms = now_ms();
         let append = EventAppend {
             id: segment.run.id.clone(),
             owner: self.config.owner.clone(),
@@ -220,7 +259,7 @@ impl Executor {
             payload: payload.clone(),
             clear_fence,
             round,
-            now_ms: now_ms(),
+            now_ms: time_ms,
         };
         match self.store.run_event_append(append).await {
             Ok(Some(seq)) => {
@@ -230,7 +269,7 @@ impl Executor {
                         seq,
                         kind: kind.to_string(),
                         payload,
-                        time_ms: now_ms(),
+                        time_ms,
                     });
                 }
                 Recorded::Stored
@@ -267,6 +306,89 @@ impl Executor {
             Some(Outcome::LeaseLost)
         } else {
             None
+        }
+    }
+
+    /// At a step boundary: stop for a cancel or a lost lease, or hand the run back to the
+    /// queue when the worker is draining.
+    async fn boundary(&self, segment: &Segment<'_>) -> Option<Outcome> {
+        if let Some(stop) = self.must_stop(segment) {
+            return Some(stop);
+        }
+        let draining = segment
+            .options
+            .drain
+            .as_ref()
+            .is_some_and(|d| d.load(Ordering::SeqCst));
+        if draining {
+            return Some(
+                self.requeue(
+                    segment,
+                    "the worker stopped; the run goes back to the queue".into(),
+                    false,
+                )
+                .await,
+            );
+        }
+        None
+    }
+
+    /// Ends a segment for a failure: a queued run with a retry policy is requeued when the
+    /// failure is retryable and dead-lettered (`NOT_RETRYABLE`) when it is not (R9); a
+    /// synchronous run is settled as failed.
+    async fn fail(&self, segment: &Segment<'_>, reason: String, retryable: bool) -> Outcome {
+        match (&segment.options.retry, retryable) {
+            (None, _) => self.settle(segment, RunState::Failed, reason).await,
+            (Some(_), true) => self.requeue(segment, reason, true).await,
+            (Some(_), false) => {
+                let reason = format!("{}: {reason}", DeadLetter::NotRetryable.as_str());
+                match self.settle(segment, RunState::Failed, reason).await {
+                    Outcome::Failed => Outcome::DeadLettered,
+                    other => other,
+                }
+            }
+        }
+    }
+
+    /// Puts the run back in the queue (or dead-letters it, as the store decides).
+    async fn requeue(&self, segment: &Segment<'_>, reason: String, counts: bool) -> Outcome {
+        let Some(queue) = self.queue.clone() else {
+            return self.settle(segment, RunState::Failed, reason).await;
+        };
+        let policy = segment.options.retry.unwrap_or_default();
+        let delay = if counts {
+            policy.random_delay(segment.run.requeue_count)
+        } else {
+            Duration::ZERO
+        };
+        let now = now_ms();
+        let payload = json!({ "reason": reason, "counts": counts, "retry_in_ms": ms(delay) });
+        if self
+            .record(segment, "run_requeued", payload, false, None)
+            .await
+            .is_lost()
+        {
+            return Outcome::LeaseLost;
+        }
+        let requeue = Requeue {
+            id: segment.run.id.clone(),
+            owner: self.config.owner.clone(),
+            reason,
+            retry_at_ms: now + ms(delay),
+            counts,
+            max_requeues: policy.max_requeues,
+            now_ms: now,
+        };
+        match queue.run_requeue(requeue).await {
+            Ok(RequeueAnswer::Requeued { .. }) => Outcome::Requeued,
+            Ok(RequeueAnswer::DeadLettered(_)) => Outcome::DeadLettered,
+            Ok(RequeueAnswer::AlreadyCancelled) => Outcome::Cancelled,
+            Ok(RequeueAnswer::LeaseLost) => Outcome::LeaseLost,
+            Err(error) => {
+                // The row stays running; its lease runs out and the reaper decides (R9).
+                tracing::error!(run = %segment.run.id, %error, "could not requeue the run");
+                Outcome::Failed
+            }
         }
     }
 
@@ -314,6 +436,20 @@ impl Executor {
         prompt: &str,
         observer: Option<Observer>,
     ) -> Outcome {
+        self.execute_with(run, agent, prompt, observer, &SegmentOptions::default())
+            .await
+    }
+
+    /// [`execute`](Self::execute) for a segment of a queued run: retryable failures
+    /// requeue it, a drain hands it back at the next boundary.
+    pub async fn execute_with(
+        &self,
+        run: &Run,
+        agent: &AgentSpec,
+        prompt: &str,
+        observer: Option<Observer>,
+        options: &SegmentOptions,
+    ) -> Outcome {
         let lease_lost = Arc::new(AtomicBool::new(false));
         let _heartbeat = self.heartbeat(run, lease_lost.clone());
         let segment = Segment {
@@ -321,6 +457,7 @@ impl Executor {
             agent,
             observer,
             lease_lost,
+            options,
         };
         let history = match self.store.run_events(&run.id, 0, 0).await {
             Ok(history) => history,
@@ -372,7 +509,7 @@ impl Executor {
         let tools: Vec<_> = agent.tools.iter().map(|t| t.spec.clone()).collect();
         // A resumed run first finishes the tool calls its last model turn asked for.
         for call in &unanswered {
-            if let Some(stop) = self.must_stop(segment) {
+            if let Some(stop) = self.boundary(segment).await {
                 return stop;
             }
             match self.tool_step(segment, last_round, call).await {
@@ -381,7 +518,7 @@ impl Executor {
             }
         }
         for round in last_round + 1..=agent.max_rounds {
-            if let Some(stop) = self.must_stop(segment) {
+            if let Some(stop) = self.boundary(segment).await {
                 return stop;
             }
             let request = ModelRequest {
@@ -410,10 +547,10 @@ impl Executor {
                         return Outcome::LeaseLost;
                     }
                     return self
-                        .settle(
+                        .fail(
                             segment,
-                            RunState::Failed,
                             format!("the model call failed: {error}"),
+                            error.is_retryable(),
                         )
                         .await;
                 }
@@ -427,7 +564,7 @@ impl Executor {
             {
                 return Outcome::LeaseLost;
             }
-            if let Some(stop) = self.must_stop(segment) {
+            if let Some(stop) = self.boundary(segment).await {
                 return stop; // R5: the boundary step is stored; stop without settling
             }
             if turn.tool_calls.is_empty() {
@@ -443,15 +580,15 @@ impl Executor {
                     Ok(result) => messages.push(result),
                     Err(outcome) => return outcome,
                 }
-                if let Some(stop) = self.must_stop(segment) {
+                if let Some(stop) = self.boundary(segment).await {
                     return stop; // R5
                 }
             }
         }
-        self.settle(
+        self.fail(
             segment,
-            RunState::Failed,
             format!("no final answer within {} rounds", agent.max_rounds),
+            false,
         )
         .await
     }
@@ -525,10 +662,10 @@ impl Executor {
             Recorded::Failed(error) if is_write => {
                 // R8: a write step that cannot be recorded fails the run, never retried.
                 return Err(self
-                    .settle(
+                    .fail(
                         segment,
-                        RunState::Failed,
                         format!("a write step could not be recorded: {error}"),
+                        false,
                     )
                     .await);
             }
@@ -562,10 +699,10 @@ impl Executor {
                 // Without the mark the write would be unfenced: refuse it (fail closed).
                 tracing::error!(run = %segment.run.id, %error, "could not stamp the write fence; the write was not made");
                 Err(self
-                    .settle(
+                    .fail(
                         segment,
-                        RunState::Failed,
                         format!("the write fence could not be stamped: {error}"),
+                        false,
                     )
                     .await)
             }

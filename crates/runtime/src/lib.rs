@@ -19,15 +19,25 @@
 
 mod agent;
 mod executor;
+pub mod queue;
+mod retry;
 mod signal;
 mod state;
 pub mod store;
+mod worker;
 
 pub use agent::{
     AgentSpec, BoundTool, DEFAULT_MAX_ROUNDS, MAX_ROUNDS_LIMIT, bind_tools, clamp_rounds,
     pattern_matches,
 };
-pub use executor::{DEFAULT_HEARTBEAT, DEFAULT_LEASE, Executor, ExecutorConfig, Observer};
+pub use executor::{
+    DEFAULT_HEARTBEAT, DEFAULT_LEASE, Executor, ExecutorConfig, Observer, SegmentOptions,
+};
+pub use queue::{DeadLetter, QueueStore, RequeueAnswer};
+pub use retry::RetryPolicy;
 pub use signal::{CancelHub, RunSignal, SIGNAL_READ_INTERVAL, is_run_cancelled};
 pub use state::{Outcome, RunState};
 pub use store::{CancelAnswer, Run, RunEvent, RunStore};
+pub use worker::{
+    AgentSource, OutcomeObserver, StopLevel, Worker, WorkerConfig, WorkerSummary, reap,
+};

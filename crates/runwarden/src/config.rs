@@ -63,6 +63,13 @@ timeout_seconds = 30
 # max_rounds = 20
 # timeout_seconds = 120                # per model call
 # (provider = "scripted" takes script = "plan.json" instead of model and key)
+
+# Workers (`runwarden worker`, `runwarden serve`) for queued runs.
+[worker]
+lease_seconds = 30          # a dead worker's run is recovered within this
+heartbeat_seconds = 10      # leases are renewed in the background, calls in flight too
+concurrency = 4
+max_requeues = 3            # retries of retryable failures and stale reclaims, together
 "#;
 
 #[derive(Debug, Default, Deserialize)]
@@ -79,6 +86,69 @@ struct FileConfig {
     mcp: McpSection,
     #[serde(default)]
     agents: BTreeMap<String, AgentSection>,
+    #[serde(default)]
+    worker: WorkerSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkerSection {
+    lease_seconds: Option<f64>,
+    heartbeat_seconds: Option<f64>,
+    concurrency: Option<usize>,
+    max_requeues: Option<u32>,
+    retry_base_seconds: Option<f64>,
+    reap_seconds: Option<f64>,
+    grace_seconds: Option<f64>,
+}
+
+/// `[worker]`: leases, heartbeats, concurrency, retries (R3, R9).
+#[derive(Debug, Clone)]
+pub(crate) struct WorkerSettings {
+    pub(crate) lease: Duration,
+    pub(crate) heartbeat: Duration,
+    pub(crate) concurrency: usize,
+    pub(crate) max_requeues: u32,
+    pub(crate) retry_base: Duration,
+    pub(crate) reap_every: Duration,
+    pub(crate) grace: Duration,
+}
+
+fn worker_settings(section: WorkerSection) -> anyhow::Result<WorkerSettings> {
+    let lease = seconds(
+        "[worker] lease_seconds",
+        section.lease_seconds.unwrap_or(30.0),
+    )?;
+    let heartbeat = seconds(
+        "[worker] heartbeat_seconds",
+        section.heartbeat_seconds.unwrap_or(10.0),
+    )?;
+    if heartbeat >= lease {
+        bail!(
+            "[worker] heartbeat_seconds ({}) must be shorter than lease_seconds ({}), or every lease lapses",
+            heartbeat.as_secs_f64(),
+            lease.as_secs_f64()
+        );
+    }
+    let concurrency = section.concurrency.unwrap_or(4);
+    if !(1..=256).contains(&concurrency) {
+        bail!("[worker] concurrency must be between 1 and 256, not {concurrency}");
+    }
+    Ok(WorkerSettings {
+        lease,
+        heartbeat,
+        concurrency,
+        max_requeues: section.max_requeues.unwrap_or(3).min(100),
+        retry_base: seconds(
+            "[worker] retry_base_seconds",
+            section.retry_base_seconds.unwrap_or(2.0),
+        )?,
+        reap_every: seconds("[worker] reap_seconds", section.reap_seconds.unwrap_or(5.0))?,
+        grace: seconds(
+            "[worker] grace_seconds",
+            section.grace_seconds.unwrap_or(30.0),
+        )?,
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -360,6 +430,8 @@ pub(crate) struct Config {
     pub(crate) mcp_servers: BTreeMap<String, ServerConfig>,
     /// Agents by name.
     pub(crate) agents: BTreeMap<String, AgentConfig>,
+    /// Workers' settings.
+    pub(crate) worker: WorkerSettings,
 }
 
 /// True when `$RUNWARDEN_MASTER_KEY` supplies the key. An empty value does not count, the
@@ -458,6 +530,7 @@ impl Config {
                 .into_iter()
                 .map(|(name, section)| Ok((name.clone(), agent(&name, section, &resolve)?)))
                 .collect::<anyhow::Result<_>>()?,
+            worker: worker_settings(file.worker)?,
         })
     }
 

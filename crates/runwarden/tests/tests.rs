@@ -9,6 +9,7 @@ mod init;
 mod json;
 mod mcp;
 mod rotate;
+mod run;
 mod secret;
 mod sigil;
 mod support;

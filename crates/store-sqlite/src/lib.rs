@@ -4,7 +4,8 @@
 //! [`SqliteStore`] opens (or creates) the database, applies the embedded migrations and
 //! implements [`runwarden_vault::store::VaultStore`] and, for the imported MCP tool
 //! catalogue and server liveness (SPEC M8-M11), [`runwarden_mcp::CatalogueStore`], and,
-//! for durable runs and their events (SPEC R1-R7), `runwarden_runtime::store::RunStore`.
+//! for durable runs and their events (SPEC R1-R7), `runwarden_runtime::store::RunStore`,
+//! and, for the queue and the reaper (R3, R9), `runwarden_runtime::queue::QueueStore`.
 //! It is cheap to clone; every call runs on tokio's blocking pool, except the synchronous
 //! run-status probe, which answers at once from a read-only connection of its own (R6).
 //!
@@ -30,5 +31,6 @@ mod catalogue_store;
 mod connection;
 mod failure;
 mod migrate;
+mod queue_store;
 mod run_store;
 mod vault_store;

@@ -30,6 +30,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0003_runs",
         sql: include_str!("../migrations/0003_runs.sql"),
     },
+    Migration {
+        version: 4,
+        name: "0004_queue",
+        sql: include_str!("../migrations/0004_queue.sql"),
+    },
 ];
 
 /// Brings the schema up to date in one immediate transaction, so two processes opening

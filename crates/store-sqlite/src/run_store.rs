@@ -19,7 +19,7 @@ use serde_json::Value;
 use crate::SqliteStore;
 use crate::failure::Failure;
 
-const RUN_COLUMNS: &str = "id, agent, status, termination_reason, request, claimed_by, lease_expires_ms, \
+pub(crate) const RUN_COLUMNS: &str = "id, agent, status, termination_reason, request, claimed_by, lease_expires_ms, \
                            pending_effect, requeue_count, rounds, correlation, created_ms, updated_ms";
 
 /// R4: the reason a cancel writes; people read it in `status` and the API.
@@ -335,7 +335,7 @@ fn parse_status(id: &str, text: &str) -> Result<RunState, Failure> {
 }
 
 /// A run row as read, before its status, request and counters are checked.
-struct RunColumns {
+pub(crate) struct RunColumns {
     id: String,
     agent: String,
     status: String,
@@ -351,7 +351,7 @@ struct RunColumns {
     updated_ms: i64,
 }
 
-fn run_columns(row: &Row<'_>) -> rusqlite::Result<RunColumns> {
+pub(crate) fn run_columns(row: &Row<'_>) -> rusqlite::Result<RunColumns> {
     Ok(RunColumns {
         id: row.get(0)?,
         agent: row.get(1)?,
@@ -369,7 +369,7 @@ fn run_columns(row: &Row<'_>) -> rusqlite::Result<RunColumns> {
     })
 }
 
-fn run_row(c: RunColumns) -> Result<Run, Failure> {
+pub(crate) fn run_row(c: RunColumns) -> Result<Run, Failure> {
     let corrupt = |what: String| Failure::Corrupt(format!("run {} {what}", c.id));
     let status = parse_status(&c.id, &c.status)?;
     let request = c

@@ -6,6 +6,7 @@ mod init;
 mod mcp;
 mod run;
 mod secret;
+mod worker;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -56,6 +57,12 @@ enum Command {
     Status(run::RunIdArgs),
     /// A run's events; --follow keeps printing until it ends.
     Events(run::EventsArgs),
+    /// Store a run for a worker; prints its id.
+    Enqueue(worker::EnqueueArgs),
+    /// Claim and execute queued runs until stopped (SIGTERM drains, a second exits).
+    Worker(worker::WorkerArgs),
+    /// Requeue or dead-letter every run whose lease expired, once.
+    Reap,
 }
 
 /// What every command gets: the resolved configuration and the output mode.
@@ -107,5 +114,8 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cancel(args) => run::cancel(&cx, args).await,
         Command::Status(args) => run::status(&cx, args).await,
         Command::Events(args) => run::events(&cx, args).await,
+        Command::Enqueue(args) => worker::enqueue(&cx, args).await,
+        Command::Worker(args) => worker::worker(&cx, args).await,
+        Command::Reap => worker::reap_once(&cx).await,
     }
 }

@@ -11,8 +11,8 @@ use clap::Args;
 use runwarden_mcp::{CatalogueStore, McpClient, SystemClock};
 use runwarden_models::{Anthropic, ModelProvider, OpenAiCompatible, Scripted};
 use runwarden_runtime::{
-    AgentSpec, CancelAnswer, CancelHub, Executor, ExecutorConfig, Outcome, RunEvent, RunStore,
-    bind_tools, clamp_rounds,
+    AgentSource, AgentSpec, CancelAnswer, CancelHub, Executor, ExecutorConfig, Outcome, RunEvent,
+    RunStore, bind_tools, clamp_rounds,
 };
 use runwarden_store_sqlite::SqliteStore;
 use runwarden_vault::EgressClient;
@@ -91,6 +91,7 @@ fn provider(
 pub(crate) struct Runner {
     pub(crate) store: Arc<SqliteStore>,
     pub(crate) executor: Arc<Executor>,
+    pub(crate) agents: Arc<AgentBuilder>,
 }
 
 impl Runner {
@@ -102,26 +103,56 @@ impl Runner {
             Arc::new(SystemClock::default()),
             ExecutorConfig::new(owner),
         );
+        let agents = Arc::new(AgentBuilder::new(cx, store.clone(), "run").await?);
         Ok(Self {
             store,
             executor: Arc::new(executor),
+            agents,
+        })
+    }
+}
+
+/// Builds agents from the configuration and the imported catalogue, with one vault egress
+/// client and one MCP client per server shared by every run of this process.
+pub(crate) struct AgentBuilder {
+    config: crate::config::Config,
+    store: Arc<SqliteStore>,
+    egress: Arc<EgressClient>,
+    clients: HashMap<String, Arc<McpClient>>,
+}
+
+impl AgentBuilder {
+    pub(crate) async fn new(
+        cx: &Context,
+        store: Arc<SqliteStore>,
+        actor: &str,
+    ) -> anyhow::Result<Self> {
+        let egress = Arc::new(cx.egress().await?);
+        let clients = cx
+            .config
+            .mcp_servers
+            .values()
+            .map(|server| {
+                let client = McpClient::new(server.clone(), egress.clone())
+                    .with_actor(actor)
+                    .with_health(store.clone());
+                (server.name.clone(), Arc::new(client))
+            })
+            .collect();
+        Ok(Self {
+            config: cx.config.clone(),
+            store,
+            egress,
+            clients,
         })
     }
 
     /// The agent ready to run: provider, tools bound from the imported catalogue.
-    pub(crate) async fn agent(&self, cx: &Context, name: &str) -> anyhow::Result<AgentSpec> {
-        let config = cx.config.agent(name)?;
-        let egress = Arc::new(cx.egress().await?);
+    pub(crate) async fn build(&self, name: &str) -> anyhow::Result<AgentSpec> {
+        let config = self.config.agent(name)?;
         let catalogue = self.store.catalogue_list(None).await?;
-        let mut clients: HashMap<String, Arc<McpClient>> = HashMap::new();
-        for server in cx.config.mcp_servers.values() {
-            let client = McpClient::new(server.clone(), egress.clone())
-                .with_actor("run")
-                .with_health(self.store.clone());
-            clients.insert(server.name.clone(), Arc::new(client));
-        }
         let tools = bind_tools(&config.tools, &catalogue, |server| {
-            clients.get(server).cloned()
+            self.clients.get(server).cloned()
         })
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("while binding the tools of agent {name}"))?;
@@ -129,9 +160,16 @@ impl Runner {
             name: name.to_string(),
             system: config.system.clone(),
             max_rounds: clamp_rounds(config.max_rounds),
-            provider: provider(config, &egress)?,
+            provider: provider(config, &self.egress)?,
             tools,
         })
+    }
+}
+
+#[async_trait::async_trait]
+impl AgentSource for AgentBuilder {
+    async fn agent(&self, name: &str) -> Result<AgentSpec, String> {
+        self.build(name).await.map_err(|e| format!("{e:#}"))
     }
 }
 
@@ -191,7 +229,7 @@ fn print_event(json: bool, event: &RunEvent) {
 
 pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode> {
     let runner = Runner::new(cx, "run").await?;
-    let agent = runner.agent(cx, &args.agent).await?;
+    let agent = runner.agents.build(&args.agent).await?;
     let run = runner
         .executor
         .create_sync(&agent.name, &args.prompt)

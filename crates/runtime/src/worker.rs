@@ -1,0 +1,293 @@
+//! Workers (R3, R9): claim queued runs, execute them on the shared executor, reap the runs
+//! of dead workers, and stop gracefully.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{Semaphore, watch};
+
+use crate::agent::AgentSpec;
+use crate::executor::{Executor, SegmentOptions, now_ms};
+use crate::queue::{Claim, QueueStore, Rescue, Rescued};
+use crate::retry::RetryPolicy;
+use crate::state::{Outcome, RunState};
+use crate::store::{Run, RunSettle};
+
+/// Builds the agent a queued run names, when a worker claims it.
+#[async_trait]
+pub trait AgentSource: Send + Sync {
+    /// The agent, or why it cannot run (an unknown agent, an unbound tool): the run is
+    /// then dead-lettered as not retryable.
+    async fn agent(&self, name: &str) -> Result<AgentSpec, String>;
+}
+
+/// How a worker behaves.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Runs executed at once.
+    pub concurrency: usize,
+    /// How long to wait before looking again when no run is due.
+    pub poll: Duration,
+    /// How often the reaper runs inside the worker.
+    pub reap_every: Duration,
+    /// Retries of retryable failures, and the budget the reaper shares.
+    pub retry: RetryPolicy,
+    /// How long a graceful stop waits for running segments to reach a boundary.
+    pub grace: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            concurrency: 4,
+            poll: Duration::from_millis(250),
+            reap_every: Duration::from_secs(5),
+            retry: RetryPolicy::default(),
+            grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// How far a stop has gone: the first request drains, the second stops at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StopLevel {
+    /// Keep working.
+    Run,
+    /// Stop claiming; running segments hand their runs back at their next boundary.
+    Drain,
+    /// Exit now; leases run out and the reaper recovers the runs.
+    Now,
+}
+
+/// What a worker did, for its exit line.
+#[derive(Debug, Default)]
+pub struct WorkerSummary {
+    /// Segments started.
+    pub claimed: usize,
+    /// Segments that ended with each outcome, as (outcome, count).
+    pub outcomes: Vec<(Outcome, usize)>,
+    /// Runs the reaper requeued or dead-lettered.
+    pub rescued: usize,
+    /// Segments still running when the worker exited.
+    pub abandoned: usize,
+}
+
+/// Sees each segment's run and outcome as it ends (the CLI prints a progress line).
+pub type OutcomeObserver = Arc<dyn Fn(&Run, Outcome) + Send + Sync>;
+
+/// A worker process's loop.
+pub struct Worker {
+    executor: Arc<Executor>,
+    queue: Arc<dyn QueueStore>,
+    agents: Arc<dyn AgentSource>,
+    config: WorkerConfig,
+    observer: Option<OutcomeObserver>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("owner", &self.executor.owner())
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One reaper pass (R9): requeue or dead-letter every run whose lease expired.
+pub async fn reap(
+    queue: &dyn QueueStore,
+    retry: &RetryPolicy,
+) -> Result<Vec<Rescued>, runwarden_vault::store::StoreError> {
+    let rescue = Rescue {
+        now_ms: now_ms(),
+        max_requeues: retry.max_requeues,
+        backoff_base_ms: retry.base.as_millis() as i64,
+        limit: 100,
+    };
+    queue.run_rescue_many(rescue).await
+}
+
+impl Worker {
+    /// A worker executing on `executor` (built with [`Executor::with_queue`]).
+    pub fn new(
+        executor: Arc<Executor>,
+        queue: Arc<dyn QueueStore>,
+        agents: Arc<dyn AgentSource>,
+        config: WorkerConfig,
+    ) -> Self {
+        Self {
+            executor,
+            queue,
+            agents,
+            config,
+            observer: None,
+        }
+    }
+
+    /// Calls `observer` as each segment ends.
+    pub fn with_observer(mut self, observer: OutcomeObserver) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Claims and executes runs until `stop` says otherwise.
+    pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<StopLevel>) -> WorkerSummary {
+        let drain = Arc::new(AtomicBool::new(false));
+        let permits = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
+        let rescued = Arc::new(AtomicUsize::new(0));
+        let reaper = self.clone().spawn_reaper(rescued.clone());
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<Outcome>();
+        let mut summary = WorkerSummary::default();
+        let mut running = 0usize;
+        let mut outcomes: Vec<Outcome> = Vec::new();
+
+        while *stop.borrow() == StopLevel::Run {
+            let permit = tokio::select! {
+                permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+                _ = stop.changed() => continue,
+                Some(outcome) = done_rx.recv() => { running -= 1; outcomes.push(outcome); continue; }
+            };
+            let claim = Claim {
+                owner: self.executor.owner().to_string(),
+                lease_until_ms: now_ms() + self.executor.lease_ms(),
+                now_ms: now_ms(),
+            };
+            match self.queue.run_claim(claim).await {
+                Ok(Some(run)) => {
+                    summary.claimed += 1;
+                    running += 1;
+                    let (worker, drain, done) = (self.clone(), drain.clone(), done_tx.clone());
+                    tokio::spawn(async move {
+                        let outcome = worker.segment(run.clone(), drain).await;
+                        if let Some(observer) = &worker.observer {
+                            observer(&run, outcome);
+                        }
+                        drop(permit);
+                        let _ = done.send(outcome);
+                    });
+                }
+                Ok(None) => {
+                    drop(permit);
+                    self.idle(&mut stop, &mut done_rx, &mut running, &mut outcomes)
+                        .await;
+                }
+                Err(error) => {
+                    drop(permit);
+                    tracing::warn!(%error, "could not claim a run; trying again");
+                    self.idle(&mut stop, &mut done_rx, &mut running, &mut outcomes)
+                        .await;
+                }
+            }
+        }
+
+        // Graceful stop: segments hand their runs back at their next boundary.
+        drain.store(true, Ordering::SeqCst);
+        let deadline = tokio::time::sleep(self.config.grace);
+        tokio::pin!(deadline);
+        while running > 0 {
+            tokio::select! {
+                Some(outcome) = done_rx.recv() => { running -= 1; outcomes.push(outcome); }
+                _ = &mut deadline => break,
+                _ = stop.changed() => if *stop.borrow() == StopLevel::Now { break },
+            }
+        }
+        reaper.abort();
+        summary.abandoned = running;
+        summary.rescued = rescued.load(Ordering::SeqCst);
+        for outcome in outcomes {
+            match summary.outcomes.iter_mut().find(|(o, _)| *o == outcome) {
+                Some((_, n)) => *n += 1,
+                None => summary.outcomes.push((outcome, 1)),
+            }
+        }
+        summary
+    }
+
+    /// Waits for the poll interval, a stop, or a finished segment.
+    async fn idle(
+        &self,
+        stop: &mut watch::Receiver<StopLevel>,
+        done: &mut tokio::sync::mpsc::UnboundedReceiver<Outcome>,
+        running: &mut usize,
+        outcomes: &mut Vec<Outcome>,
+    ) {
+        tokio::select! {
+            _ = tokio::time::sleep(self.config.poll) => {}
+            _ = stop.changed() => {}
+            Some(outcome) = done.recv() => { *running -= 1; outcomes.push(outcome); }
+        }
+    }
+
+    fn spawn_reaper(self: Arc<Self>, rescued: Arc<AtomicUsize>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(self.config.reap_every);
+            loop {
+                tick.tick().await;
+                match reap(&*self.queue, &self.config.retry).await {
+                    Ok(done) => {
+                        for rescued_run in &done {
+                            tracing::info!(run = %rescued_run.id, action = ?rescued_run.action, "the reaper recovered a stale run");
+                        }
+                        rescued.fetch_add(done.len(), Ordering::SeqCst);
+                    }
+                    Err(error) => tracing::warn!(%error, "the reaper could not run"),
+                }
+            }
+        })
+    }
+
+    /// One claimed run, from its stored request to an outcome.
+    async fn segment(&self, run: Run, drain: Arc<AtomicBool>) -> Outcome {
+        let prompt = run
+            .request
+            .as_ref()
+            .and_then(|r| r["prompt"].as_str())
+            .map(str::to_string);
+        let agent = match (prompt.as_ref(), self.agents.agent(&run.agent).await) {
+            (Some(_), Ok(agent)) => agent,
+            (None, _) => {
+                return self
+                    .dead_letter(&run, "the run has no stored prompt".into())
+                    .await;
+            }
+            (_, Err(problem)) => return self.dead_letter(&run, problem).await,
+        };
+        let options = SegmentOptions {
+            retry: Some(self.config.retry),
+            drain: Some(drain),
+        };
+        self.executor
+            .execute_with(
+                &run,
+                &agent,
+                prompt.as_deref().unwrap_or_default(),
+                None,
+                &options,
+            )
+            .await
+    }
+
+    async fn dead_letter(&self, run: &Run, problem: String) -> Outcome {
+        let settle = RunSettle {
+            id: run.id.clone(),
+            owner: self.executor.owner().to_string(),
+            status: RunState::Failed,
+            reason: format!(
+                "{}: {problem}",
+                crate::queue::DeadLetter::NotRetryable.as_str()
+            ),
+            now_ms: now_ms(),
+        };
+        match self.queue.run_settle(settle).await {
+            Ok(crate::store::SettleAnswer::Settled) => Outcome::DeadLettered,
+            Ok(crate::store::SettleAnswer::AlreadyCancelled) => Outcome::Cancelled,
+            Ok(crate::store::SettleAnswer::LeaseLost) => Outcome::LeaseLost,
+            Err(error) => {
+                tracing::error!(run = %run.id, %error, "could not dead-letter the run");
+                Outcome::Failed
+            }
+        }
+    }
+}

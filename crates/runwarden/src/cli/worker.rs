@@ -1,0 +1,206 @@
+//! `runwarden enqueue`, `worker`, `reap`: queued runs, the processes that claim them, and
+//! the reaper on demand (R3, R9).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Args;
+use runwarden_mcp::SystemClock;
+use runwarden_runtime::store::{NewRunStatus, RunCreate};
+use runwarden_runtime::{
+    CancelHub, Executor, ExecutorConfig, QueueStore, RequeueAnswer, RetryPolicy, RunStore,
+    StopLevel, Worker, WorkerConfig, reap,
+};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::Context;
+use super::run::AgentBuilder;
+use crate::config::WorkerSettings;
+use crate::output;
+
+#[derive(Debug, Args)]
+pub(crate) struct EnqueueArgs {
+    /// The agent, from [agents.NAME].
+    #[arg(long)]
+    agent: String,
+    /// What to ask the agent.
+    prompt: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct WorkerArgs {
+    /// Runs executed at once [default: [worker] concurrency].
+    #[arg(long)]
+    concurrency: Option<usize>,
+}
+
+fn retry(settings: &WorkerSettings) -> RetryPolicy {
+    RetryPolicy {
+        max_requeues: settings.max_requeues,
+        base: settings.retry_base,
+        ..RetryPolicy::default()
+    }
+}
+
+/// The row is the state: the stored request is all a worker needs (R9).
+pub(crate) async fn enqueue(cx: &Context, args: EnqueueArgs) -> anyhow::Result<ExitCode> {
+    cx.config.agent(&args.agent)?;
+    let store = cx.store()?;
+    let id = uuid::Uuid::now_v7().to_string();
+    let run = store
+        .run_create(RunCreate {
+            id: id.clone(),
+            agent: args.agent.clone(),
+            correlation: id.clone(),
+            request: Some(json!({ "prompt": args.prompt })),
+            status: NewRunStatus::Queued,
+            now_ms: chrono::Utc::now().timestamp_millis(),
+        })
+        .await
+        .context("while storing the queued run")?;
+    output::emit(
+        cx.json,
+        &json!({ "run_id": run.id, "status": run.status.as_str() }),
+        || run.id.clone(),
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Stops in two steps: the first SIGTERM or Ctrl-C drains, the second exits at once.
+fn stop_signals() -> watch::Receiver<StopLevel> {
+    let (tx, rx) = watch::channel(StopLevel::Run);
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        for level in [StopLevel::Drain, StopLevel::Now] {
+            #[cfg(unix)]
+            {
+                let terminated = async {
+                    match term.as_mut() {
+                        Some(term) => {
+                            term.recv().await;
+                        }
+                        None => std::future::pending::<()>().await,
+                    }
+                };
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = terminated => {}
+                }
+            }
+            #[cfg(not(unix))]
+            let _ = tokio::signal::ctrl_c().await;
+            if level == StopLevel::Drain {
+                eprintln!(
+                    "stopping: no new runs; running ones go back to the queue at their next step (again to exit now)"
+                );
+            }
+            let _ = tx.send(level);
+        }
+    });
+    rx
+}
+
+pub(crate) async fn worker(cx: &Context, args: WorkerArgs) -> anyhow::Result<ExitCode> {
+    let settings = &cx.config.worker;
+    let store = Arc::new(cx.store()?);
+    let executor_config = ExecutorConfig {
+        lease: settings.lease,
+        heartbeat: settings.heartbeat,
+        ..ExecutorConfig::new("worker")
+    };
+    let executor = Arc::new(Executor::with_queue(
+        store.clone(),
+        Arc::new(CancelHub::new()),
+        Arc::new(SystemClock::default()),
+        executor_config,
+    ));
+    let agents = Arc::new(AgentBuilder::new(cx, store.clone(), "worker").await?);
+    let config = WorkerConfig {
+        concurrency: args.concurrency.unwrap_or(settings.concurrency).max(1),
+        reap_every: settings.reap_every,
+        retry: retry(settings),
+        grace: settings.grace,
+        ..WorkerConfig::default()
+    };
+    let json = cx.json;
+    let observer: runwarden_runtime::OutcomeObserver = Arc::new(move |run, outcome| {
+        if json {
+            output::line(
+                json!({ "run_id": run.id, "agent": run.agent, "outcome": outcome.as_str() }),
+            );
+        } else {
+            output::line(format!(
+                "run {} ({}) {}",
+                run.id,
+                run.agent,
+                outcome.as_str()
+            ));
+        }
+    });
+    if !cx.json {
+        eprintln!(
+            "worker {} claiming queued runs (concurrency {}, lease {} s); Ctrl-C or SIGTERM stops it",
+            executor.owner(),
+            config.concurrency,
+            settings.lease.as_secs()
+        );
+    }
+    let worker = Arc::new(Worker::new(executor, store, agents, config).with_observer(observer));
+    let summary = worker.run(stop_signals()).await;
+    let outcomes: serde_json::Map<String, serde_json::Value> = summary
+        .outcomes
+        .iter()
+        .map(|(o, n)| (o.as_str().to_string(), json!(n)))
+        .collect();
+    let report = json!({ "stopped": true, "claimed": summary.claimed, "outcomes": outcomes, "rescued": summary.rescued, "abandoned": summary.abandoned });
+    if cx.json {
+        output::line(report);
+    } else {
+        eprintln!(
+            "worker stopped: {} runs claimed, {} recovered by its reaper, {} still running were left to their leases",
+            summary.claimed, summary.rescued, summary.abandoned
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn reap_once(cx: &Context) -> anyhow::Result<ExitCode> {
+    let store = cx.store()?;
+    let rescued = reap(&store as &dyn QueueStore, &retry(&cx.config.worker))
+        .await
+        .context("while reaping stale runs")?;
+    let rows: Vec<serde_json::Value> = rescued
+        .iter()
+        .map(|r| {
+            let action = match r.action {
+                RequeueAnswer::Requeued { requeue_count } => {
+                    format!("requeued (attempt {})", requeue_count + 1)
+                }
+                RequeueAnswer::DeadLettered(reason) => format!("dead-lettered {}", reason.as_str()),
+                RequeueAnswer::AlreadyCancelled => "already cancelled".into(),
+                RequeueAnswer::LeaseLost => "taken by another".into(),
+            };
+            json!({ "run_id": r.id, "action": action })
+        })
+        .collect();
+    output::emit(cx.json, &rows, || {
+        if rows.is_empty() {
+            return "no stale runs".into();
+        }
+        rows.iter()
+            .map(|r| {
+                format!(
+                    "run {} {}",
+                    r["run_id"].as_str().unwrap_or_default(),
+                    r["action"].as_str().unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    Ok(ExitCode::SUCCESS)
+}

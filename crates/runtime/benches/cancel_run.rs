@@ -487,6 +487,10 @@ fn print_cancel(figures: &[CancelFigure]) {
         "Run cancel latency: cancel returned -> the MCP server sees the tools/call connection close (non-idempotent write, vault tick 100 ms, signal throttle 1 s)"
     );
     println!();
+    println!(
+        "(woken x1: sequential, cancel at a random 0-100 ms offset; x{BATCH}: {BATCH} runs in flight, each cancelled at its own random 0-1000 ms offset)"
+    );
+    println!();
     println!("| mode      | in flight | trials | p50 ms | p99 ms | max ms | mismatches |");
     println!("| --------- | --------: | -----: | -----: | -----: | -----: | ---------: |");
     for f in figures {
@@ -598,6 +602,7 @@ impl Overhead {
                     "mean_us": us(d.mean()),
                     "p50_us": us(d.pct(50.0)),
                     "p99_us": us(d.pct(99.0)),
+                    "max_us": us(d.max()),
                 })
                 .to_string()
             })
@@ -657,15 +662,6 @@ async fn timed_run(
     let seen = std::mem::take(&mut *seen.lock().unwrap_or_else(|p| p.into_inner()));
     for pair in seen.windows(2) {
         let step = pair[1].1.saturating_duration_since(pair[0].1);
-        if step > Duration::from_millis(3) && std::env::var_os("BENCH_DEBUG").is_some() {
-            eprintln!(
-                "slow {} after {} : {:?} pos {}",
-                pair[1].0,
-                pair[0].0,
-                step,
-                seen.iter().position(|x| x.1 == pair[1].1).unwrap_or(0)
-            );
-        }
         match pair[1].0.as_str() {
             "model_response" => model_steps.push(step),
             "tool_executed" => tool_steps.push(step),
@@ -824,19 +820,20 @@ fn print_overhead(o: &Overhead) {
     );
     println!();
     println!(
-        "| figure                                          | samples | mean us | p50 us | p99 us |"
+        "| figure                                          | samples | mean us | p50 us | p99 us | max us |"
     );
     println!(
-        "| ----------------------------------------------- | ------: | ------: | -----: | -----: |"
+        "| ----------------------------------------------- | ------: | ------: | -----: | -----: | -----: |"
     );
     for (figure, d) in &o.dists {
         println!(
-            "| {:<47} | {:>7} | {:>7.0} | {:>6.0} | {:>6.0} |",
+            "| {:<47} | {:>7} | {:>7.0} | {:>6.0} | {:>6.0} | {:>6.0} |",
             figure.label(),
             d.0.len(),
             us(d.mean()),
             us(d.pct(50.0)),
             us(d.pct(99.0)),
+            us(d.max()),
         );
     }
     let p50 = |f: Figure| us(o.get(f).pct(50.0));

@@ -4,5 +4,6 @@
 mod support;
 
 mod cancel;
+mod queue;
 mod runs;
 mod signal;

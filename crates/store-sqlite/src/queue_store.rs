@@ -42,8 +42,10 @@ impl QueueStore for SqliteStore {
     }
 
     async fn run_rescue_many(&self, params: Rescue) -> Result<Vec<Rescued>, StoreError> {
-        self.run("rescuing stale runs", move |conn| rescue_many(conn, &params))
-            .await
+        self.run("rescuing stale runs", move |conn| {
+            rescue_many(conn, &params)
+        })
+        .await
     }
 }
 
@@ -151,10 +153,9 @@ fn rescue_many(conn: &mut Connection, params: &Rescue) -> Result<Vec<Rescued>, F
             "SELECT id FROM runs WHERE status = 'running' AND lease_expires_ms < ?1
              ORDER BY lease_expires_ms, id LIMIT ?2",
         )?
-        .query_map(
-            params![params.now_ms, i64::from(params.limit)],
-            |row| row.get::<_, String>(0),
-        )?
+        .query_map(params![params.now_ms, i64::from(params.limit)], |row| {
+            row.get::<_, String>(0)
+        })?
         .collect::<Result<Vec<_>, _>>()?;
     let mut rescued = Vec::new();
     for id in stale {
@@ -177,7 +178,9 @@ fn rescue_one(
         return Ok(None);
     };
     let stale = run.status == RunState::Running
-        && run.lease_expires_ms.is_some_and(|until| until < params.now_ms);
+        && run
+            .lease_expires_ms
+            .is_some_and(|until| until < params.now_ms);
     if !stale {
         return Ok(None);
     }

@@ -6,6 +6,7 @@ mod catalogue;
 mod common;
 mod concurrency;
 mod open;
+mod queue;
 mod runs;
 mod sealed;
 

@@ -24,13 +24,19 @@
 //! [`RunStore`](runwarden_runtime::store::RunStore): runs and their events (SPEC R1), the
 //! lease (R3), the cancel (R4), the boundary step after a cancel (R5), the status probe
 //! (R6) and the write fence (R7).
+//!
+//! [`exercise_queue_store`] does the same for a fresh
+//! [`QueueStore`](runwarden_runtime::queue::QueueStore): the worker's claim (R3), requeue
+//! and dead-letter, and the reaper's rescue of stale runs (R9).
 
 #![deny(missing_docs)]
 
 pub use catalogue::exercise_catalogue_store;
+pub use queue::exercise_queue_store;
 pub use runs::exercise_run_store;
 pub use vault::exercise_vault_store;
 
 mod catalogue;
+mod queue;
 mod runs;
 mod vault;

@@ -26,21 +26,10 @@ struct Initialised {
     master_key_id: String,
 }
 
-pub(crate) async fn run(cx: &Context, _args: InitArgs) -> anyhow::Result<ExitCode> {
-    if master_key_from_env() {
-        bail!(
-            "${MASTER_KEY_ENV} is set: init creates a key file, so unset it first (or skip init and keep using the variable)"
-        );
-    }
-    let config_written = if cx.config.path.exists() {
-        false
-    } else {
-        std::fs::write(&cx.config.path, TEMPLATE)
-            .with_context(|| format!("while writing {}", cx.config.path.display()))?;
-        true
-    };
-    // The file may have just been written: read it back so what we create is what it says.
-    let config = Config::load(&cx.config.path)?;
+/// What `init` creates for a resolved configuration: the data directory, a fresh master
+/// key file (never replacing one), the migrated SQLite database and the vault over both.
+/// `runwarden demo` makes its temporary installation with it too.
+pub(crate) async fn create_installation(config: &Config) -> anyhow::Result<Vault> {
     if config.master_key_file.exists() {
         bail!(
             "a master key already exists at {}: init never replaces a key (to change it, use `runwarden secret rotate-master-key`)",
@@ -64,9 +53,27 @@ pub(crate) async fn run(cx: &Context, _args: InitArgs) -> anyhow::Result<ExitCod
         std::fs::create_dir_all(parent)?;
     }
     let store = SqliteStore::open(&config.sqlite_path)?;
-    let vault = Vault::open(Arc::new(store), key, config.algorithm)
+    Vault::open(Arc::new(store), key, config.algorithm)
         .await
-        .context("while creating the vault")?;
+        .context("while creating the vault")
+}
+
+pub(crate) async fn run(cx: &Context, _args: InitArgs) -> anyhow::Result<ExitCode> {
+    if master_key_from_env() {
+        bail!(
+            "${MASTER_KEY_ENV} is set: init creates a key file, so unset it first (or skip init and keep using the variable)"
+        );
+    }
+    let config_written = if cx.config.path.exists() {
+        false
+    } else {
+        std::fs::write(&cx.config.path, TEMPLATE)
+            .with_context(|| format!("while writing {}", cx.config.path.display()))?;
+        true
+    };
+    // The file may have just been written: read it back so what we create is what it says.
+    let config = Config::load(&cx.config.path)?;
+    let vault = create_installation(&config).await?;
 
     let report = Initialised {
         config: config.path.display().to_string(),

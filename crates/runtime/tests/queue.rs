@@ -1,0 +1,350 @@
+//! R3, R9 in process: workers claim queued runs, retries are classified and capped, the
+//! reaper takes stale runs, and a segment that lost its lease stops without settling.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use runwarden_mcp::{Effect, SystemClock};
+use runwarden_models::OpenAiCompatible;
+use runwarden_runtime::queue::{Claim, QueueStore};
+use runwarden_runtime::store::{NewRunStatus, RunCreate};
+use runwarden_runtime::{
+    AgentSource, AgentSpec, CancelAnswer, CancelHub, Executor, ExecutorConfig, Outcome,
+    RetryPolicy, RunState, RunStore, SegmentOptions, StopLevel, Worker, WorkerConfig, reap,
+};
+use runwarden_store_sqlite::SqliteStore;
+use runwarden_testkit::{Reply, TestServer, mcp_handler, tool};
+use serde_json::json;
+
+use crate::support::{WAIT, fixture};
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+async fn enqueue(store: &SqliteStore, agent: &str) -> String {
+    let id = uuid::Uuid::now_v7().to_string();
+    store
+        .run_create(RunCreate {
+            id: id.clone(),
+            agent: agent.into(),
+            correlation: id.clone(),
+            request: Some(json!({"prompt": "go"})),
+            status: NewRunStatus::Queued,
+            now_ms: now(),
+        })
+        .await
+        .unwrap();
+    id
+}
+
+fn queue_executor(store: &SqliteStore, lease: Duration, heartbeat: Duration) -> Arc<Executor> {
+    let config = ExecutorConfig {
+        lease,
+        heartbeat,
+        ..ExecutorConfig::new("worker")
+    };
+    Arc::new(Executor::with_queue(
+        Arc::new(store.clone()),
+        Arc::new(CancelHub::new()),
+        Arc::new(SystemClock::default()),
+        config,
+    ))
+}
+
+async fn claim(store: &SqliteStore, executor: &Executor) -> runwarden_runtime::Run {
+    let claim = Claim {
+        owner: executor.owner().into(),
+        lease_until_ms: now() + executor.lease_ms(),
+        now_ms: now(),
+    };
+    store
+        .run_claim(claim)
+        .await
+        .unwrap()
+        .expect("a queued run is due")
+}
+
+fn fast_retry() -> RetryPolicy {
+    RetryPolicy {
+        max_requeues: 3,
+        base: Duration::from_millis(1),
+        max: Duration::from_millis(5),
+    }
+}
+
+#[tokio::test]
+async fn a_retryable_model_failure_requeues_and_a_permanent_one_dead_letters() {
+    let f = fixture().await;
+    let store = &f.store.inner;
+    let executor = queue_executor(store, Duration::from_secs(30), Duration::from_secs(10));
+    for (status, expected, state) in [
+        (503, Outcome::Requeued, RunState::Queued),
+        (401, Outcome::DeadLettered, RunState::Failed),
+    ] {
+        let model = TestServer::start(move |_| {
+            Reply::typed(status, "application/json", r#"{"error":{"message":"no"}}"#)
+        })
+        .await;
+        let provider = Arc::new(OpenAiCompatible::new(
+            f.egress.clone(),
+            model.url("/v1"),
+            "m",
+        ));
+        let agent = f.agent_with(provider, vec![]);
+        let id = enqueue(store, "helper").await;
+        let run = claim(store, &executor).await;
+        assert_eq!(run.id, id);
+        // A long backoff keeps the requeued run out of the next claim.
+        let retry = RetryPolicy {
+            base: Duration::from_secs(60),
+            max: Duration::from_secs(60),
+            ..fast_retry()
+        };
+        let options = SegmentOptions {
+            retry: Some(retry),
+            drain: None,
+        };
+        assert_eq!(
+            executor
+                .execute_with(&run, &agent, "go", None, &options)
+                .await,
+            expected,
+            "HTTP {status}"
+        );
+        let row = store.run_get(&id).await.unwrap().unwrap();
+        assert_eq!(row.status, state, "HTTP {status}");
+        if status == 401 {
+            assert!(row.termination_reason.unwrap().starts_with("NOT_RETRYABLE"));
+        } else {
+            assert_eq!((row.requeue_count, row.claimed_by), (1, None));
+        }
+    }
+}
+
+#[tokio::test]
+async fn retries_stop_at_the_requeue_cap_with_retries_exhausted() {
+    let f = fixture().await;
+    let store = &f.store.inner;
+    let executor = queue_executor(store, Duration::from_secs(30), Duration::from_secs(10));
+    let model = TestServer::start(|_| Reply::typed(503, "application/json", "{}")).await;
+    let agent = f.agent_with(
+        Arc::new(OpenAiCompatible::new(
+            f.egress.clone(),
+            model.url("/v1"),
+            "m",
+        )),
+        vec![],
+    );
+    let id = enqueue(store, "helper").await;
+    let options = SegmentOptions {
+        retry: Some(fast_retry()),
+        drain: None,
+    };
+    let mut outcomes = Vec::new();
+    for _ in 0..4 {
+        let deadline = Instant::now() + WAIT;
+        let run = loop {
+            let claim = Claim {
+                owner: executor.owner().into(),
+                lease_until_ms: now() + 30_000,
+                now_ms: now(),
+            };
+            if let Some(run) = store.run_claim(claim).await.unwrap() {
+                break run;
+            }
+            assert!(Instant::now() < deadline, "the retry never became due");
+            tokio::task::yield_now().await;
+        };
+        outcomes.push(
+            executor
+                .execute_with(&run, &agent, "go", None, &options)
+                .await,
+        );
+    }
+    assert_eq!(
+        outcomes,
+        [
+            Outcome::Requeued,
+            Outcome::Requeued,
+            Outcome::Requeued,
+            Outcome::DeadLettered
+        ]
+    );
+    let row = store.run_get(&id).await.unwrap().unwrap();
+    assert!(
+        row.termination_reason
+            .unwrap()
+            .starts_with("RETRIES_EXHAUSTED")
+    );
+}
+
+#[tokio::test]
+async fn a_cancelled_queued_run_is_never_claimed() {
+    let f = fixture().await;
+    let store = &f.store.inner;
+    let id = enqueue(store, "helper").await;
+    assert_eq!(
+        store.run_cancel(&id, now()).await.unwrap(),
+        CancelAnswer::Cancelled {
+            previous: RunState::Queued
+        }
+    );
+    let claim = Claim {
+        owner: "w".into(),
+        lease_until_ms: now() + 30_000,
+        now_ms: now(),
+    };
+    assert!(store.run_claim(claim).await.unwrap().is_none());
+    assert_eq!(
+        store.run_get(&id).await.unwrap().unwrap().request,
+        None,
+        "a cancel drops the stored request"
+    );
+}
+
+#[tokio::test]
+async fn a_segment_that_lost_its_lease_stops_without_settling_or_appending() {
+    let f = fixture().await;
+    let store = &f.store.inner;
+    let mut server = TestServer::start(mcp_handler(vec![tool("search")], &["search"])).await;
+    // A lease far shorter than the heartbeat: the reaper will take the run mid-call.
+    let executor = queue_executor(
+        store,
+        Duration::from_millis(200),
+        Duration::from_millis(800),
+    );
+    let plan =
+        json!([{"tool_calls": [{"name": "srv__search", "arguments": {}}]}, {"text": "done"}]);
+    let agent = f.agent(
+        plan,
+        vec![f.tool(&server.url("/mcp"), "search", Effect::ReadOnly)],
+    );
+    let id = enqueue(store, "helper").await;
+    let run = claim(store, &executor).await;
+    let (segment_executor, segment_run) = (executor.clone(), run.clone());
+    let task = tokio::spawn(async move {
+        let options = SegmentOptions {
+            retry: Some(fast_retry()),
+            drain: None,
+        };
+        segment_executor
+            .execute_with(&segment_run, &agent, "go", None, &options)
+            .await
+    });
+    loop {
+        if String::from_utf8_lossy(&server.next_request(WAIT).await.body).contains("tools/call") {
+            break;
+        }
+    }
+    // The lease ends at a known wall-clock instant (nothing renews it before the 800 ms
+    // heartbeat): wait for that instant, not for a condition.
+    let expires = store
+        .run_get(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .lease_expires_ms
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis((expires - now() + 5).max(0) as u64)).await;
+    let rescued = reap(store, &fast_retry()).await.unwrap();
+    assert_eq!(rescued[0].id, id);
+    let events_when_taken = store.run_events(&id, 0, 0).await.unwrap().len();
+    server.next_close(WAIT).await; // the old owner's heartbeat fails and tears its call down
+    assert_eq!(
+        tokio::time::timeout(WAIT, task).await.unwrap().unwrap(),
+        Outcome::LeaseLost
+    );
+    let row = store.run_get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (row.status, row.requeue_count),
+        (RunState::Queued, 1),
+        "the reaper's requeue stands"
+    );
+    assert_eq!(
+        store.run_events(&id, 0, 0).await.unwrap().len(),
+        events_when_taken,
+        "the old owner appended nothing"
+    );
+}
+
+/// Agents for workers: every name gets the same scripted plan against one server.
+struct Agents {
+    fixture_agent: std::sync::Mutex<Option<Box<dyn Fn() -> AgentSpec + Send>>>,
+}
+
+#[async_trait]
+impl AgentSource for Agents {
+    async fn agent(&self, _: &str) -> Result<AgentSpec, String> {
+        Ok((self.fixture_agent.lock().unwrap().as_ref().unwrap())())
+    }
+}
+
+#[tokio::test]
+async fn a_worker_claims_every_queued_run_exactly_once_and_completes_them() {
+    let f = fixture().await;
+    let store = f.store.inner.clone();
+    let mut server = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
+    let url = server.url("/mcp");
+    let tool = f.tool(&url, "create", Effect::NonIdempotentWrite);
+    let plan =
+        json!([{"tool_calls": [{"name": "srv__create", "arguments": {}}]}, {"text": "done"}]);
+    let build = move || AgentSpec {
+        name: "helper".into(),
+        system: None,
+        max_rounds: 5,
+        provider: Arc::new(runwarden_models::Scripted::from_json(&plan.to_string()).unwrap()),
+        tools: vec![tool.clone()],
+    };
+    let agents = Arc::new(Agents {
+        fixture_agent: std::sync::Mutex::new(Some(Box::new(build))),
+    });
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        ids.push(enqueue(&store, "helper").await);
+    }
+    let executor = queue_executor(&store, Duration::from_secs(30), Duration::from_secs(10));
+    let (outcome_tx, mut outcome_rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Worker::new(
+        executor,
+        Arc::new(store.clone()),
+        agents,
+        WorkerConfig {
+            concurrency: 3,
+            ..WorkerConfig::default()
+        },
+    )
+    .with_observer(Arc::new(move |run, outcome| {
+        let _ = outcome_tx.send((run.id.clone(), outcome));
+    }));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(StopLevel::Run);
+    let handle = tokio::spawn(Arc::new(worker).run(stop_rx));
+    let mut done = Vec::new();
+    while done.len() < ids.len() {
+        done.push(
+            tokio::time::timeout(WAIT, outcome_rx.recv())
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    stop_tx.send(StopLevel::Drain).unwrap();
+    let summary = tokio::time::timeout(WAIT, handle).await.unwrap().unwrap();
+    assert_eq!(summary.claimed, 6);
+    done.sort_by(|a, b| a.0.cmp(&b.0));
+    let expected: Vec<(String, Outcome)> = ids
+        .iter()
+        .map(|id| (id.clone(), Outcome::Completed))
+        .collect();
+    assert_eq!(done, expected, "each run claimed once and completed");
+    let calls = server
+        .drain_requests()
+        .iter()
+        .filter(|r| String::from_utf8_lossy(&r.body).contains("tools/call"))
+        .count();
+    assert_eq!(calls, 6, "one write per run, no duplicates");
+}

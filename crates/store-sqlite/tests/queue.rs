@@ -1,0 +1,174 @@
+//! The queue (SPEC R3, R9) on a real file: the conformance suite, two connections (like
+//! two worker processes) racing to claim the same rows, the reaper's guarded update losing
+//! to a heartbeat from another connection, and a database from before the queue migration.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use runwarden_runtime::RunState;
+use runwarden_runtime::queue::{Claim, QueueStore, Rescue};
+use runwarden_runtime::store::{Heartbeat, NewRunStatus, RunCreate, RunStore};
+use runwarden_store_sqlite::SqliteStore;
+use serde_json::json;
+
+use crate::common::TempDb;
+
+const LEASE: i64 = 30_000;
+
+fn queued(id: &str, created_ms: i64) -> RunCreate {
+    RunCreate {
+        id: id.into(),
+        agent: "helpdesk".into(),
+        correlation: id.into(),
+        request: Some(json!({"input": "hello"})),
+        status: NewRunStatus::Queued,
+        now_ms: created_ms,
+    }
+}
+
+/// Claims until nothing is due, answering the ids this claimant won.
+async fn claim_all(store: SqliteStore, owner: String) -> Vec<String> {
+    let mut won = Vec::new();
+    while let Some(run) = store
+        .run_claim(Claim {
+            owner: owner.clone(),
+            lease_until_ms: 1_000 + LEASE,
+            now_ms: 1_000,
+        })
+        .await
+        .unwrap()
+    {
+        assert_eq!(run.claimed_by.as_deref(), Some(owner.as_str()));
+        won.push(run.id);
+    }
+    won
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sqlite_store_passes_the_queue_conformance_suite() {
+    let db = TempDb::new();
+    runwarden_storetest::exercise_queue_store(Arc::new(db.open())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+async fn two_connections_racing_with_eight_claimants_each_claim_every_run_exactly_once() {
+    const RUNS: i64 = 50;
+    const CLAIMANTS_PER_HANDLE: usize = 8;
+    let db = TempDb::new();
+    let handles = [db.open(), db.open()];
+    for n in 0..RUNS {
+        handles[0]
+            .run_create(queued(&format!("race-{n:02}"), n))
+            .await
+            .unwrap();
+    }
+    let mut tasks = Vec::new();
+    for (h, store) in handles.iter().enumerate() {
+        for c in 0..CLAIMANTS_PER_HANDLE {
+            let owner = format!("process-{h}-worker-{c}");
+            tasks.push(tokio::spawn(claim_all(store.clone(), owner.clone())));
+        }
+    }
+    let mut winners: BTreeMap<String, usize> = BTreeMap::new();
+    for task in tasks {
+        for id in task.await.unwrap() {
+            *winners.entry(id).or_default() += 1;
+        }
+    }
+    let twice: Vec<_> = winners.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "R3: claimed more than once: {twice:?}");
+    let expected: Vec<String> = (0..RUNS).map(|n| format!("race-{n:02}")).collect();
+    assert_eq!(
+        winners.into_keys().collect::<Vec<_>>(),
+        expected,
+        "R3: every queued run is claimed"
+    );
+    for id in &expected {
+        let run = handles[1].run_get(id).await.unwrap().unwrap();
+        assert_eq!(run.status, RunState::Running);
+        assert!(run.claimed_by.is_some());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_heartbeat_committed_by_another_connection_wins_over_the_reaper() {
+    let db = TempDb::new();
+    let (worker, reaper) = (db.open(), db.open());
+    worker.run_create(queued("beat-1", 0)).await.unwrap();
+    let claimed = worker
+        .run_claim(Claim {
+            owner: "worker-a".into(),
+            lease_until_ms: 100,
+            now_ms: 0,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(claimed.id, "beat-1");
+    // The reaper's process sees the lease run out; the worker's heartbeat lands first.
+    let renewed = worker
+        .run_heartbeat(Heartbeat {
+            id: "beat-1".into(),
+            owner: "worker-a".into(),
+            lease_until_ms: 1_000 + LEASE,
+            now_ms: 999,
+        })
+        .await
+        .unwrap();
+    assert!(renewed);
+    let rescue = Rescue {
+        now_ms: 1_000,
+        max_requeues: 3,
+        backoff_base_ms: 100,
+        limit: 10,
+    };
+    assert!(
+        reaper.run_rescue_many(rescue).await.unwrap().is_empty(),
+        "R9: staleness is re-checked against the committed row"
+    );
+    let run = reaper.run_get("beat-1").await.unwrap().unwrap();
+    assert_eq!(run.status, RunState::Running);
+    assert_eq!(run.claimed_by.as_deref(), Some("worker-a"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_queued_before_the_queue_migration_are_due_at_once() {
+    let db = TempDb::new();
+    {
+        // What a build that knew migrations 1 to 3 left behind: one queued run.
+        let conn = db.raw();
+        conn.execute_batch(
+            "CREATE TABLE schema_migrations (
+                 version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_ms INTEGER NOT NULL
+             );
+             INSERT INTO schema_migrations VALUES
+                 (1, '0001_vault', 0), (2, '0002_mcp', 0), (3, '0003_runs', 0);",
+        )
+        .unwrap();
+        for sql in [
+            include_str!("../migrations/0001_vault.sql"),
+            include_str!("../migrations/0002_mcp.sql"),
+            include_str!("../migrations/0003_runs.sql"),
+        ] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.execute(
+            "INSERT INTO runs (id, agent, status, request, correlation, created_ms, updated_ms)
+             VALUES ('old-1', 'helpdesk', 'queued', '{\"input\": \"hi\"}', 'old-1', 5, 5)",
+            [],
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open_existing(&db.path).unwrap();
+    let run = store
+        .run_claim(Claim {
+            owner: "worker-a".into(),
+            lease_until_ms: 10 + LEASE,
+            now_ms: 10,
+        })
+        .await
+        .unwrap()
+        .expect("an old queued run is due");
+    assert_eq!(run.id, "old-1");
+    assert_eq!(run.request, Some(json!({"input": "hi"})));
+}

@@ -175,6 +175,20 @@ pub enum SettleAnswer {
     LeaseLost,
 }
 
+/// Which runs [`RunStore::run_list`] returns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunFilter {
+    /// Only runs in this status.
+    pub status: Option<RunState>,
+    /// Only runs of this agent.
+    pub agent: Option<String>,
+    /// Only runs older than this id (ids are UUIDv7, so id order is creation order): the
+    /// cursor of the next page.
+    pub before_id: Option<String>,
+    /// At most this many (0 means 50).
+    pub limit: u32,
+}
+
 /// Storage for runs and their events.
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {
@@ -208,6 +222,12 @@ pub trait RunStore: Send + Sync + 'static {
 
     /// Moves a running run held by `owner` to `completed` or `failed`.
     async fn run_settle(&self, params: RunSettle) -> Result<SettleAnswer, StoreError>;
+
+    /// Runs matching a filter, newest first.
+    async fn run_list(&self, filter: RunFilter) -> Result<Vec<Run>, StoreError>;
+
+    /// How many runs are in each status (statuses with none are left out).
+    async fn run_counts(&self) -> Result<Vec<(RunState, u64)>, StoreError>;
 
     /// Events with a sequence greater than `after_seq`, oldest first, at most `limit`
     /// (0 = all).

@@ -71,6 +71,15 @@ impl RunStore for Instrumented {
     async fn run_settle(&self, params: RunSettle) -> Result<SettleAnswer, StoreError> {
         self.inner.run_settle(params).await
     }
+    async fn run_list(
+        &self,
+        filter: runwarden_runtime::store::RunFilter,
+    ) -> Result<Vec<Run>, StoreError> {
+        self.inner.run_list(filter).await
+    }
+    async fn run_counts(&self) -> Result<Vec<(RunState, u64)>, StoreError> {
+        self.inner.run_counts().await
+    }
     async fn run_events(
         &self,
         id: &str,

@@ -2,6 +2,7 @@
 
 mod cli;
 mod config;
+mod demo;
 mod output;
 
 use std::process::ExitCode;

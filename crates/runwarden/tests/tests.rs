@@ -4,6 +4,7 @@
 mod architecture;
 mod audit;
 mod config;
+mod demo;
 mod egress;
 mod init;
 mod json;
@@ -13,3 +14,4 @@ mod run;
 mod secret;
 mod sigil;
 mod support;
+mod worker;

@@ -33,4 +33,5 @@ mod failure;
 mod migrate;
 mod queue_store;
 mod run_store;
+mod token_store;
 mod vault_store;

@@ -35,6 +35,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0004_queue",
         sql: include_str!("../migrations/0004_queue.sql"),
     },
+    Migration {
+        version: 5,
+        name: "0005_tokens",
+        sql: include_str!("../migrations/0005_tokens.sql"),
+    },
 ];
 
 /// Brings the schema up to date in one immediate transaction, so two processes opening

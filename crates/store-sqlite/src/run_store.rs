@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use runwarden_runtime::RunState;
 use runwarden_runtime::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
-    RunSettle, RunStore, SettleAnswer,
+    RunFilter, RunSettle, RunStore, SettleAnswer,
 };
 use runwarden_vault::store::StoreError;
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
@@ -268,6 +268,48 @@ impl RunStore for SqliteStore {
             };
             tx.commit()?;
             Ok(answer)
+        })
+        .await
+    }
+
+    async fn run_list(&self, filter: RunFilter) -> Result<Vec<Run>, StoreError> {
+        self.run("listing runs", move |conn| {
+            let limit = if filter.limit == 0 {
+                50
+            } else {
+                i64::from(filter.limit.min(1_000))
+            };
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {RUN_COLUMNS} FROM runs
+                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR agent = ?2)
+                   AND (?3 IS NULL OR id < ?3)
+                 ORDER BY id DESC LIMIT ?4"
+            ))?;
+            let status = filter.status.map(RunState::as_str);
+            let rows = stmt
+                .query_map(
+                    params![status, filter.agent, filter.before_id, limit],
+                    run_columns,
+                )?
+                .collect::<Result<Vec<_>, _>>()?;
+            rows.into_iter().map(run_row).collect()
+        })
+        .await
+    }
+
+    async fn run_counts(&self) -> Result<Vec<(RunState, u64)>, StoreError> {
+        self.run("counting runs", |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status",
+            )?;
+            let rows = stmt
+                .query_map([], |row| {
+                    Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            rows.into_iter()
+                .map(|(status, n)| Ok((parse_status("(count)", &status)?, n.max(0) as u64)))
+                .collect()
         })
         .await
     }

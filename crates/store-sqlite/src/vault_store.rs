@@ -222,6 +222,24 @@ impl VaultStore for SqliteStore {
         self.run("reading the audit tip", |conn| read_tip(conn))
             .await
     }
+
+    async fn audit_counts(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.run("counting audit rows", |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT action, COUNT(*) FROM audit_log GROUP BY action ORDER BY action",
+            )?;
+            let rows = stmt
+                .query_map([], |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, i64>(1)?.max(0) as u64,
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
+        .await
+    }
 }
 
 fn read_tip(conn: &Connection) -> Result<Option<AuditTip>, Failure> {

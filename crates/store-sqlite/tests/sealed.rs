@@ -124,3 +124,10 @@ async fn a_record_of_unknown_kind_reads_back_as_an_error_not_a_panic() {
     let error = store.sealed_rewrap_all(Box::new(Ok)).await.unwrap_err();
     assert!(error.message.contains("unknown kind"), "{error}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sqlite_store_passes_the_token_conformance_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = runwarden_store_sqlite::SqliteStore::open(dir.path().join("tokens.db")).unwrap();
+    runwarden_storetest::exercise_token_store(std::sync::Arc::new(store)).await;
+}

@@ -34,9 +34,11 @@
 pub use catalogue::exercise_catalogue_store;
 pub use queue::exercise_queue_store;
 pub use runs::exercise_run_store;
+pub use tokens::exercise_token_store;
 pub use vault::exercise_vault_store;
 
 mod catalogue;
 mod queue;
 mod runs;
+mod tokens;
 mod vault;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use runwarden_runtime::RunState;
 use runwarden_runtime::store::{
-    CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunSettle,
-    RunStore, SettleAnswer,
+    CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunFilter,
+    RunSettle, RunStore, SettleAnswer,
 };
 use serde_json::{Value, json};
 
@@ -48,6 +48,9 @@ pub async fn exercise_run_store(store: Arc<dyn RunStore>) {
     settle_by_a_lost_owner_changes_nothing(s).await;
 
     status_now_reads_the_current_status(s).await;
+
+    the_list_is_newest_first_filtered_and_paged_by_cursor(s).await;
+    counts_follow_every_transition(s).await;
 }
 
 const T0: i64 = 1_700_000_000_000;
@@ -762,4 +765,88 @@ async fn status_now_reads_the_current_status(store: &dyn RunStore) {
     assert_eq!(status_now(store, "status-2"), Some(RunState::Running));
     settled(store, settle("status-2", OWNER, RunState::Failed)).await;
     assert_eq!(status_now(store, "status-2"), Some(RunState::Failed));
+}
+
+async fn the_list_is_newest_first_filtered_and_paged_by_cursor(store: &dyn RunStore) {
+    // UUIDv7-shaped ids in creation order, under an agent no other check uses.
+    let ids: Vec<String> = (1..=5)
+        .map(|n| format!("01900000-0000-7000-8000-0000000list{n}"))
+        .collect();
+    for (n, id) in ids.iter().enumerate() {
+        let mut params = if n % 2 == 0 { queued(id) } else { running(id) };
+        params.agent = "lister".into();
+        create(store, params).await;
+    }
+    let list = |filter: RunFilter| async move {
+        store
+            .run_list(filter)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect::<Vec<_>>()
+    };
+    let all = list(RunFilter {
+        agent: Some("lister".into()),
+        ..RunFilter::default()
+    })
+    .await;
+    let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
+    assert_eq!(all, newest_first);
+    let first_page = list(RunFilter {
+        agent: Some("lister".into()),
+        limit: 2,
+        ..RunFilter::default()
+    })
+    .await;
+    assert_eq!(first_page, newest_first[..2]);
+    let second_page = list(RunFilter {
+        agent: Some("lister".into()),
+        limit: 2,
+        before_id: first_page.last().cloned(),
+        ..RunFilter::default()
+    })
+    .await;
+    assert_eq!(
+        second_page,
+        newest_first[2..4],
+        "the cursor continues without gaps or repeats"
+    );
+    let queued_only = list(RunFilter {
+        agent: Some("lister".into()),
+        status: Some(RunState::Queued),
+        ..RunFilter::default()
+    })
+    .await;
+    assert_eq!(
+        queued_only,
+        [ids[4].clone(), ids[2].clone(), ids[0].clone()]
+    );
+}
+
+async fn counts_follow_every_transition(store: &dyn RunStore) {
+    let count = |counts: &[(RunState, u64)], state: RunState| {
+        counts
+            .iter()
+            .find(|(s, _)| *s == state)
+            .map_or(0, |(_, n)| *n)
+    };
+    let before = store.run_counts().await.unwrap();
+    let id = "01900000-0000-7000-8000-00000000cnt1";
+    create(store, queued(id)).await;
+    let queued_now = store.run_counts().await.unwrap();
+    assert_eq!(
+        count(&queued_now, RunState::Queued),
+        count(&before, RunState::Queued) + 1
+    );
+    cancel(store, id, T0).await;
+    let after = store.run_counts().await.unwrap();
+    assert_eq!(
+        count(&after, RunState::Queued),
+        count(&before, RunState::Queued)
+    );
+    assert_eq!(
+        count(&after, RunState::Cancelled),
+        count(&before, RunState::Cancelled) + 1
+    );
 }

@@ -32,6 +32,8 @@ pub async fn exercise_vault_store(store: Arc<dyn VaultStore>) {
     audit_filter_after_id_newest_first_and_limit(s).await;
     concurrent_appends_get_contiguous_ids(&store, &chain).await;
     an_untouched_log_verifies_intact(s, &chain).await;
+    // Last: it appends rows, and earlier checks need an empty log.
+    audit_counts_follow_appends(s).await;
 }
 
 fn record(kind: SealedKind, name: &str, time_ms: i64) -> SealedRecord {
@@ -560,4 +562,39 @@ async fn an_untouched_log_verifies_intact(store: &dyn VaultStore, chain: &AuditC
     assert!(report.intact, "{report:?}");
     assert_eq!(report.rows_verified, rows);
     assert_eq!(report.first_bad_row, None);
+}
+
+async fn audit_counts_follow_appends(store: &dyn VaultStore) {
+    let chain = std::sync::Arc::new(runwarden_vault::audit::AuditChain::from_audit_key(&[9; 32]));
+    let before = store.audit_counts().await.unwrap();
+    let count = |counts: &[(String, u64)], action: &str| {
+        counts
+            .iter()
+            .find(|(a, _)| a == action)
+            .map_or(0, |(_, n)| *n)
+    };
+    for action in ["http_call", "http_call", "http_call_cancelled"] {
+        let event = runwarden_vault::AuditEvent {
+            time_ms: 1,
+            action: action.into(),
+            success: false,
+            secret: None,
+            method: "GET".into(),
+            host: "h".into(),
+            path: "/".into(),
+            status: 0,
+            duration_ms: 0,
+            error: None,
+            reason: None,
+            actor: "storetest".into(),
+            correlation: None,
+        };
+        store.audit_append(event, chain.clone()).await.unwrap();
+    }
+    let after = store.audit_counts().await.unwrap();
+    assert_eq!(count(&after, "http_call"), count(&before, "http_call") + 2);
+    assert_eq!(
+        count(&after, "http_call_cancelled"),
+        count(&before, "http_call_cancelled") + 1
+    );
 }

@@ -39,6 +39,7 @@ mod resolver;
 mod secret;
 mod signal;
 pub mod store;
+mod tokens;
 mod vault;
 
 pub use audit::{AuditEvent, AuditRow, VerifyReport};
@@ -54,4 +55,7 @@ pub use placement::{Credential, Placement};
 pub use resolver::{Resolver, SystemResolver};
 pub use secret::{SecretName, SecretValue};
 pub use signal::{CancelFlag, CancellationSignal, NeverCancelled, WakeFuture};
+pub use tokens::{
+    ApiToken, Role, TOKEN_PREFIX, TokenValue, token_create, token_hash, token_verify,
+};
 pub use vault::Vault;

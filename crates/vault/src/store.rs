@@ -146,4 +146,30 @@ pub trait VaultStore: Send + Sync + 'static {
 
     /// The tip anchor, if any row was ever appended.
     async fn audit_tip(&self) -> Result<Option<AuditTip>, StoreError>;
+
+    /// How many rows carry each action, ordered by action (for metrics).
+    async fn audit_counts(&self) -> Result<Vec<(String, u64)>, StoreError>;
+}
+
+/// Storage for API tokens: only their SHA-256 hashes are kept.
+#[async_trait]
+pub trait TokenStore: Send + Sync + 'static {
+    /// Stores a new token's record under its hash.
+    async fn token_insert(
+        &self,
+        token: crate::tokens::ApiToken,
+        hash: [u8; 32],
+    ) -> Result<(), StoreError>;
+
+    /// The token whose hash this is, if it exists and was not revoked.
+    async fn token_find(
+        &self,
+        hash: [u8; 32],
+    ) -> Result<Option<crate::tokens::ApiToken>, StoreError>;
+
+    /// Every token's record (never a hash), oldest first.
+    async fn token_list(&self) -> Result<Vec<crate::tokens::ApiToken>, StoreError>;
+
+    /// Revokes a token by id; answers whether it existed.
+    async fn token_revoke(&self, id: &str) -> Result<bool, StoreError>;
 }

@@ -2,9 +2,9 @@
 
 mod audit;
 mod egress;
-mod init;
+pub(crate) mod init;
 mod mcp;
-mod run;
+pub(crate) mod run;
 mod secret;
 mod worker;
 
@@ -35,6 +35,8 @@ pub(crate) struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// A self-contained tour: a run cancelled while its tool call is on the wire.
+    Demo(crate::demo::DemoArgs),
     /// Write runwarden.toml, create the data directory, the database and a master key.
     Init(init::InitArgs),
     /// Store, list, remove secrets and rotate the master key.
@@ -98,13 +100,20 @@ impl Context {
 
 /// Runs one command; the exit code says how it went.
 pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // The demo brings its own temporary installation: no configuration is read.
+    let command = match cli.command {
+        Command::Demo(args) => return crate::demo::run(cli.json, args).await,
+        command => command,
+    };
     let path = Config::locate(cli.config.as_deref());
     let config = Config::load(&path)?;
     let cx = Context {
         config,
         json: cli.json,
     };
-    match cli.command {
+    match command {
+        // Dispatched above, before any configuration is read; kept for exhaustiveness.
+        Command::Demo(args) => crate::demo::run(cx.json, args).await,
         Command::Init(args) => init::run(&cx, args).await,
         Command::Secret(command) => secret::run(&cx, command).await,
         Command::Egress(command) => egress::run(&cx, command).await,

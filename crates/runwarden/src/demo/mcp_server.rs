@@ -107,9 +107,7 @@ async fn mcp(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
     let method = message["method"].as_str().unwrap_or_default();
     if method.starts_with("notifications/") {
         if method == "notifications/cancelled" {
-            (shared.sink)(ServerEvent::CancelledNotice {
-                at: Instant::now(),
-            });
+            (shared.sink)(ServerEvent::CancelledNotice { at: Instant::now() });
         }
         return StatusCode::ACCEPTED.into_response();
     }
@@ -129,7 +127,11 @@ async fn mcp(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
         Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
         Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
     };
-    ([(header::CONTENT_TYPE, "application/json")], reply.to_string()).into_response()
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        reply.to_string(),
+    )
+        .into_response()
 }
 
 /// One `tools/call`: the result, or a tool error the model reads (never a panic).

@@ -71,6 +71,9 @@ impl VaultStore for CountingStore {
     async fn audit_tip(&self) -> Result<Option<AuditTip>, StoreError> {
         self.inner.audit_tip().await
     }
+    async fn audit_counts(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.inner.audit_counts().await
+    }
 }
 
 /// Answers from a fixed table; a name may get a different answer on later lookups

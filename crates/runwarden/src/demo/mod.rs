@@ -1,0 +1,561 @@
+//! `runwarden demo`: a self-contained tour. A throwaway installation, a local MCP server
+//! with a slow non-idempotent tool, the scripted model; a run is cancelled while that
+//! tool's call is on the wire, and the timeline shows how fast the transfer was torn down,
+//! the run's status, its write fence and the audit rows.
+
+mod mcp_server;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use runwarden_mcp::{
+    CatalogueStore, McpClient, Reply, Request, SchemaStatus, SystemClock, build_catalogue,
+};
+use runwarden_models::Scripted;
+use runwarden_runtime::{
+    AgentSpec, CancelAnswer, CancelHub, Executor, ExecutorConfig, Observer, Outcome, RunEvent,
+    RunStore, bind_tools, clamp_rounds,
+};
+use runwarden_store_sqlite::SqliteStore;
+use runwarden_vault::store::AuditFilter;
+use runwarden_vault::{AuditRow, EgressClient, Vault, VerifyReport};
+use serde_json::{Value, json};
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+
+use self::mcp_server::{SLOW_CALL, SLOW_TOOL, ServerEvent};
+use crate::cli::init::create_installation;
+use crate::cli::run::event_line;
+use crate::config::{Config, ProviderConfig};
+use crate::output;
+
+/// The MCP server's name in the demo's configuration.
+const SERVER: &str = "helpdesk";
+/// The agent's name in the demo's configuration.
+const AGENT: &str = "helpdesk";
+const PROMPT: &str = "Ada (ada@example.com) says the printer on floor 3 is jammed: file a ticket.";
+
+/// The scripted model's plan: look the user up, open a ticket, answer.
+const PLAN: &str = r#"[
+  {"tool_calls": [{"name": "helpdesk__lookup_user", "arguments": {"email": "ada@example.com"}}]},
+  {"tool_calls": [{"name": "helpdesk__create_ticket", "arguments": {"user": "ada@example.com", "title": "Printer on floor 3 is jammed"}}]},
+  {"text": "Ticket filed for Ada."}
+]
+"#;
+
+/// How long the reader gets to see the call hang before the operator cancels it.
+const BEAT: Duration = Duration::from_millis(300);
+/// The whole tour ends well within this, or something is wrong.
+const TOUR_BOUND: Duration = Duration::from_secs(15);
+/// After the run ended, how long to wait for the server to report the closed transfer.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {
+    /// Keep the temporary installation and print its path.
+    #[arg(long)]
+    keep: bool,
+}
+
+/// Something the tour saw, as it happened.
+enum Seen {
+    Step(RunEvent, Instant),
+    Server(ServerEvent),
+    CancelIssued(Instant),
+    CancelReturned(Instant, Result<CancelAnswer, String>),
+}
+
+/// One line of the timeline.
+struct Entry {
+    at: Instant,
+    source: &'static str,
+    kind: String,
+    text: String,
+    /// Left out of the human timeline (the fast tool's server side); JSON keeps it.
+    quiet: bool,
+}
+
+/// The config the demo writes: loopback allowed, the helpdesk server, the scripted agent.
+fn config_text(url: &str) -> String {
+    format!(
+        r#"# Written by `runwarden demo`: a throwaway installation.
+data_dir = "data"
+
+[egress]
+allow = ["127.0.0.1"]
+
+[mcp.servers.{SERVER}]
+url = "{url}"
+# create_ticket takes 30 s to answer: give the call room, the demo cancels it anyway.
+timeout_seconds = 60
+# Every other tool keeps the default effect, non_idempotent_write (SPEC M10).
+[mcp.servers.{SERVER}.tools.lookup_user]
+effect = "read_only"
+
+[agents.{AGENT}]
+provider = "scripted"
+script = "plan.json"
+tools = ["{SERVER}__*"]
+max_rounds = 5
+"#
+    )
+}
+
+/// Everything the tour's run needs, in the temporary installation.
+struct Installation {
+    config: Config,
+    vault: Arc<Vault>,
+    store: Arc<SqliteStore>,
+    egress: Arc<EgressClient>,
+}
+
+/// Writes the config and the plan, then creates what `init` creates.
+async fn install(dir: &Path, url: &str) -> anyhow::Result<Installation> {
+    let path = dir.join("runwarden.toml");
+    std::fs::write(&path, config_text(url))
+        .with_context(|| format!("while writing {}", path.display()))?;
+    std::fs::write(dir.join("plan.json"), PLAN).context("while writing the plan")?;
+    let mut config = Config::load(&path)?;
+    // The tour must never touch an operator's installation: undo any RUNWARDEN_*
+    // override of where data lives and what egress allows.
+    config.data_dir = dir.join("data");
+    config.sqlite_path = config.data_dir.join("runwarden.db");
+    config.master_key_file = config.data_dir.join("master.key");
+    config.egress_allow = vec!["127.0.0.1".into()];
+    // The vault comes straight from the new key, never from $RUNWARDEN_MASTER_KEY.
+    let vault = Arc::new(create_installation(&config).await?);
+    let store = Arc::new(SqliteStore::open_existing(&config.sqlite_path)?);
+    let egress = Arc::new(EgressClient::new(vault.clone(), config.egress()?));
+    Ok(Installation {
+        config,
+        vault,
+        store,
+        egress,
+    })
+}
+
+/// `runwarden mcp import helpdesk`, in process: the catalogue with the operator's effects.
+async fn import(at: &Installation) -> anyhow::Result<Vec<(String, &'static str)>> {
+    let server = at.config.mcp_server(SERVER)?;
+    let client = McpClient::new(server.clone(), at.egress.clone())
+        .with_actor("demo")
+        .with_health(at.store.clone());
+    let tools = match client.send_request(Request::ListTools, None).await {
+        Ok(Reply::Tools(tools)) => tools,
+        Ok(_) => bail!("server {SERVER} answered tools/list with something else"),
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("while importing the catalogue of server {SERVER}"));
+        }
+    };
+    let entries = build_catalogue(server, &tools, chrono::Utc::now().timestamp_millis());
+    at.store
+        .catalogue_replace(SERVER, entries.clone())
+        .await
+        .with_context(|| format!("while storing the catalogue of server {SERVER}"))?;
+    Ok(entries
+        .iter()
+        .filter(|e| matches!(e.schema, SchemaStatus::Usable(_)))
+        .map(|e| (e.local_name.clone(), e.effect.as_str()))
+        .collect())
+}
+
+/// The agent as `runwarden run --agent helpdesk` would build it.
+async fn agent(at: &Installation) -> anyhow::Result<AgentSpec> {
+    let config = at.config.agent(AGENT)?;
+    let ProviderConfig::Scripted { script } = &config.provider else {
+        bail!("the demo's agent is not scripted");
+    };
+    let provider = Scripted::from_file(script).context("while loading the demo's plan")?;
+    let clients: HashMap<String, Arc<McpClient>> = at
+        .config
+        .mcp_servers
+        .values()
+        .map(|server| {
+            let client = McpClient::new(server.clone(), at.egress.clone())
+                .with_actor("run")
+                .with_health(at.store.clone());
+            (server.name.clone(), Arc::new(client))
+        })
+        .collect();
+    let catalogue = at.store.catalogue_list(None).await?;
+    let tools = bind_tools(&config.tools, &catalogue, |server| {
+        clients.get(server).cloned()
+    })
+    .map_err(anyhow::Error::msg)
+    .context("while binding the demo agent's tools")?;
+    Ok(AgentSpec {
+        name: AGENT.to_string(),
+        system: config.system.clone(),
+        max_rounds: clamp_rounds(config.max_rounds),
+        provider: Arc::new(provider),
+        tools,
+    })
+}
+
+fn millis(from: Instant, to: Instant) -> f64 {
+    // Tenths of a millisecond: a cancel on this machine takes about one.
+    (to.saturating_duration_since(from).as_secs_f64() * 10_000.0).round() / 10.0
+}
+
+/// What the run's audit rows say, compactly.
+fn audit_view(row: &AuditRow) -> Value {
+    let e = &row.event;
+    json!({
+        "id": row.id, "action": e.action, "success": e.success, "method": e.method,
+        "host": e.host, "path": e.path, "status": e.status, "duration_ms": e.duration_ms,
+        "actor": e.actor,
+    })
+}
+
+/// The whole tour; the temporary directory lives as long as this call.
+pub(crate) async fn run(json: bool, args: DemoArgs) -> anyhow::Result<ExitCode> {
+    let dir = tempfile::Builder::new()
+        .prefix("runwarden-demo-")
+        .tempdir()
+        .context("while creating a temporary directory for the demo")?;
+    let code = tour(json, dir.path(), args.keep).await;
+    if args.keep {
+        let kept = dir.keep();
+        if !json {
+            output::line(format!(
+                "kept {} (try: runwarden --config {}/runwarden.toml audit list)",
+                kept.display(),
+                kept.display()
+            ));
+        }
+    }
+    code
+}
+
+async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
+    let (seen, mut inbox) = unbounded_channel::<Seen>();
+    let to_inbox = seen.clone();
+    let server = mcp_server::start(
+        SLOW_CALL,
+        Arc::new(move |event| {
+            let _ = to_inbox.send(Seen::Server(event));
+        }),
+    )
+    .await?;
+    let at = install(dir, &server.url).await?;
+    let imported = import(&at).await?;
+    let agent = agent(&at).await?;
+    let executor = Arc::new(Executor::new(
+        at.store.clone(),
+        Arc::new(CancelHub::new()),
+        Arc::new(SystemClock::default()),
+        ExecutorConfig::new("demo"),
+    ));
+    let start = Instant::now();
+    let run = executor
+        .create_sync(&agent.name, PROMPT)
+        .await
+        .context("while creating the demo run")?;
+    if !json {
+        let tools: Vec<String> = imported
+            .iter()
+            .map(|(name, effect)| {
+                if name.ends_with(SLOW_TOOL) {
+                    format!("{name} ({effect}, answers in {} s)", SLOW_CALL.as_secs())
+                } else {
+                    format!("{name} ({effect})")
+                }
+            })
+            .collect();
+        output::line(format!(
+            "runwarden demo: a throwaway installation and an MCP server at {}\n\
+             tools: {}\n\
+             run {} of a scripted agent: look Ada up, then file a ticket\n\n\
+             {:>8}  what happened",
+            server.url,
+            tools.join(", "),
+            run.id,
+            "ms"
+        ));
+    }
+    let steps = seen.clone();
+    let observer: Observer = Arc::new(move |event: &RunEvent| {
+        let _ = steps.send(Seen::Step(event.clone(), Instant::now()));
+    });
+    let mut execution = {
+        let (executor, run) = (executor.clone(), run.clone());
+        tokio::spawn(async move { executor.execute(&run, &agent, PROMPT, Some(observer)).await })
+    };
+
+    let mut timeline: Vec<Entry> = Vec::new();
+    let mut outcome: Option<Outcome> = None;
+    let mut run_ended: Option<Instant> = None;
+    let mut cancel_issued: Option<Instant> = None;
+    let mut cancel_returned: Option<Instant> = None;
+    let mut closed: Option<Instant> = None;
+    let mut problems: Vec<String> = Vec::new();
+    let bound = tokio::time::sleep(TOUR_BOUND);
+    tokio::pin!(bound);
+    loop {
+        // Once the run has ended its observer has sent every step: drain them, then stop
+        // when the server has reported the close (or it is clearly not coming).
+        if let Some(ended) = run_ended
+            && (closed.is_some() || ended.elapsed() >= CLOSE_GRACE)
+            && inbox.is_empty()
+        {
+            break;
+        }
+        let next = tokio::select! {
+            Some(next) = inbox.recv() => next,
+            result = &mut execution, if outcome.is_none() => {
+                outcome = Some(result.unwrap_or(Outcome::Failed));
+                run_ended = Some(Instant::now());
+                continue;
+            }
+            () = tokio::time::sleep(CLOSE_GRACE), if run_ended.is_some() => continue,
+            () = &mut bound => {
+                problems.push(format!("the tour did not end within {} s", TOUR_BOUND.as_secs()));
+                execution.abort();
+                break;
+            }
+        };
+        let entry = match next {
+            Seen::Step(event, at) => Entry {
+                at,
+                source: "run",
+                kind: event.kind.clone(),
+                text: event_line(&event),
+                quiet: false,
+            },
+            Seen::Server(ServerEvent::CallArrived { tool, at }) => {
+                if tool == SLOW_TOOL && cancel_issued.is_none() {
+                    cancel_after_a_beat(executor.clone(), run.id.clone(), seen.clone());
+                }
+                let text = if tool == SLOW_TOOL {
+                    format!(
+                        "server: tools/call {tool} arrived; it would answer in {} s",
+                        SLOW_CALL.as_secs()
+                    )
+                } else {
+                    format!("server: tools/call {tool} arrived")
+                };
+                Entry {
+                    at,
+                    source: "server",
+                    kind: "call_arrived".into(),
+                    text,
+                    quiet: tool != SLOW_TOOL,
+                }
+            }
+            Seen::Server(ServerEvent::CallAnswered { tool, at }) => Entry {
+                at,
+                source: "server",
+                kind: "call_answered".into(),
+                text: format!("server: answered {tool}"),
+                quiet: tool != SLOW_TOOL,
+            },
+            Seen::Server(ServerEvent::CallClosed { tool, at }) => {
+                closed.get_or_insert(at);
+                let after = cancel_issued
+                    .map(|c| format!(" (+{:.1} ms after the cancel)", millis(c, at)))
+                    .unwrap_or_default();
+                Entry {
+                    at,
+                    source: "server",
+                    kind: "transfer_torn_down".into(),
+                    text: format!(
+                        "server: the {tool} transfer was torn down before its answer{after}"
+                    ),
+                    quiet: false,
+                }
+            }
+            Seen::Server(ServerEvent::CancelledNotice { at }) => Entry {
+                at,
+                source: "server",
+                kind: "cancelled_notice".into(),
+                text: "server: notifications/cancelled received (best-effort, never retried)"
+                    .into(),
+                quiet: false,
+            },
+            Seen::CancelIssued(at) => {
+                cancel_issued = Some(at);
+                Entry {
+                    at,
+                    source: "operator",
+                    kind: "cancel_issued".into(),
+                    text: "operator: cancel issued (executor.cancel, the operator's path)".into(),
+                    quiet: false,
+                }
+            }
+            Seen::CancelReturned(at, answer) => {
+                cancel_returned = Some(at);
+                let text = match answer {
+                    Ok(CancelAnswer::Cancelled { previous }) => {
+                        format!(
+                            "operator: cancel returned (the run was {})",
+                            previous.as_str()
+                        )
+                    }
+                    Ok(CancelAnswer::AlreadyTerminal(state)) => {
+                        problems.push(format!(
+                            "the cancel was refused: the run was already {}",
+                            state.as_str()
+                        ));
+                        format!(
+                            "operator: cancel refused (the run was already {})",
+                            state.as_str()
+                        )
+                    }
+                    Ok(CancelAnswer::NotFound) => {
+                        problems.push("the cancel found no run".into());
+                        "operator: cancel found no run".into()
+                    }
+                    Err(error) => {
+                        problems.push(format!("the cancel failed: {error}"));
+                        format!("operator: cancel failed: {error}")
+                    }
+                };
+                Entry {
+                    at,
+                    source: "operator",
+                    kind: "cancel_returned".into(),
+                    text,
+                    quiet: false,
+                }
+            }
+        };
+        if !json && !entry.quiet {
+            output::line(format!("{:>8.1}  {}", millis(start, entry.at), entry.text));
+        }
+        timeline.push(entry);
+    }
+    drop(server);
+
+    let row = at
+        .store
+        .run_get(&run.id)
+        .await?
+        .context("the demo run vanished from the store")?;
+    let rows = at
+        .vault
+        .audit_list(AuditFilter {
+            action: None,
+            correlation: Some(run.id.clone()),
+            after_id: None,
+            newest_first: false,
+            limit: 0,
+        })
+        .await?;
+    let verify = at.vault.audit_verify().await?;
+
+    let status = row.status.as_str();
+    let cancel_to_close = cancel_issued.zip(closed).map(|(c, t)| millis(c, t));
+    if cancel_issued.is_none() {
+        problems.push(format!(
+            "the {SLOW_TOOL} call never reached the server, so nothing was cancelled on the wire"
+        ));
+    } else if cancel_to_close.is_none() {
+        problems.push(format!(
+            "the server did not see the {SLOW_TOOL} transfer torn down"
+        ));
+    }
+    if status != "cancelled" {
+        problems.push(format!("the run ended {status}, not cancelled"));
+    }
+    if row.pending_effect.as_deref() != Some("non_idempotent_write") {
+        problems.push("the run carries no non_idempotent_write fence".into());
+    }
+    if !rows.iter().any(|r| r.event.action == "http_call_cancelled") {
+        problems.push("no http_call_cancelled row was audited".into());
+    }
+    if !verify.intact {
+        problems.push("the audit chain does not verify".into());
+    }
+
+    if json {
+        let events: Vec<Value> = timeline
+            .iter()
+            .map(|e| json!({ "ms": millis(start, e.at), "source": e.source, "kind": e.kind, "text": e.text }))
+            .collect();
+        let report = json!({
+            "ok": problems.is_empty(),
+            "problems": problems,
+            "run_id": run.id,
+            "mcp_server": SERVER,
+            "data_dir": dir.display().to_string(),
+            "kept": keep,
+            "events": events,
+            "cancel_issued_ms": cancel_issued.map(|c| millis(start, c)),
+            "cancel_returned_ms": cancel_returned.map(|c| millis(start, c)),
+            "transfer_closed_ms": closed.map(|c| millis(start, c)),
+            "cancel_to_close_ms": cancel_to_close,
+            "outcome": outcome.map(Outcome::as_str),
+            "status": status,
+            "termination_reason": row.termination_reason,
+            "pending_effect": row.pending_effect,
+            "audit": rows.iter().map(audit_view).collect::<Vec<_>>(),
+            "audit_verify": verify,
+        });
+        output::line(report);
+    } else {
+        summary(status, row.pending_effect.as_deref(), &rows, &verify);
+        if !problems.is_empty() {
+            eprintln!(
+                "error: the demo did not show what it should: {}",
+                problems.join("; ")
+            );
+        }
+    }
+    Ok(if problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The operator's cancel, issued once the call is on the wire.
+fn cancel_after_a_beat(executor: Arc<Executor>, run_id: String, seen: UnboundedSender<Seen>) {
+    tokio::spawn(async move {
+        // Presentation, not synchronisation: the server has already told us the call is
+        // on the wire; the pause only lets the reader see it hang.
+        tokio::time::sleep(BEAT).await;
+        let _ = seen.send(Seen::CancelIssued(Instant::now()));
+        let answer = executor.cancel(&run_id).await.map_err(|e| e.to_string());
+        let _ = seen.send(Seen::CancelReturned(Instant::now(), answer));
+    });
+}
+
+/// The lines after the timeline: status, fence, audit rows, chain.
+fn summary(status: &str, fence: Option<&str>, rows: &[AuditRow], verify: &VerifyReport) {
+    output::line(format!("\nstatus    {status}"));
+    match fence {
+        Some(effect) => output::line(format!(
+            "fence     pending_effect: {effect}: the ticket may or may not have been created; the call is never retried"
+        )),
+        None => output::line("fence     none"),
+    }
+    for (i, row) in rows.iter().enumerate() {
+        let e = &row.event;
+        output::line(format!(
+            "{:<10}{:<21}{} {}{} {} {} ms",
+            if i == 0 { "audit" } else { "" },
+            e.action,
+            e.method,
+            e.host,
+            e.path,
+            if e.status == 0 {
+                "-".to_string()
+            } else {
+                e.status.to_string()
+            },
+            e.duration_ms
+        ));
+    }
+    output::line(match (&verify.first_bad_row, &verify.problem) {
+        (Some(row), Some(problem)) => format!("verify    BROKEN at row {row}: {problem}"),
+        _ => format!(
+            "verify    intact: {} rows, chain and tip anchor verified",
+            verify.rows_verified
+        ),
+    });
+}

@@ -1,0 +1,132 @@
+//! API tokens with roles (O2): random, shown once, stored only as a SHA-256 hash.
+
+use std::fmt;
+
+use base64::Engine;
+use chacha20poly1305::aead::OsRng;
+use chacha20poly1305::aead::rand_core::RngCore;
+use sha2::{Digest, Sha256};
+use zeroize::Zeroizing;
+
+use crate::store::{StoreError, TokenStore};
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// May start and cancel runs, and read everything a viewer reads.
+    Operator,
+    /// May read runs, events, servers and the audit log.
+    Viewer,
+}
+
+impl Role {
+    /// The stable name used in storage and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Operator => "operator",
+            Self::Viewer => "viewer",
+        }
+    }
+
+    /// Parses a stored or typed name.
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Operator, Self::Viewer]
+            .into_iter()
+            .find(|r| r.as_str() == text)
+    }
+
+    /// True when this role includes `needed`.
+    pub fn allows(self, needed: Role) -> bool {
+        self == Self::Operator || needed == Self::Viewer
+    }
+}
+
+/// A token's record: who it is for and what it may do. Never its value or hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiToken {
+    /// A short public id (the first characters of the hash).
+    pub id: String,
+    /// A name for people ("ci", "alice").
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
+    /// When it was created, Unix milliseconds UTC.
+    pub created_ms: i64,
+}
+
+/// A token's value, shown once. Zeroized on drop; `Debug` prints `[redacted]`.
+pub struct TokenValue(Zeroizing<String>);
+
+impl TokenValue {
+    /// The value, to print once or to send as a bearer token.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for TokenValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TokenValue([redacted])")
+    }
+}
+
+/// The prefix of every token, so a leaked one is recognisable in a scan.
+pub const TOKEN_PREFIX: &str = "rwt_";
+
+/// The SHA-256 of a presented token. Tokens carry 256 random bits, so a plain hash is
+/// enough to make the stored form useless to a reader of the database.
+pub fn token_hash(presented: &str) -> [u8; 32] {
+    Sha256::digest(presented.as_bytes()).into()
+}
+
+/// Creates and stores a token; its value is returned once and never stored.
+pub async fn token_create(
+    store: &dyn TokenStore,
+    name: &str,
+    role: Role,
+    now_ms: i64,
+) -> Result<(TokenValue, ApiToken), StoreError> {
+    let mut bytes = Zeroizing::new([0u8; 32]);
+    OsRng.fill_bytes(bytes.as_mut());
+    let value = Zeroizing::new(format!(
+        "{TOKEN_PREFIX}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes.as_ref())
+    ));
+    let hash = token_hash(&value);
+    let record = ApiToken {
+        id: hex::encode(&hash[..6]),
+        name: name.to_string(),
+        role,
+        created_ms: now_ms,
+    };
+    store.token_insert(record.clone(), hash).await?;
+    Ok((TokenValue(value), record))
+}
+
+/// The token a request presented, if it is a live one.
+pub async fn token_verify(
+    store: &dyn TokenStore,
+    presented: &str,
+) -> Result<Option<ApiToken>, StoreError> {
+    if !presented.starts_with(TOKEN_PREFIX) || presented.len() > 200 {
+        return Ok(None);
+    }
+    store.token_find(token_hash(presented)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_operator_may_do_what_a_viewer_may_and_not_the_reverse() {
+        assert!(Role::Operator.allows(Role::Viewer) && Role::Operator.allows(Role::Operator));
+        assert!(Role::Viewer.allows(Role::Viewer) && !Role::Viewer.allows(Role::Operator));
+    }
+
+    #[test]
+    fn a_token_value_never_prints() {
+        let value = TokenValue(Zeroizing::new("rwt_secret".into()));
+        assert_eq!(format!("{value:?}"), "TokenValue([redacted])");
+    }
+}

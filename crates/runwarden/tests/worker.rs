@@ -732,7 +732,11 @@ async fn sigterm_drains_and_a_second_sigterm_exits_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_run_cancelled_before_any_worker_is_never_claimed() {
-    let Install { sandbox, calls, .. } = install(&[]).await;
+    let Install {
+        sandbox,
+        calls,
+        server: _server,
+    } = install(&[]).await;
     let id = enqueue(&sandbox, "quick", "never mind").await;
     let out = runwarden(&sandbox, &["--json", "cancel", &id]).await.ok();
     assert_eq!(out.json()["cancelled"], true, "{out:#?}");

@@ -8,12 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use runwarden_mcp::{McpClient, ServerConfig, ToolCallRequest};
-use runwarden_store_sqlite::SqliteStore;
-use runwarden_testkit::{Reply, TestServer};
-use runwarden_vault::{
-    Algorithm, CancelFlag, EgressClient, EgressConfig, EgressPolicy, MasterKey, Vault,
-};
-use serde_json::{Value, json};
+use runwarden_testkit::{LoopbackVault, TestServer, loopback_vault, mcp_handler, tool};
+use runwarden_vault::CancelFlag;
+use serde_json::json;
 
 const ITERATIONS: usize = 2_000;
 const CONCURRENT: usize = 64;
@@ -21,30 +18,6 @@ const CONCURRENT_CALLS: usize = 4_000;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-/// A minimal MCP server: answers initialize, accepts notifications, echoes tools/call.
-fn mcp_reply(request: &runwarden_testkit::HttpRequest) -> Reply {
-    let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
-    let method = body["method"].as_str().unwrap_or_default();
-    if method.starts_with("notifications/") {
-        return Reply::Respond {
-            status: 202,
-            headers: vec![],
-            body: vec![],
-        };
-    }
-    let result = match method {
-        "initialize" => {
-            json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "bench", "version": "1"}})
-        }
-        _ => json!({"content": [{"type": "text", "text": "ok"}]}),
-    };
-    Reply::typed(
-        200,
-        "application/json",
-        json!({"jsonrpc": "2.0", "id": body["id"], "result": result}).to_string(),
-    )
 }
 
 struct Row {
@@ -65,20 +38,9 @@ fn summarise(name: &'static str, mut samples: Vec<Duration>) -> Row {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let json_output = std::env::args().any(|a| a == "--json");
-    let server = TestServer::start(mcp_reply).await;
+    let server = TestServer::start(mcp_handler(vec![tool("echo")], &[])).await;
     let url = server.url("/mcp");
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("bench.db")).unwrap();
-    let vault = Arc::new(
-        Vault::open(Arc::new(store), MasterKey::generate(), Algorithm::default())
-            .await
-            .unwrap(),
-    );
-    let config = EgressConfig {
-        policy: EgressPolicy::new(&["127.0.0.1"]).unwrap(),
-        ..EgressConfig::default()
-    };
-    let egress = Arc::new(EgressClient::new(vault, config));
+    let LoopbackVault { egress, .. } = loopback_vault().await;
     let client = Arc::new(McpClient::new(
         ServerConfig::new("bench", url.clone()),
         egress,

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use runwarden_mcp::{Clock, ToolCallRequest as McpCall, ToolOutcome};
 use runwarden_models::{Message, ModelRequest, ToolCallRequest};
@@ -55,6 +55,11 @@ impl ExecutorConfig {
 /// Sees every event right after it was stored (the CLI prints them as they happen).
 pub type Observer = Arc<dyn Fn(&RunEvent) + Send + Sync>;
 
+/// Sees how long a cancelled call took to come back after the [`CancelHub`] woke it: from
+/// the wake-up of a cancel issued in this process to the call returning cancelled (the
+/// API server feeds its cancel-latency histogram with it).
+pub type CancelLatencyObserver = Arc<dyn Fn(Duration) + Send + Sync>;
+
 /// Runs agents. One per process; cheap to share.
 pub struct Executor {
     store: Arc<dyn RunStore>,
@@ -63,6 +68,7 @@ pub struct Executor {
     hub: Arc<CancelHub>,
     clock: Arc<dyn Clock>,
     config: ExecutorConfig,
+    cancel_latency: Option<CancelLatencyObserver>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -132,6 +138,7 @@ impl Executor {
             hub,
             clock,
             config,
+            cancel_latency: None,
         }
     }
 
@@ -149,6 +156,26 @@ impl Executor {
             hub,
             clock,
             config,
+            cancel_latency: None,
+        }
+    }
+
+    /// Reports the latency of every in-process cancel that stopped a call in flight.
+    pub fn with_cancel_latency(mut self, observer: CancelLatencyObserver) -> Self {
+        self.cancel_latency = Some(observer);
+        self
+    }
+
+    /// A call of the run came back cancelled at `returned`: when the run was cancelled
+    /// and the hub woke it, report the time from the wake-up to the return.
+    fn observe_cancel(&self, segment: &Segment<'_>, returned: Instant, outcome: Outcome) {
+        if outcome != Outcome::Cancelled {
+            return; // a lost lease also wakes the signal; it is not a cancel
+        }
+        if let (Some(observer), Some(woken)) =
+            (&self.cancel_latency, self.hub.woken_at(&segment.run.id))
+        {
+            observer(returned.saturating_duration_since(woken));
         }
     }
 
@@ -528,14 +555,18 @@ impl Executor {
                 correlation: Some(segment.run.correlation.clone()),
             };
             let signal = self.signal(segment);
-            let turn = match agent.provider.complete(&request, Some(&signal)).await {
+            let completed = agent.provider.complete(&request, Some(&signal)).await;
+            let returned = Instant::now();
+            let turn = match completed {
                 Ok(turn) => turn,
                 Err(error) if error.is_cancelled() => {
+                    let stop = self.must_stop(segment).unwrap_or(Outcome::Cancelled);
+                    self.observe_cancel(segment, returned, stop);
                     let payload = json!({ "round": round, "error": error.to_string() });
                     let _ = self
                         .record_soft(segment, "model_cancelled", payload, Some(round))
                         .await;
-                    return self.must_stop(segment).unwrap_or(Outcome::Cancelled);
+                    return stop;
                 }
                 Err(error) => {
                     let payload = json!({ "round": round, "error": error.to_string(), "retryable": error.is_retryable() });
@@ -638,6 +669,7 @@ impl Executor {
             correlation: Some(segment.run.correlation.clone()),
         };
         let outcome = tool.client.call_tool(mcp_call, Some(&signal)).await;
+        let returned = Instant::now();
         let result = outcome.result;
         let label = match result.outcome {
             ToolOutcome::Succeeded => "succeeded",
@@ -675,7 +707,9 @@ impl Executor {
         }
         if result.outcome == ToolOutcome::Cancelled {
             // M12: the model would read this, but the run itself is what was cancelled.
-            return Err(self.must_stop(segment).unwrap_or(Outcome::Cancelled));
+            let stop = self.must_stop(segment).unwrap_or(Outcome::Cancelled);
+            self.observe_cancel(segment, returned, stop);
+            return Err(stop);
         }
         let is_error = !result.is_success();
         Ok(answer(result.text, is_error))

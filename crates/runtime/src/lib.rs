@@ -31,7 +31,8 @@ pub use agent::{
     pattern_matches,
 };
 pub use executor::{
-    DEFAULT_HEARTBEAT, DEFAULT_LEASE, Executor, ExecutorConfig, Observer, SegmentOptions,
+    CancelLatencyObserver, DEFAULT_HEARTBEAT, DEFAULT_LEASE, Executor, ExecutorConfig, Observer,
+    SegmentOptions,
 };
 pub use queue::{DeadLetter, QueueStore, RequeueAnswer};
 pub use retry::RetryPolicy;

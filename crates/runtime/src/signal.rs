@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use runwarden_mcp::Clock;
 use runwarden_vault::{CancellationSignal, WakeFuture};
@@ -42,6 +42,9 @@ pub struct CancelHub {
 struct RunWake {
     notify: Notify,
     generation: AtomicU64,
+    /// When the last wake-up was issued, so the executor can measure how long a woken
+    /// call took to come back (the API's cancel-latency histogram).
+    woken_at: Mutex<Option<Instant>>,
 }
 
 impl CancelHub {
@@ -71,9 +74,22 @@ impl CancelHub {
             .get(run_id)
             .and_then(Weak::upgrade);
         if let Some(wake) = wake {
+            *wake.woken_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
             wake.generation.fetch_add(1, Ordering::SeqCst);
             wake.notify.notify_waiters();
         }
+    }
+
+    /// When the run's signals were last woken, while any of them is alive. Only runs with
+    /// a call in flight in this process have one: a wake with no subscriber is not kept.
+    pub fn woken_at(&self, run_id: &str) -> Option<Instant> {
+        let wake = self
+            .runs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(run_id)
+            .and_then(Weak::upgrade)?;
+        *wake.woken_at.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

@@ -19,7 +19,7 @@ use runwarden_runtime::{
 };
 use runwarden_store_sqlite::SqliteStore;
 use runwarden_vault::store::{AuditFilter, StoreError};
-use runwarden_vault::{Algorithm, EgressClient, EgressConfig, EgressPolicy, MasterKey, Vault};
+use runwarden_vault::{EgressClient, Vault};
 use serde_json::json;
 
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -105,22 +105,12 @@ pub async fn fixture() -> Fixture {
 }
 
 pub async fn fixture_with_clock(clock: Arc<dyn Clock>) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let inner = SqliteStore::open(dir.path().join("runwarden.db")).unwrap();
-    let vault = Arc::new(
-        Vault::open(
-            Arc::new(inner.clone()),
-            MasterKey::generate(),
-            Algorithm::default(),
-        )
-        .await
-        .unwrap(),
-    );
-    let config = EgressConfig {
-        policy: EgressPolicy::new(&["127.0.0.1"]).unwrap(),
-        ..EgressConfig::default()
-    };
-    let egress = Arc::new(EgressClient::new(vault.clone(), config));
+    let runwarden_testkit::LoopbackVault {
+        dir,
+        store: inner,
+        vault,
+        egress,
+    } = runwarden_testkit::loopback_vault().await;
     let store = Arc::new(Instrumented {
         inner,
         probe_reads: AtomicUsize::new(0),

@@ -578,7 +578,12 @@ async fn kill_9_during_a_read_only_call_lets_another_worker_complete_the_run() {
 async fn racing_workers_in_threads_and_processes_claim_every_run_exactly_once() {
     const RUNS: usize = 40;
     let plan = call_then_answer("lookup", "instant");
-    let Install { sandbox, calls, .. } = install(&[("instant".to_string(), plan)]).await;
+    // The server is bound to a name: an unnamed field would be dropped at once.
+    let Install {
+        sandbox,
+        calls,
+        server: _server,
+    } = install(&[("instant".to_string(), plan)]).await;
     let mut ids = BTreeSet::new();
     for n in 0..RUNS {
         ids.insert(enqueue(&sandbox, "instant", &format!("run {n}")).await);
@@ -661,6 +666,12 @@ async fn racing_workers_in_threads_and_processes_claim_every_run_exactly_once() 
                 .count(),
             1,
             "R3: claimed once: {events:#?}"
+        );
+        assert!(
+            events
+                .iter()
+                .any(|e| e["kind"] == "tool_executed" && e["payload"]["outcome"] == "succeeded"),
+            "the tool answered: {events:#?}"
         );
         assert_eq!(status(&sandbox, id).await["attempts"], 1);
     }

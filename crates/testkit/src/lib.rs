@@ -19,7 +19,9 @@
 mod mcp;
 mod peer;
 mod server;
+mod vault;
 
 pub use mcp::{mcp_handler, tool};
 pub use peer::Peer;
 pub use server::{HttpRequest, Reply, Seen, TestServer};
+pub use vault::{LoopbackVault, loopback_vault};

@@ -8,11 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use runwarden_mcp::{ManualClock, McpClient, ServerConfig};
-use runwarden_store_sqlite::SqliteStore;
 use runwarden_vault::store::AuditFilter;
-use runwarden_vault::{
-    Algorithm, AuditRow, EgressClient, EgressConfig, EgressPolicy, MasterKey, Vault,
-};
+use runwarden_vault::{AuditRow, EgressClient, Vault};
 
 /// How long a test waits for an event before failing.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -25,18 +22,9 @@ pub struct Fixture {
 }
 
 pub async fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("runwarden.db")).unwrap();
-    let vault = Arc::new(
-        Vault::open(Arc::new(store), MasterKey::generate(), Algorithm::default())
-            .await
-            .unwrap(),
-    );
-    let config = EgressConfig {
-        policy: EgressPolicy::new(&["127.0.0.1"]).unwrap(),
-        ..EgressConfig::default()
-    };
-    let egress = Arc::new(EgressClient::new(vault.clone(), config));
+    let runwarden_testkit::LoopbackVault {
+        dir, vault, egress, ..
+    } = runwarden_testkit::loopback_vault().await;
     Fixture { dir, vault, egress }
 }
 

@@ -6,13 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use runwarden_models::{Message, ModelRequest, ToolCallRequest, ToolSpec};
-use runwarden_store_sqlite::SqliteStore;
 use runwarden_testkit::{HttpRequest, Reply};
 use runwarden_vault::store::AuditFilter;
-use runwarden_vault::{
-    Algorithm, AuditRow, EgressClient, EgressConfig, EgressPolicy, MasterKey, SecretName,
-    SecretValue, Vault,
-};
+use runwarden_vault::{AuditRow, EgressClient, SecretName, SecretValue, Vault};
 use serde_json::{Value, json};
 
 /// How long a test waits for an event before failing.
@@ -29,18 +25,9 @@ pub struct Fixture {
 }
 
 pub async fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("runwarden.db")).unwrap();
-    let vault = Arc::new(
-        Vault::open(Arc::new(store), MasterKey::generate(), Algorithm::default())
-            .await
-            .unwrap(),
-    );
-    let config = EgressConfig {
-        policy: EgressPolicy::new(&["127.0.0.1"]).unwrap(),
-        ..EgressConfig::default()
-    };
-    let egress = Arc::new(EgressClient::new(vault.clone(), config));
+    let runwarden_testkit::LoopbackVault {
+        dir, vault, egress, ..
+    } = runwarden_testkit::loopback_vault().await;
     Fixture { dir, vault, egress }
 }
 

@@ -78,8 +78,9 @@ async fn client(
     Ok((client, store))
 }
 
+/// One catalogue entry as `mcp list --json` prints it and `GET /v1/mcp/servers` answers.
 #[derive(Serialize)]
-struct ToolView<'a> {
+pub(crate) struct ToolView<'a> {
     local_name: &'a str,
     remote_name: &'a str,
     effect: &'static str,
@@ -151,8 +152,10 @@ async fn import(cx: &Context, name: &str) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// One configured server with its tools and liveness, as `mcp list --json` prints it and
+/// `GET /v1/mcp/servers` answers.
 #[derive(Serialize)]
-struct ServerView<'a> {
+pub(crate) struct ServerView<'a> {
     name: &'a str,
     url: &'a str,
     effect: &'static str,
@@ -185,15 +188,14 @@ fn contact_line(health: Option<&ServerHealth>) -> String {
     }
 }
 
-async fn list(cx: &Context, only: Option<&str>) -> anyhow::Result<ExitCode> {
-    if let Some(name) = only {
-        cx.config.mcp_server(name)?;
-    }
-    let store = cx.store()?;
-    let catalogue = store.catalogue_list(only).await?;
-    let health = store.health_list().await?;
-    let servers: Vec<ServerView<'_>> = cx
-        .config
+/// The configured servers (or only one), each with its imported tools and liveness.
+pub(crate) fn server_views<'a>(
+    config: &'a crate::config::Config,
+    only: Option<&str>,
+    catalogue: &'a [CatalogueEntry],
+    health: &'a [ServerHealth],
+) -> Vec<ServerView<'a>> {
+    config
         .mcp_servers
         .values()
         .filter(|s| only.is_none_or(|name| s.name == name))
@@ -214,7 +216,17 @@ async fn list(cx: &Context, only: Option<&str>) -> anyhow::Result<ExitCode> {
                     .collect(),
             }
         })
-        .collect();
+        .collect()
+}
+
+async fn list(cx: &Context, only: Option<&str>) -> anyhow::Result<ExitCode> {
+    if let Some(name) = only {
+        cx.config.mcp_server(name)?;
+    }
+    let store = cx.store()?;
+    let catalogue = store.catalogue_list(only).await?;
+    let health = store.health_list().await?;
+    let servers = server_views(&cx.config, only, &catalogue, &health);
     output::emit(cx.json, &servers, || {
         if servers.is_empty() {
             return "no MCP servers configured: add [mcp.servers.NAME] with a url to runwarden.toml".into();

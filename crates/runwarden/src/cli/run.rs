@@ -330,12 +330,8 @@ pub(crate) async fn status(cx: &Context, args: RunIdArgs) -> anyhow::Result<Exit
     let Some(run) = store.run_get(&args.run_id).await? else {
         bail!("no run with id {}", args.run_id);
     };
-    let report = json!({
-        "run_id": run.id, "agent": run.agent, "status": run.status.as_str(), "termination_reason": run.termination_reason,
-        "rounds": run.rounds, "attempts": run.requeue_count + 1, "requeue_count": run.requeue_count,
-        "lease_holder": run.claimed_by, "lease_expires": run.lease_expires_ms.map(output::time),
-        "pending_effect": run.pending_effect, "created": output::time(run.created_ms), "updated": output::time(run.updated_ms),
-    });
+    // The same shape `GET /v1/runs/{id}` answers.
+    let report = crate::views::run_json(&run);
     output::emit(cx.json, &report, || {
         let mut text = format!(
             "run {}\n  agent {}\n  status {}",
@@ -372,7 +368,7 @@ pub(crate) async fn status(cx: &Context, args: RunIdArgs) -> anyhow::Result<Exit
 }
 
 /// Event kinds after which a run writes nothing more.
-const FINAL_KINDS: [&str; 3] = ["run_completed", "run_failed", "run_stopped"];
+pub(crate) const FINAL_KINDS: [&str; 3] = ["run_completed", "run_failed", "run_stopped"];
 
 pub(crate) async fn events(cx: &Context, args: EventsArgs) -> anyhow::Result<ExitCode> {
     let store = cx.store()?;

@@ -287,20 +287,17 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
         tokio::spawn(async move { executor.execute(&run, &agent, PROMPT, Some(observer)).await })
     };
 
-    let mut timeline: Vec<Entry> = Vec::new();
+    let mut watch = Watch::default();
     let mut outcome: Option<Outcome> = None;
     let mut run_ended: Option<Instant> = None;
-    let mut cancel_issued: Option<Instant> = None;
-    let mut cancel_returned: Option<Instant> = None;
-    let mut closed: Option<Instant> = None;
-    let mut problems: Vec<String> = Vec::new();
+    let mut cancel_scheduled = false;
     let bound = tokio::time::sleep(TOUR_BOUND);
     tokio::pin!(bound);
     loop {
         // Once the run has ended its observer has sent every step: drain them, then stop
         // when the server has reported the close (or it is clearly not coming).
         if let Some(ended) = run_ended
-            && (closed.is_some() || ended.elapsed() >= CLOSE_GRACE)
+            && (watch.closed.is_some() || ended.elapsed() >= CLOSE_GRACE)
             && inbox.is_empty()
         {
             break;
@@ -314,122 +311,32 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
             }
             () = tokio::time::sleep(CLOSE_GRACE), if run_ended.is_some() => continue,
             () = &mut bound => {
-                problems.push(format!("the tour did not end within {} s", TOUR_BOUND.as_secs()));
+                watch.problems.push(format!("the tour did not end within {} s", TOUR_BOUND.as_secs()));
                 execution.abort();
                 break;
             }
         };
-        let entry = match next {
-            Seen::Step(event, at) => Entry {
-                at,
-                source: "run",
-                kind: event.kind.clone(),
-                text: event_line(&event),
-                quiet: false,
-            },
-            Seen::Server(ServerEvent::CallArrived { tool, at }) => {
-                if tool == SLOW_TOOL && cancel_issued.is_none() {
-                    cancel_after_a_beat(executor.clone(), run.id.clone(), seen.clone());
-                }
-                let text = if tool == SLOW_TOOL {
-                    format!(
-                        "server: tools/call {tool} arrived; it would answer in {} s",
-                        SLOW_CALL.as_secs()
-                    )
-                } else {
-                    format!("server: tools/call {tool} arrived")
-                };
-                Entry {
-                    at,
-                    source: "server",
-                    kind: "call_arrived".into(),
-                    text,
-                    quiet: tool != SLOW_TOOL,
-                }
-            }
-            Seen::Server(ServerEvent::CallAnswered { tool, at }) => Entry {
-                at,
-                source: "server",
-                kind: "call_answered".into(),
-                text: format!("server: answered {tool}"),
-                quiet: tool != SLOW_TOOL,
-            },
-            Seen::Server(ServerEvent::CallClosed { tool, at }) => {
-                closed.get_or_insert(at);
-                let after = cancel_issued
-                    .map(|c| format!(" (+{:.1} ms after the cancel)", millis(c, at)))
-                    .unwrap_or_default();
-                Entry {
-                    at,
-                    source: "server",
-                    kind: "transfer_torn_down".into(),
-                    text: format!(
-                        "server: the {tool} transfer was torn down before its answer{after}"
-                    ),
-                    quiet: false,
-                }
-            }
-            Seen::Server(ServerEvent::CancelledNotice { at }) => Entry {
-                at,
-                source: "server",
-                kind: "cancelled_notice".into(),
-                text: "server: notifications/cancelled received (best-effort, never retried)"
-                    .into(),
-                quiet: false,
-            },
-            Seen::CancelIssued(at) => {
-                cancel_issued = Some(at);
-                Entry {
-                    at,
-                    source: "operator",
-                    kind: "cancel_issued".into(),
-                    text: "operator: cancel issued (executor.cancel, the operator's path)".into(),
-                    quiet: false,
-                }
-            }
-            Seen::CancelReturned(at, answer) => {
-                cancel_returned = Some(at);
-                let text = match answer {
-                    Ok(CancelAnswer::Cancelled { previous }) => {
-                        format!(
-                            "operator: cancel returned (the run was {})",
-                            previous.as_str()
-                        )
-                    }
-                    Ok(CancelAnswer::AlreadyTerminal(state)) => {
-                        problems.push(format!(
-                            "the cancel was refused: the run was already {}",
-                            state.as_str()
-                        ));
-                        format!(
-                            "operator: cancel refused (the run was already {})",
-                            state.as_str()
-                        )
-                    }
-                    Ok(CancelAnswer::NotFound) => {
-                        problems.push("the cancel found no run".into());
-                        "operator: cancel found no run".into()
-                    }
-                    Err(error) => {
-                        problems.push(format!("the cancel failed: {error}"));
-                        format!("operator: cancel failed: {error}")
-                    }
-                };
-                Entry {
-                    at,
-                    source: "operator",
-                    kind: "cancel_returned".into(),
-                    text,
-                    quiet: false,
-                }
-            }
-        };
+        if let Seen::Server(ServerEvent::CallArrived { tool, .. }) = &next
+            && tool == SLOW_TOOL
+            && !cancel_scheduled
+        {
+            cancel_scheduled = true;
+            cancel_after_a_beat(executor.clone(), run.id.clone(), seen.clone());
+        }
+        let entry = watch.entry(next);
         if !json && !entry.quiet {
             output::line(format!("{:>8.1}  {}", millis(start, entry.at), entry.text));
         }
-        timeline.push(entry);
+        watch.timeline.push(entry);
     }
     drop(server);
+    let Watch {
+        timeline,
+        cancel_issued,
+        cancel_returned,
+        closed,
+        mut problems,
+    } = watch;
 
     let row = at
         .store
@@ -511,6 +418,125 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// What the tour has seen so far.
+#[derive(Default)]
+struct Watch {
+    timeline: Vec<Entry>,
+    cancel_issued: Option<Instant>,
+    cancel_returned: Option<Instant>,
+    closed: Option<Instant>,
+    problems: Vec<String>,
+}
+
+impl Watch {
+    /// Notes what was seen and returns it as a line of the timeline.
+    fn entry(&mut self, seen: Seen) -> Entry {
+        match seen {
+            Seen::Step(event, at) => Entry {
+                at,
+                source: "run",
+                kind: event.kind.clone(),
+                text: event_line(&event),
+                quiet: false,
+            },
+            Seen::Server(ServerEvent::CallArrived { tool, at }) => {
+                let text = if tool == SLOW_TOOL {
+                    format!(
+                        "server: tools/call {tool} arrived; it would answer in {} s",
+                        SLOW_CALL.as_secs()
+                    )
+                } else {
+                    format!("server: tools/call {tool} arrived")
+                };
+                Entry {
+                    at,
+                    source: "server",
+                    kind: "call_arrived".into(),
+                    text,
+                    quiet: tool != SLOW_TOOL,
+                }
+            }
+            Seen::Server(ServerEvent::CallAnswered { tool, at }) => Entry {
+                at,
+                source: "server",
+                kind: "call_answered".into(),
+                text: format!("server: answered {tool}"),
+                quiet: tool != SLOW_TOOL,
+            },
+            Seen::Server(ServerEvent::CallClosed { tool, at }) => {
+                self.closed.get_or_insert(at);
+                let after = self
+                    .cancel_issued
+                    .map(|c| format!(" (+{:.1} ms after the cancel)", millis(c, at)))
+                    .unwrap_or_default();
+                Entry {
+                    at,
+                    source: "server",
+                    kind: "transfer_torn_down".into(),
+                    text: format!(
+                        "server: the {tool} transfer was torn down before its answer{after}"
+                    ),
+                    quiet: false,
+                }
+            }
+            Seen::Server(ServerEvent::CancelledNotice { at }) => Entry {
+                at,
+                source: "server",
+                kind: "cancelled_notice".into(),
+                text: "server: notifications/cancelled received (best-effort, never retried)"
+                    .into(),
+                quiet: false,
+            },
+            Seen::CancelIssued(at) => {
+                self.cancel_issued = Some(at);
+                Entry {
+                    at,
+                    source: "operator",
+                    kind: "cancel_issued".into(),
+                    text: "operator: cancel issued (executor.cancel, the operator's path)".into(),
+                    quiet: false,
+                }
+            }
+            Seen::CancelReturned(at, answer) => {
+                self.cancel_returned = Some(at);
+                let text = match answer {
+                    Ok(CancelAnswer::Cancelled { previous }) => {
+                        format!(
+                            "operator: cancel returned (the run was {})",
+                            previous.as_str()
+                        )
+                    }
+                    Ok(CancelAnswer::AlreadyTerminal(state)) => {
+                        self.problems.push(format!(
+                            "the cancel was refused: the run was already {}",
+                            state.as_str()
+                        ));
+                        format!(
+                            "operator: cancel refused (the run was already {})",
+                            state.as_str()
+                        )
+                    }
+                    Ok(CancelAnswer::NotFound) => {
+                        self.problems.push("the cancel found no run".into());
+                        "operator: cancel found no run".into()
+                    }
+                    Err(error) => {
+                        self.problems.push(format!("the cancel failed: {error}"));
+                        format!("operator: cancel failed: {error}")
+                    }
+                };
+                Entry {
+                    at,
+                    source: "operator",
+                    kind: "cancel_returned".into(),
+                    text,
+                    quiet: false,
+                }
+            }
+        }
+    }
 }
 
 /// The operator's cancel, issued once the call is on the wire.

@@ -1,0 +1,535 @@
+//! Measures queued-run throughput of `runwarden worker` processes (1, 4 and 16 slots on one
+//! SQLite file) and the time from `kill -9` of a worker to its run being requeued (read-only
+//! call in flight) or dead-lettered (non-idempotent write in flight); run:
+//! `cargo bench -p runwarden --bench workers [-- --json]`.
+//!
+//! Everything is the real release binary (`CARGO_BIN_EXE_runwarden`, which Cargo sets for
+//! benches as for integration tests) run as child processes in a scratch installation,
+//! against an MCP server from `runwarden-testkit` on 127.0.0.1, on its own one-worker
+//! runtime so the workers' load does not queue its answers.
+//!
+//! Throughput: 200 runs are enqueued (`runwarden enqueue`, one process each; the enqueue
+//! latency is reported too), then the worker processes start together. A scripted agent
+//! (instant) calls an instant read-only MCP tool once and then answers. "runs/s" is 200
+//! divided by the time from spawning the workers to the 200th outcome line (process start
+//! included); "steady runs/s" is 199 over first to last outcome line. Each layout is
+//! measured three times; the table shows the median and the range, and the ratio of the
+//! median to one slot's, measured in the same run.
+//!
+//! Recovery: lease 1 s, heartbeat 0.3 s, reaper every 0.2 s. A victim worker (one slot)
+//! claims a run whose tool call the server holds; a standby worker is up and has completed
+//! a run of its own. The victim gets `kill -9`; a sample is the instant the standby's
+//! reaper logs the recovery of that run minus the instant of the kill. For the read-only
+//! call, the standby then claims and completes the run (reported too). Every trial checks
+//! the end state: read-only completed with 2 attempts; the write failed `FENCED_WRITE` with
+//! its `pending_effect` kept and exactly one `tools/call` on the server.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use runwarden_testkit::{HttpRequest, Reply, TestServer, mcp_handler, tool};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_runwarden");
+/// Runs per throughput measurement.
+const RUNS: usize = 200;
+/// Measurements per worker layout.
+const REPS: usize = 3;
+/// Kill -9 trials per kind of call in flight.
+const TRIALS: usize = 10;
+/// A bound on a step that should take milliseconds; it only fails a hung benchmark.
+const WAIT: Duration = Duration::from_secs(20);
+/// Throughput: leases long enough never to lapse; the heartbeat seldom fires.
+const THROUGHPUT_SETTINGS: &str = "lease_seconds = 30.0\nheartbeat_seconds = 10.0\n";
+/// Recovery: the short lease the figures are quoted for.
+const RECOVERY_SETTINGS: &str =
+    "lease_seconds = 1.0\nheartbeat_seconds = 0.3\nreap_seconds = 0.2\nretry_base_seconds = 0.05\n";
+const LEASE: Duration = Duration::from_secs(1);
+const REAP_EVERY: Duration = Duration::from_millis(200);
+
+/// The MCP server: `lookup` (read-only) answers at once; `create` (a non-idempotent write)
+/// never answers; `search` (read-only) stalls its odd-numbered calls and answers the even
+/// ones, so in sequential trials the victim's call stalls and the standby's is answered.
+struct Server {
+    server: TestServer,
+    runtime: tokio::runtime::Runtime,
+    creates: Arc<AtomicUsize>,
+}
+
+impl Server {
+    fn start() -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime for the server");
+        let creates = Arc::new(AtomicUsize::new(0));
+        let searches = Arc::new(AtomicUsize::new(0));
+        let answer = mcp_handler(vec![tool("create"), tool("search"), tool("lookup")], &[]);
+        let counted = creates.clone();
+        let handler = move |request: &HttpRequest| {
+            let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+            if body["method"] == "tools/call" {
+                match body["params"]["name"].as_str() {
+                    Some("create") => {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        return Reply::Stall;
+                    }
+                    Some("search") if searches.fetch_add(1, Ordering::SeqCst) % 2 == 0 => {
+                        return Reply::Stall;
+                    }
+                    _ => {}
+                }
+            }
+            answer(request)
+        };
+        let server = runtime.block_on(TestServer::start(handler));
+        Self {
+            server,
+            runtime,
+            creates,
+        }
+    }
+
+    /// Waits until the server holds (or answered) a `tools/call` of `tool`.
+    fn until_call(&mut self, tool: &str) {
+        let server = &mut self.server;
+        self.runtime.block_on(async {
+            loop {
+                let request = server.next_request(WAIT).await;
+                let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+                if body["method"] == "tools/call" && body["params"]["name"] == tool {
+                    return;
+                }
+            }
+        });
+    }
+
+    fn forget_requests(&mut self) {
+        self.server.drain_requests();
+    }
+}
+
+/// A scratch installation: `runwarden init`, loopback admitted, the server imported as
+/// `srv`, and the agents `instant` (lookup, then answer), `reader` (search, then answer),
+/// `writer` (create, then answer) and `quick` (answers at once).
+struct Install {
+    dir: tempfile::TempDir,
+}
+
+impl Install {
+    fn new(server: &mut Server, worker_settings: &str) -> Self {
+        let install = Self {
+            dir: tempfile::tempdir().expect("a temporary directory"),
+        };
+        install.ok(&["init"]);
+        let mut text = std::fs::read_to_string(install.config()).expect("init wrote the config");
+        text = text.replace("\nallow = []\n", "\nallow = [\"127.0.0.1\"]\n");
+        let template: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with("lease_seconds = ") || l.starts_with("heartbeat_seconds = "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        for line in template {
+            text = text.replace(&line, "");
+        }
+        text = text.replace("\n[worker]\n", &format!("\n[worker]\n{worker_settings}"));
+        text.push_str(&format!(
+            "\n[mcp.servers.srv]\nurl = \"{}\"\n\n[mcp.servers.srv.tools.search]\neffect = \"read_only\"\n\n[mcp.servers.srv.tools.lookup]\neffect = \"read_only\"\n",
+            server.server.url("/mcp")
+        ));
+        let call = |tool: &str| json!([{"tool_calls": [{"name": format!("srv__{tool}"), "arguments": {"q": "x"}}]}, {"text": "done"}]);
+        let agents = [
+            ("instant", call("lookup")),
+            ("reader", call("search")),
+            ("writer", call("create")),
+            ("quick", json!([{"text": "done"}])),
+        ];
+        for (name, plan) in agents {
+            text.push_str(&format!(
+                "\n[agents.{name}]\nprovider = \"scripted\"\nscript = \"{name}.json\"\ntools = [\"srv__*\"]\n"
+            ));
+            std::fs::write(
+                install.path().join(format!("{name}.json")),
+                plan.to_string(),
+            )
+            .expect("the plan is writable");
+        }
+        std::fs::write(install.config(), text).expect("the config is writable");
+        install.ok(&["mcp", "import", "srv"]);
+        server.forget_requests();
+        install
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn config(&self) -> PathBuf {
+        self.path().join("runwarden.toml")
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(BIN);
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("RUNWARDEN_") {
+                command.env_remove(name);
+            }
+        }
+        command
+            .arg("--config")
+            .arg(self.config())
+            .args(args)
+            .current_dir(self.path())
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Runs the binary to its end; it must succeed. Returns stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.command(args).output().expect("the binary runs");
+        assert!(
+            out.status.success(),
+            "runwarden {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn enqueue(&self, agent: &str, prompt: &str) -> String {
+        self.ok(&["enqueue", "--agent", agent, prompt])
+            .trim()
+            .to_string()
+    }
+
+    fn status(&self, id: &str) -> Value {
+        serde_json::from_str(&self.ok(&["--json", "status", id])).expect("status is JSON")
+    }
+
+    fn worker(&self, concurrency: usize, lines: &mpsc::Sender<Line>, tag: usize) -> Worker {
+        let n = concurrency.to_string();
+        let mut command = self.command(&["--json", "worker", "--concurrency", &n]);
+        command
+            .env("RUNWARDEN_LOG", "runwarden_runtime::worker=info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("the worker starts");
+        forward(
+            child.stdout.take().expect("piped"),
+            lines.clone(),
+            tag,
+            false,
+        );
+        forward(
+            child.stderr.take().expect("piped"),
+            lines.clone(),
+            tag,
+            true,
+        );
+        Worker { child }
+    }
+}
+
+/// One line a worker printed, stamped when it arrived.
+struct Line {
+    at: Instant,
+    worker: usize,
+    stderr: bool,
+    text: String,
+}
+
+fn forward(
+    reader: impl Read + Send + 'static,
+    tx: mpsc::Sender<Line>,
+    worker: usize,
+    stderr: bool,
+) {
+    std::thread::spawn(move || {
+        for text in BufReader::new(reader).lines() {
+            let Ok(text) = text else { break };
+            let line = Line {
+                at: Instant::now(),
+                worker,
+                stderr,
+                text,
+            };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+struct Worker {
+    child: std::process::Child,
+}
+
+impl Worker {
+    /// SIGTERM, then waits for the exit.
+    fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+
+    /// SIGKILL (`kill -9`); returns the instant it was sent, then reaps the process.
+    fn kill_9(mut self) -> Instant {
+        let at = Instant::now();
+        self.child.kill().expect("kill -9 the worker");
+        let _ = self.child.wait();
+        at
+    }
+}
+
+/// Receives lines until `pick` says yes; the matching line.
+fn until(rx: &mpsc::Receiver<Line>, mut pick: impl FnMut(&Line) -> bool) -> Line {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .expect("the awaited worker line came in time");
+        if pick(&line) {
+            return line;
+        }
+    }
+}
+
+fn outcome(line: &Line) -> Option<(String, String)> {
+    if line.stderr {
+        return None;
+    }
+    let value: Value = serde_json::from_str(&line.text).ok()?;
+    Some((
+        value["run_id"].as_str()?.to_string(),
+        value["outcome"].as_str()?.to_string(),
+    ))
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn sorted(mut samples: Vec<f64>) -> Vec<f64> {
+    samples.sort_by(f64::total_cmp);
+    samples
+}
+
+/// The throughput of one layout: `processes` workers of `slots` each over [`RUNS`] runs.
+/// Returns (runs/s, steady runs/s, enqueue latencies in ms).
+fn throughput(install: &Install, processes: usize, slots: usize) -> (f64, f64, Vec<f64>) {
+    let mut enqueue_ms = Vec::with_capacity(RUNS);
+    for n in 0..RUNS {
+        let started = Instant::now();
+        install.enqueue("instant", &format!("run {n}"));
+        enqueue_ms.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    let (tx, rx) = mpsc::channel();
+    let started = Instant::now();
+    let workers: Vec<Worker> = (0..processes)
+        .map(|w| install.worker(slots, &tx, w))
+        .collect();
+    let mut done = std::collections::BTreeSet::new();
+    let (mut first, mut last) = (None, started);
+    while done.len() < RUNS {
+        let line = until(&rx, |l| outcome(l).is_some());
+        let (id, outcome) = outcome(&line).expect("picked");
+        assert_eq!(outcome, "COMPLETED", "run {id} (worker {})", line.worker);
+        assert!(done.insert(id.clone()), "run {id} finished twice");
+        first.get_or_insert(line.at);
+        last = line.at;
+    }
+    let total = last.duration_since(started).as_secs_f64();
+    let steady = last
+        .duration_since(first.expect("runs finished"))
+        .as_secs_f64();
+    for worker in workers {
+        worker.stop();
+    }
+    (RUNS as f64 / total, (RUNS - 1) as f64 / steady, enqueue_ms)
+}
+
+/// One recovery trial; (kill -> recovered, kill -> completed if read-only, lease left at
+/// the kill) in ms.
+fn recovery(install: &Install, server: &mut Server, agent: &str) -> (f64, Option<f64>, f64) {
+    let (tx, rx) = mpsc::channel();
+    let victim = install.worker(1, &tx, 0);
+    let id = install.enqueue(agent, "recover me");
+    server.until_call(if agent == "writer" {
+        "create"
+    } else {
+        "search"
+    });
+    let standby = install.worker(4, &tx, 1);
+    // The victim's only slot is busy, so the standby runs this one: it is up and polling.
+    let sentinel = install.enqueue("quick", "sentinel");
+    until(&rx, |l| {
+        l.worker == 1 && outcome(l).is_some_and(|(id, _)| id == sentinel)
+    });
+
+    let writes_before = server.creates.load(Ordering::SeqCst);
+    let killed = victim.kill_9();
+    let killed_wall = chrono::Utc::now();
+    let stale = install.status(&id);
+    let expires = chrono::DateTime::parse_from_rfc3339(stale["lease_expires"].as_str().unwrap())
+        .expect("RFC 3339");
+    let lease_left = (expires.with_timezone(&chrono::Utc) - killed_wall).num_milliseconds() as f64;
+    let rescued = until(&rx, |l| {
+        l.stderr && l.text.contains("the reaper recovered a stale run") && l.text.contains(&id)
+    });
+    let recovered = rescued.at.duration_since(killed).as_secs_f64() * 1e3;
+    let completed = if agent == "reader" {
+        let line = until(&rx, |l| {
+            l.worker == 1 && outcome(l).is_some_and(|(run, _)| run == id)
+        });
+        Some(line.at.duration_since(killed).as_secs_f64() * 1e3)
+    } else {
+        None
+    };
+    standby.stop();
+
+    let end = install.status(&id);
+    if agent == "writer" {
+        assert_eq!(end["status"], "failed", "{end:#}");
+        assert!(
+            end["termination_reason"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("FENCED_WRITE")),
+            "{end:#}"
+        );
+        assert_eq!(end["pending_effect"], "non_idempotent_write", "{end:#}");
+        assert_eq!(
+            server.creates.load(Ordering::SeqCst),
+            writes_before,
+            "no second write"
+        );
+    } else {
+        assert_eq!(end["status"], "completed", "{end:#}");
+        assert_eq!(end["attempts"], 2, "{end:#}");
+    }
+    (recovered, completed, lease_left)
+}
+
+fn main() {
+    let json_out = std::env::args().any(|a| a == "--json");
+    let mut server = Server::start();
+
+    println!(
+        "## Queued-run throughput ({RUNS} runs, instant scripted agent + instant read-only tool, SQLite)\n"
+    );
+    println!("| layout | slots | runs/s (median of {REPS}) | range | steady runs/s | vs 1 slot |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    let install = Install::new(&mut server, THROUGHPUT_SETTINGS);
+    let mut enqueue_ms = Vec::new();
+    let mut baseline = None;
+    for (processes, slots) in [(1, 1), (1, 4), (1, 16), (4, 4)] {
+        let mut rates = Vec::new();
+        let mut steady = Vec::new();
+        for _ in 0..REPS {
+            let (rate, steady_rate, enqueues) = throughput(&install, processes, slots);
+            rates.push(rate);
+            steady.push(steady_rate);
+            enqueue_ms.extend(enqueues);
+        }
+        let (rates, steady) = (sorted(rates), sorted(steady));
+        let median = rates[REPS / 2];
+        let base = *baseline.get_or_insert(median);
+        let layout = format!(
+            "{processes} process{} x {slots}",
+            if processes > 1 { "es" } else { "" }
+        );
+        println!(
+            "| {layout} | {} | {median:.0} | {:.0}-{:.0} | {:.0} | {:.2}x |",
+            processes * slots,
+            rates[0],
+            rates[REPS - 1],
+            steady[REPS / 2],
+            median / base
+        );
+        if json_out {
+            println!(
+                "{}",
+                json!({"bench": "workers", "figure": "throughput", "processes": processes, "slots": slots,
+                       "runs": RUNS, "runs_per_s_median": median, "runs_per_s_min": rates[0],
+                       "runs_per_s_max": rates[REPS - 1], "steady_runs_per_s_median": steady[REPS / 2],
+                       "ratio_vs_1_slot": median / base})
+            );
+        }
+    }
+    let enqueue_ms = sorted(enqueue_ms);
+    println!(
+        "\n`runwarden enqueue` (a whole process): p50 {:.1} ms, p99 {:.1} ms over {} calls\n",
+        percentile(&enqueue_ms, 50.0),
+        percentile(&enqueue_ms, 99.0),
+        enqueue_ms.len()
+    );
+    if json_out {
+        println!(
+            "{}",
+            json!({"bench": "workers", "figure": "enqueue_process_ms", "samples": enqueue_ms.len(),
+                   "p50": percentile(&enqueue_ms, 50.0), "p99": percentile(&enqueue_ms, 99.0)})
+        );
+    }
+
+    println!(
+        "## Recovery after kill -9 (lease {} s, heartbeat 0.3 s, reaper every {} s, {TRIALS} trials each)\n",
+        LEASE.as_secs_f64(),
+        REAP_EVERY.as_secs_f64()
+    );
+    println!(
+        "| call in flight | action | p50 ms | max ms | lease left at kill p50 ms | reaper after expiry max ms | kill -> completed p50 ms |"
+    );
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    let install = Install::new(&mut server, RECOVERY_SETTINGS);
+    for (agent, call, action) in [
+        ("reader", "read-only", "requeued"),
+        (
+            "writer",
+            "non-idempotent write",
+            "dead-lettered FENCED_WRITE",
+        ),
+    ] {
+        let mut recovered = Vec::new();
+        let mut completed = Vec::new();
+        let mut left = Vec::new();
+        let mut after_expiry = Vec::new();
+        for _ in 0..TRIALS {
+            let (r, c, l) = recovery(&install, &mut server, agent);
+            recovered.push(r);
+            completed.extend(c);
+            left.push(l);
+            after_expiry.push(r - l);
+        }
+        let (recovered, completed, left, after_expiry) = (
+            sorted(recovered),
+            sorted(completed),
+            sorted(left),
+            sorted(after_expiry),
+        );
+        let completed_p50 = (!completed.is_empty()).then(|| percentile(&completed, 50.0));
+        println!(
+            "| {call} | {action} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
+            percentile(&recovered, 50.0),
+            recovered[TRIALS - 1],
+            percentile(&left, 50.0),
+            after_expiry[TRIALS - 1],
+            completed_p50.map_or("-".into(), |c| format!("{c:.0}"))
+        );
+        if json_out {
+            println!(
+                "{}",
+                json!({"bench": "workers", "figure": "kill9_recovery_ms", "call": call, "action": action,
+                       "trials": TRIALS, "lease_ms": LEASE.as_millis() as u64, "reap_ms": REAP_EVERY.as_millis() as u64,
+                       "p50": percentile(&recovered, 50.0), "max": recovered[TRIALS - 1],
+                       "lease_left_p50": percentile(&left, 50.0), "after_expiry_max": after_expiry[TRIALS - 1],
+                       "completed_p50": completed_p50})
+            );
+        }
+    }
+}

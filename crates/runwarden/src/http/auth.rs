@@ -1,0 +1,56 @@
+//! Bearer tokens to roles (O2): no or an unknown token is 401, a role that may not do
+//! this is 403. Only a token's hash is stored; the vault compares hashes.
+
+use axum::extract::{Request, State};
+use axum::http::header::AUTHORIZATION;
+use axum::middleware::Next;
+use axum::response::Response;
+use runwarden_vault::{ApiToken, Role, token_verify};
+
+use super::AppState;
+use super::error::ApiError;
+
+/// What a route needs: the state to check tokens against and the role it requires.
+#[derive(Clone)]
+pub(crate) struct Guard {
+    pub(crate) state: AppState,
+    pub(crate) role: Role,
+}
+
+/// The token of an `Authorization: Bearer <token>` header, if the header has that form.
+fn bearer(request: &Request) -> Option<&str> {
+    let value = request.headers().get(AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// The middleware in front of every route but health: checks the token and the role,
+/// then hands the caller's [`ApiToken`] to the handler as a request extension.
+pub(crate) async fn require(
+    State(guard): State<Guard>,
+    mut request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let Some(presented) = bearer(&request) else {
+        return Err(ApiError::Unauthorized(
+            "send Authorization: Bearer <token>; `runwarden token create` makes one".into(),
+        ));
+    };
+    let Some(token) = token_verify(&*guard.state.tokens, presented).await? else {
+        return Err(ApiError::Unauthorized(
+            "the bearer token is not a live token (unknown or revoked)".into(),
+        ));
+    };
+    if !token.role.allows(guard.role) {
+        return Err(ApiError::Forbidden(format!(
+            "a {} token may not do this: it needs the {} role",
+            token.role.as_str(),
+            guard.role.as_str()
+        )));
+    }
+    request.extensions_mut().insert::<ApiToken>(token);
+    Ok(next.run(request).await)
+}

@@ -1,0 +1,244 @@
+//! The API's one error shape, `{"error": {"code", "message"}}`, and the extractors that
+//! turn axum's rejections into it.
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+/// Every error the API answers. Client errors carry their own status, stable code and a
+/// message that says what to fix; `Internal` answers a generic message and the real error
+/// goes to the log only (STYLE "Errors").
+#[derive(Debug)]
+pub(crate) enum ApiError {
+    /// 401: no bearer token, or one that is not a live token.
+    Unauthorized(String),
+    /// 403: the token's role may not do this.
+    Forbidden(String),
+    /// 404: no such route.
+    NotFound,
+    /// 405: the route exists, the method does not.
+    MethodNotAllowed,
+    /// 404: no run with that id.
+    RunNotFound(String),
+    /// 404: no agent with that name in the configuration.
+    AgentNotFound(String),
+    /// 409: the agent is configured but cannot run (its tools do not bind).
+    AgentUnavailable(String),
+    /// 409: the run already ended.
+    RunAlreadyTerminal(String),
+    /// 400: the body is not JSON.
+    InvalidJson(String),
+    /// 400: the body or query has a field we do not know.
+    UnknownField(String),
+    /// 400: anything else wrong with the request.
+    InvalidRequest(String),
+    /// 413: the body is larger than the limit.
+    BodyTooLarge,
+    /// 503: the store does not answer.
+    NotReady,
+    /// 500: our fault; the error is logged, never sent.
+    Internal(anyhow::Error),
+}
+
+/// The largest request body the API reads.
+pub(crate) const BODY_LIMIT: usize = 64 * 1024;
+
+impl ApiError {
+    /// The HTTP status and the stable code.
+    pub(crate) fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            Self::NotFound => (StatusCode::NOT_FOUND, "not_found"),
+            Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            Self::RunNotFound(_) => (StatusCode::NOT_FOUND, "run_not_found"),
+            Self::AgentNotFound(_) => (StatusCode::NOT_FOUND, "agent_not_found"),
+            Self::AgentUnavailable(_) => (StatusCode::CONFLICT, "agent_unavailable"),
+            Self::RunAlreadyTerminal(_) => (StatusCode::CONFLICT, "run_already_terminal"),
+            Self::InvalidJson(_) => (StatusCode::BAD_REQUEST, "invalid_json"),
+            Self::UnknownField(_) => (StatusCode::BAD_REQUEST, "unknown_field"),
+            Self::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+            Self::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+            Self::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
+            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Self::Unauthorized(m)
+            | Self::Forbidden(m)
+            | Self::AgentUnavailable(m)
+            | Self::RunAlreadyTerminal(m)
+            | Self::InvalidJson(m)
+            | Self::UnknownField(m)
+            | Self::InvalidRequest(m) => m.clone(),
+            Self::NotFound => "no such route: see /v1/openapi.json for the API".into(),
+            Self::MethodNotAllowed => "this route does not take that method".into(),
+            Self::RunNotFound(id) => format!("no run with id {id}"),
+            Self::AgentNotFound(name) => {
+                format!("no agent named {name}: add [agents.{name}] to the configuration")
+            }
+            Self::BodyTooLarge => format!("the request body is larger than {BODY_LIMIT} bytes"),
+            Self::NotReady => "the store does not answer".into(),
+            Self::Internal(_) => "internal error: the server log has the details".into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        if let Self::Internal(error) = &self {
+            tracing::error!(error = format!("{error:#}"), "an API request failed");
+        }
+        let body = json!({ "error": { "code": code, "message": self.message() } });
+        (status, axum::Json(body)).into_response()
+    }
+}
+
+impl From<anyhow::Error> for ApiError {
+    fn from(error: anyhow::Error) -> Self {
+        Self::Internal(error)
+    }
+}
+
+impl From<runwarden_vault::store::StoreError> for ApiError {
+    fn from(error: runwarden_vault::store::StoreError) -> Self {
+        Self::Internal(error.into())
+    }
+}
+
+impl From<runwarden_vault::VaultError> for ApiError {
+    fn from(error: runwarden_vault::VaultError) -> Self {
+        Self::Internal(error.into())
+    }
+}
+
+/// serde's "unknown field `x`, expected ..." is our `unknown_field`; any other shape
+/// problem is `invalid_request`.
+fn shape_error(message: String) -> ApiError {
+    if message.contains("unknown field") {
+        ApiError::UnknownField(message)
+    } else {
+        ApiError::InvalidRequest(message)
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        match rejection {
+            JsonRejection::JsonDataError(e) => shape_error(e.body_text()),
+            JsonRejection::JsonSyntaxError(e) => Self::InvalidJson(e.body_text()),
+            JsonRejection::MissingJsonContentType(_) => {
+                Self::InvalidRequest("send the body with Content-Type: application/json".into())
+            }
+            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => Self::BodyTooLarge,
+            other => Self::InvalidRequest(other.body_text()),
+        }
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        shape_error(rejection.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        Self::InvalidRequest(rejection.body_text())
+    }
+}
+
+/// `axum::Json` whose rejections come back in our error shape.
+#[derive(Debug)]
+pub(crate) struct Json<T>(pub(crate) T);
+
+impl<S, T> FromRequest<S> for Json<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::Json(value) = axum::Json::<T>::from_request(request, state).await?;
+        Ok(Self(value))
+    }
+}
+
+/// `axum::extract::Query` whose rejections come back in our error shape.
+#[derive(Debug)]
+pub(crate) struct Query<T>(pub(crate) T);
+
+impl<S, T> FromRequestParts<S> for Query<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::extract::Query(value) =
+            axum::extract::Query::<T>::from_request_parts(parts, state).await?;
+        Ok(Self(value))
+    }
+}
+
+/// `axum::extract::Path` whose rejections come back in our error shape.
+#[derive(Debug)]
+pub(crate) struct Path<T>(pub(crate) T);
+
+impl<S, T> FromRequestParts<S> for Path<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::extract::Path(value) =
+            axum::extract::Path::<T>::from_request_parts(parts, state).await?;
+        Ok(Self(value))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body(error: ApiError) -> (StatusCode, serde_json::Value) {
+        let response = error.into_response();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), BODY_LIMIT)
+            .await
+            .unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_server_error_answers_a_generic_message_and_never_the_cause() {
+        let (status, body) = body(ApiError::Internal(anyhow::anyhow!(
+            "database at /secret/path is locked"
+        )))
+        .await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body["error"]["code"], "internal");
+        assert!(!body.to_string().contains("/secret/path"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn a_client_error_has_its_status_code_and_message() {
+        let (status, body) = body(ApiError::RunNotFound("r1".into())).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(
+            body,
+            json!({ "error": { "code": "run_not_found", "message": "no run with id r1" } })
+        );
+    }
+}

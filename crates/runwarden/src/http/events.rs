@@ -1,0 +1,188 @@
+//! `GET /v1/runs/{id}/events`: a run's events as Server-Sent Events (resumable with
+//! `Last-Event-ID`, the event sequence) or, without the event-stream Accept header, as
+//! one JSON document.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::http::header::ACCEPT;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, Stream};
+use runwarden_runtime::{RunEvent, RunStore, StopLevel};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::AppState;
+use super::error::{ApiError, Path, Query};
+use crate::cli::run::{FINAL_KINDS, event_json};
+
+/// How often a live stream asks the store for new events. Polling the store is simple
+/// and correct across processes (a worker elsewhere may be writing the events).
+const POLL: Duration = Duration::from_millis(100);
+/// After a run is terminal with no final event yet, how long its segment may still
+/// write one before the stream ends anyway.
+const TERMINAL_GRACE: Duration = Duration::from_secs(3);
+/// A comment line every so often keeps proxies from closing an idle stream.
+const KEEP_ALIVE: Duration = Duration::from_secs(10);
+
+/// The query of the JSON form.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EventsQuery {
+    after: Option<i64>,
+}
+
+fn wants_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.to_ascii_lowercase().contains("text/event-stream"))
+}
+
+fn last_event_id(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
+    let Some(value) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or_default().trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    match text.parse::<i64>() {
+        Ok(seq) if seq >= 0 => Ok(Some(seq)),
+        _ => Err(ApiError::InvalidRequest(format!(
+            "Last-Event-ID must be an event sequence number, not {text:?}"
+        ))),
+    }
+}
+
+pub(super) async fn events(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    if state.store.run_get(&id).await?.is_none() {
+        return Err(ApiError::RunNotFound(id));
+    }
+    let after = last_event_id(&headers)?.or(query.after).unwrap_or(0).max(0);
+    if wants_event_stream(&headers) {
+        let stream = tail(state, id, after);
+        return Ok(Sse::new(stream)
+            .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+            .into_response());
+    }
+    let events = state.store.run_events(&id, after, 0).await?;
+    let views: Vec<Value> = events.iter().map(event_json).collect();
+    Ok(axum::Json(json!({ "events": views })).into_response())
+}
+
+/// Where a live stream stands.
+struct Tail {
+    state: AppState,
+    run_id: String,
+    /// The last sequence sent: the next read asks for events after it, so a resumed
+    /// stream has no gap and no duplicate.
+    after: i64,
+    pending: VecDeque<RunEvent>,
+    /// When the run was first seen terminal with nothing left to send.
+    terminal_since: Option<Instant>,
+    /// The final event was sent, or the server is stopping: end after `pending`.
+    finished: bool,
+    first_read: bool,
+}
+
+/// One SSE event: `id` is the sequence, `event` the kind, `data` the event as the CLI's
+/// `--json` prints it.
+fn sse_event(event: &RunEvent) -> Event {
+    // An event name may not hold a line break (axum would refuse it); kinds never do, but
+    // a stored row is input like any other.
+    let kind: String = event
+        .kind
+        .chars()
+        .filter(|c| !matches!(c, '\n' | '\r'))
+        .collect();
+    Event::default()
+        .id(event.seq.to_string())
+        .event(kind)
+        .data(event_json(event).to_string())
+}
+
+fn tail(
+    state: AppState,
+    run_id: String,
+    after: i64,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    let start = Tail {
+        state,
+        run_id,
+        after,
+        pending: VecDeque::new(),
+        terminal_since: None,
+        finished: false,
+        first_read: true,
+    };
+    stream::unfold(start, |mut tail| async move {
+        loop {
+            if let Some(event) = tail.pending.pop_front() {
+                tail.after = event.seq;
+                if FINAL_KINDS.contains(&event.kind.as_str()) {
+                    tail.finished = true;
+                    tail.pending.clear(); // a run writes nothing after its final event
+                }
+                return Some((Ok(sse_event(&event)), tail));
+            }
+            if tail.finished {
+                return None;
+            }
+            if !tail.first_read {
+                let mut stop = tail.state.stop.clone();
+                let stopping = async move {
+                    if stop.wait_for(|level| *level >= StopLevel::Drain).await.is_err() {
+                        // No one can stop the server any more: only the run ends this stream.
+                        std::future::pending::<()>().await;
+                    }
+                };
+                tokio::select! {
+                    _ = tokio::time::sleep(POLL) => {}
+                    _ = stopping => return None,
+                }
+            }
+            tail.first_read = false;
+            match tail
+                .state
+                .store
+                .run_events(&tail.run_id, tail.after, 0)
+                .await
+            {
+                Ok(events) => tail.pending.extend(events),
+                Err(error) => {
+                    tracing::warn!(run = %tail.run_id, %error, "could not read a run's events; ending its stream");
+                    return None;
+                }
+            }
+            if !tail.pending.is_empty() {
+                continue;
+            }
+            match tail.state.store.run_get(&tail.run_id).await {
+                Ok(Some(run)) if run.status.is_terminal() => {
+                    let since = *tail.terminal_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= TERMINAL_GRACE {
+                        return None;
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => return None,
+                Err(error) => {
+                    tracing::warn!(run = %tail.run_id, %error, "could not read a run; ending its stream");
+                    return None;
+                }
+            }
+        }
+    })
+}

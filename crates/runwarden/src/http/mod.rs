@@ -1,0 +1,229 @@
+//! The HTTP API (O2): JSON under `/v1`, bearer tokens with roles, live run events as
+//! Server-Sent Events, and one error shape. `runwarden serve` binds it; tests drive
+//! [`router`] with `tower::ServiceExt::oneshot` or over a real socket.
+//!
+//! The [`ROUTES`] table is the router: every route is built from it, and a test checks
+//! that the checked-in OpenAPI document (`docs/openapi.json`) describes exactly these
+//! paths.
+
+mod audit;
+mod auth;
+mod catalogue;
+mod error;
+mod events;
+mod health;
+mod metrics;
+mod runs;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{Method, header};
+use axum::response::IntoResponse;
+use axum::routing::{MethodFilter, MethodRouter, on};
+use runwarden_mcp::SystemClock;
+use runwarden_runtime::{CancelHub, Executor, ExecutorConfig, StopLevel};
+use runwarden_store_sqlite::SqliteStore;
+use runwarden_vault::Role;
+use runwarden_vault::Vault;
+use runwarden_vault::store::TokenStore;
+use tokio::sync::watch;
+
+use crate::cli::Context;
+use crate::cli::run::AgentBuilder;
+use crate::config::Config;
+
+pub(crate) use error::ApiError;
+pub(crate) use metrics::Metrics;
+
+/// The OpenAPI 3.1 document, hand-written and checked in; served as is.
+pub(crate) const OPENAPI: &str = include_str!("../../../../docs/openapi.json");
+
+/// Everything a handler needs; cheap to clone.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    /// Runs, their events and counts.
+    pub(crate) store: Arc<SqliteStore>,
+    /// API tokens (only their hashes).
+    pub(crate) tokens: Arc<dyn TokenStore>,
+    /// The process's one executor: its cancel hub is the one the workers' and the sync
+    /// API runs' signals listen to, so an API cancel wakes them at once.
+    pub(crate) executor: Arc<Executor>,
+    /// Agents from the configuration, bound to the imported catalogue.
+    pub(crate) agents: Arc<AgentBuilder>,
+    /// The audit log.
+    pub(crate) vault: Arc<Vault>,
+    /// The configuration (agents, MCP servers).
+    pub(crate) config: Arc<Config>,
+    /// The cancel-latency histogram.
+    pub(crate) metrics: Arc<Metrics>,
+    /// The server's stop level: live event streams end when it drains.
+    pub(crate) stop: watch::Receiver<StopLevel>,
+}
+
+impl AppState {
+    /// The state of a serving process: one store, one executor (with the queue, so its
+    /// workers share it) whose cancel hub every run of this process listens to, and the
+    /// cancel-latency histogram fed by that executor.
+    pub(crate) async fn new(
+        cx: &Context,
+        stop: watch::Receiver<StopLevel>,
+    ) -> anyhow::Result<Self> {
+        let store = Arc::new(cx.store()?);
+        let settings = &cx.config.worker;
+        let metrics = Arc::new(Metrics::new());
+        let executor_config = ExecutorConfig {
+            lease: settings.lease,
+            heartbeat: settings.heartbeat,
+            ..ExecutorConfig::new("serve")
+        };
+        let executor = Executor::with_queue(
+            store.clone(),
+            Arc::new(CancelHub::new()),
+            Arc::new(SystemClock::default()),
+            executor_config,
+        )
+        .with_cancel_latency(metrics.observer());
+        let agents = Arc::new(AgentBuilder::new(cx, store.clone(), "serve").await?);
+        Ok(Self {
+            tokens: store.clone(),
+            store,
+            executor: Arc::new(executor),
+            agents,
+            vault: cx.vault().await?,
+            config: Arc::new(cx.config.clone()),
+            metrics,
+            stop,
+        })
+    }
+}
+
+/// One route: method, path (axum's and OpenAPI's `{param}` syntax), the role it needs
+/// (`None`: no token), and its handler for that method.
+pub(crate) struct Route {
+    pub(crate) method: Method,
+    pub(crate) path: &'static str,
+    pub(crate) role: Option<Role>,
+    handler: fn(MethodFilter) -> MethodRouter<AppState>,
+}
+
+/// Every route of the API. The router is built from this table alone.
+pub(crate) static ROUTES: &[Route] = &[
+    Route {
+        method: Method::GET,
+        path: "/healthz",
+        role: None,
+        handler: |m| on(m, health::healthz),
+    },
+    Route {
+        method: Method::GET,
+        path: "/readyz",
+        role: None,
+        handler: |m| on(m, health::readyz),
+    },
+    Route {
+        method: Method::GET,
+        path: "/metrics",
+        role: Some(Role::Viewer),
+        handler: |m| on(m, metrics::metrics),
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/openapi.json",
+        role: Some(Role::Viewer),
+        handler: |m| on(m, openapi),
+    },
+    Route {
+        method: Method::POST,
+        path: "/v1/runs",
+        role: Some(Role::Operator),
+        handler: |m| on(m, runs::create),
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/runs",
+        role: Some(Role::Viewer),
+        handler: |m| on(m, runs::list),
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/runs/{id}",
+        role: Some(Role::Viewer),
+        handler: |m| on(m, runs::get),
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/runs/{id}/events",
+        role: Some(Role::Viewer),
+        handler: |m| on(m, events::events),
+    },
+    Route {
+        method: Method::POST,
+        path: "/v1/runs/{id}/cancel",
+        role: Some(Role::Operator),
+        handler: |m| on(m, runs::cancel),
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/mcp/servers",
+        role: Some(Role::Viewer),
+        handler: |m| on(m, catalogue::servers),
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/audit",
+        role: Some(Role::Viewer),
+        handler: |m| on(m, audit::list),
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/audit/verify",
+        role: Some(Role::Viewer),
+        handler: |m| on(m, audit::verify),
+    },
+];
+
+/// The API: every route of [`ROUTES`] behind its role, a 64 KiB body limit, and our error
+/// shape for unknown routes and methods.
+pub(crate) fn router(state: AppState) -> Router {
+    let mut router = Router::new();
+    for route in ROUTES {
+        let Ok(filter) = MethodFilter::try_from(route.method.clone()) else {
+            tracing::error!(method = %route.method, path = route.path, "a route's method is not routable; it is left out");
+            continue;
+        };
+        let mut method_router = (route.handler)(filter);
+        if let Some(role) = route.role {
+            let guard = auth::Guard {
+                state: state.clone(),
+                role,
+            };
+            method_router = method_router.route_layer(axum::middleware::from_fn_with_state(
+                guard,
+                auth::require,
+            ));
+        }
+        router = router.route(route.path, method_router);
+    }
+    router
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(error::BODY_LIMIT))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}
+
+async fn openapi() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,177 @@
+//! `/v1/runs`: start a run (queued or synchronous), list runs a page at a time, read one,
+//! cancel one through the process's cancel hub.
+
+use anyhow::Context as _;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use runwarden_runtime::store::{NewRunStatus, RunCreate};
+use runwarden_runtime::{CancelAnswer, RunFilter, RunState, RunStore};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::error::{ApiError, Json, Path, Query};
+use crate::views::run_json;
+
+/// How `POST /v1/runs` runs the agent.
+#[derive(Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Mode {
+    /// Stored for a worker; the answer comes at once (202).
+    #[default]
+    Queued,
+    /// Executed in this process while the request waits (200 with the final run).
+    Sync,
+}
+
+/// The body of `POST /v1/runs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CreateRun {
+    agent: String,
+    prompt: String,
+    #[serde(default)]
+    mode: Mode,
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// The run's row as JSON, or `run_not_found`.
+async fn run_view(state: &AppState, id: &str) -> Result<Value, ApiError> {
+    match state.store.run_get(id).await? {
+        Some(run) => Ok(run_json(&run)),
+        None => Err(ApiError::RunNotFound(id.to_string())),
+    }
+}
+
+pub(super) async fn create(
+    State(state): State<AppState>,
+    Json(body): Json<CreateRun>,
+) -> Result<Response, ApiError> {
+    if !state.config.agents.contains_key(&body.agent) {
+        return Err(ApiError::AgentNotFound(body.agent));
+    }
+    match body.mode {
+        Mode::Queued => {
+            // R9: the row is the state; the stored request is all a worker needs.
+            let id = uuid::Uuid::now_v7().to_string();
+            let run = state
+                .store
+                .run_create(RunCreate {
+                    id: id.clone(),
+                    agent: body.agent,
+                    correlation: id,
+                    request: Some(json!({ "prompt": body.prompt })),
+                    status: NewRunStatus::Queued,
+                    now_ms: now_ms(),
+                })
+                .await
+                .context("while storing a queued run")?;
+            Ok((StatusCode::ACCEPTED, axum::Json(run_json(&run))).into_response())
+        }
+        Mode::Sync => {
+            let agent = state.agents.build(&body.agent).await.map_err(|e| {
+                ApiError::AgentUnavailable(format!("agent {} cannot run: {e:#}", body.agent))
+            })?;
+            let run = state
+                .executor
+                .create_sync(&agent.name, &body.prompt)
+                .await
+                .context("while creating a synchronous run")?;
+            // The run belongs to the process, not to the request: if the client goes away
+            // the spawned execution goes on; only an operator's cancel stops it.
+            let (executor, for_task) = (state.executor.clone(), run.clone());
+            let execution = tokio::spawn(async move {
+                executor
+                    .execute(&for_task, &agent, &body.prompt, None)
+                    .await
+            });
+            execution
+                .await
+                .context("the run's execution ended abnormally")?;
+            Ok(axum::Json(run_view(&state, &run.id).await?).into_response())
+        }
+    }
+}
+
+/// The query of `GET /v1/runs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListQuery {
+    status: Option<String>,
+    agent: Option<String>,
+    limit: Option<u32>,
+    cursor: Option<String>,
+}
+
+/// The page size when none is asked for, and the largest one served.
+const DEFAULT_LIMIT: u32 = 50;
+const MAX_LIMIT: u32 = 200;
+
+pub(super) async fn list(
+    State(state): State<AppState>,
+    Query(query): Query<ListQuery>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let status = match query.status.as_deref().filter(|s| !s.is_empty()) {
+        None => None,
+        Some(text) => Some(RunState::parse(text).ok_or_else(|| {
+            ApiError::InvalidRequest(format!(
+                "unknown status {text:?}: use queued, running, waiting_for_approval, completed, failed or cancelled"
+            ))
+        })?),
+    };
+    let limit = match query.limit {
+        None => DEFAULT_LIMIT,
+        Some(0) => {
+            return Err(ApiError::InvalidRequest(format!(
+                "limit must be between 1 and {MAX_LIMIT}"
+            )));
+        }
+        Some(n) => n.min(MAX_LIMIT),
+    };
+    // One more than the page tells whether a next page exists.
+    let mut runs = state
+        .store
+        .run_list(RunFilter {
+            status,
+            agent: query.agent.filter(|a| !a.is_empty()),
+            before_id: query.cursor.filter(|c| !c.is_empty()),
+            limit: limit + 1,
+        })
+        .await?;
+    let more = runs.len() > limit as usize;
+    runs.truncate(limit as usize);
+    let next_cursor = more.then(|| runs.last().map(|r| r.id.clone())).flatten();
+    let views: Vec<Value> = runs.iter().map(run_json).collect();
+    Ok(axum::Json(
+        json!({ "runs": views, "next_cursor": next_cursor }),
+    ))
+}
+
+pub(super) async fn get(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
+    Ok(axum::Json(run_view(&state, &id).await?))
+}
+
+pub(super) async fn cancel(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
+    // R4 through this process: the guarded row update, then the hub wakes the run's
+    // in-flight calls if it executes here (a worker slot or a sync API run).
+    match state.executor.cancel(&id).await? {
+        CancelAnswer::Cancelled { previous } => Ok(axum::Json(
+            json!({ "run_id": id, "cancelled": true, "previous": previous.as_str() }),
+        )),
+        CancelAnswer::AlreadyTerminal(status) => Err(ApiError::RunAlreadyTerminal(format!(
+            "run {id} is already {}: a finished run cannot be cancelled",
+            status.as_str()
+        ))),
+        CancelAnswer::NotFound => Err(ApiError::RunNotFound(id)),
+    }
+}

@@ -1,0 +1,24 @@
+//! Wire shapes shared by the CLI's `--json` output and the HTTP API, so both say the same.
+
+use runwarden_runtime::Run;
+use serde_json::{Value, json};
+
+use crate::output;
+
+/// A run as `runwarden status --json` prints it and `GET /v1/runs/{id}` answers it.
+pub(crate) fn run_json(run: &Run) -> Value {
+    json!({
+        "run_id": run.id,
+        "agent": run.agent,
+        "status": run.status.as_str(),
+        "termination_reason": run.termination_reason,
+        "rounds": run.rounds,
+        "attempts": run.requeue_count + 1,
+        "requeue_count": run.requeue_count,
+        "lease_holder": run.claimed_by,
+        "lease_expires": run.lease_expires_ms.map(output::time),
+        "pending_effect": run.pending_effect,
+        "created": output::time(run.created_ms),
+        "updated": output::time(run.updated_ms),
+    })
+}

@@ -1,0 +1,44 @@
+//! A vault over a fresh SQLite file, with an egress client that admits 127.0.0.1: what
+//! every test that makes a real outbound call needs.
+
+use std::sync::Arc;
+
+use runwarden_store_sqlite::SqliteStore;
+use runwarden_vault::{Algorithm, EgressClient, EgressConfig, EgressPolicy, MasterKey, Vault};
+
+/// The parts; the temporary directory (and the database in it) lives as long as this.
+pub struct LoopbackVault {
+    /// Holds `runwarden.db`.
+    pub dir: tempfile::TempDir,
+    /// The store the vault uses (also a run, queue and catalogue store).
+    pub store: SqliteStore,
+    /// The vault, with a fresh master key.
+    pub vault: Arc<Vault>,
+    /// The guarded egress client; its allowlist admits 127.0.0.1 only.
+    pub egress: Arc<EgressClient>,
+}
+
+/// A vault over a fresh SQLite file and an egress client admitting loopback.
+pub async fn loopback_vault() -> LoopbackVault {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store = SqliteStore::open(dir.path().join("runwarden.db")).expect("a fresh SQLite file");
+    let vault = Vault::open(
+        Arc::new(store.clone()),
+        MasterKey::generate(),
+        Algorithm::default(),
+    )
+    .await
+    .expect("a fresh vault");
+    let vault = Arc::new(vault);
+    let config = EgressConfig {
+        policy: EgressPolicy::new(&["127.0.0.1"]).expect("a valid allowlist"),
+        ..EgressConfig::default()
+    };
+    let egress = Arc::new(EgressClient::new(vault.clone(), config));
+    LoopbackVault {
+        dir,
+        store,
+        vault,
+        egress,
+    }
+}

@@ -180,3 +180,23 @@ impl CancellationSignal for RunSignal {
         Box::pin(self.wake.notify.notified())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wake_is_remembered_only_while_the_run_has_a_signal() {
+        let hub = CancelHub::new();
+        hub.wake("r1");
+        assert_eq!(hub.woken_at("r1"), None, "no subscriber: nothing kept");
+        let wake = hub.subscribe("r1");
+        assert_eq!(hub.woken_at("r1"), None);
+        let before = Instant::now();
+        hub.wake("r1");
+        assert!(hub.woken_at("r1").is_some_and(|at| at >= before));
+        assert_eq!(hub.woken_at("r2"), None);
+        drop(wake);
+        assert_eq!(hub.woken_at("r1"), None, "gone with the run's last signal");
+    }
+}

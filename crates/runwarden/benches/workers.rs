@@ -36,7 +36,9 @@ use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_runwarden");
 /// Runs per throughput measurement.
-const RUNS: usize = 200;
+const RUNS: usize = 400;
+/// Threads running `runwarden enqueue` at once while the queue is filled.
+const ENQUEUERS: usize = 4;
 /// Measurements per worker layout.
 const REPS: usize = 3;
 /// Kill -9 trials per kind of call in flight.
@@ -286,17 +288,21 @@ impl Worker {
     }
 }
 
-/// Receives lines until `pick` says yes; the matching line.
-fn until(rx: &mpsc::Receiver<Line>, mut pick: impl FnMut(&Line) -> bool) -> Line {
+/// Receives lines until `pick` says yes; the matching line. On a timeout, the lines seen
+/// meanwhile are in the panic message.
+fn until(rx: &mpsc::Receiver<Line>, what: &str, mut pick: impl FnMut(&Line) -> bool) -> Line {
     let deadline = Instant::now() + WAIT;
+    let mut seen = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let line = rx
-            .recv_timeout(left)
-            .expect("the awaited worker line came in time");
+        let Ok(line) = rx.recv_timeout(left) else {
+            panic!("no {what} within {WAIT:?}; lines meanwhile: {seen:#?}");
+        };
+        if std::env::var_os("BENCH_TRACE").is_some() { eprintln!("[{what}] worker {} {}: {}", line.worker, line.stderr, line.text); }
         if pick(&line) {
             return line;
         }
+        seen.push(format!("worker {}: {}", line.worker, line.text));
     }
 }
 
@@ -324,12 +330,26 @@ fn sorted(mut samples: Vec<f64>) -> Vec<f64> {
 /// The throughput of one layout: `processes` workers of `slots` each over [`RUNS`] runs.
 /// Returns (runs/s, steady runs/s, enqueue latencies in ms).
 fn throughput(install: &Install, processes: usize, slots: usize) -> (f64, f64, Vec<f64>) {
-    let mut enqueue_ms = Vec::with_capacity(RUNS);
-    for n in 0..RUNS {
-        let started = Instant::now();
-        install.enqueue("instant", &format!("run {n}"));
-        enqueue_ms.push(started.elapsed().as_secs_f64() * 1e3);
-    }
+    let enqueue_ms: Vec<f64> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..ENQUEUERS)
+            .map(|t| {
+                scope.spawn(move || {
+                    (t..RUNS)
+                        .step_by(ENQUEUERS)
+                        .map(|n| {
+                            let started = Instant::now();
+                            install.enqueue("instant", &format!("run {n}"));
+                            started.elapsed().as_secs_f64() * 1e3
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .flat_map(|t| t.join().expect("an enqueuer thread"))
+            .collect()
+    });
     let (tx, rx) = mpsc::channel();
     let started = Instant::now();
     let workers: Vec<Worker> = (0..processes)
@@ -338,7 +358,7 @@ fn throughput(install: &Install, processes: usize, slots: usize) -> (f64, f64, V
     let mut done = std::collections::BTreeSet::new();
     let (mut first, mut last) = (None, started);
     while done.len() < RUNS {
-        let line = until(&rx, |l| outcome(l).is_some());
+        let line = until(&rx, "outcome line", |l| outcome(l).is_some());
         let (id, outcome) = outcome(&line).expect("picked");
         assert_eq!(outcome, "COMPLETED", "run {id} (worker {})", line.worker);
         assert!(done.insert(id.clone()), "run {id} finished twice");
@@ -369,7 +389,7 @@ fn recovery(install: &Install, server: &mut Server, agent: &str) -> (f64, Option
     let standby = install.worker(4, &tx, 1);
     // The victim's only slot is busy, so the standby runs this one: it is up and polling.
     let sentinel = install.enqueue("quick", "sentinel");
-    until(&rx, |l| {
+    until(&rx, "sentinel outcome", |l| {
         l.worker == 1 && outcome(l).is_some_and(|(id, _)| id == sentinel)
     });
 
@@ -380,12 +400,12 @@ fn recovery(install: &Install, server: &mut Server, agent: &str) -> (f64, Option
     let expires = chrono::DateTime::parse_from_rfc3339(stale["lease_expires"].as_str().unwrap())
         .expect("RFC 3339");
     let lease_left = (expires.with_timezone(&chrono::Utc) - killed_wall).num_milliseconds() as f64;
-    let rescued = until(&rx, |l| {
+    let rescued = until(&rx, "reaper line", |l| {
         l.stderr && l.text.contains("the reaper recovered a stale run") && l.text.contains(&id)
     });
     let recovered = rescued.at.duration_since(killed).as_secs_f64() * 1e3;
     let completed = if agent == "reader" {
-        let line = until(&rx, |l| {
+        let line = until(&rx, "outcome of the recovered run", |l| {
             l.worker == 1 && outcome(l).is_some_and(|(run, _)| run == id)
         });
         Some(line.at.duration_since(killed).as_secs_f64() * 1e3)
@@ -417,15 +437,31 @@ fn recovery(install: &Install, server: &mut Server, agent: &str) -> (f64, Option
 }
 
 fn main() {
-    let json_out = std::env::args().any(|a| a == "--json");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let json_out = args.iter().any(|a| a == "--json");
+    // `cargo bench` adds `--bench`; a bare word picks one part: `throughput` or `recovery`.
+    let picked: Vec<&str> = args
+        .iter()
+        .filter(|a| !a.starts_with("--"))
+        .map(String::as_str)
+        .collect();
+    let wants = |part: &str| picked.is_empty() || picked.contains(&part);
     let mut server = Server::start();
+    if wants("throughput") {
+        throughput_table(&mut server, json_out);
+    }
+    if wants("recovery") {
+        recovery_table(&mut server, json_out);
+    }
+}
 
+fn throughput_table(server: &mut Server, json_out: bool) {
     println!(
         "## Queued-run throughput ({RUNS} runs, instant scripted agent + instant read-only tool, SQLite)\n"
     );
     println!("| layout | slots | runs/s (median of {REPS}) | range | steady runs/s | vs 1 slot |");
     println!("| --- | ---: | ---: | ---: | ---: | ---: |");
-    let install = Install::new(&mut server, THROUGHPUT_SETTINGS);
+    let install = Install::new(server, THROUGHPUT_SETTINGS);
     let mut enqueue_ms = Vec::new();
     let mut baseline = None;
     for (processes, slots) in [(1, 1), (1, 4), (1, 16), (4, 4)] {
@@ -476,7 +512,9 @@ fn main() {
                    "p50": percentile(&enqueue_ms, 50.0), "p99": percentile(&enqueue_ms, 99.0)})
         );
     }
+}
 
+fn recovery_table(server: &mut Server, json_out: bool) {
     println!(
         "## Recovery after kill -9 (lease {} s, heartbeat 0.3 s, reaper every {} s, {TRIALS} trials each)\n",
         LEASE.as_secs_f64(),
@@ -486,7 +524,7 @@ fn main() {
         "| call in flight | action | p50 ms | max ms | lease left at kill p50 ms | reaper after expiry max ms | kill -> completed p50 ms |"
     );
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
-    let install = Install::new(&mut server, RECOVERY_SETTINGS);
+    let install = Install::new(server, RECOVERY_SETTINGS);
     for (agent, call, action) in [
         ("reader", "read-only", "requeued"),
         (
@@ -500,7 +538,7 @@ fn main() {
         let mut left = Vec::new();
         let mut after_expiry = Vec::new();
         for _ in 0..TRIALS {
-            let (r, c, l) = recovery(&install, &mut server, agent);
+            let (r, c, l) = recovery(&install, server, agent);
             recovered.push(r);
             completed.extend(c);
             left.push(l);

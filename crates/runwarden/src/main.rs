@@ -3,7 +3,9 @@
 mod cli;
 mod config;
 mod demo;
+mod http;
 mod output;
+mod views;
 
 use std::process::ExitCode;
 

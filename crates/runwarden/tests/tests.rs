@@ -1,6 +1,7 @@
 //! The `runwarden` binary as operators meet it: each test runs the real executable in a
 //! scratch directory with its own `runwarden.toml` and a clean environment.
 
+mod api;
 mod architecture;
 mod audit;
 mod config;

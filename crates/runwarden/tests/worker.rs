@@ -527,6 +527,16 @@ async fn kill_9_during_a_read_only_call_lets_another_worker_complete_the_run() {
         Value::Null,
         "a read-only call is not fenced: {held:#}"
     );
+    // R3: the heartbeat renews the lease while the call is in flight, so the run is not
+    // stale past the lease it was claimed with.
+    past_lease_expiry(&held).await;
+    let renewed = status(&sandbox, &id).await;
+    assert_eq!(renewed["status"], "running", "{renewed:#}");
+    assert_eq!(renewed["lease_holder"], held["lease_holder"], "{renewed:#}");
+    assert!(
+        renewed["lease_expires"].as_str() > held["lease_expires"].as_str(),
+        "R3: renewed during the call: {held:#} then {renewed:#}"
+    );
     let killed = Instant::now();
     first.signal("KILL");
     assert_eq!(first.ended(killed, WAIT).await.code, None);

@@ -1,11 +1,13 @@
 //! The command line: one clap tree, one module per command group.
 
-mod audit;
+pub(crate) mod audit;
 mod egress;
 pub(crate) mod init;
-mod mcp;
+pub(crate) mod mcp;
 pub(crate) mod run;
 mod secret;
+mod serve;
+mod token;
 mod worker;
 
 use std::path::PathBuf;
@@ -65,6 +67,11 @@ enum Command {
     Worker(worker::WorkerArgs),
     /// Requeue or dead-letter every run whose lease expired, once.
     Reap,
+    /// The HTTP API and the workers in one process (SIGTERM drains, a second exits).
+    Serve(serve::ServeArgs),
+    /// Create, list and revoke the API's bearer tokens.
+    #[command(subcommand)]
+    Token(token::TokenCommand),
 }
 
 /// What every command gets: the resolved configuration and the output mode.
@@ -126,5 +133,7 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Enqueue(args) => worker::enqueue(&cx, args).await,
         Command::Worker(args) => worker::worker(&cx, args).await,
         Command::Reap => worker::reap_once(&cx).await,
+        Command::Serve(args) => serve::serve(&cx, args).await,
+        Command::Token(command) => token::run(&cx, command).await,
     }
 }

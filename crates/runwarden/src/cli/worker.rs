@@ -36,7 +36,7 @@ pub(crate) struct WorkerArgs {
     concurrency: Option<usize>,
 }
 
-fn retry(settings: &WorkerSettings) -> RetryPolicy {
+pub(crate) fn retry(settings: &WorkerSettings) -> RetryPolicy {
     RetryPolicy {
         max_requeues: settings.max_requeues,
         base: settings.retry_base,
@@ -69,7 +69,7 @@ pub(crate) async fn enqueue(cx: &Context, args: EnqueueArgs) -> anyhow::Result<E
 }
 
 /// Stops in two steps: the first SIGTERM or Ctrl-C drains, the second exits at once.
-fn stop_signals() -> watch::Receiver<StopLevel> {
+pub(crate) fn stop_signals() -> watch::Receiver<StopLevel> {
     let (tx, rx) = watch::channel(StopLevel::Run);
     tokio::spawn(async move {
         #[cfg(unix)]

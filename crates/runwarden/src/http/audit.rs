@@ -50,7 +50,8 @@ pub(super) async fn list(
 
 pub(super) async fn verify(State(state): State<AppState>) -> Result<axum::Json<Value>, ApiError> {
     let report = state.vault.audit_verify().await?;
-    let value = serde_json::to_value(&report)
-        .map_err(|e| ApiError::Internal(anyhow::Error::new(e).context("while encoding the report")))?;
+    let value = serde_json::to_value(&report).map_err(|e| {
+        ApiError::Internal(anyhow::Error::new(e).context("while encoding the report"))
+    })?;
     Ok(axum::Json(value))
 }

@@ -143,7 +143,11 @@ fn tail(
             if !tail.first_read {
                 let mut stop = tail.state.stop.clone();
                 let stopping = async move {
-                    if stop.wait_for(|level| *level >= StopLevel::Drain).await.is_err() {
+                    if stop
+                        .wait_for(|level| *level >= StopLevel::Drain)
+                        .await
+                        .is_err()
+                    {
                         // No one can stop the server any more: only the run ends this stream.
                         std::future::pending::<()>().await;
                     }

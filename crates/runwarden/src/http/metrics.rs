@@ -133,7 +133,10 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Result<Response, A
     let calls = VaultStore::audit_counts(&*state.store).await?;
     let text = render(&runs, &calls, &state.metrics);
     Ok((
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         text,
     )
         .into_response())

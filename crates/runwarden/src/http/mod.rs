@@ -199,10 +199,8 @@ pub(crate) fn router(state: AppState) -> Router {
                 state: state.clone(),
                 role,
             };
-            method_router = method_router.route_layer(axum::middleware::from_fn_with_state(
-                guard,
-                auth::require,
-            ));
+            method_router = method_router
+                .route_layer(axum::middleware::from_fn_with_state(guard, auth::require));
         }
         router = router.route(route.path, method_router);
     }

@@ -1,0 +1,113 @@
+//! `runwarden serve`: the HTTP API and the workers in one process, sharing one executor
+//! (and so one cancel hub): an API cancel wakes any run executing here at once.
+
+use std::future::IntoFuture;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Args;
+use runwarden_runtime::{StopLevel, Worker, WorkerConfig};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::Context;
+use super::worker::{retry, stop_signals};
+use crate::http::{AppState, router};
+use crate::output;
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Where to listen; port 0 takes a free port (the ready line names it).
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    listen: String,
+    /// Runs this process's workers execute at once [default: [worker] concurrency]; 0
+    /// serves the API alone (queued runs wait for a `runwarden worker`).
+    #[arg(long)]
+    concurrency: Option<usize>,
+}
+
+/// Resolves once the stop level reaches `level`; never when no one can raise it any more.
+async fn reached(mut stop: watch::Receiver<StopLevel>, level: StopLevel) {
+    if stop.wait_for(|l| *l >= level).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let stop = stop_signals();
+    let state = AppState::new(cx, stop.clone()).await?;
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("while binding {} (is another server there?)", args.listen))?;
+    let addr = listener
+        .local_addr()
+        .context("while reading the bound address")?;
+
+    let settings = &cx.config.worker;
+    let concurrency = args.concurrency.unwrap_or(settings.concurrency);
+    let workers = (concurrency > 0).then(|| {
+        let config = WorkerConfig {
+            concurrency,
+            reap_every: settings.reap_every,
+            retry: retry(settings),
+            grace: settings.grace,
+            ..WorkerConfig::default()
+        };
+        let worker = Arc::new(Worker::new(
+            state.executor.clone(),
+            state.store.clone(),
+            state.agents.clone(),
+            config,
+        ));
+        tokio::spawn(worker.run(stop.clone()))
+    });
+
+    let url = format!("http://{addr}");
+    output::emit(
+        cx.json,
+        &json!({ "listening": addr.to_string(), "url": url, "concurrency": concurrency }),
+        || format!("listening on {url}"),
+    );
+    if !cx.json {
+        eprintln!(
+            "serving the API and {concurrency} worker slots; Ctrl-C or SIGTERM drains, a second exits at once"
+        );
+    }
+
+    // First signal: stop accepting, finish the requests in flight, drain the workers.
+    let server = axum::serve(listener, router(state))
+        .with_graceful_shutdown(reached(stop.clone(), StopLevel::Drain));
+    let mut server = tokio::spawn(server.into_future());
+    tokio::select! {
+        served = &mut server => served
+            .context("the server task ended abnormally")?
+            .context("while serving the API")?,
+        // Second signal: exit now; running leases run out and the reaper recovers them.
+        () = reached(stop.clone(), StopLevel::Now) => {
+            server.abort();
+            if cx.json {
+                output::line(json!({ "stopped": true, "drained": false }));
+            } else {
+                eprintln!("stopped at once: runs still executing go back to the queue when their leases run out");
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+    let summary = match workers {
+        Some(workers) => Some(workers.await.context("the worker task ended abnormally")?),
+        None => None,
+    };
+    let claimed = summary.as_ref().map_or(0, |s| s.claimed);
+    let abandoned = summary.as_ref().map_or(0, |s| s.abandoned);
+    if cx.json {
+        output::line(
+            json!({ "stopped": true, "drained": true, "claimed": claimed, "abandoned": abandoned }),
+        );
+    } else {
+        eprintln!(
+            "server stopped: {claimed} queued runs claimed, {abandoned} still running were left to their leases"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

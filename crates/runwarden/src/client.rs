@@ -1,0 +1,87 @@
+//! The CLI's client for a running `runwarden serve` (`--server URL`), so a cancel from the
+//! CLI wakes the run at once through the server's hub (SPEC O2). It only ever talks to the
+//! operator's own server: runs' outbound calls still go through the vault alone.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use serde_json::{Value, json};
+
+/// A token in `$RUNWARDEN_TOKEN` (or the `[client] token_file`) authenticates the CLI.
+pub(crate) const TOKEN_ENV: &str = "RUNWARDEN_TOKEN";
+
+/// A runwarden server and the token to present to it.
+pub(crate) struct ApiClient {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+/// How an API answer went, as the CLI needs it.
+pub(crate) enum Answer {
+    /// A 2xx with its JSON body.
+    Ok(Value),
+    /// The server's error shape: status, stable code, message.
+    Refused { status: u16, code: String, message: String },
+}
+
+impl ApiClient {
+    pub(crate) fn new(base: &str, token: Option<String>) -> anyhow::Result<Self> {
+        let base = base.trim_end_matches('/').to_string();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            bail!("--server must be an http(s) URL like http://127.0.0.1:8080, not {base:?}");
+        }
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .context("while building the API client")?;
+        Ok(Self { base, token, http })
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<Answer> {
+        let request = match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        };
+        let response = request
+            .timeout(Duration::from_secs(120))
+            .send()
+            .await
+            .with_context(|| format!("while talking to the runwarden server at {}", self.base))?;
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        if (200..300).contains(&status) {
+            return Ok(Answer::Ok(body));
+        }
+        let code = body["error"]["code"].as_str().unwrap_or("unknown").to_string();
+        let message = body["error"]["message"].as_str().unwrap_or("the server gave no reason").to_string();
+        Ok(Answer::Refused { status, code, message })
+    }
+
+    pub(crate) async fn get(&self, path: &str) -> anyhow::Result<Answer> {
+        self.send(self.http.get(format!("{}{path}", self.base))).await
+    }
+
+    pub(crate) async fn post(&self, path: &str, body: Value) -> anyhow::Result<Answer> {
+        self.send(self.http.post(format!("{}{path}", self.base)).json(&body)).await
+    }
+
+    /// A JSON answer, or the server's refusal as an error (with a hint for 401/403).
+    pub(crate) async fn expect(&self, answer: Answer) -> anyhow::Result<Value> {
+        match answer {
+            Answer::Ok(body) => Ok(body),
+            Answer::Refused { status: 401, message, .. } => {
+                bail!("the server refused the token ({message}): set ${TOKEN_ENV} to a token from `runwarden token create`")
+            }
+            Answer::Refused { message, .. } => bail!("{message}"),
+        }
+    }
+
+    /// `POST /v1/runs` with mode queued.
+    pub(crate) async fn enqueue(&self, agent: &str, prompt: &str) -> anyhow::Result<Value> {
+        let answer = self.post("/v1/runs", json!({ "agent": agent, "prompt": prompt, "mode": "queued" })).await?;
+        self.expect(answer).await
+    }
+}

@@ -1,0 +1,763 @@
+//! `runwarden serve` over real HTTP on 127.0.0.1: tokens and roles, every error code,
+//! pagination, the live event stream resumed from `Last-Event-ID`, a cancel through the
+//! API tearing down a call on the wire, the metrics it leaves, and a graceful stop.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use runwarden_testkit::{HttpRequest, Seen, TestServer, mcp_handler, tool};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::support::{Output, SIGIL, Sandbox};
+
+/// A bound on a step that should take milliseconds; it only fails a hung test.
+const WAIT: Duration = Duration::from_secs(10);
+/// A cancel through the API wakes the run's in-flight call in the same process (R6).
+const IN_PROCESS: Duration = Duration::from_secs(1);
+
+/// An initialised sandbox admitting 127.0.0.1 with MCP server `srv` at `mcp` (its tools
+/// imported; default effect, a non-idempotent write; a bearer secret holding [`SIGIL`])
+/// and agent `a` replaying `plan` with the tools `srv__*`.
+async fn install(mcp: &TestServer, plan: Value) -> Arc<Sandbox> {
+    let sandbox = Sandbox::initialised();
+    sandbox.allow_loopback();
+    sandbox.put("srv-token", SIGIL);
+    let mut text = std::fs::read_to_string(sandbox.config()).unwrap();
+    text.push_str(&format!(
+        "\n[mcp.servers.srv]\nurl = \"{}\"\nauth = {{ secret = \"srv-token\", placement = \"bearer\" }}\n\n[agents.a]\nprovider = \"scripted\"\nscript = \"plan.json\"\ntools = [\"srv__*\"]\n\n[agents.b]\nprovider = \"scripted\"\nscript = \"plan.json\"\n",
+        mcp.url("/mcp")
+    ));
+    std::fs::write(sandbox.config(), text).unwrap();
+    std::fs::write(sandbox.path().join("plan.json"), plan.to_string()).unwrap();
+    let sandbox = Arc::new(sandbox);
+    runwarden(&sandbox, &["mcp", "import", "srv"]).await.ok();
+    sandbox
+}
+
+/// A plan whose first turn calls the tool the server never answers.
+fn call_the_stalling_tool() -> Value {
+    json!([
+        {"tool_calls": [{"name": "srv__stall", "arguments": {"q": "printer"}}]},
+        {"text": "never reached"}
+    ])
+}
+
+/// Runs the binary off the async runtime, so the test's servers keep answering.
+async fn runwarden(sandbox: &Arc<Sandbox>, args: &[&str]) -> Output {
+    let (sandbox, args) = (
+        sandbox.clone(),
+        args.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+    );
+    tokio::task::spawn_blocking(move || {
+        sandbox.run(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .unwrap()
+}
+
+/// A token of `role`, from `token create --json`.
+async fn token(sandbox: &Arc<Sandbox>, role: &str) -> String {
+    let created = runwarden(sandbox, &["--json", "token", "create", "--role", role])
+        .await
+        .ok()
+        .json();
+    assert_eq!(created["role"], role);
+    created["token"].as_str().unwrap().to_string()
+}
+
+/// A running `runwarden serve` on a free port, killed on drop if the test did not stop it.
+struct Serve {
+    child: Child,
+    url: String,
+    stdout: mpsc::UnboundedReceiver<String>,
+}
+
+impl Serve {
+    async fn start(sandbox: &Sandbox, concurrency: usize) -> Self {
+        let concurrency = concurrency.to_string();
+        let mut command = sandbox.command(&[
+            "--json",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--concurrency",
+            &concurrency,
+        ]);
+        command.stdout(Stdio::piped()).stderr(Stdio::null());
+        let mut child = command.spawn().expect("the binary starts");
+        let (tx, mut stdout) = mpsc::unbounded_channel();
+        let pipe = child.stdout.take().expect("stdout is piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let ready = tokio::time::timeout(WAIT, stdout.recv())
+            .await
+            .expect("the ready line in time")
+            .expect("serve printed its ready line");
+        let ready: Value = serde_json::from_str(&ready).expect("the ready line is JSON");
+        let url = ready["url"].as_str().expect("the ready line names the url");
+        assert!(url.starts_with("http://127.0.0.1:"), "{ready}");
+        Self {
+            url: url.to_string(),
+            child,
+            stdout,
+        }
+    }
+
+    fn signal(&self, name: &str) {
+        let sent = std::process::Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success());
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A client that remembers every answer body, to check none holds the sigil.
+#[derive(Clone)]
+struct Api {
+    http: reqwest::Client,
+    base: String,
+    bodies: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Api {
+    fn new(serve: &Serve) -> Self {
+        Self {
+            http: reqwest::Client::new(),
+            base: serve.url.clone(),
+            bodies: Arc::default(),
+        }
+    }
+
+    /// One request; the status and the body (JSON when it parses, else a string).
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<String>,
+    ) -> (u16, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body);
+        }
+        let response = tokio::time::timeout(WAIT * 3, request.send())
+            .await
+            .expect("an answer in time")
+            .expect("the server answers");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("the body reads");
+        self.bodies.lock().unwrap().push(text.clone());
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, value)
+    }
+
+    async fn get(&self, path: &str, token: &str) -> Value {
+        let (status, body) = self.call("GET", path, Some(token), None).await;
+        assert_eq!(status, 200, "GET {path}: {body}");
+        body
+    }
+
+    fn assert_no_sigil(&self) {
+        for body in self.bodies.lock().unwrap().iter() {
+            assert!(
+                !body.contains(SIGIL),
+                "an API answer holds the secret: {body}"
+            );
+        }
+    }
+}
+
+fn code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_and_roles_decide_who_may_read_start_and_cancel() {
+    let mcp = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
+    let sandbox = install(&mcp, json!([{"text": "done"}])).await;
+    // Text mode prints the token alone on stdout, the note on stderr.
+    let created = runwarden(&sandbox, &["token", "create", "--role", "viewer"])
+        .await
+        .ok();
+    let viewer = created.stdout.trim().to_string();
+    assert!(
+        viewer.starts_with("rwt_") && !viewer.contains(' '),
+        "{created:?}"
+    );
+    assert!(created.stderr.contains("shown once"), "{created:?}");
+    let operator = token(&sandbox, "operator").await;
+    let listed = runwarden(&sandbox, &["--json", "token", "list"]).await.ok();
+    assert_eq!(listed.json().as_array().unwrap().len(), 2);
+    assert!(
+        !listed.stdout.contains(&viewer) && !listed.stdout.contains(&operator),
+        "a token is never listed"
+    );
+    let serve = Serve::start(&sandbox, 0).await;
+    let api = Api::new(&serve);
+
+    let (status, body) = api.call("GET", "/v1/runs", None, None).await;
+    assert_eq!((status, code(&body)), (401, "unauthorized"), "{body}");
+    let (status, _) = api.call("GET", "/v1/runs", Some("rwt_forged"), None).await;
+    assert_eq!(status, 401);
+    assert_eq!(api.call("GET", "/healthz", None, None).await.0, 200);
+    assert_eq!(api.call("GET", "/readyz", None, None).await.0, 200);
+
+    let start = json!({"agent": "b", "prompt": "hi"}).to_string();
+    let (status, body) = api
+        .call("POST", "/v1/runs", Some(&viewer), Some(start.clone()))
+        .await;
+    assert_eq!((status, code(&body)), (403, "forbidden"), "{body}");
+    let (status, run) = api
+        .call("POST", "/v1/runs", Some(&operator), Some(start))
+        .await;
+    assert_eq!(status, 202, "{run}");
+    let id = run["run_id"].as_str().unwrap();
+    assert_eq!(api.get(&format!("/v1/runs/{id}"), &viewer).await, run);
+    let cancel = format!("/v1/runs/{id}/cancel");
+    let (status, body) = api.call("POST", &cancel, Some(&viewer), None).await;
+    assert_eq!((status, code(&body)), (403, "forbidden"));
+    let (status, body) = api.call("POST", &cancel, Some(&operator), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        json!({"run_id": id, "cancelled": true, "previous": "queued"})
+    );
+
+    // CLI and API agree on a run.
+    let status = runwarden(&sandbox, &["--json", "status", id])
+        .await
+        .ok()
+        .json();
+    assert_eq!(api.get(&format!("/v1/runs/{id}"), &viewer).await, status);
+
+    // The served document is the one in the repository.
+    let response = reqwest::Client::new()
+        .get(format!("{}/v1/openapi.json", serve.url))
+        .bearer_auth(&viewer)
+        .send()
+        .await
+        .unwrap();
+    let served = response.text().await.unwrap();
+    let file = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json"),
+    )
+    .unwrap();
+    assert_eq!(served, file);
+
+    // A revoked token is refused from then on.
+    let id = runwarden(&sandbox, &["--json", "token", "list"])
+        .await
+        .ok()
+        .json()[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    runwarden(&sandbox, &["token", "revoke", &id]).await.ok();
+    let (status, _) = api.call("GET", "/v1/runs", Some(&viewer), None).await;
+    assert_eq!(status, 401);
+    api.assert_no_sigil();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_error_code_comes_in_one_shape_over_http() {
+    let mcp = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
+    let sandbox = install(&mcp, json!([{"text": "done"}])).await;
+    let operator = token(&sandbox, "operator").await;
+    let serve = Serve::start(&sandbox, 0).await;
+    let api = Api::new(&serve);
+    let op = Some(operator.as_str());
+    let big = json!({"agent": "b", "prompt": "x".repeat(70 * 1024)}).to_string();
+    let sync = json!({"agent": "b", "prompt": "hi", "mode": "sync"}).to_string();
+    let (status, done) = api.call("POST", "/v1/runs", op, Some(sync)).await;
+    assert_eq!(
+        (status, &done["status"]),
+        (200, &json!("completed")),
+        "{done}"
+    );
+    let done_id = done["run_id"].as_str().unwrap();
+    let cases: Vec<(&str, String, Option<String>, u16, &str)> = vec![
+        ("GET", "/v1/runs".into(), None, 200, ""),
+        (
+            "POST",
+            "/v1/runs".into(),
+            Some("{\"agent\":".into()),
+            400,
+            "invalid_json",
+        ),
+        (
+            "POST",
+            "/v1/runs".into(),
+            Some(json!({"agent": "b", "prompt": "p", "priority": 1}).to_string()),
+            400,
+            "unknown_field",
+        ),
+        (
+            "POST",
+            "/v1/runs".into(),
+            Some(json!({"prompt": "p"}).to_string()),
+            400,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/runs".into(),
+            Some(json!({"agent": "zed", "prompt": "p"}).to_string()),
+            404,
+            "agent_not_found",
+        ),
+        ("POST", "/v1/runs".into(), Some(big), 413, "body_too_large"),
+        (
+            "GET",
+            "/v1/runs?status=odd".into(),
+            None,
+            400,
+            "invalid_request",
+        ),
+        ("GET", "/v1/runs/none".into(), None, 404, "run_not_found"),
+        (
+            "POST",
+            "/v1/runs/none/cancel".into(),
+            None,
+            404,
+            "run_not_found",
+        ),
+        (
+            "POST",
+            format!("/v1/runs/{done_id}/cancel"),
+            None,
+            409,
+            "run_already_terminal",
+        ),
+        ("GET", "/v2/anything".into(), None, 404, "not_found"),
+        ("PUT", "/v1/runs".into(), None, 405, "method_not_allowed"),
+        (
+            "DELETE",
+            "/v1/audit".into(),
+            None,
+            405,
+            "method_not_allowed",
+        ),
+    ];
+    for (method, path, body, status, expected) in cases {
+        let (got, answer) = api.call(method, &path, op, body).await;
+        assert_eq!(got, status, "{method} {path}: {answer}");
+        if status != 200 {
+            assert_eq!(code(&answer), expected, "{method} {path}: {answer}");
+            let message = answer["error"]["message"].as_str().unwrap_or_default();
+            assert!(!message.is_empty(), "{answer}");
+            assert_eq!(answer.as_object().unwrap().len(), 1, "one shape: {answer}");
+        }
+    }
+    api.assert_no_sigil();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_of_runs_cover_every_run_once_newest_first() {
+    let mcp = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
+    let sandbox = install(&mcp, json!([{"text": "done"}])).await;
+    let operator = token(&sandbox, "operator").await;
+    let viewer = token(&sandbox, "viewer").await;
+    let serve = Serve::start(&sandbox, 0).await; // no workers: the runs stay queued
+    let api = Api::new(&serve);
+    let mut created = Vec::new();
+    for i in 0..7 {
+        let body = json!({"agent": "b", "prompt": format!("p{i}")}).to_string();
+        let (status, run) = api
+            .call("POST", "/v1/runs", Some(&operator), Some(body))
+            .await;
+        assert_eq!(status, 202, "{run}");
+        assert_eq!(run["status"], "queued");
+        created.push(run["run_id"].as_str().unwrap().to_string());
+    }
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let path = match &cursor {
+            None => "/v1/runs?limit=3&status=queued&agent=b".to_string(),
+            Some(c) => format!("/v1/runs?limit=3&status=queued&agent=b&cursor={c}"),
+        };
+        let page = api.get(&path, &viewer).await;
+        pages += 1;
+        let runs = page["runs"].as_array().unwrap();
+        assert!(runs.len() <= 3, "{page}");
+        seen.extend(
+            runs.iter()
+                .map(|r| r["run_id"].as_str().unwrap().to_string()),
+        );
+        match page["next_cursor"].as_str() {
+            Some(next) => {
+                assert_eq!(
+                    Some(next),
+                    seen.last().map(String::as_str),
+                    "the cursor is the last id"
+                );
+                cursor = Some(next.to_string());
+            }
+            None => break,
+        }
+        assert!(pages < 10, "the pages end");
+    }
+    assert_eq!(pages, 3, "7 runs in pages of 3");
+    let newest_first: Vec<String> = created.iter().rev().cloned().collect();
+    assert_eq!(seen, newest_first, "every run once, newest first");
+    let none = api.get("/v1/runs?status=completed", &viewer).await;
+    assert_eq!(none, json!({"runs": [], "next_cursor": null}));
+    let other = api.get("/v1/runs?agent=a", &viewer).await;
+    assert_eq!(other["runs"].as_array().unwrap().len(), 0);
+}
+
+/// One Server-Sent Event as the stream carried it.
+#[derive(Debug, Clone, PartialEq)]
+struct SseEvent {
+    id: i64,
+    kind: String,
+    data: Value,
+}
+
+/// Reads an event stream: events as they are complete, `None` when the stream ends.
+struct SseReader {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl SseReader {
+    async fn open(api: &Api, run_id: &str, token: &str, last_event_id: Option<i64>) -> Self {
+        let mut request = api
+            .http
+            .get(format!("{}/v1/runs/{run_id}/events", api.base))
+            .bearer_auth(token)
+            .header("accept", "text/event-stream");
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id.to_string());
+        }
+        let response = request.send().await.expect("the stream opens");
+        assert_eq!(response.status(), 200);
+        let content_type = response.headers()["content-type"].to_str().unwrap();
+        assert!(
+            content_type.starts_with("text/event-stream"),
+            "{content_type}"
+        );
+        Self {
+            response,
+            buffer: String::new(),
+        }
+    }
+
+    async fn next(&mut self) -> Option<SseEvent> {
+        loop {
+            while let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let (mut id, mut kind, mut data) = (None, None, String::new());
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        id = v.trim().parse().ok();
+                    } else if let Some(v) = line.strip_prefix("event:") {
+                        kind = Some(v.trim().to_string());
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if let (Some(id), Some(kind)) = (id, kind) {
+                    let data = serde_json::from_str(&data).expect("the data is JSON");
+                    return Some(SseEvent { id, kind, data });
+                }
+                // A keep-alive comment: nothing to hand out.
+            }
+            let chunk = tokio::time::timeout(WAIT, self.response.chunk())
+                .await
+                .expect("the stream moves in time")
+                .expect("the stream reads");
+            match chunk {
+                Some(bytes) => self.buffer.push_str(&String::from_utf8_lossy(&bytes)),
+                None => return None,
+            }
+        }
+    }
+}
+
+/// The JSON-RPC method a request to the MCP server carried.
+fn method(request: &HttpRequest) -> String {
+    let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+    body["method"].as_str().unwrap_or_default().to_string()
+}
+
+/// Waits until the MCP server holds a `tools/call` (it stalls those).
+async fn until_tool_call_is_held(server: &mut TestServer) {
+    while method(&server.next_request(WAIT).await) != "tools/call" {}
+}
+
+/// Waits until the client closes the stalled connection; answers when it saw it.
+async fn until_closed(server: &mut TestServer, within: Duration) -> Instant {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let next = tokio::time::timeout_at(deadline, server.events.recv())
+            .await
+            .expect("the MCP server saw the stalled connection close in time")
+            .expect("the test server stopped");
+        if let Seen::Closed(_) = next {
+            return Instant::now();
+        }
+    }
+}
+
+/// The run's id once a worker or a sync request has it running.
+async fn the_running_run(api: &Api, viewer: &str) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let page = api.get("/v1/runs?status=running", viewer).await;
+        if let Some(id) = page["runs"][0]["run_id"].as_str() {
+            return id.to_string();
+        }
+        assert!(Instant::now() < deadline, "no run started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_stream_of_a_live_run_resumes_from_last_event_id_without_gaps_or_duplicates() {
+    let mut mcp = TestServer::start(mcp_handler(vec![tool("stall")], &["stall"])).await;
+    let sandbox = install(&mcp, call_the_stalling_tool()).await;
+    mcp.drain_requests();
+    let operator = token(&sandbox, "operator").await;
+    let viewer = token(&sandbox, "viewer").await;
+    let serve = Serve::start(&sandbox, 1).await; // a worker in the server claims the run
+    let api = Api::new(&serve);
+    let body = json!({"agent": "a", "prompt": "open a ticket"}).to_string();
+    let (status, run) = api
+        .call("POST", "/v1/runs", Some(&operator), Some(body))
+        .await;
+    assert_eq!(status, 202, "{run}");
+    let run_id = run["run_id"].as_str().unwrap().to_string();
+
+    // The first connection reads the first event of the live run, then goes away.
+    let mut first = SseReader::open(&api, &run_id, &viewer, None).await;
+    let started = first.next().await.expect("the first event");
+    assert_eq!((started.id, started.kind.as_str()), (1, "run_started"));
+    assert_eq!(started.data["seq"], 1);
+    assert_eq!(started.data["run_id"], run_id.as_str());
+    drop(first);
+    until_tool_call_is_held(&mut mcp).await;
+
+    // The second resumes after it, sees the rest while the call stalls, then the cancel.
+    let mut second = SseReader::open(&api, &run_id, &viewer, Some(started.id)).await;
+    let asked = second.next().await.expect("the model's turn");
+    assert_eq!((asked.id, asked.kind.as_str()), (2, "model_response"));
+    let (status, cancelled) = api
+        .call(
+            "POST",
+            &format!("/v1/runs/{run_id}/cancel"),
+            Some(&operator),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{cancelled}");
+    assert_eq!(cancelled["previous"], "running");
+    until_closed(&mut mcp, IN_PROCESS).await;
+    let mut rest = Vec::new();
+    while let Some(event) = second.next().await {
+        rest.push(event);
+    }
+    let kinds: Vec<&str> = rest.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["tool_executed", "run_stopped"], "{rest:#?}");
+    let ids: Vec<i64> = [started.id, asked.id]
+        .into_iter()
+        .chain(rest.iter().map(|e| e.id))
+        .collect();
+    assert_eq!(ids, [1, 2, 3, 4], "no gap and no duplicate");
+    assert_eq!(rest[0].data["payload"]["outcome"], "cancelled");
+
+    // The stream agrees with the JSON form and with the CLI.
+    let stored = api.get(&format!("/v1/runs/{run_id}/events"), &viewer).await;
+    let stored = stored["events"].as_array().unwrap().clone();
+    let streamed: Vec<Value> = [started, asked]
+        .into_iter()
+        .chain(rest)
+        .map(|e| e.data)
+        .collect();
+    assert_eq!(stored, streamed);
+    let cli = runwarden(&sandbox, &["--json", "events", &run_id])
+        .await
+        .ok();
+    let cli: Vec<Value> = cli
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(cli, stored);
+    // A stream opened after the end replays what is left and ends at once.
+    let mut late = SseReader::open(&api, &run_id, &viewer, Some(3)).await;
+    assert_eq!(late.next().await.map(|e| e.id), Some(4));
+    assert_eq!(late.next().await, None);
+    api.assert_no_sigil();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_through_the_api_ends_a_sync_run_whose_call_is_in_flight() {
+    let mut mcp = TestServer::start(mcp_handler(vec![tool("stall")], &["stall"])).await;
+    let sandbox = install(&mcp, call_the_stalling_tool()).await;
+    mcp.drain_requests();
+    let operator = token(&sandbox, "operator").await;
+    let viewer = token(&sandbox, "viewer").await;
+    let serve = Serve::start(&sandbox, 0).await;
+    let api = Api::new(&serve);
+
+    let body = json!({"agent": "a", "prompt": "open a ticket", "mode": "sync"}).to_string();
+    let (client, op) = (api.clone(), operator.clone());
+    let sync =
+        tokio::spawn(async move { client.call("POST", "/v1/runs", Some(&op), Some(body)).await });
+    until_tool_call_is_held(&mut mcp).await;
+    let run_id = the_running_run(&api, &viewer).await;
+
+    let (status, cancelled) = api
+        .call(
+            "POST",
+            &format!("/v1/runs/{run_id}/cancel"),
+            Some(&operator),
+            None,
+        )
+        .await;
+    let answered = Instant::now();
+    assert_eq!(status, 200, "{cancelled}");
+    assert_eq!(
+        cancelled,
+        json!({"run_id": run_id, "cancelled": true, "previous": "running"})
+    );
+    let closed = until_closed(&mut mcp, IN_PROCESS).await;
+    assert!(closed.duration_since(answered) < IN_PROCESS);
+    let (status, run) = tokio::time::timeout(WAIT, sync)
+        .await
+        .expect("the sync request returns")
+        .unwrap();
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(run["run_id"], run_id.as_str());
+    assert_eq!(run["status"], "cancelled");
+    assert_eq!(
+        run["pending_effect"], "non_idempotent_write",
+        "R7: the fence stays"
+    );
+
+    // The metrics: runs by status, calls by action, one cancel latency observation.
+    let response = reqwest::Client::new()
+        .get(format!("{}/metrics", serve.url))
+        .bearer_auth(&viewer)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let metrics = response.text().await.unwrap();
+    for line in [
+        "runwarden_runs{status=\"cancelled\"} 1",
+        "runwarden_runs{status=\"running\"} 0",
+        "runwarden_outbound_calls_total{action=\"http_call_cancelled\"} 1",
+        "runwarden_cancel_latency_seconds_count 1",
+        "runwarden_cancel_latency_seconds_bucket{le=\"+Inf\"} 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+    let under_a_second = metrics
+        .lines()
+        .find(|l| l.starts_with("runwarden_cancel_latency_seconds_bucket{le=\"1\"}"))
+        .unwrap_or_default();
+    assert!(under_a_second.ends_with(" 1"), "{metrics}");
+
+    // The audit rows and the server's tools and liveness, as the CLI has them.
+    let audit = api
+        .get(
+            &format!("/v1/audit?action=http_call_cancelled&run={run_id}"),
+            &viewer,
+        )
+        .await;
+    let rows = audit["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{audit}");
+    assert_eq!(rows[0]["secret"], "srv-token");
+    let cli = runwarden(
+        &sandbox,
+        &[
+            "--json",
+            "audit",
+            "list",
+            "--action",
+            "http_call_cancelled",
+            "--run",
+            &run_id,
+        ],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(audit["rows"], cli);
+    let verify = api.get("/v1/audit/verify", &viewer).await;
+    assert_eq!(verify["intact"], true, "{verify}");
+    let servers = api.get("/v1/mcp/servers", &viewer).await;
+    let cli = runwarden(&sandbox, &["--json", "mcp", "list"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(servers["servers"], cli);
+    let tools: BTreeSet<&str> = servers["servers"][0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["local_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, BTreeSet::from(["srv__stall"]));
+    assert!(
+        servers["servers"][0]["last_success"].is_string(),
+        "{servers}"
+    );
+    api.assert_no_sigil();
+    assert!(!metrics.contains(SIGIL));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_server_gracefully() {
+    let mcp = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
+    let sandbox = install(&mcp, json!([{"text": "done"}])).await;
+    let mut serve = Serve::start(&sandbox, 1).await;
+    let api = Api::new(&serve);
+    assert_eq!(api.call("GET", "/healthz", None, None).await.0, 200);
+    serve.signal("TERM");
+    let stopped = tokio::time::timeout(WAIT, serve.stdout.recv())
+        .await
+        .expect("the stop line in time")
+        .expect("serve printed its stop line");
+    let stopped: Value = serde_json::from_str(&stopped).unwrap();
+    assert_eq!(stopped["stopped"], true, "{stopped}");
+    assert_eq!(stopped["drained"], true, "{stopped}");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(status) = serve.child.try_wait().unwrap() {
+            assert!(status.success(), "{status:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "serve did not exit");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

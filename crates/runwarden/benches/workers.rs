@@ -298,7 +298,6 @@ fn until(rx: &mpsc::Receiver<Line>, what: &str, mut pick: impl FnMut(&Line) -> b
         let Ok(line) = rx.recv_timeout(left) else {
             panic!("no {what} within {WAIT:?}; lines meanwhile: {seen:#?}");
         };
-        if std::env::var_os("BENCH_TRACE").is_some() { eprintln!("[{what}] worker {} {}: {}", line.worker, line.stderr, line.text); }
         if pick(&line) {
             return line;
         }
@@ -378,6 +377,8 @@ fn throughput(install: &Install, processes: usize, slots: usize) -> (f64, f64, V
 /// One recovery trial; (kill -> recovered, kill -> completed if read-only, lease left at
 /// the kill) in ms.
 fn recovery(install: &Install, server: &mut Server, agent: &str) -> (f64, Option<f64>, f64) {
+    // The previous trial's requests are all answered or closed: only this trial's count.
+    server.forget_requests();
     let (tx, rx) = mpsc::channel();
     let victim = install.worker(1, &tx, 0);
     let id = install.enqueue(agent, "recover me");
@@ -393,6 +394,13 @@ fn recovery(install: &Install, server: &mut Server, agent: &str) -> (f64, Option
         l.worker == 1 && outcome(l).is_some_and(|(id, _)| id == sentinel)
     });
 
+    if std::env::var_os("BENCH_TRACE").is_some() {
+        for _ in 0..12 {
+            let st = install.status(&id);
+            eprintln!("{:?} {} {}", chrono::Utc::now(), st["lease_expires"], st["status"]);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
     let writes_before = server.creates.load(Ordering::SeqCst);
     let killed = victim.kill_9();
     let killed_wall = chrono::Utc::now();

@@ -21,8 +21,8 @@ pub(crate) struct ApiClient {
 pub(crate) enum Answer {
     /// A 2xx with its JSON body.
     Ok(Value),
-    /// The server's error shape: status, stable code, message.
-    Refused { status: u16, code: String, message: String },
+    /// The server's error: its status and message (the stable code stays in the body).
+    Refused { status: u16, message: String },
 }
 
 impl ApiClient {
@@ -51,29 +51,45 @@ impl ApiClient {
             .await
             .with_context(|| format!("while talking to the runwarden server at {}", self.base))?;
         let status = response.status().as_u16();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
+        let bytes = response.bytes().await.unwrap_or_default();
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         if (200..300).contains(&status) {
             return Ok(Answer::Ok(body));
         }
-        let code = body["error"]["code"].as_str().unwrap_or("unknown").to_string();
-        let message = body["error"]["message"].as_str().unwrap_or("the server gave no reason").to_string();
-        Ok(Answer::Refused { status, code, message })
+        let message = body["error"]["message"]
+            .as_str()
+            .unwrap_or("the server gave no reason")
+            .to_string();
+        Ok(Answer::Refused { status, message })
     }
 
     pub(crate) async fn get(&self, path: &str) -> anyhow::Result<Answer> {
-        self.send(self.http.get(format!("{}{path}", self.base))).await
+        self.send(self.http.get(format!("{}{path}", self.base)))
+            .await
     }
 
     pub(crate) async fn post(&self, path: &str, body: Value) -> anyhow::Result<Answer> {
-        self.send(self.http.post(format!("{}{path}", self.base)).json(&body)).await
+        self.send(
+            self.http
+                .post(format!("{}{path}", self.base))
+                .header("content-type", "application/json")
+                .body(body.to_string()),
+        )
+        .await
     }
 
     /// A JSON answer, or the server's refusal as an error (with a hint for 401/403).
     pub(crate) async fn expect(&self, answer: Answer) -> anyhow::Result<Value> {
         match answer {
             Answer::Ok(body) => Ok(body),
-            Answer::Refused { status: 401, message, .. } => {
-                bail!("the server refused the token ({message}): set ${TOKEN_ENV} to a token from `runwarden token create`")
+            Answer::Refused {
+                status: 401,
+                message,
+                ..
+            } => {
+                bail!(
+                    "the server refused the token ({message}): set ${TOKEN_ENV} to a token from `runwarden token create`"
+                )
             }
             Answer::Refused { message, .. } => bail!("{message}"),
         }
@@ -81,7 +97,12 @@ impl ApiClient {
 
     /// `POST /v1/runs` with mode queued.
     pub(crate) async fn enqueue(&self, agent: &str, prompt: &str) -> anyhow::Result<Value> {
-        let answer = self.post("/v1/runs", json!({ "agent": agent, "prompt": prompt, "mode": "queued" })).await?;
+        let answer = self
+            .post(
+                "/v1/runs",
+                json!({ "agent": agent, "prompt": prompt, "mode": "queued" }),
+            )
+            .await?;
         self.expect(answer).await
     }
 }

@@ -88,6 +88,15 @@ struct FileConfig {
     agents: BTreeMap<String, AgentSection>,
     #[serde(default)]
     worker: WorkerSection,
+    #[serde(default)]
+    client: ClientSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientSection {
+    server: Option<String>,
+    token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -432,6 +441,10 @@ pub(crate) struct Config {
     pub(crate) agents: BTreeMap<String, AgentConfig>,
     /// Workers' settings.
     pub(crate) worker: WorkerSettings,
+    /// `[client] server`: the runwarden server the CLI talks to by default.
+    pub(crate) client_server: Option<String>,
+    /// `[client] token_file`: where the CLI's API token is kept (mode 0600).
+    pub(crate) client_token_file: Option<PathBuf>,
 }
 
 /// True when `$RUNWARDEN_MASTER_KEY` supplies the key. An empty value does not count, the
@@ -531,7 +544,36 @@ impl Config {
                 .map(|(name, section)| Ok((name.clone(), agent(&name, section, &resolve)?)))
                 .collect::<anyhow::Result<_>>()?,
             worker: worker_settings(file.worker)?,
+            client_server: file.client.server,
+            client_token_file: file.client.token_file.map(&resolve),
         })
+    }
+
+    /// The CLI's API token: `$RUNWARDEN_TOKEN`, else the `[client] token_file`.
+    pub(crate) fn client_token(&self) -> anyhow::Result<Option<String>> {
+        if let Some(token) = env(crate::client::TOKEN_ENV) {
+            return Ok(Some(token.trim().to_string()));
+        }
+        let Some(path) = &self.client_token_file else {
+            return Ok(None);
+        };
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(path)
+                .with_context(|| format!("while reading [client] token_file {}", path.display()))?
+                .permissions()
+                .mode();
+            if mode & 0o077 != 0 {
+                bail!(
+                    "the token file {} may be read by other users: chmod 600 it",
+                    path.display()
+                );
+            }
+        }
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("while reading [client] token_file {}", path.display()))?;
+        Ok(Some(text.trim().to_string()))
     }
 
     /// One configured agent, or an error listing the configured ones.

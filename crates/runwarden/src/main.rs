@@ -1,6 +1,7 @@
 //! The `runwarden` binary: parses the command line and hands over to `cli`.
 
 mod cli;
+mod client;
 mod config;
 mod demo;
 mod http;

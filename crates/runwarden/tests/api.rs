@@ -761,3 +761,73 @@ async fn sigterm_stops_the_server_gracefully() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Runs the CLI once on the store and once through the server; answers both outputs.
+async fn both_ways(
+    sandbox: &Arc<Sandbox>,
+    serve: &Serve,
+    token: &str,
+    args: &[&str],
+) -> (Output, Output) {
+    let on_store = runwarden(sandbox, args).await;
+    let mut command = sandbox.command(args);
+    command
+        .env("RUNWARDEN_SERVER", &serve.url)
+        .env("RUNWARDEN_TOKEN", token);
+    let (sandbox, through) = (sandbox.clone(), command);
+    let through_server = tokio::task::spawn_blocking(move || sandbox.run_command(through))
+        .await
+        .unwrap();
+    (on_store, through_server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_gives_the_same_answers_through_a_server_and_on_the_store() {
+    let mcp = TestServer::start(mcp_handler(vec![tool("stall")], &["stall"])).await;
+    let sandbox = install(&mcp, json!([{"text": "done"}])).await;
+    let serve = Serve::start(&sandbox, 0).await; // no workers: queued runs stay queued
+    let operator = token(&sandbox, "operator").await;
+
+    // A completed run with events, and a queued one enqueued through the server.
+    let ran = runwarden(&sandbox, &["--json", "run", "--agent", "b", "go"])
+        .await
+        .ok();
+    let summary: Value = serde_json::from_str(ran.stdout.lines().last().unwrap()).unwrap();
+    let completed = summary["run_id"].as_str().unwrap().to_string();
+    let mut enqueue = sandbox.command(&["--json", "enqueue", "--agent", "b", "later"]);
+    enqueue
+        .env("RUNWARDEN_SERVER", &serve.url)
+        .env("RUNWARDEN_TOKEN", &operator);
+    let queued = sandbox.run_command(enqueue).ok().json()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    for args in [
+        vec!["--json", "status", completed.as_str()],
+        vec!["status", completed.as_str()],
+        vec!["--json", "events", completed.as_str()],
+        vec!["events", completed.as_str()],
+        vec!["--json", "status", queued.as_str()],
+    ] {
+        let (store, server) = both_ways(&sandbox, &serve, &operator, &args).await;
+        let (store, server) = (store.ok(), server.ok());
+        assert_eq!(store.stdout, server.stdout, "{args:?}");
+    }
+    let mut cancel = sandbox.command(&["cancel", &queued]);
+    cancel
+        .env("RUNWARDEN_SERVER", &serve.url)
+        .env("RUNWARDEN_TOKEN", &operator);
+    sandbox
+        .run_command(cancel)
+        .ok()
+        .says(&format!("cancelled run {queued} (it was queued)"));
+    for args in [
+        vec!["cancel", queued.as_str()],
+        vec!["status", "01900000-0000-7000-8000-000000000000"],
+    ] {
+        let (store, server) = both_ways(&sandbox, &serve, &operator, &args).await;
+        let (store, server) = (store.fails(), server.fails());
+        assert_eq!(store.stderr, server.stderr, "{args:?}");
+    }
+}

@@ -69,6 +69,19 @@ fn only_the_vault_depends_on_an_http_client() {
             .collect();
         if krate == "vault" {
             assert_eq!(http, ["reqwest"], "the vault's one HTTP client");
+        } else if krate == "runwarden" {
+            // The CLI's `--server` client: it reaches only the operator's own server, and
+            // only from `client.rs`.
+            assert_eq!(http, ["reqwest"]);
+            for (path, text) in sources("runwarden") {
+                if path.file_name().is_some_and(|n| n != "client.rs") {
+                    assert!(
+                        !text.contains("reqwest::"),
+                        "{}: only client.rs may use reqwest",
+                        path.display()
+                    );
+                }
+            }
         } else {
             assert!(
                 http.is_empty(),

@@ -31,6 +31,11 @@ pub(crate) struct Cli {
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     pub(crate) json: bool,
+    /// Talk to a running `runwarden serve` at this URL instead of the store [env:
+    /// RUNWARDEN_SERVER; the token comes from $RUNWARDEN_TOKEN or [client] token_file].
+    /// Applies to status, cancel, events and enqueue.
+    #[arg(long, global = true, value_name = "URL", env = "RUNWARDEN_SERVER")]
+    server: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -78,6 +83,8 @@ enum Command {
 pub(crate) struct Context {
     pub(crate) config: Config,
     pub(crate) json: bool,
+    /// The server to talk to instead of the store (`--server`), if any.
+    pub(crate) server: Option<crate::client::ApiClient>,
 }
 
 impl Context {
@@ -114,9 +121,14 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     let path = Config::locate(cli.config.as_deref());
     let config = Config::load(&path)?;
+    let server = match cli.server.as_deref().or(config.client_server.as_deref()) {
+        Some(url) => Some(crate::client::ApiClient::new(url, config.client_token()?)?),
+        None => None,
+    };
     let cx = Context {
         config,
         json: cli.json,
+        server,
     };
     match command {
         // Dispatched above, before any configuration is read; kept for exhaustiveness.

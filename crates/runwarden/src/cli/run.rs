@@ -12,7 +12,7 @@ use runwarden_mcp::{CatalogueStore, McpClient, SystemClock};
 use runwarden_models::{Anthropic, ModelProvider, OpenAiCompatible, Scripted};
 use runwarden_runtime::{
     AgentSource, AgentSpec, CancelAnswer, CancelHub, Executor, ExecutorConfig, Outcome, RunEvent,
-    RunStore, bind_tools, clamp_rounds,
+    RunState, RunStore, bind_tools, clamp_rounds,
 };
 use runwarden_store_sqlite::SqliteStore;
 use runwarden_vault::EgressClient;
@@ -294,92 +294,141 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
 }
 
 pub(crate) async fn cancel(cx: &Context, args: RunIdArgs) -> anyhow::Result<ExitCode> {
-    let store = cx.store()?;
-    match store
-        .run_cancel(&args.run_id, chrono::Utc::now().timestamp_millis())
-        .await?
-    {
-        CancelAnswer::Cancelled { previous } => {
-            let report =
-                json!({ "run_id": args.run_id, "cancelled": true, "previous": previous.as_str() });
-            output::emit(cx.json, &report, || {
-                format!(
-                    "cancelled run {} (it was {}); calls in flight stop within about a second",
-                    args.run_id,
-                    previous.as_str()
-                )
-            });
-            Ok(ExitCode::SUCCESS)
+    // Through a server, the cancel also wakes the run's in-flight calls at once if the
+    // server executes it; on the store alone, they see it within about a second.
+    let previous = match &cx.server {
+        Some(server) => {
+            let answer = server
+                .post(&format!("/v1/runs/{}/cancel", args.run_id), json!({}))
+                .await?;
+            let body = server.expect(answer).await?;
+            body["previous"].as_str().unwrap_or("unknown").to_string()
         }
-        CancelAnswer::AlreadyTerminal(state) => {
-            bail!(
-                "run {} is already {}: a finished run cannot be cancelled",
-                args.run_id,
-                state.as_str()
-            )
+        None => {
+            let store = cx.store()?;
+            match store
+                .run_cancel(&args.run_id, chrono::Utc::now().timestamp_millis())
+                .await?
+            {
+                CancelAnswer::Cancelled { previous } => previous.as_str().to_string(),
+                CancelAnswer::AlreadyTerminal(state) => {
+                    bail!(
+                        "run {} is already {}: a finished run cannot be cancelled",
+                        args.run_id,
+                        state.as_str()
+                    )
+                }
+                CancelAnswer::NotFound => bail!("no run with id {}", args.run_id),
+            }
         }
-        CancelAnswer::NotFound => bail!(
-            "no run with id {}: `runwarden status` takes the id `run` printed",
-            args.run_id
-        ),
+    };
+    let report = json!({ "run_id": args.run_id, "cancelled": true, "previous": previous });
+    output::emit(cx.json, &report, || {
+        format!("cancelled run {} (it was {previous})", args.run_id)
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The run JSON (`views::run_json`), from the server or the store.
+async fn run_report(cx: &Context, run_id: &str) -> anyhow::Result<Value> {
+    match &cx.server {
+        Some(server) => {
+            let answer = server.get(&format!("/v1/runs/{run_id}")).await?;
+            server.expect(answer).await
+        }
+        None => {
+            let store = cx.store()?;
+            let Some(run) = store.run_get(run_id).await? else {
+                bail!("no run with id {run_id}");
+            };
+            Ok(crate::views::run_json(&run))
+        }
     }
 }
 
+/// A run for people, from its JSON (so the server and the store print the same).
+fn status_text(report: &Value) -> String {
+    let field = |name: &str| report[name].as_str().unwrap_or_default().to_string();
+    let mut text = format!(
+        "run {}\n  agent {}\n  status {}",
+        field("run_id"),
+        field("agent"),
+        field("status")
+    );
+    if let Some(reason) = report["termination_reason"].as_str() {
+        text.push_str(&format!(" ({reason})"));
+    }
+    text.push_str(&format!(
+        "\n  rounds {}, attempts {}",
+        report["rounds"], report["attempts"]
+    ));
+    if let Some(holder) = report["lease_holder"].as_str() {
+        text.push_str(&format!(
+            "\n  lease holder {holder} until {}",
+            field("lease_expires")
+        ));
+    }
+    match report["pending_effect"].as_str() {
+        Some(effect) => text.push_str(&format!(
+            "\n  pending effect {effect} (a write started and was not recorded)"
+        )),
+        None => text.push_str("\n  pending effect none"),
+    }
+    text.push_str(&format!(
+        "\n  created {}, updated {}",
+        field("created"),
+        field("updated")
+    ));
+    text
+}
+
 pub(crate) async fn status(cx: &Context, args: RunIdArgs) -> anyhow::Result<ExitCode> {
-    let store = cx.store()?;
-    let Some(run) = store.run_get(&args.run_id).await? else {
-        bail!("no run with id {}", args.run_id);
-    };
     // The same shape `GET /v1/runs/{id}` answers.
-    let report = crate::views::run_json(&run);
-    output::emit(cx.json, &report, || {
-        let mut text = format!(
-            "run {}\n  agent {}\n  status {}",
-            run.id,
-            run.agent,
-            run.status.as_str()
-        );
-        if let Some(reason) = &run.termination_reason {
-            text.push_str(&format!(" ({reason})"));
-        }
-        text.push_str(&format!(
-            "\n  rounds {}, attempts {}",
-            run.rounds,
-            run.requeue_count + 1
-        ));
-        if let Some(holder) = &run.claimed_by {
-            let until = run.lease_expires_ms.map(output::time).unwrap_or_default();
-            text.push_str(&format!("\n  lease holder {holder} until {until}"));
-        }
-        match &run.pending_effect {
-            Some(effect) => text.push_str(&format!(
-                "\n  pending effect {effect} (a write started and was not recorded)"
-            )),
-            None => text.push_str("\n  pending effect none"),
-        }
-        text.push_str(&format!(
-            "\n  created {}, updated {}",
-            output::time(run.created_ms),
-            output::time(run.updated_ms)
-        ));
-        text
-    });
+    let report = run_report(cx, &args.run_id).await?;
+    output::emit(cx.json, &report, || status_text(&report));
     Ok(ExitCode::SUCCESS)
 }
 
 /// Event kinds after which a run writes nothing more.
 pub(crate) const FINAL_KINDS: [&str; 3] = ["run_completed", "run_failed", "run_stopped"];
 
-pub(crate) async fn events(cx: &Context, args: EventsArgs) -> anyhow::Result<ExitCode> {
-    let store = cx.store()?;
-    if store.run_get(&args.run_id).await?.is_none() {
-        bail!("no run with id {}", args.run_id);
+/// A run's events after `after`, from the server or the store.
+async fn events_after(cx: &Context, run_id: &str, after: i64) -> anyhow::Result<Vec<RunEvent>> {
+    match &cx.server {
+        Some(server) => {
+            let answer = server
+                .get(&format!("/v1/runs/{run_id}/events?after={after}"))
+                .await?;
+            let body = server.expect(answer).await?;
+            let events = body["events"].as_array().cloned().unwrap_or_default();
+            Ok(events.iter().map(event_from_json).collect())
+        }
+        None => Ok(cx.store()?.run_events(run_id, after, 0).await?),
     }
+}
+
+/// The inverse of [`event_json`].
+fn event_from_json(event: &Value) -> RunEvent {
+    let time_ms = event["time"]
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map_or(0, |t| t.timestamp_millis());
+    RunEvent {
+        run_id: event["run_id"].as_str().unwrap_or_default().to_string(),
+        seq: event["seq"].as_i64().unwrap_or_default(),
+        kind: event["kind"].as_str().unwrap_or_default().to_string(),
+        payload: event["payload"].clone(),
+        time_ms,
+    }
+}
+
+pub(crate) async fn events(cx: &Context, args: EventsArgs) -> anyhow::Result<ExitCode> {
+    run_report(cx, &args.run_id).await?; // a clear answer for an unknown id
     let mut after = 0;
     let mut ended_at: Option<Instant> = None;
     let mut poll = tokio::time::interval(Duration::from_millis(200));
     loop {
-        let events = store.run_events(&args.run_id, after, 0).await?;
+        let events = events_after(cx, &args.run_id, after).await?;
         let mut saw_final = false;
         for event in &events {
             print_event(cx.json, event);
@@ -389,11 +438,10 @@ pub(crate) async fn events(cx: &Context, args: EventsArgs) -> anyhow::Result<Exi
         if !args.follow || saw_final {
             return Ok(ExitCode::SUCCESS);
         }
-        let run = store
-            .run_get(&args.run_id)
-            .await?
-            .context("the run vanished")?;
-        if run.status.is_terminal() {
+        let status = run_report(cx, &args.run_id).await?["status"]
+            .as_str()
+            .and_then(RunState::parse);
+        if status.is_some_and(RunState::is_terminal) {
             // A segment may still write its last step; give it a moment, then stop.
             let since = *ended_at.get_or_insert_with(Instant::now);
             if since.elapsed() > Duration::from_secs(3) {

@@ -46,6 +46,13 @@ pub(crate) fn retry(settings: &WorkerSettings) -> RetryPolicy {
 
 /// The row is the state: the stored request is all a worker needs (R9).
 pub(crate) async fn enqueue(cx: &Context, args: EnqueueArgs) -> anyhow::Result<ExitCode> {
+    if let Some(server) = &cx.server {
+        let run = server.enqueue(&args.agent, &args.prompt).await?;
+        let report = json!({ "run_id": run["run_id"], "status": run["status"] });
+        let id = run["run_id"].as_str().unwrap_or_default().to_string();
+        output::emit(cx.json, &report, || id);
+        return Ok(ExitCode::SUCCESS);
+    }
     cx.config.agent(&args.agent)?;
     let store = cx.store()?;
     let id = uuid::Uuid::now_v7().to_string();

@@ -35,6 +35,7 @@ async fn fixture() -> Fixture {
     let cx = Context {
         config,
         json: false,
+        server: None,
     };
     let (stop_tx, stop) = watch::channel(StopLevel::Run);
     let state = AppState::new(&cx, stop).await.unwrap();

@@ -397,7 +397,12 @@ fn recovery(install: &Install, server: &mut Server, agent: &str) -> (f64, Option
     if std::env::var_os("BENCH_TRACE").is_some() {
         for _ in 0..12 {
             let st = install.status(&id);
-            eprintln!("{:?} {} {}", chrono::Utc::now(), st["lease_expires"], st["status"]);
+            eprintln!(
+                "{:?} {} {}",
+                chrono::Utc::now(),
+                st["lease_expires"],
+                st["status"]
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }

@@ -81,7 +81,7 @@ impl Server {
                         counted.fetch_add(1, Ordering::SeqCst);
                         return Reply::Stall;
                     }
-                    Some("search") if searches.fetch_add(1, Ordering::SeqCst) % 2 == 0 => {
+                    Some("search") if searches.fetch_add(1, Ordering::SeqCst).is_multiple_of(2) => {
                         return Reply::Stall;
                     }
                     _ => {}
@@ -316,6 +316,16 @@ fn outcome(line: &Line) -> Option<(String, String)> {
     ))
 }
 
+/// A duration uniformly below `bound`, from the standard library's per-process random
+/// hash keys (no dependency needed for a phase offset).
+fn random_below(bound: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(Instant::now().elapsed().as_nanos());
+    let nanos = bound.as_nanos() as u64;
+    Duration::from_nanos(hasher.finish() % nanos.max(1))
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
@@ -394,18 +404,9 @@ fn recovery(install: &Install, server: &mut Server, agent: &str) -> (f64, Option
         l.worker == 1 && outcome(l).is_some_and(|(id, _)| id == sentinel)
     });
 
-    if std::env::var_os("BENCH_TRACE").is_some() {
-        for _ in 0..12 {
-            let st = install.status(&id);
-            eprintln!(
-                "{:?} {} {}",
-                chrono::Utc::now(),
-                st["lease_expires"],
-                st["status"]
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
+    // A random phase against the victim's heartbeat and the standby's reaper ticks: with
+    // no offset every trial would kill at the same phase and sample one point.
+    std::thread::sleep(random_below(LEASE));
     let writes_before = server.creates.load(Ordering::SeqCst);
     let killed = victim.kill_9();
     let killed_wall = chrono::Utc::now();

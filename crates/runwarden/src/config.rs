@@ -152,7 +152,14 @@ fn worker_settings(section: WorkerSection) -> anyhow::Result<WorkerSettings> {
             "[worker] retry_base_seconds",
             section.retry_base_seconds.unwrap_or(2.0),
         )?,
-        reap_every: seconds("[worker] reap_seconds", section.reap_seconds.unwrap_or(5.0))?,
+        // A dead worker's run is recovered within lease + reap interval: by default a tenth
+        // of the lease (at most 5 s), so recovery stays within 1.1 leases.
+        reap_every: seconds(
+            "[worker] reap_seconds",
+            section
+                .reap_seconds
+                .unwrap_or((lease.as_secs_f64() / 10.0).clamp(0.05, 5.0)),
+        )?,
         grace: seconds(
             "[worker] grace_seconds",
             section.grace_seconds.unwrap_or(30.0),

@@ -438,14 +438,14 @@ async fn kill_9_during_a_non_idempotent_write_dead_letters_the_run_and_the_write
 
         // Even trials: the operator's `reap`, before any other worker is up. Odd trials: the
         // second worker's own reaper.
-        if k % 2 == 0 {
+        if k.is_multiple_of(2) {
             runwarden(&sandbox, &["reap"])
                 .await
                 .ok()
                 .says(&format!("run {id} dead-lettered FENCED_WRITE"));
         }
         let mut second = Child::worker(&sandbox, None);
-        if k % 2 == 1 {
+        if !k.is_multiple_of(2) {
             second
                 .until_stderr(&["the reaper recovered a stale run", &id, "FencedWrite"])
                 .await;

@@ -108,11 +108,7 @@ pub(crate) async fn run(cx: &Context, command: EgressCommand) -> anyhow::Result<
 
     let stop = CancelFlag::new();
     let on_ctrl_c = stop.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            on_ctrl_c.cancel();
-        }
-    });
+    super::signals::on_interrupt(move || on_ctrl_c.cancel());
     let outcome = client.send(request, Some(&stop)).await;
 
     let filter = AuditFilter {

@@ -49,11 +49,7 @@ pub(crate) enum McpCommand {
 fn ctrl_c_flag() -> CancelFlag {
     let flag = CancelFlag::new();
     let on_ctrl_c = flag.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            on_ctrl_c.cancel();
-        }
-    });
+    super::signals::on_interrupt(move || on_ctrl_c.cancel());
     flag
 }
 

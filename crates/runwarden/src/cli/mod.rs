@@ -7,6 +7,7 @@ pub(crate) mod mcp;
 pub(crate) mod run;
 mod secret;
 mod serve;
+mod signals;
 mod token;
 mod worker;
 

@@ -228,6 +228,10 @@ fn print_event(json: bool, event: &RunEvent) {
 }
 
 pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode> {
+    // Installed before any work, so an early Ctrl-C still cancels through the operator path.
+    let interrupted = Arc::new(tokio::sync::Notify::new());
+    let on_ctrl_c = interrupted.clone();
+    super::signals::on_interrupt(move || on_ctrl_c.notify_one());
     let runner = Runner::new(cx, "run").await?;
     let agent = runner.agents.build(&args.agent).await?;
     let run = runner
@@ -244,11 +248,10 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
     let cancelled_at: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
     let stamp = cancelled_at.clone();
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            *stamp.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-            if let Err(error) = executor.cancel(&run_id).await {
-                eprintln!("error: could not cancel run {run_id}: {error}");
-            }
+        interrupted.notified().await; // a Ctrl-C before the run existed is kept as a permit
+        *stamp.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        if let Err(error) = executor.cancel(&run_id).await {
+            eprintln!("error: could not cancel run {run_id}: {error}");
         }
     });
     let json = cx.json;
@@ -362,12 +365,19 @@ fn status_text(report: &Value) -> String {
         "\n  rounds {}, attempts {}",
         report["rounds"], report["attempts"]
     ));
-    if let Some(holder) = report["lease_holder"].as_str() {
-        text.push_str(&format!(
+    let finished = report["status"]
+        .as_str()
+        .and_then(RunState::parse)
+        .is_some_and(RunState::is_terminal);
+    match report["lease_holder"].as_str() {
+        Some(holder) if finished => text.push_str(&format!("\n  last lease holder {holder}")),
+        Some(holder) => text.push_str(&format!(
             "\n  lease holder {holder} until {}",
             field("lease_expires")
-        ));
+        )),
+        None => {}
     }
+
     match report["pending_effect"].as_str() {
         Some(effect) => text.push_str(&format!(
             "\n  pending effect {effect} (a write started and was not recorded)"

@@ -12,7 +12,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::Context;
-use super::worker::{retry, stop_signals};
+use super::worker::retry;
 use crate::http::{AppState, router};
 use crate::output;
 
@@ -35,7 +35,7 @@ async fn reached(mut stop: watch::Receiver<StopLevel>, level: StopLevel) {
 }
 
 pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let stop = stop_signals();
+    let stop = super::signals::stop_levels();
     let state = AppState::new(cx, stop.clone()).await?;
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await

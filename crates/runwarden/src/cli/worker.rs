@@ -9,11 +9,10 @@ use clap::Args;
 use runwarden_mcp::SystemClock;
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
 use runwarden_runtime::{
-    CancelHub, Executor, ExecutorConfig, QueueStore, RequeueAnswer, RetryPolicy, RunStore,
-    StopLevel, Worker, WorkerConfig, reap,
+    CancelHub, Executor, ExecutorConfig, QueueStore, RequeueAnswer, RetryPolicy, RunStore, Worker,
+    WorkerConfig, reap,
 };
 use serde_json::json;
-use tokio::sync::watch;
 
 use super::Context;
 use super::run::AgentBuilder;
@@ -75,43 +74,8 @@ pub(crate) async fn enqueue(cx: &Context, args: EnqueueArgs) -> anyhow::Result<E
     Ok(ExitCode::SUCCESS)
 }
 
-/// Stops in two steps: the first SIGTERM or Ctrl-C drains, the second exits at once.
-pub(crate) fn stop_signals() -> watch::Receiver<StopLevel> {
-    let (tx, rx) = watch::channel(StopLevel::Run);
-    tokio::spawn(async move {
-        #[cfg(unix)]
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        for level in [StopLevel::Drain, StopLevel::Now] {
-            #[cfg(unix)]
-            {
-                let terminated = async {
-                    match term.as_mut() {
-                        Some(term) => {
-                            term.recv().await;
-                        }
-                        None => std::future::pending::<()>().await,
-                    }
-                };
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = terminated => {}
-                }
-            }
-            #[cfg(not(unix))]
-            let _ = tokio::signal::ctrl_c().await;
-            if level == StopLevel::Drain {
-                eprintln!(
-                    "stopping: no new runs; running ones go back to the queue at their next step (again to exit now)"
-                );
-            }
-            let _ = tx.send(level);
-        }
-    });
-    rx
-}
-
 pub(crate) async fn worker(cx: &Context, args: WorkerArgs) -> anyhow::Result<ExitCode> {
+    let stop = super::signals::stop_levels(); // before any work: an early SIGTERM drains
     let settings = &cx.config.worker;
     let store = Arc::new(cx.store()?);
     let executor_config = ExecutorConfig {
@@ -150,14 +114,14 @@ pub(crate) async fn worker(cx: &Context, args: WorkerArgs) -> anyhow::Result<Exi
     });
     if !cx.json {
         eprintln!(
-            "worker {} claiming queued runs (concurrency {}, lease {} s); Ctrl-C or SIGTERM stops it",
+            "worker {} claiming queued runs (concurrency {}, lease {:.1} s); Ctrl-C or SIGTERM stops it",
             executor.owner(),
             config.concurrency,
-            settings.lease.as_secs()
+            settings.lease.as_secs_f64()
         );
     }
     let worker = Arc::new(Worker::new(executor, store, agents, config).with_observer(observer));
-    let summary = worker.run(stop_signals()).await;
+    let summary = worker.run(stop).await;
     let outcomes: serde_json::Map<String, serde_json::Value> = summary
         .outcomes
         .iter()

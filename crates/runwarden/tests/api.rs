@@ -527,17 +527,14 @@ async fn until_closed(server: &mut TestServer, within: Duration) -> Instant {
     }
 }
 
-/// The run's id once a worker or a sync request has it running.
+/// The id of the one running run. Callers wait until its tool call is held first: a run
+/// is `running` from its creation or claim on, so one read finds it.
 async fn the_running_run(api: &Api, viewer: &str) -> String {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let page = api.get("/v1/runs?status=running", viewer).await;
-        if let Some(id) = page["runs"][0]["run_id"].as_str() {
-            return id.to_string();
-        }
-        assert!(Instant::now() < deadline, "no run started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let page = api.get("/v1/runs?status=running", viewer).await;
+    page["runs"][0]["run_id"]
+        .as_str()
+        .expect("a run is running while its tool call is held")
+        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -758,6 +755,8 @@ async fn sigterm_stops_the_server_gracefully() {
             break;
         }
         assert!(Instant::now() < deadline, "serve did not exit");
+        // A std `Child` offers no exit event to await without blocking a runtime thread;
+        // serve already printed its stop line, so this bounded poll ends within a few ticks.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -26,6 +26,10 @@ struct Inner {
     /// R6: the in-flight signal reads a run's status from inside the vault's tick. A WAL
     /// reader of its own never waits behind `conn`'s mutex or its transactions.
     probe: Mutex<Connection>,
+    /// One permit: work for `conn` queues here as a cheap future rather than as a blocked
+    /// thread of tokio's pool. A burst (a thousand cancelled calls writing their audit rows
+    /// at once) otherwise wakes a thousand threads to fight over one mutex on two cores.
+    gate: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -72,6 +76,7 @@ impl SqliteStore {
                 path: path.to_path_buf(),
                 conn: Mutex::new(conn),
                 probe: Mutex::new(probe),
+                gate: Arc::new(tokio::sync::Semaphore::new(1)),
             }),
         })
     }
@@ -84,7 +89,12 @@ impl SqliteStore {
         F: FnOnce(&mut Connection) -> Result<T, Failure> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
+        let permit = Arc::clone(&inner.gate)
+            .acquire_owned()
+            .await
+            .map_err(|_| StoreError::new(operation, "the store is shut down"))?;
         let task = tokio::task::spawn_blocking(move || {
+            let _permit = permit; // released when this work ends
             let mut conn = inner.conn.lock().map_err(|_| {
                 StoreError::new(
                     operation,

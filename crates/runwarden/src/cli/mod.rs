@@ -32,9 +32,8 @@ pub(crate) struct Cli {
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     pub(crate) json: bool,
-    /// Talk to a running `runwarden serve` at this URL instead of the store [env:
-    /// RUNWARDEN_SERVER; the token comes from $RUNWARDEN_TOKEN or [client] token_file].
-    /// Applies to status, cancel, events and enqueue.
+    /// Talk to a running `runwarden serve` at this URL instead of the store (status, cancel,
+    /// events, enqueue); the token comes from $RUNWARDEN_TOKEN or [client] token_file.
     #[arg(long, global = true, value_name = "URL", env = "RUNWARDEN_SERVER")]
     server: Option<String>,
     #[command(subcommand)]

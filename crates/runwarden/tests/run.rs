@@ -2,17 +2,13 @@
 //! OpenAI-compatible model server on 127.0.0.1: a full run persisted step by step, and an
 //! operator's cancel (from another process, or Ctrl-C) tearing down a call on the wire.
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use runwarden_testkit::{HttpRequest, Reply, Seen, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
 
-use crate::support::{Output, SIGIL, Sandbox};
+use crate::support::{Live, Output, SIGIL, Sandbox};
 
 /// A bound on a step that should take milliseconds; it only fails a hung test.
 const WAIT: Duration = Duration::from_secs(10);
@@ -135,145 +131,6 @@ async fn until_closed(server: &mut TestServer, within: Duration, seen: &mut Vec<
             Seen::Request(_, request) => seen.push(request),
             Seen::Closed(_) => return,
             Seen::Connected(_) => {}
-        }
-    }
-}
-
-/// A `runwarden` child whose output the test reads line by line as it comes.
-struct Live {
-    pid: u32,
-    stdout: mpsc::UnboundedReceiver<String>,
-    stderr: mpsc::UnboundedReceiver<String>,
-    exit: oneshot::Receiver<(Option<i32>, Instant)>,
-    reaped: Arc<AtomicBool>,
-}
-
-/// How a [`Live`] child ended and what it printed after the lines already read.
-#[derive(Debug)]
-struct Ended {
-    code: Option<i32>,
-    took: Duration,
-    stdout: Vec<String>,
-    stderr: Vec<String>,
-}
-
-fn lines(reader: impl Read + Send + 'static) -> mpsc::UnboundedReceiver<String> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(reader).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-impl Live {
-    fn start(sandbox: &Sandbox, args: &[&str]) -> Self {
-        let mut command = sandbox.command(args);
-        command.stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = command.spawn().expect("the binary starts");
-        let pid = child.id();
-        let stdout = lines(child.stdout.take().expect("stdout is piped"));
-        let stderr = lines(child.stderr.take().expect("stderr is piped"));
-        let (tx, exit) = oneshot::channel();
-        let reaped = Arc::new(AtomicBool::new(false));
-        let flag = reaped.clone();
-        std::thread::spawn(move || {
-            let status = child.wait().expect("the child can be waited for");
-            let at = Instant::now();
-            flag.store(true, Ordering::SeqCst);
-            let _ = tx.send((status.code(), at));
-        });
-        Self {
-            pid,
-            stdout,
-            stderr,
-            exit,
-            reaped,
-        }
-    }
-
-    /// The next line on stdout.
-    async fn line(&mut self) -> String {
-        tokio::time::timeout(WAIT, self.stdout.recv())
-            .await
-            .expect("a line on stdout in time")
-            .expect("stdout ended early")
-    }
-
-    /// The next line on stderr.
-    async fn err_line(&mut self) -> String {
-        tokio::time::timeout(WAIT, self.stderr.recv())
-            .await
-            .expect("a line on stderr in time")
-            .expect("stderr ended early")
-    }
-
-    /// The next stdout line as JSON.
-    async fn json(&mut self) -> Value {
-        let line = self.line().await;
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
-    }
-
-    fn has_exited(&mut self) -> bool {
-        !matches!(
-            self.exit.try_recv(),
-            Err(oneshot::error::TryRecvError::Empty)
-        )
-    }
-
-    fn signal(&self, name: &str) {
-        let sent = std::process::Command::new("kill")
-            .args([&format!("-{name}"), &self.pid.to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(sent.success(), "kill -{name} {} failed", self.pid);
-    }
-
-    /// Waits for the exit (failing after `bound` plus [`WAIT`], so a slow exit is reported
-    /// with its duration), then reads the rest of its output.
-    async fn ended(&mut self, since: Instant, bound: Duration) -> Ended {
-        let (code, at) = tokio::time::timeout(bound + WAIT, &mut self.exit)
-            .await
-            .unwrap_or_else(|_| panic!("the command did not exit within {:?}", bound + WAIT))
-            .expect("the waiter reports the exit");
-        let mut ended = Ended {
-            code,
-            took: at.saturating_duration_since(since),
-            stdout: Vec::new(),
-            stderr: Vec::new(),
-        };
-        while let Some(line) = tokio::time::timeout(WAIT, self.stdout.recv())
-            .await
-            .expect("stdout closes after the exit")
-        {
-            ended.stdout.push(line);
-        }
-        while let Some(line) = tokio::time::timeout(WAIT, self.stderr.recv())
-            .await
-            .expect("stderr closes after the exit")
-        {
-            ended.stderr.push(line);
-        }
-        assert!(
-            ended.took < bound,
-            "the command took {:?} to exit (bound {bound:?}): {ended:#?}",
-            ended.took
-        );
-        ended
-    }
-}
-
-impl Drop for Live {
-    fn drop(&mut self) {
-        // A test that failed half-way must not leave a stalled run behind.
-        if !self.reaped.load(Ordering::SeqCst) {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", &self.pid.to_string()])
-                .status();
         }
     }
 }

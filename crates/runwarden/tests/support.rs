@@ -5,8 +5,12 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
 
 /// A value that must never be printed; tests grep every output for it.
 pub(crate) const SIGIL: &str = "sigil-5f0c2e91-DO-NOT-PRINT";
@@ -286,4 +290,150 @@ pub(crate) fn header(request: &str, name: &str) -> Option<String> {
 /// The request line's target (`/path?query`) of a raw request.
 pub(crate) fn target(request: &str) -> &str {
     request.split(' ').nth(1).unwrap_or_default()
+}
+
+/// How long a [`Live`] child may take to print its next line.
+const LIVE_WAIT: Duration = Duration::from_secs(10);
+
+/// A `runwarden` child whose output the test reads line by line as it comes.
+pub(crate) struct Live {
+    pub(crate) pid: u32,
+    pub(crate) stdout: mpsc::UnboundedReceiver<String>,
+    pub(crate) stderr: mpsc::UnboundedReceiver<String>,
+    pub(crate) exit: oneshot::Receiver<(Option<i32>, Instant)>,
+    pub(crate) reaped: Arc<AtomicBool>,
+}
+
+/// How a [`Live`] child ended and what it printed after the lines already read.
+#[derive(Debug)]
+pub(crate) struct Ended {
+    pub(crate) code: Option<i32>,
+    pub(crate) took: Duration,
+    pub(crate) stdout: Vec<String>,
+    pub(crate) stderr: Vec<String>,
+}
+
+pub(crate) fn lines(reader: impl Read + Send + 'static) -> mpsc::UnboundedReceiver<String> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(reader).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+impl Live {
+    pub(crate) fn start(sandbox: &Sandbox, args: &[&str]) -> Self {
+        Self::spawn(sandbox.command(args))
+    }
+
+    /// Starts a prepared command (extra variables set by the caller).
+    pub(crate) fn spawn(mut command: Command) -> Self {
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = command.spawn().expect("the binary starts");
+        let pid = child.id();
+        let stdout = lines(child.stdout.take().expect("stdout is piped"));
+        let stderr = lines(child.stderr.take().expect("stderr is piped"));
+        let (tx, exit) = oneshot::channel();
+        let reaped = Arc::new(AtomicBool::new(false));
+        let flag = reaped.clone();
+        std::thread::spawn(move || {
+            let status = child.wait().expect("the child can be waited for");
+            let at = Instant::now();
+            flag.store(true, Ordering::SeqCst);
+            let _ = tx.send((status.code(), at));
+        });
+        Self {
+            pid,
+            stdout,
+            stderr,
+            exit,
+            reaped,
+        }
+    }
+
+    /// The next line on stdout.
+    pub(crate) async fn line(&mut self) -> String {
+        tokio::time::timeout(LIVE_WAIT, self.stdout.recv())
+            .await
+            .expect("a line on stdout in time")
+            .expect("stdout ended early")
+    }
+
+    /// The next line on stderr.
+    pub(crate) async fn err_line(&mut self) -> String {
+        tokio::time::timeout(LIVE_WAIT, self.stderr.recv())
+            .await
+            .expect("a line on stderr in time")
+            .expect("stderr ended early")
+    }
+
+    /// The next stdout line as JSON.
+    pub(crate) async fn json(&mut self) -> Value {
+        let line = self.line().await;
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    }
+
+    pub(crate) fn has_exited(&mut self) -> bool {
+        !matches!(
+            self.exit.try_recv(),
+            Err(oneshot::error::TryRecvError::Empty)
+        )
+    }
+
+    pub(crate) fn signal(&self, name: &str) {
+        let sent = std::process::Command::new("kill")
+            .args([&format!("-{name}"), &self.pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "kill -{name} {} failed", self.pid);
+    }
+
+    /// Waits for the exit (failing after `bound` plus [`LIVE_WAIT`], so a slow exit is reported
+    /// with its duration), then reads the rest of its output.
+    pub(crate) async fn ended(&mut self, since: Instant, bound: Duration) -> Ended {
+        let (code, at) = tokio::time::timeout(bound + LIVE_WAIT, &mut self.exit)
+            .await
+            .unwrap_or_else(|_| panic!("the command did not exit within {:?}", bound + LIVE_WAIT))
+            .expect("the waiter reports the exit");
+        let mut ended = Ended {
+            code,
+            took: at.saturating_duration_since(since),
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+        };
+        while let Some(line) = tokio::time::timeout(LIVE_WAIT, self.stdout.recv())
+            .await
+            .expect("stdout closes after the exit")
+        {
+            ended.stdout.push(line);
+        }
+        while let Some(line) = tokio::time::timeout(LIVE_WAIT, self.stderr.recv())
+            .await
+            .expect("stderr closes after the exit")
+        {
+            ended.stderr.push(line);
+        }
+        assert!(
+            ended.took < bound,
+            "the command took {:?} to exit (bound {bound:?}): {ended:#?}",
+            ended.took
+        );
+        ended
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        // A test that failed half-way must not leave a stalled run behind.
+        if !self.reaped.load(Ordering::SeqCst) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &self.pid.to_string()])
+                .status();
+        }
+    }
 }

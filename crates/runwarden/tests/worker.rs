@@ -8,17 +8,15 @@
 //! wall-clock lease expiry that `status --json` reports; never on a guessed sleep.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read};
-use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use runwarden_testkit::{HttpRequest, Reply, Seen, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use crate::support::{Output, Sandbox};
+use crate::support::Live as Child;
+use crate::support::{Ended, Output, Sandbox};
 
 /// A bound on a step that should take milliseconds; it only fails a hung test.
 const WAIT: Duration = Duration::from_secs(10);
@@ -221,37 +219,6 @@ async fn until_call_is_held(server: &mut TestServer, tool: &str, q: &str) {
     }
 }
 
-/// A `runwarden` child whose output the test reads line by line as it comes.
-struct Child {
-    pid: u32,
-    stdout: mpsc::UnboundedReceiver<String>,
-    stderr: mpsc::UnboundedReceiver<String>,
-    exit: oneshot::Receiver<(Option<i32>, Instant)>,
-    reaped: Arc<AtomicBool>,
-}
-
-/// How a [`Child`] ended and what it printed after the lines already read.
-#[derive(Debug)]
-struct Ended {
-    code: Option<i32>,
-    took: Duration,
-    stdout: Vec<String>,
-    stderr: Vec<String>,
-}
-
-fn lines(reader: impl Read + Send + 'static) -> mpsc::UnboundedReceiver<String> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(reader).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
 impl Child {
     /// `runwarden --json worker [--concurrency N]`, its reaper logging what it recovers.
     fn worker(sandbox: &Sandbox, concurrency: Option<usize>) -> Self {
@@ -261,54 +228,8 @@ impl Child {
             args.extend(["--concurrency", n]);
         }
         let mut command = sandbox.command(&args);
-        command
-            .env("RUNWARDEN_LOG", REAPER_LOG)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("the binary starts");
-        let pid = child.id();
-        let stdout = lines(child.stdout.take().expect("stdout is piped"));
-        let stderr = lines(child.stderr.take().expect("stderr is piped"));
-        let (tx, exit) = oneshot::channel();
-        let reaped = Arc::new(AtomicBool::new(false));
-        let flag = reaped.clone();
-        std::thread::spawn(move || {
-            let status = child.wait().expect("the child can be waited for");
-            let at = Instant::now();
-            flag.store(true, Ordering::SeqCst);
-            let _ = tx.send((status.code(), at));
-        });
-        Self {
-            pid,
-            stdout,
-            stderr,
-            exit,
-            reaped,
-        }
-    }
-
-    fn signal(&self, name: &str) {
-        let sent = std::process::Command::new("kill")
-            .args([&format!("-{name}"), &self.pid.to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(sent.success(), "kill -{name} {} failed", self.pid);
-    }
-
-    fn has_exited(&mut self) -> bool {
-        !matches!(
-            self.exit.try_recv(),
-            Err(oneshot::error::TryRecvError::Empty)
-        )
-    }
-
-    /// The next stdout line as JSON.
-    async fn json(&mut self) -> Value {
-        let line = tokio::time::timeout(WAIT, self.stdout.recv())
-            .await
-            .expect("a line on stdout in time")
-            .expect("stdout ended early");
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+        command.env("RUNWARDEN_LOG", REAPER_LOG);
+        Self::spawn(command)
     }
 
     /// Reads outcome lines until the one for `run_id`; returns it and the lines before it.
@@ -336,39 +257,6 @@ impl Child {
         }
     }
 
-    /// Waits for the exit (at most `bound` plus [`WAIT`], so a slow exit is reported with
-    /// its duration since `since`), then reads the rest of its output.
-    async fn ended(&mut self, since: Instant, bound: Duration) -> Ended {
-        let (code, at) = tokio::time::timeout(bound + WAIT, &mut self.exit)
-            .await
-            .unwrap_or_else(|_| panic!("the worker did not exit within {:?}", bound + WAIT))
-            .expect("the waiter reports the exit");
-        let mut ended = Ended {
-            code,
-            took: at.saturating_duration_since(since),
-            stdout: Vec::new(),
-            stderr: Vec::new(),
-        };
-        while let Some(line) = tokio::time::timeout(WAIT, self.stdout.recv())
-            .await
-            .expect("stdout closes after the exit")
-        {
-            ended.stdout.push(line);
-        }
-        while let Some(line) = tokio::time::timeout(WAIT, self.stderr.recv())
-            .await
-            .expect("stderr closes after the exit")
-        {
-            ended.stderr.push(line);
-        }
-        assert!(
-            ended.took < bound,
-            "the worker took {:?} to exit (bound {bound:?}): {ended:#?}",
-            ended.took
-        );
-        ended
-    }
-
     /// SIGTERM on a worker with nothing running: it exits at once, successfully.
     async fn stop_idle(&mut self) -> Ended {
         let since = Instant::now();
@@ -376,17 +264,6 @@ impl Child {
         let ended = self.ended(since, Duration::from_secs(2)).await;
         assert_eq!(ended.code, Some(0), "{ended:#?}");
         ended
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        // A test that failed half-way must not leave a worker behind.
-        if !self.reaped.load(Ordering::SeqCst) {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", &self.pid.to_string()])
-                .status();
-        }
     }
 }
 

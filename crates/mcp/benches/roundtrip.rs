@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use runwarden_mcp::{McpClient, ServerConfig, ToolCallRequest};
-use runwarden_testkit::{LoopbackVault, TestServer, loopback_vault, mcp_handler, tool};
+use runwarden_testkit::{Dist, LoopbackVault, TestServer, loopback_vault, mcp_handler, tool};
 use runwarden_vault::CancelFlag;
 use serde_json::json;
 
@@ -16,22 +16,18 @@ const ITERATIONS: usize = 2_000;
 const CONCURRENT: usize = 64;
 const CONCURRENT_CALLS: usize = 4_000;
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
 struct Row {
     name: &'static str,
     p50: Duration,
     p99: Duration,
 }
 
-fn summarise(name: &'static str, mut samples: Vec<Duration>) -> Row {
-    samples.sort();
+fn summarise(name: &'static str, samples: Vec<Duration>) -> Row {
+    let dist = Dist::new(samples);
     Row {
         name,
-        p50: percentile(&samples, 0.50),
-        p99: percentile(&samples, 0.99),
+        p50: dist.pct(50.0),
+        p99: dist.pct(99.0),
     }
 }
 

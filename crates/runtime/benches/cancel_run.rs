@@ -34,7 +34,7 @@ use runwarden_runtime::{
     RunState, RunStore,
 };
 use runwarden_store_sqlite::SqliteStore;
-use runwarden_testkit::{HttpRequest, Seen, TestServer, mcp_handler, tool};
+use runwarden_testkit::{Dist, HttpRequest, Seen, TestServer, mcp_handler, tool};
 use runwarden_vault::{
     Algorithm, CancelFlag, EgressClient, EgressConfig, EgressPolicy, MasterKey, Vault,
 };
@@ -96,36 +96,6 @@ fn main() {
 
 // ---------------------------------------------------------------------------------------
 // Shared pieces
-
-/// Sorted samples with nearest-rank percentiles.
-struct Dist(Vec<Duration>);
-
-impl Dist {
-    fn new(mut samples: Vec<Duration>) -> Self {
-        samples.sort_unstable();
-        Self(samples)
-    }
-
-    fn pct(&self, p: f64) -> Duration {
-        let n = self.0.len();
-        if n == 0 {
-            return Duration::ZERO;
-        }
-        let rank = ((p / 100.0) * n as f64).ceil() as usize;
-        self.0[rank.clamp(1, n) - 1]
-    }
-
-    fn max(&self) -> Duration {
-        self.0.last().copied().unwrap_or_default()
-    }
-
-    fn mean(&self) -> Duration {
-        if self.0.is_empty() {
-            return Duration::ZERO;
-        }
-        self.0.iter().sum::<Duration>() / self.0.len() as u32
-    }
-}
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -434,7 +404,7 @@ impl CancelFigure {
             "mode": self.mode.name(),
             "concurrent": self.concurrent,
             "trials": self.trials,
-            "samples": self.latency.0.len(),
+            "samples": self.latency.len(),
             "p50_ms": ms(self.latency.pct(50.0)),
             "p99_ms": ms(self.latency.pct(99.0)),
             "max_ms": ms(self.latency.max()),
@@ -598,7 +568,7 @@ impl Overhead {
                 json!({
                     "bench": "executor_step_overhead",
                     "figure": f.key(),
-                    "samples": d.0.len(),
+                    "samples": d.len(),
                     "mean_us": us(d.mean()),
                     "p50_us": us(d.pct(50.0)),
                     "p99_us": us(d.pct(99.0)),
@@ -829,7 +799,7 @@ fn print_overhead(o: &Overhead) {
         println!(
             "| {:<47} | {:>7} | {:>7.0} | {:>6.0} | {:>6.0} | {:>6.0} |",
             figure.label(),
-            d.0.len(),
+            d.len(),
             us(d.mean()),
             us(d.pct(50.0)),
             us(d.pct(99.0)),

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use runwarden_testkit::{Seen, TestServer, mcp_handler, tool};
+use runwarden_testkit::{Dist, Seen, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 
 const TRIALS: usize = 100;
@@ -42,10 +42,6 @@ impl Drop for Serve {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 fn main() {
@@ -173,17 +169,13 @@ fn main() {
             mismatches += 1;
         }
     }
-    samples.sort();
-    from_request.sort();
+    let (answered_dist, request_dist) = (Dist::new(samples), Dist::new(from_request));
     let (p50, p99, max) = (
-        percentile(&samples, 0.5),
-        percentile(&samples, 0.99),
-        *samples.last().unwrap(),
+        answered_dist.pct(50.0),
+        answered_dist.pct(99.0),
+        answered_dist.max(),
     );
-    let (r50, r99) = (
-        percentile(&from_request, 0.5),
-        percentile(&from_request, 0.99),
-    );
+    let (r50, r99) = (request_dist.pct(50.0), request_dist.pct(99.0));
     if json_output {
         println!(
             "{}",

@@ -12,7 +12,7 @@ use runwarden_testkit::{HttpRequest, Seen, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::support::{Output, SIGIL, Sandbox};
+use crate::support::{Output, SIGIL, Sandbox, call_the_stalling_tool, runwarden};
 
 /// A bound on a step that should take milliseconds; it only fails a hung test.
 const WAIT: Duration = Duration::from_secs(10);
@@ -36,27 +36,6 @@ async fn install(mcp: &TestServer, plan: Value) -> Arc<Sandbox> {
     let sandbox = Arc::new(sandbox);
     runwarden(&sandbox, &["mcp", "import", "srv"]).await.ok();
     sandbox
-}
-
-/// A plan whose first turn calls the tool the server never answers.
-fn call_the_stalling_tool() -> Value {
-    json!([
-        {"tool_calls": [{"name": "srv__stall", "arguments": {"q": "printer"}}]},
-        {"text": "never reached"}
-    ])
-}
-
-/// Runs the binary off the async runtime, so the test's servers keep answering.
-async fn runwarden(sandbox: &Arc<Sandbox>, args: &[&str]) -> Output {
-    let (sandbox, args) = (
-        sandbox.clone(),
-        args.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
-    );
-    tokio::task::spawn_blocking(move || {
-        sandbox.run(&args.iter().map(String::as_str).collect::<Vec<_>>())
-    })
-    .await
-    .unwrap()
 }
 
 /// A token of `role`, from `token create --json`.

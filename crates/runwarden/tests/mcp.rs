@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use runwarden_testkit::{Reply, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 
-use crate::support::{Output, SIGIL, Sandbox};
+use crate::support::{SIGIL, Sandbox, runwarden};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -22,19 +22,6 @@ fn sandbox_with_server(url: &str, extra: &str) -> Arc<Sandbox> {
     Arc::new(sandbox)
 }
 
-/// Runs the binary off the async runtime, so the test's server keeps answering.
-async fn run(sandbox: &Arc<Sandbox>, args: &[&str]) -> Output {
-    let (sandbox, args) = (
-        sandbox.clone(),
-        args.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
-    );
-    tokio::task::spawn_blocking(move || {
-        sandbox.run(&args.iter().map(String::as_str).collect::<Vec<_>>())
-    })
-    .await
-    .unwrap()
-}
-
 fn tools() -> Vec<Value> {
     let refused =
         json!({"name": "recursive", "inputSchema": {"type": "object", "$defs": {"n": {}}}});
@@ -45,14 +32,17 @@ fn tools() -> Vec<Value> {
 async fn import_stores_local_names_effects_and_refusals_and_list_shows_them() {
     let server = TestServer::start(mcp_handler(tools(), &[])).await;
     let sandbox = sandbox_with_server(&server.url("/mcp"), "");
-    run(&sandbox, &["mcp", "import", "srv"])
+    runwarden(&sandbox, &["mcp", "import", "srv"])
         .await
         .ok()
         .says("imported 4 tools from srv (1 refused)")
         .says("srv__create_ticket")
         .says("$defs");
 
-    let listed = run(&sandbox, &["--json", "mcp", "list"]).await.ok().json();
+    let listed = runwarden(&sandbox, &["--json", "mcp", "list"])
+        .await
+        .ok()
+        .json();
     let tools = listed[0]["tools"].as_array().unwrap();
     let search = tools
         .iter()
@@ -82,8 +72,8 @@ async fn import_stores_local_names_effects_and_refusals_and_list_shows_them() {
 async fn a_call_by_local_name_puts_the_remote_name_on_the_wire() {
     let mut server = TestServer::start(mcp_handler(tools(), &[])).await;
     let sandbox = sandbox_with_server(&server.url("/mcp"), "");
-    run(&sandbox, &["mcp", "import", "srv"]).await.ok();
-    run(
+    runwarden(&sandbox, &["mcp", "import", "srv"]).await.ok();
+    runwarden(
         &sandbox,
         &[
             "mcp",
@@ -113,14 +103,14 @@ async fn a_call_by_local_name_puts_the_remote_name_on_the_wire() {
 async fn bad_arguments_are_refused_before_anything_is_sent() {
     let server = TestServer::start(mcp_handler(tools(), &[])).await;
     let sandbox = sandbox_with_server(&server.url("/mcp"), "");
-    run(
+    runwarden(
         &sandbox,
         &["mcp", "call", "srv", "search", "--args", "[1,2]"],
     )
     .await
     .fails()
     .says("must be a JSON object");
-    run(&sandbox, &["mcp", "call", "nope", "search"])
+    runwarden(&sandbox, &["mcp", "call", "nope", "search"])
         .await
         .fails()
         .says("no MCP server named \"nope\"");
@@ -134,7 +124,7 @@ async fn a_server_whose_secret_is_missing_is_never_tried_anonymously() {
         &server.url("/mcp"),
         "auth = { secret = \"srv-token\", placement = \"bearer\" }",
     );
-    run(&sandbox, &["mcp", "import", "srv"])
+    runwarden(&sandbox, &["mcp", "import", "srv"])
         .await
         .fails()
         .says("no secret named \"srv-token\"");
@@ -153,7 +143,7 @@ async fn the_server_secret_goes_on_every_leg_and_never_into_output() {
         "auth = { secret = \"srv-token\", placement = \"bearer\" }",
     );
     sandbox.put("srv-token", SIGIL);
-    let out = run(
+    let out = runwarden(
         &sandbox,
         &[
             "--json",
@@ -189,7 +179,7 @@ async fn health_reports_a_down_server_and_exits_non_zero() {
         down.url("/mcp")
     ));
     std::fs::write(sandbox.config(), text).unwrap();
-    run(&sandbox, &["mcp", "health"])
+    runwarden(&sandbox, &["mcp", "health"])
         .await
         .fails()
         .says("srv: up")
@@ -237,7 +227,7 @@ async fn ctrl_c_cancels_a_call_in_flight_and_the_command_exits_within_a_second()
     assert!(stdout.contains("cancelled by Ctrl-C"), "{stdout}");
     server.next_close(WAIT).await;
 
-    let audit = run(
+    let audit = runwarden(
         &sandbox,
         &["--json", "audit", "list", "--action", "http_call_cancelled"],
     )

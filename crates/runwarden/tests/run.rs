@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use runwarden_testkit::{HttpRequest, Reply, Seen, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 
-use crate::support::{Live, Output, SIGIL, Sandbox};
+use crate::support::{Live, SIGIL, Sandbox, call_the_stalling_tool, runwarden};
 
 /// A bound on a step that should take milliseconds; it only fails a hung test.
 const WAIT: Duration = Duration::from_secs(10);
@@ -53,27 +53,6 @@ fn create_then_answer() -> Value {
         {"tool_calls": [{"name": "srv__create", "arguments": {"q": "printer"}}]},
         {"text": "Ticket created."}
     ])
-}
-
-/// A plan whose first turn calls the tool the server never answers.
-fn call_the_stalling_tool() -> Value {
-    json!([
-        {"tool_calls": [{"name": "srv__stall", "arguments": {"q": "printer"}}]},
-        {"text": "never reached"}
-    ])
-}
-
-/// Runs the binary off the async runtime, so the test's servers keep answering.
-async fn runwarden(sandbox: &Arc<Sandbox>, args: &[&str]) -> Output {
-    let (sandbox, args) = (
-        sandbox.clone(),
-        args.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
-    );
-    tokio::task::spawn_blocking(move || {
-        sandbox.run(&args.iter().map(String::as_str).collect::<Vec<_>>())
-    })
-    .await
-    .unwrap()
 }
 
 /// One JSON object per stdout line.

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 /// A value that must never be printed; tests grep every output for it.
@@ -436,4 +436,25 @@ impl Drop for Live {
                 .status();
         }
     }
+}
+
+/// Runs the binary off the async runtime, so the test's servers keep answering.
+pub(crate) async fn runwarden(sandbox: &Arc<Sandbox>, args: &[&str]) -> Output {
+    let (sandbox, args) = (
+        sandbox.clone(),
+        args.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+    );
+    tokio::task::spawn_blocking(move || {
+        sandbox.run(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .unwrap()
+}
+
+/// A plan whose first turn calls the tool the server never answers.
+pub(crate) fn call_the_stalling_tool() -> Value {
+    json!([
+        {"tool_calls": [{"name": "srv__stall", "arguments": {"q": "printer"}}]},
+        {"text": "never reached"}
+    ])
 }

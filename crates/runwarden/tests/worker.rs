@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::support::Live as Child;
-use crate::support::{Ended, Output, Sandbox};
+use crate::support::{Ended, Sandbox, runwarden};
 
 /// A bound on a step that should take milliseconds; it only fails a hung test.
 const WAIT: Duration = Duration::from_secs(10);
@@ -141,19 +141,6 @@ async fn install(agents: &[(String, Value)]) -> Install {
         server,
         calls,
     }
-}
-
-/// Runs the binary off the async runtime, so the test's server keeps answering.
-async fn runwarden(sandbox: &Arc<Sandbox>, args: &[&str]) -> Output {
-    let (sandbox, args) = (
-        sandbox.clone(),
-        args.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
-    );
-    tokio::task::spawn_blocking(move || {
-        sandbox.run(&args.iter().map(String::as_str).collect::<Vec<_>>())
-    })
-    .await
-    .unwrap()
 }
 
 /// `enqueue`; the run id it printed.

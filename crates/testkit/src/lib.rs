@@ -19,9 +19,11 @@
 mod mcp;
 mod peer;
 mod server;
+mod stats;
 mod vault;
 
 pub use mcp::{mcp_handler, tool};
 pub use peer::Peer;
 pub use server::{HttpRequest, Reply, Seen, TestServer};
+pub use stats::Dist;
 pub use vault::{LoopbackVault, loopback_vault};

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use runwarden_store_sqlite::SqliteStore;
-use runwarden_testkit::{Reply, Seen, TestServer};
+use runwarden_testkit::{Dist, Reply, Seen, TestServer};
 use runwarden_vault::audit::action;
 use runwarden_vault::store::VaultStore;
 use runwarden_vault::{
@@ -78,29 +78,6 @@ fn main() {
 
 // ---------------------------------------------------------------------------------------
 // Shared pieces
-
-/// Sorted samples with nearest-rank percentiles.
-struct Dist(Vec<Duration>);
-
-impl Dist {
-    fn new(mut samples: Vec<Duration>) -> Self {
-        samples.sort_unstable();
-        Self(samples)
-    }
-
-    fn pct(&self, p: f64) -> Duration {
-        let n = self.0.len();
-        if n == 0 {
-            return Duration::ZERO;
-        }
-        let rank = ((p / 100.0) * n as f64).ceil() as usize;
-        self.0[rank.clamp(1, n) - 1]
-    }
-
-    fn max(&self) -> Duration {
-        self.0.last().copied().unwrap_or_default()
-    }
-}
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -214,7 +191,7 @@ impl CancelFigure {
             "mode": self.mode.name(),
             "tick_ms": 100,
             "rounds": self.rounds,
-            "samples": self.closes.0.len(),
+            "samples": self.closes.len(),
             "close_p50_ms": ms(self.closes.pct(50.0)),
             "close_p99_ms": ms(self.closes.pct(99.0)),
             "close_max_ms": ms(self.closes.max()),
@@ -270,8 +247,8 @@ async fn cancel_latency(server_runtime: &Handle) -> Vec<CancelFigure> {
                 calls,
                 mode,
                 rounds,
-                closes: Dist(Vec::new()),
-                returns: Dist(Vec::new()),
+                closes: Dist::default(),
+                returns: Dist::default(),
                 flip_loop: Duration::ZERO,
                 expected: calls * rounds,
                 cancelled_in_flight: 0,
@@ -416,7 +393,7 @@ fn print_cancel(figures: &[CancelFigure]) {
             "| {:>5} | {:<9} | {:>7} | {:>6.2} | {:>6.2} | {:>6.2} | {:>11.2} / {:>12.2} | {:>12.3} | {:>21} |",
             f.calls,
             f.mode.name(),
-            f.closes.0.len(),
+            f.closes.len(),
             ms(f.closes.pct(50.0)),
             ms(f.closes.pct(99.0)),
             ms(f.closes.max()),
@@ -510,7 +487,7 @@ impl Overhead {
                 serde_json::json!({
                     "bench": "egress_overhead",
                     "variant": v.key(),
-                    "iterations": d.0.len(),
+                    "iterations": d.len(),
                     "body_bytes": BODY.len(),
                     "p50_us": us(d.pct(50.0)),
                     "p99_us": us(d.pct(99.0)),

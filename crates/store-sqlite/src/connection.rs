@@ -26,9 +26,11 @@ struct Inner {
     /// R6: the in-flight signal reads a run's status from inside the vault's tick. A WAL
     /// reader of its own never waits behind `conn`'s mutex or its transactions.
     probe: Mutex<Connection>,
-    /// One permit: work for `conn` queues here as a cheap future rather than as a blocked
-    /// thread of tokio's pool. A burst (a thousand cancelled calls writing their audit rows
-    /// at once) otherwise wakes a thousand threads to fight over one mutex on two cores.
+    /// Two permits: one call runs on `conn` while the next waits ready on its mutex; the
+    /// rest queue here as cheap futures rather than as blocked threads of tokio's pool. A
+    /// burst (a thousand cancelled calls writing their audit rows at once) otherwise wakes
+    /// a thousand threads to fight over one mutex on two cores. One permit would put a
+    /// thread hand-off between every two calls and cost a quarter of the throughput.
     gate: Arc<tokio::sync::Semaphore>,
 }
 
@@ -76,7 +78,7 @@ impl SqliteStore {
                 path: path.to_path_buf(),
                 conn: Mutex::new(conn),
                 probe: Mutex::new(probe),
-                gate: Arc::new(tokio::sync::Semaphore::new(1)),
+                gate: Arc::new(tokio::sync::Semaphore::new(2)),
             }),
         })
     }

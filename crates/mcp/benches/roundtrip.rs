@@ -45,6 +45,7 @@ async fn main() {
         tool: "echo".into(),
         arguments: json!({"text": "hello"}).as_object().unwrap().clone(),
         correlation: None,
+        gate: None,
     };
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hello"}}}).to_string();
     let bare = reqwest::Client::builder().no_proxy().build().unwrap();
@@ -98,6 +99,7 @@ async fn main() {
                     tool: "echo".into(),
                     arguments: Default::default(),
                     correlation: None,
+                    gate: None,
                 };
                 ok += usize::from(client.call_tool(call, None).await.result.is_success());
             }

@@ -11,7 +11,7 @@ use rmcp::model::{
     ProtocolVersion,
 };
 use runwarden_vault::{
-    CancellationSignal, EgressClient, EgressError, EgressRequest, EgressResponse, Method,
+    CancellationSignal, Delivery, EgressClient, EgressError, EgressRequest, EgressResponse, Method,
 };
 use serde_json::{Map, Value, json};
 
@@ -84,8 +84,31 @@ pub struct ListedTool {
     pub input_schema: Value,
 }
 
+/// What a [`CallGate`] returns: `Err` with the reason refuses the call.
+pub type GateFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>;
+
+/// Runs once the session is ready and just before the first byte of `tools/call` leaves;
+/// an `Err` stops the call unsent. The runtime stamps its write fence here (R11), so a
+/// crash during the handshake never leaves a run fenced for a write that never left.
+#[derive(Clone)]
+pub struct CallGate(Arc<dyn Fn() -> GateFuture + Send + Sync>);
+
+impl CallGate {
+    /// A gate from a function that returns the future to await.
+    pub fn new(gate: impl Fn() -> GateFuture + Send + Sync + 'static) -> Self {
+        Self(Arc::new(gate))
+    }
+}
+
+impl std::fmt::Debug for CallGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallGate")
+    }
+}
+
 /// One `tools/call`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ToolCallRequest {
     /// The remote tool name (what goes on the wire).
     pub tool: String,
@@ -93,6 +116,8 @@ pub struct ToolCallRequest {
     pub arguments: Map<String, Value>,
     /// A correlation for the audit rows (a run id).
     pub correlation: Option<String>,
+    /// Asked after the handshake and before `tools/call` is sent, if set.
+    pub gate: Option<CallGate>,
 }
 
 /// One HTTP exchange of an operation, for reports and tests.
@@ -246,8 +271,9 @@ impl McpClient {
     }
 
     /// Calls a tool: handshake if needed, then `tools/call`, all under one deadline and the
-    /// caller's signal (seam 1 of 3). Never an error: failures are results (M12). After a
-    /// call torn down in flight, a bounded `notifications/cancelled` follows (M4).
+    /// caller's signal (seam 1 of 3). Never an error: failures are results (M12) that say
+    /// how far the call got (V8). Every `tools/call` we stop waiting for after it may have
+    /// reached the server is followed by a bounded `notifications/cancelled` (M4).
     pub async fn call_tool(
         &self,
         call: ToolCallRequest,
@@ -257,18 +283,24 @@ impl McpClient {
         let mut request_id = None;
         let outcome = self.call_tool_legs(&op, &call, &mut request_id).await;
         self.record_contact(outcome.as_ref().map(|_| ())).await;
-        if let (
-            Err(McpError::Cancelled {
-                in_flight: true, ..
-            }),
-            Some(id),
-        ) = (&outcome, request_id)
-        {
-            self.notify_cancelled(id, call.correlation.clone()).await;
+        // V8: a failure before the tools/call leg (handshake, gate, no tools) sent no call.
+        let delivery = match (&outcome, request_id) {
+            (Ok(_), _) => Delivery::Answered,
+            (Err(error), Some(_)) => error.delivery(),
+            (Err(_), None) => Delivery::NotSent,
+        };
+        if let (Err(error), Some(id), Delivery::MaybeDelivered) = (&outcome, request_id, delivery) {
+            let reason = if error.is_cancelled() {
+                "cancelled by the caller"
+            } else {
+                "the client stopped waiting for the result"
+            };
+            self.notify_cancelled(id, reason, call.correlation.clone())
+                .await;
         }
         let result = match outcome {
             Ok(result) => ToolResult::from_wire(&result),
-            Err(error) => ToolResult::from_error(error),
+            Err(error) => ToolResult::from_error(error, delivery),
         };
         ToolCall {
             result,
@@ -285,6 +317,12 @@ impl McpClient {
     ) -> Result<Value, McpError> {
         let session = self.session(op).await?;
         self.require_tools(&session)?;
+        if let Some(gate) = &call.gate {
+            (gate.0)().await.map_err(|reason| McpError::Gated {
+                server: self.server.name.clone(),
+                reason,
+            })?;
+        }
         let id = self.next_id();
         *request_id = Some(id);
         let params =
@@ -359,10 +397,11 @@ impl McpClient {
             .map(|_| ())
     }
 
-    /// M4: tells the server a torn-down call is abandoned, so a cooperative server stops
-    /// the work. Best effort: bounded, audited by the vault, never retried, no signal (the
-    /// caller's is already true and would stop it before send).
-    async fn notify_cancelled(&self, request_id: i64, correlation: Option<String>) {
+    /// M4: tells the server a call we abandoned (cancelled, out of budget, a broken
+    /// stream) is abandoned, so a cooperative server stops the work. Best effort: bounded,
+    /// audited by the vault, never retried, no signal (the caller's may already be true and
+    /// would stop it before send).
+    async fn notify_cancelled(&self, request_id: i64, reason: &str, correlation: Option<String>) {
         let Some(session) = self.session.lock().await.clone() else {
             return;
         };
@@ -374,7 +413,7 @@ impl McpClient {
         };
         let params = CancelledNotificationParam::new(
             Some(NumberOrString::Number(request_id)),
-            Some("cancelled by the caller".into()),
+            Some(reason.into()),
         );
         let message =
             json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params});

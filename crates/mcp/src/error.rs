@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use runwarden_vault::EgressError;
+use runwarden_vault::{Delivery, EgressError};
 
 /// Why an MCP operation failed (M5). Never carries a response body's bytes beyond a short,
 /// single-line excerpt of a JSON-RPC error message the server wrote.
@@ -134,6 +134,15 @@ pub enum McpError {
         /// What failed.
         problem: String,
     },
+    /// The caller's gate refused the call after the session was ready; `tools/call` was
+    /// not sent (the runtime's write fence could not be stamped, R7).
+    #[error("tools/call to server {server} not sent: {reason}")]
+    Gated {
+        /// The server.
+        server: String,
+        /// Why the gate refused, in the caller's words.
+        reason: String,
+    },
     /// M6: discovery did not end within the page ceiling.
     #[error("server {server} kept paginating tools/list past {pages} pages; discovery was stopped")]
     TooManyPages {
@@ -145,6 +154,36 @@ pub enum McpError {
 }
 
 impl McpError {
+    /// V8: how far the leg that failed got. A failure the vault reported keeps the
+    /// vault's answer. A 2xx whose body holds no usable response to our request (an event
+    /// stream that ended early, an empty or malformed body, one cut at the limit) may
+    /// have been acted on, so it is `maybe_delivered`; only a JSON-RPC error or an HTTP
+    /// error status counts as the server's answer.
+    pub fn delivery(&self) -> Delivery {
+        match self {
+            Self::NotSent { .. } | Self::Gated { .. } => Delivery::NotSent,
+            Self::Cancelled { in_flight, .. } => {
+                if *in_flight {
+                    Delivery::MaybeDelivered
+                } else {
+                    Delivery::NotSent
+                }
+            }
+            Self::Egress { source, .. } => source.delivery(),
+            Self::Status { .. } | Self::SessionExpired { .. } | Self::Rpc { .. } => {
+                Delivery::Answered
+            }
+            Self::TooLarge { .. }
+            | Self::Html { .. }
+            | Self::ContentType { .. }
+            | Self::EmptyBody { .. }
+            | Self::NoResponse { .. }
+            | Self::Malformed { .. }
+            | Self::Protocol { .. }
+            | Self::TooManyPages { .. } => Delivery::MaybeDelivered,
+        }
+    }
+
     /// True for a cancellation, before send or in flight.
     pub fn is_cancelled(&self) -> bool {
         matches!(self, Self::Cancelled { .. })

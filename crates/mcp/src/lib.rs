@@ -12,7 +12,7 @@
 //! use runwarden_mcp::{McpClient, ServerConfig, ToolCallRequest};
 //!
 //! let client = McpClient::new(ServerConfig::new("tickets", "https://mcp.example.com/mcp"), egress);
-//! let call = ToolCallRequest { tool: "search".into(), arguments: Default::default(), correlation: None };
+//! let call = ToolCallRequest { tool: "search".into(), ..Default::default() };
 //! let outcome = client.call_tool(call, None).await;
 //! println!("{}", outcome.result.text);
 //! # }
@@ -34,8 +34,9 @@ pub use catalogue::{
     CatalogueEntry, CatalogueStore, Contact, SchemaStatus, ServerHealth, build_catalogue,
 };
 pub use client::{
-    CANCEL_NOTICE_BUDGET, LegReport, ListedTool, MAX_PAGES, MAX_RESPONSE_BYTES, McpClient,
-    Notification, Reply, Request, SUPPORTED_VERSIONS, ToolCall, ToolCallRequest,
+    CANCEL_NOTICE_BUDGET, CallGate, GateFuture, LegReport, ListedTool, MAX_PAGES,
+    MAX_RESPONSE_BYTES, McpClient, Notification, Reply, Request, SUPPORTED_VERSIONS, ToolCall,
+    ToolCallRequest,
 };
 pub use config::{DEFAULT_TIMEOUT, Effect, ServerConfig};
 pub use deadline::{Clock, ManualClock, SystemClock};

@@ -1,5 +1,6 @@
 //! M7, M12: what a tool call produced, as the model will see it.
 
+use runwarden_vault::Delivery;
 use serde_json::Value;
 
 use crate::error::McpError;
@@ -29,8 +30,9 @@ pub struct ToolResult {
     pub non_text: Vec<(&'static str, usize)>,
     /// The failure behind a `Failed` or `Cancelled` outcome.
     pub error: Option<McpError>,
-    /// For a cancellation: true when the request had gone out, so its effect is unknown.
-    pub sent: bool,
+    /// V8: how far the `tools/call` got. Anything but `Answered` with a failure means the
+    /// tool's effect is unknown unless it is `NotSent`.
+    pub delivery: Delivery,
 }
 
 impl ToolResult {
@@ -93,31 +95,42 @@ impl ToolResult {
             text,
             non_text,
             error: None,
-            sent: true,
+            delivery: Delivery::Answered,
         }
     }
 
-    /// M12: a failure or cancellation as a result the model sees.
-    pub(crate) fn from_error(error: McpError) -> Self {
-        let (outcome, sent, text) = match &error {
-            McpError::Cancelled { in_flight, .. } => (
-                ToolOutcome::Cancelled,
-                *in_flight,
-                format!("the tool call was cancelled: {error}"),
+    /// M12: a failure or cancellation as a result the model sees, with how far the call
+    /// got (`delivery`, decided by the caller from which leg failed).
+    pub(crate) fn from_error(error: McpError, delivery: Delivery) -> Self {
+        let outcome = if error.is_cancelled() {
+            ToolOutcome::Cancelled
+        } else {
+            ToolOutcome::Failed
+        };
+        let verb = if error.is_cancelled() {
+            "was cancelled"
+        } else {
+            "failed"
+        };
+        // The model must not read a call that may have run as one that did not.
+        let text = match delivery {
+            Delivery::MaybeDelivered => format!(
+                "the tool call {verb} after it may have reached the server, so it may or may not have taken effect: {error}"
             ),
-            _ => (
-                ToolOutcome::Failed,
-                false,
-                format!("the tool call failed: {error}"),
-            ),
+            Delivery::NotSent | Delivery::Answered => format!("the tool call {verb}: {error}"),
         };
         Self {
             outcome,
             text,
             non_text: Vec::new(),
             error: Some(error),
-            sent,
+            delivery,
         }
+    }
+
+    /// True when the call may have reached the server.
+    pub fn sent(&self) -> bool {
+        self.delivery.may_have_reached()
     }
 
     /// True only for `Succeeded`.
@@ -156,17 +169,40 @@ mod tests {
 
     #[test]
     fn a_cancellation_says_cancelled_and_a_failure_says_failed() {
-        let cancelled = ToolResult::from_error(McpError::Cancelled {
+        let error = McpError::Cancelled {
             server: "s".into(),
             method: "tools/call".into(),
             in_flight: true,
-        });
+        };
+        let delivery = error.delivery();
+        let cancelled = ToolResult::from_error(error, delivery);
         assert!(cancelled.text.contains("cancelled") && !cancelled.text.contains("failed"));
-        assert!(cancelled.sent);
-        let failed = ToolResult::from_error(McpError::EmptyBody {
+        assert!(cancelled.sent());
+        let failed = ToolResult::from_error(
+            McpError::Status {
+                server: "s".into(),
+                method: "tools/call".into(),
+                status: 500,
+            },
+            Delivery::Answered,
+        );
+        assert!(failed.text.starts_with("the tool call failed"));
+    }
+
+    #[test]
+    fn a_call_that_may_have_run_never_reads_as_one_that_did_not() {
+        let error = McpError::NoResponse {
             server: "s".into(),
             method: "tools/call".into(),
-        });
-        assert!(failed.text.starts_with("the tool call failed"));
+        };
+        assert_eq!(error.delivery(), Delivery::MaybeDelivered);
+        let result = ToolResult::from_error(error, Delivery::MaybeDelivered);
+        assert_eq!(result.outcome, ToolOutcome::Failed);
+        assert!(result.sent());
+        assert!(
+            result.text.contains("may or may not have taken effect"),
+            "{}",
+            result.text
+        );
     }
 }

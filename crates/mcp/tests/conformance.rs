@@ -54,6 +54,7 @@ fn call(tool: &str) -> ToolCallRequest {
         tool: tool.into(),
         arguments: json!({"q": "x"}).as_object().unwrap().clone(),
         correlation: Some("run-1".into()),
+        gate: None,
     }
 }
 
@@ -454,7 +455,7 @@ async fn a_signal_true_on_entry_sends_nothing(profile: Profile) {
         .call_tool(call("search"), Some(&flag))
         .await;
     assert_eq!(outcome.result.outcome, ToolOutcome::Cancelled);
-    assert!(!outcome.result.sent, "nothing went out");
+    assert!(!outcome.result.sent(), "nothing went out");
     assert_eq!(server.connection_count(), 0);
     assert_eq!(
         f.audit_actions().await,

@@ -19,6 +19,7 @@ fn call(tool: &str, arguments: Value) -> ToolCallRequest {
         tool: tool.into(),
         arguments: arguments.as_object().unwrap().clone(),
         correlation: None,
+        gate: None,
     }
 }
 

@@ -177,7 +177,12 @@ mod tests {
         let timeout = from_egress(EgressError::Timeout {
             host: "h".into(),
             after: Duration::from_secs(1),
+            delivery: runwarden_vault::Delivery::MaybeDelivered,
         });
         assert!(timeout.is_retryable() && !timeout.is_cancelled());
+        assert_eq!(
+            timeout.delivery(),
+            runwarden_vault::Delivery::MaybeDelivered
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! What can go wrong with a model call.
 
-use runwarden_vault::EgressError;
+use runwarden_vault::{Delivery, EgressError};
 
 /// Why a model call failed. The text never carries a secret or a request body.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +44,17 @@ impl ModelError {
                     | EgressError::Backstop { .. }
             ),
             _ => false,
+        }
+    }
+
+    /// V8: how far the call got, carried up from the vault unchanged. An answer the
+    /// provider gave (an error status, a malformed body) was answered.
+    pub fn delivery(&self) -> Delivery {
+        match self {
+            Self::Cancelled { in_flight: false } | Self::Script(_) => Delivery::NotSent,
+            Self::Cancelled { in_flight: true } => Delivery::MaybeDelivered,
+            Self::Egress(e) => e.delivery(),
+            Self::Status { .. } | Self::Malformed(_) => Delivery::Answered,
         }
     }
 

@@ -709,6 +709,7 @@ async fn overhead(ctx: &Ctx) -> Overhead {
                     .cloned()
                     .unwrap_or_default(),
                 correlation: Some("bench".into()),
+                gate: None,
             };
             let result = bare.call_tool(call, Some(&flag)).await.result;
             bare_mcp.push(started.elapsed());

@@ -2,12 +2,13 @@
 //! lease (R3), the step-boundary probe (R5), the in-flight signal (R6), the write fence
 //! (R7) and fail-closed recording of write steps (R8).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use runwarden_mcp::{Clock, ToolCallRequest as McpCall, ToolOutcome};
+use runwarden_mcp::{CallGate, Clock, Effect, ToolCallRequest as McpCall, ToolOutcome};
 use runwarden_models::{Message, ModelRequest, ToolCallRequest};
+use runwarden_vault::Delivery;
 use runwarden_vault::store::StoreError;
 use serde_json::{Value, json};
 
@@ -15,7 +16,7 @@ use crate::agent::{AgentSpec, BoundTool};
 use crate::queue::{DeadLetter, QueueStore, Requeue, RequeueAnswer};
 use crate::retry::RetryPolicy;
 use crate::signal::{CancelHub, RunSignal, is_run_cancelled};
-use crate::state::{Outcome, RunState};
+use crate::state::{EFFECT_UNCERTAIN, Outcome, RunState};
 use crate::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
     RunSettle, RunStore, SettleAnswer,
@@ -419,6 +420,7 @@ impl Executor {
         }
     }
 
+    /// Records the terminal step, then settles the row.
     async fn settle(&self, segment: &Segment<'_>, status: RunState, reason: String) -> Outcome {
         let kind = if status == RunState::Completed {
             "run_completed"
@@ -432,6 +434,12 @@ impl Executor {
         {
             return Outcome::LeaseLost;
         }
+        self.settle_row(segment, status, reason).await
+    }
+
+    /// Settles the row only: the terminal step is already in the log (R8: a resumed run
+    /// whose end was recorded settles from the log and never writes a second one).
+    async fn settle_row(&self, segment: &Segment<'_>, status: RunState, reason: String) -> Outcome {
         let settle = RunSettle {
             id: segment.run.id.clone(),
             owner: self.config.owner.clone(),
@@ -496,6 +504,11 @@ impl Executor {
             }
         };
         let progress = Progress::replay(prompt, &history);
+        if let Some((status, reason)) = progress.terminal.clone() {
+            // R8: the run's end is in the log but the row was not settled (a crash in
+            // between): settle from the log, call nothing, write no second terminal step.
+            return self.settle_row(&segment, status, reason).await;
+        }
         let (kind, payload) = if history.is_empty() {
             (
                 "run_started",
@@ -532,7 +545,18 @@ impl Executor {
             mut messages,
             round: last_round,
             unanswered,
+            final_answer,
+            uncertain_write,
+            terminal: _,
         } = progress;
+        if let Some(reason) = uncertain_write {
+            // R11: a non-idempotent write whose effect is unknown is never re-sent.
+            return self.settle(segment, RunState::Failed, reason).await;
+        }
+        if let Some(text) = final_answer {
+            // R8: the final answer is stored; the model is not asked again.
+            return self.settle(segment, RunState::Completed, text).await;
+        }
         let tools: Vec<_> = agent.tools.iter().map(|t| t.spec.clone()).collect();
         // A resumed run first finishes the tool calls its last model turn asked for.
         for call in &unanswered {
@@ -588,12 +612,27 @@ impl Executor {
             };
             let payload =
                 json!({ "round": round, "text": turn.text, "tool_calls": turn.tool_calls });
-            if self
-                .record_soft(segment, "model_response", payload, Some(round))
+            match self
+                .record(segment, "model_response", payload, false, Some(round))
                 .await
-                .is_none()
             {
-                return Outcome::LeaseLost;
+                Recorded::Stored => {}
+                Recorded::LostRun => return Outcome::LeaseLost,
+                Recorded::Failed(error) if !turn.tool_calls.is_empty() => {
+                    // R8 (amended): a tool call runs only if the step that asked for it is
+                    // durable, or a resumed run would replay the turn and call it again.
+                    return self
+                        .fail(
+                            segment,
+                            format!("the model's step could not be recorded, so the tool calls it asked for were not made: {error}"),
+                            true,
+                        )
+                        .await;
+                }
+                Recorded::Failed(error) => {
+                    // A final answer with no call behind it: the settle below stores it.
+                    tracing::warn!(run = %segment.run.id, %error, "could not record the model's final step; settling with its text");
+                }
             }
             if let Some(stop) = self.boundary(segment).await {
                 return stop; // R5: the boundary step is stored; stop without settling
@@ -659,17 +698,25 @@ impl Executor {
             return Ok(answer(text, true));
         };
         let is_write = tool.effect.is_write();
-        if is_write {
-            self.fence(segment, tool).await?;
-        }
+        let fence_failure = Arc::new(Mutex::new(None));
         let signal = self.signal(segment);
         let mcp_call = McpCall {
             tool: tool.remote_name.clone(),
             arguments,
             correlation: Some(segment.run.correlation.clone()),
+            // R11: the fence is stamped after the session is ready, right before the first
+            // byte of tools/call, so a crash in the handshake never fences the run.
+            gate: is_write.then(|| self.fence_gate(segment, tool, fence_failure.clone())),
         };
         let outcome = tool.client.call_tool(mcp_call, Some(&signal)).await;
         let returned = Instant::now();
+        let failure = fence_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(failure) = failure {
+            return Err(self.fence_failed(segment, failure).await);
+        }
         let result = outcome.result;
         let label = match result.outcome {
             ToolOutcome::Succeeded => "succeeded",
@@ -677,29 +724,35 @@ impl Executor {
             ToolOutcome::Failed => "failed",
             ToolOutcome::Cancelled => "cancelled",
         };
-        let payload = json!({
+        // R11: a write that may have reached the server without an answer keeps its fence
+        // and its step says so; nothing guesses that it did not run.
+        let uncertain = is_write && result.delivery == Delivery::MaybeDelivered;
+        let mut payload = json!({
             "round": round, "call_id": call.id, "tool": call.name, "remote": tool.remote_name,
             "server": tool.client.server().name, "effect": tool.effect.as_str(), "outcome": label,
-            "sent": result.sent, "text": result.text,
+            "delivery": result.delivery.as_str(), "sent": result.sent(), "text": result.text,
         });
-        // R7: recording a write step clears the fence in the same update, except after a
-        // cancellation: a cancelled mid-write run keeps its mark.
-        let clear_fence = is_write && result.outcome != ToolOutcome::Cancelled;
-        match self
-            .record(segment, "tool_executed", payload, clear_fence, None)
-            .await
-        {
+        let kind = if uncertain {
+            let legs: Vec<Value> = outcome
+                .legs
+                .iter()
+                .map(|l| json!({ "method": l.method, "answered": l.answered, "millis": l.elapsed.as_millis() as u64 }))
+                .collect();
+            payload["request_id"] = json!(outcome.request_id);
+            payload["legs"] = Value::Array(legs);
+            "effect_uncertain"
+        } else {
+            "tool_executed"
+        };
+        // R7: recording an answered (or unsent) write clears the fence in the same update.
+        let clear_fence = is_write && !uncertain;
+        match self.record(segment, kind, payload, clear_fence, None).await {
             Recorded::Stored => {}
             Recorded::LostRun => return Err(Outcome::LeaseLost),
             Recorded::Failed(error) if is_write => {
-                // R8: a write step that cannot be recorded fails the run, never retried.
-                return Err(self
-                    .fail(
-                        segment,
-                        format!("a write step could not be recorded: {error}"),
-                        false,
-                    )
-                    .await);
+                // R8: a write step that cannot be recorded stops the run; its fence stays.
+                let reason = format!("a write step could not be recorded: {error}");
+                return Err(self.unrecorded_write(segment, tool.effect, reason).await);
             }
             Recorded::Failed(error) => {
                 tracing::warn!(run = %segment.run.id, %error, "could not record a read-only tool step; going on");
@@ -711,37 +764,110 @@ impl Executor {
             self.observe_cancel(segment, returned, stop);
             return Err(stop);
         }
+        if uncertain && tool.effect == Effect::NonIdempotentWrite {
+            let reason = uncertain_reason(&call.name, &result.text);
+            return Err(self.settle(segment, RunState::Failed, reason).await);
+        }
         let is_error = !result.is_success();
         Ok(answer(result.text, is_error))
     }
 
-    /// R7: stamps the pending effect and renews the lease before a write; a segment with
-    /// no lease refuses the write before the call.
-    async fn fence(&self, segment: &Segment<'_>, tool: &BoundTool) -> Result<(), Outcome> {
-        let now = now_ms();
-        let mark = FenceMark {
-            id: segment.run.id.clone(),
-            owner: self.config.owner.clone(),
-            effect: tool.effect.as_str().to_string(),
-            lease_until_ms: now + ms(self.config.lease),
-            now_ms: now,
-        };
-        match self.store.run_fence_mark(mark).await {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(self.must_stop(segment).unwrap_or(Outcome::LeaseLost)),
-            Err(error) => {
-                // Without the mark the write would be unfenced: refuse it (fail closed).
+    /// R8: a write reached the server but its step is not in the log. A non-idempotent one
+    /// may never run again: the run fails with its fence in place, so no path (a retry,
+    /// the reaper) re-sends it. An idempotent one may: the run is retried.
+    async fn unrecorded_write(
+        &self,
+        segment: &Segment<'_>,
+        effect: Effect,
+        reason: String,
+    ) -> Outcome {
+        if effect == Effect::NonIdempotentWrite {
+            let reason = format!("{}: {reason}", DeadLetter::FencedWrite.as_str());
+            self.settle(segment, RunState::Failed, reason).await
+        } else {
+            self.fail(segment, reason, true).await
+        }
+    }
+
+    /// R7, R11: the gate the MCP client runs once the session is ready and before
+    /// `tools/call` leaves: stamps the pending effect and renews the lease. A refusal (no
+    /// lease, a cancelled run, a store failure) stops the call unsent and leaves what went
+    /// wrong in `failure` for [`fence_failed`](Self::fence_failed).
+    fn fence_gate(
+        &self,
+        segment: &Segment<'_>,
+        tool: &BoundTool,
+        failure: Arc<Mutex<Option<FenceFailure>>>,
+    ) -> CallGate {
+        let store = self.store.clone();
+        let (id, owner) = (segment.run.id.clone(), self.config.owner.clone());
+        let (effect, lease) = (tool.effect.as_str().to_string(), self.config.lease);
+        CallGate::new(move || {
+            let (store, failure) = (store.clone(), failure.clone());
+            let now = now_ms();
+            let mark = FenceMark {
+                id: id.clone(),
+                owner: owner.clone(),
+                effect: effect.clone(),
+                lease_until_ms: now + ms(lease),
+                now_ms: now,
+            };
+            Box::pin(async move {
+                let refused = match store.run_fence_mark(mark).await {
+                    Ok(true) => return Ok(()),
+                    Ok(false) => FenceFailure::NoLease,
+                    Err(error) => FenceFailure::Store(error),
+                };
+                let reason = refused.to_string();
+                *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(refused);
+                Err(reason)
+            })
+        })
+    }
+
+    /// Ends the segment after the fence could not be stamped; the write was not sent.
+    async fn fence_failed(&self, segment: &Segment<'_>, failure: FenceFailure) -> Outcome {
+        match failure {
+            FenceFailure::NoLease => self.must_stop(segment).unwrap_or(Outcome::LeaseLost),
+            FenceFailure::Store(error) => {
+                // Without the mark the write would be unfenced: it was refused (fail
+                // closed). Nothing was sent, so a retry is safe.
                 tracing::error!(run = %segment.run.id, %error, "could not stamp the write fence; the write was not made");
-                Err(self
-                    .fail(
-                        segment,
-                        format!("the write fence could not be stamped: {error}"),
-                        false,
-                    )
-                    .await)
+                self.fail(
+                    segment,
+                    format!("the write fence could not be stamped: {error}"),
+                    true,
+                )
+                .await
             }
         }
     }
+}
+
+/// Why the write fence was not stamped.
+enum FenceFailure {
+    /// The segment no longer holds the run (its lease was lost or it was cancelled).
+    NoLease,
+    /// The store failed.
+    Store(StoreError),
+}
+
+impl std::fmt::Display for FenceFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoLease => {
+                f.write_str("the run's lease is no longer held, so the write fence was not stamped")
+            }
+            Self::Store(error) => write!(f, "the write fence could not be stamped: {error}"),
+        }
+    }
+}
+
+/// The termination reason of a run stopped by an uncertain write (R11).
+fn uncertain_reason(tool: &str, text: &str) -> String {
+    format!(
+        "{EFFECT_UNCERTAIN}: the non-idempotent write {tool} may have reached the server and no answer came back, so it will not be retried; check the server, then start a new run if needed ({text})"
+    )
 }
 
 /// Where a run stands, rebuilt from its stored events.
@@ -752,6 +878,12 @@ struct Progress {
     round: u32,
     /// Tool calls of that round with no recorded result.
     unanswered: Vec<ToolCallRequest>,
+    /// The model's final answer, when its step is stored (R8: settle without the model).
+    final_answer: Option<String>,
+    /// Why the run must fail: a non-idempotent write's effect is unknown (R11).
+    uncertain_write: Option<String>,
+    /// The run's end, when its terminal step is stored.
+    terminal: Option<(RunState, String)>,
 }
 
 impl Progress {
@@ -763,31 +895,47 @@ impl Progress {
             messages: vec![user],
             round: 0,
             unanswered: Vec::new(),
+            final_answer: None,
+            uncertain_write: None,
+            terminal: None,
         };
         for event in history {
             let p = &event.payload;
+            let reason = || p["reason"].as_str().unwrap_or_default().to_string();
             match event.kind.as_str() {
                 "model_response" => {
                     let calls: Vec<ToolCallRequest> =
                         serde_json::from_value(p["tool_calls"].clone()).unwrap_or_default();
                     progress.round = p["round"].as_u64().map_or(progress.round + 1, |r| r as u32);
                     let text = p["text"].as_str().map(str::to_string);
+                    if calls.is_empty() {
+                        progress.final_answer = Some(text.clone().unwrap_or_default());
+                    }
                     progress.messages.push(Message::Assistant {
                         text,
                         tool_calls: calls.clone(),
                     });
                     progress.unanswered = calls;
                 }
-                "tool_executed" => {
+                "tool_executed" | "effect_uncertain" => {
                     let call_id = p["call_id"].as_str().unwrap_or_default();
+                    let tool = p["tool"].as_str().unwrap_or_default();
+                    let text = p["text"].as_str().unwrap_or_default();
                     progress.unanswered.retain(|c| c.id != call_id);
+                    if event.kind == "effect_uncertain"
+                        && p["effect"] == Effect::NonIdempotentWrite.as_str()
+                    {
+                        progress.uncertain_write = Some(uncertain_reason(tool, text));
+                    }
                     progress.messages.push(Message::Tool {
                         call_id: call_id.to_string(),
-                        name: p["tool"].as_str().unwrap_or_default().to_string(),
-                        content: p["text"].as_str().unwrap_or_default().to_string(),
+                        name: tool.to_string(),
+                        content: text.to_string(),
                         is_error: p["outcome"] != "succeeded",
                     });
                 }
+                "run_completed" => progress.terminal = Some((RunState::Completed, reason())),
+                "run_failed" => progress.terminal = Some((RunState::Failed, reason())),
                 _ => {}
             }
         }

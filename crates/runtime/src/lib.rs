@@ -37,7 +37,7 @@ pub use executor::{
 pub use queue::{DeadLetter, QueueStore, RequeueAnswer};
 pub use retry::RetryPolicy;
 pub use signal::{CancelHub, RunSignal, SIGNAL_READ_INTERVAL, is_run_cancelled};
-pub use state::{Outcome, RunState};
+pub use state::{EFFECT_UNCERTAIN, Outcome, RunState};
 pub use store::{CancelAnswer, Run, RunEvent, RunFilter, RunStore};
 pub use worker::{
     AgentSource, OutcomeObserver, StopLevel, Worker, WorkerConfig, WorkerSummary, reap,

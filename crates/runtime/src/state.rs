@@ -55,6 +55,11 @@ impl RunState {
     }
 }
 
+/// The termination reason of a run that stopped because a write's effect is unknown
+/// (R11): its call may have reached the server and no answer came back. The fence stays
+/// and no path re-sends the call. (A later step turns this into an operator decision.)
+pub const EFFECT_UNCERTAIN: &str = "EFFECT_UNCERTAIN";
+
 /// How a segment ended, as a value (R10). Never an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]

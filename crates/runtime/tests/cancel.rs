@@ -60,12 +60,14 @@ async fn a_cancel_through_this_process_tears_down_a_stalled_write_and_keeps_the_
         [
             "run_started",
             "model_response",
-            "tool_executed",
+            "effect_uncertain",
             "run_stopped"
         ]
     );
+    // R11: the write was on the wire, so its step says its effect is unknown.
     let step = &f.store.run_events(&run.id, 0, 0).await.unwrap()[2];
     assert_eq!(step.payload["outcome"], "cancelled");
+    assert_eq!(step.payload["delivery"], "maybe_delivered");
     assert!(step.payload["text"].as_str().unwrap().contains("cancelled"));
     let row = f.store.run_get(&run.id).await.unwrap().unwrap();
     assert_eq!(row.status, RunState::Cancelled);
@@ -183,9 +185,10 @@ async fn a_call_whose_run_is_already_cancelled_is_refused_before_send() {
         tool: "create".into(),
         arguments: Default::default(),
         correlation: None,
+        gate: None,
     };
     let outcome = tool.client.call_tool(call, Some(&signal)).await;
-    assert!(!outcome.result.sent);
+    assert!(!outcome.result.sent());
     assert_eq!(server.connection_count(), 0);
     assert_eq!(
         f.audit_actions().await,

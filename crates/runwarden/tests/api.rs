@@ -561,7 +561,7 @@ async fn the_event_stream_of_a_live_run_resumes_from_last_event_id_without_gaps_
         rest.push(event);
     }
     let kinds: Vec<&str> = rest.iter().map(|e| e.kind.as_str()).collect();
-    assert_eq!(kinds, ["tool_executed", "run_stopped"], "{rest:#?}");
+    assert_eq!(kinds, ["effect_uncertain", "run_stopped"], "{rest:#?}");
     let ids: Vec<i64> = [started.id, asked.id]
         .into_iter()
         .chain(rest.iter().map(|e| e.id))

@@ -268,7 +268,7 @@ async fn cancel_from_another_process_tears_down_a_stalled_write_and_keeps_the_fe
         [
             "run_started",
             "model_response",
-            "tool_executed",
+            "effect_uncertain",
             "run_stopped"
         ]
     );
@@ -481,7 +481,7 @@ async fn events_follow_streams_a_live_run_until_it_ends() {
         [
             "run_started",
             "model_response",
-            "tool_executed",
+            "effect_uncertain",
             "run_stopped"
         ]
     );

@@ -10,6 +10,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{HeaderName, HeaderValue};
 
 use crate::audit::{AuditEvent, action, audit_error_text};
+use crate::delivery::Delivery;
 use crate::error::EgressError;
 use crate::guard::{self, EgressPolicy, VettedTarget};
 use crate::placement::{Credential, Placed};
@@ -456,6 +457,7 @@ impl EgressClient {
                 Answer::Panicked => {
                     let error = EgressError::SignalPanicked {
                         host: record.host.clone(),
+                        delivery: Delivery::NotSent,
                     };
                     return self
                         .finish(&record, action::HTTP_CALL_REFUSED, 0, Err(error), None)
@@ -562,15 +564,24 @@ impl EgressClient {
                 .await
             }
             Driven::Done(Err(e)) => {
+                // V8: only a failure to connect proves that no request byte left; a timeout
+                // or a reset after that may have reached the server.
+                let delivery = if e.is_connect() {
+                    Delivery::NotSent
+                } else {
+                    Delivery::MaybeDelivered
+                };
                 let error = if e.is_timeout() {
                     EgressError::Timeout {
                         host,
                         after: timeout,
+                        delivery,
                     }
                 } else {
                     EgressError::Transport {
                         host,
                         detail: describe_reqwest(e),
+                        delivery,
                     }
                 };
                 self.finish(&record, action::HTTP_CALL, 0, Err(error), secret.as_ref())
@@ -588,7 +599,10 @@ impl EgressClient {
                 .await
             }
             Driven::SignalPanicked => {
-                let error = EgressError::SignalPanicked { host };
+                let error = EgressError::SignalPanicked {
+                    host,
+                    delivery: Delivery::MaybeDelivered,
+                };
                 self.finish(&record, action::HTTP_CALL, 0, Err(error), secret.as_ref())
                     .await
             }
@@ -663,6 +677,7 @@ impl EgressClient {
         builder.build().map_err(|e| EgressError::Transport {
             host: target.host.clone(),
             detail: describe_reqwest(e),
+            delivery: Delivery::NotSent,
         })
     }
 

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::delivery::Delivery;
 use crate::guard::Refusal;
 use crate::store::StoreError;
 
@@ -118,6 +119,8 @@ pub enum EgressError {
         host: String,
         /// The bound that ran out.
         after: Duration,
+        /// Whether the request may have reached the server (a connect timeout did not).
+        delivery: Delivery,
     },
     /// The wall-clock backstop ended a transfer that its own timeout failed to end.
     #[error("the wall-clock backstop of {:.1} s ended the call to {host}", after.as_secs_f64())]
@@ -134,6 +137,8 @@ pub enum EgressError {
         host: String,
         /// A single-line description with queries redacted.
         detail: String,
+        /// Whether the request may have reached the server (a refused connection did not).
+        delivery: Delivery,
     },
     /// The server answered with a redirect, which is never followed.
     #[error("{host} answered {status} redirecting to {location}; redirects are never followed")]
@@ -158,6 +163,8 @@ pub enum EgressError {
     SignalPanicked {
         /// The host that was being called.
         host: String,
+        /// Whether the request may have reached the server (not when it panicked before send).
+        delivery: Delivery,
     },
     /// The vault's store failed before the call could start.
     #[error("while reading the vault: {0}")]
@@ -165,6 +172,24 @@ pub enum EgressError {
 }
 
 impl EgressError {
+    /// V8: how far the request got. Every path that could have put request bytes on a
+    /// connection answers [`Delivery::MaybeDelivered`]; only what provably sent nothing
+    /// answers [`Delivery::NotSent`].
+    pub fn delivery(&self) -> Delivery {
+        match self {
+            Self::CancelledBeforeSend
+            | Self::Refused(_)
+            | Self::Credential(_)
+            | Self::InvalidHeader { .. }
+            | Self::Store(_) => Delivery::NotSent,
+            Self::CancelledInFlight { .. } | Self::Backstop { .. } => Delivery::MaybeDelivered,
+            Self::Timeout { delivery, .. }
+            | Self::Transport { delivery, .. }
+            | Self::SignalPanicked { delivery, .. } => *delivery,
+            Self::Redirect { .. } | Self::Status { .. } => Delivery::Answered,
+        }
+    }
+
     /// True for both kinds of cancellation.
     pub fn is_cancelled(&self) -> bool {
         matches!(

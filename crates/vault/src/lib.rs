@@ -29,6 +29,7 @@
 #![deny(missing_docs)]
 
 pub mod audit;
+mod delivery;
 mod egress;
 mod envelope;
 mod error;
@@ -43,6 +44,7 @@ mod tokens;
 mod vault;
 
 pub use audit::{AuditEvent, AuditRow, VerifyReport};
+pub use delivery::Delivery;
 pub use egress::{
     CompleteFn, DEFAULT_MAX_RESPONSE_BYTES, EgressClient, EgressConfig, EgressRequest,
     EgressResponse, MAX_TICK, Method,

@@ -318,6 +318,7 @@ async fn call(cx: &Context, name: &str, tool: &str, args: &str) -> anyhow::Resul
         tool: remote.clone(),
         arguments,
         correlation: None,
+        gate: None,
     };
     let outcome = client.call_tool(request, Some(&stop)).await;
     let result = &outcome.result;
@@ -334,7 +335,7 @@ async fn call(cx: &Context, name: &str, tool: &str, args: &str) -> anyhow::Resul
         .collect();
     let report = serde_json::json!({
         "server": name, "tool": remote, "outcome": label, "text": result.text,
-        "sent": result.sent, "request_id": outcome.request_id, "legs": legs,
+        "sent": result.sent(), "delivery": result.delivery.as_str(), "request_id": outcome.request_id, "legs": legs,
     });
     output::emit(cx.json, &report, || {
         let total: u128 = outcome.legs.iter().map(|l| l.elapsed.as_millis()).sum();
@@ -344,7 +345,7 @@ async fn call(cx: &Context, name: &str, tool: &str, args: &str) -> anyhow::Resul
             outcome.legs.len()
         );
         if result.outcome == ToolOutcome::Cancelled {
-            let effect = if result.sent {
+            let effect = if result.sent() {
                 "the request had gone out: its effect on the server is unknown"
             } else {
                 "nothing was sent"

@@ -206,6 +206,12 @@ pub(crate) fn event_line(event: &RunEvent) -> String {
             text(&p["outcome"]),
             text(&p["text"])
         ),
+        "effect_uncertain" => format!(
+            "tool {} {}, effect uncertain (the call may have reached the server): {}",
+            text(&p["tool"]),
+            text(&p["outcome"]),
+            text(&p["text"])
+        ),
         "run_completed" => format!("completed: {}", text(&p["reason"])),
         "run_failed" => format!("failed: {}", text(&p["reason"])),
         "run_stopped" => format!("stopped: {}", text(&p["outcome"])),

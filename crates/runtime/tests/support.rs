@@ -30,6 +30,8 @@ pub struct Instrumented {
     pub probe_reads: AtomicUsize,
     pub fail_probes: AtomicBool,
     pub fail_tool_steps: AtomicBool,
+    /// Event kinds whose appends fail (a full disk, a locked database).
+    pub fail_kinds: std::sync::Mutex<Vec<String>>,
 }
 
 #[async_trait]
@@ -60,7 +62,10 @@ impl RunStore for Instrumented {
         self.inner.run_fence_mark(params).await
     }
     async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
-        if params.kind == "tool_executed" && self.fail_tool_steps.load(Ordering::SeqCst) {
+        let failing_kind = self.fail_kinds.lock().unwrap().contains(&params.kind);
+        if failing_kind
+            || params.kind == "tool_executed" && self.fail_tool_steps.load(Ordering::SeqCst)
+        {
             return Err(StoreError::new(
                 "appending a run event",
                 "injected failure: the disk is full",
@@ -116,6 +121,7 @@ pub async fn fixture_with_clock(clock: Arc<dyn Clock>) -> Fixture {
         probe_reads: AtomicUsize::new(0),
         fail_probes: AtomicBool::new(false),
         fail_tool_steps: AtomicBool::new(false),
+        fail_kinds: std::sync::Mutex::new(Vec::new()),
     });
     let hub = Arc::new(CancelHub::new());
     let executor = Arc::new(Executor::new(
@@ -150,6 +156,22 @@ impl Fixture {
             remote_name: remote.to_string(),
             effect,
             client,
+        }
+    }
+
+    /// A tool of server `srv` at `url` whose operations have `budget` each (M3).
+    pub fn tool_with_budget(
+        &self,
+        url: &str,
+        remote: &str,
+        effect: Effect,
+        budget: Duration,
+    ) -> BoundTool {
+        let mut server = ServerConfig::new("srv", url);
+        server.timeout = budget;
+        BoundTool {
+            client: Arc::new(McpClient::new(server, self.egress.clone())),
+            ..self.tool(url, remote, effect)
         }
     }
 

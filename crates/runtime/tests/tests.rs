@@ -4,6 +4,7 @@
 mod support;
 
 mod cancel;
+mod delivery;
 mod queue;
 mod runs;
 mod signal;

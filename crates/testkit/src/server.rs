@@ -48,6 +48,9 @@ pub enum Reply {
     },
     /// Never answer; report [`Seen::Closed`] when the client goes away.
     Stall,
+    /// Reset the connection (RST, no answer) right after reading the request: a server
+    /// that died, or a proxy that dropped the call, after the body arrived.
+    Reset,
 }
 
 impl Reply {
@@ -203,6 +206,11 @@ async fn serve(mut stream: TcpStream, handler: Handler, tx: mpsc::UnboundedSende
                         Ok(_) => continue,
                     }
                 }
+            }
+            Reply::Reset => {
+                // SO_LINGER 0: closing sends RST instead of FIN.
+                let _ = stream.set_zero_linger();
+                return;
             }
             Reply::Respond {
                 status,

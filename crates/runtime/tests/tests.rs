@@ -5,6 +5,7 @@ mod support;
 
 mod cancel;
 mod delivery;
+mod faults;
 mod queue;
 mod runs;
 mod signal;

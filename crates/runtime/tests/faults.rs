@@ -1,0 +1,471 @@
+//! The fault-injection matrix (R3, R5-R9, R11): a store that fails the Nth call of one
+//! method, either before doing anything or after committing (the answer lost), driven over
+//! queued runs of a write plan for each effect, with the reaper and later segments taking
+//! over as they would after a crash. For every cell: the write reached the server at most
+//! once (exactly once when the run completed), every request that reached the server has an
+//! audit row, no cancellation was fabricated, the log has at most one terminal step, and
+//! the run ends in a state the rules allow.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use runwarden_mcp::{Effect, SystemClock};
+use runwarden_runtime::queue::{Claim, QueueStore, Requeue, Rescue, Rescued};
+use runwarden_runtime::store::{
+    CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
+    RunFilter, RunSettle, SettleAnswer,
+};
+use runwarden_runtime::{
+    CancelHub, DeadLetter, EFFECT_UNCERTAIN, Executor, ExecutorConfig, Outcome, RequeueAnswer,
+    RetryPolicy, RunState, RunStore, SegmentOptions,
+};
+use runwarden_store_sqlite::SqliteStore;
+use runwarden_testkit::{HttpRequest, TestServer, mcp_handler, tool};
+use runwarden_vault::store::{AuditFilter, StoreError};
+use serde_json::{Value, json};
+
+/// When the injected failure strikes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum When {
+    /// The call fails and changes nothing.
+    Before,
+    /// The call does its work, commits, then answers an error (the answer was lost).
+    After,
+}
+
+/// What a store call does in a trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Strike {
+    /// Its work, as usual.
+    Pass,
+    /// The injected failure.
+    Fail(When),
+    /// The process dies here (kill -9): the call never returns and the segment is dropped.
+    Crash,
+}
+
+/// The real store, failing the `n`th call (1-based, over the whole trial) of `method`,
+/// and dying at the `crash_at`th async call of any method.
+struct Faulty {
+    inner: SqliteStore,
+    fault: Option<(&'static str, usize, When)>,
+    crash_at: Option<usize>,
+    calls: Mutex<HashMap<&'static str, usize>>,
+    async_calls: AtomicUsize,
+    crashed: Arc<tokio::sync::Notify>,
+}
+
+impl Faulty {
+    /// Counts a call and says what it does.
+    fn strike(&self, method: &'static str, is_async: bool) -> Strike {
+        if is_async {
+            let n = self.async_calls.fetch_add(1, Ordering::SeqCst) + 1;
+            if self.crash_at == Some(n) {
+                self.crashed.notify_one();
+                return Strike::Crash;
+            }
+        }
+        let mut calls = self.calls.lock().unwrap();
+        let n = calls.entry(method).or_default();
+        *n += 1;
+        match self.fault {
+            Some((m, at, when)) if m == method && at == *n => Strike::Fail(when),
+            _ => Strike::Pass,
+        }
+    }
+
+    fn error(method: &str) -> StoreError {
+        StoreError::new(method, "injected fault: database is locked")
+    }
+}
+
+/// Runs `$call` on the inner store unless the fault strikes before it; strikes after it
+/// by dropping its answer; a crash never returns (async calls only).
+macro_rules! faulty {
+    ($self:ident, $method:literal, $call:expr) => {{
+        let strike = $self.strike($method, true);
+        if strike == Strike::Crash {
+            return std::future::pending().await;
+        }
+        faulty!(@run $self, $method, strike, $call)
+    }};
+    (sync $self:ident, $method:literal, $call:expr) => {{
+        let strike = $self.strike($method, false);
+        faulty!(@run $self, $method, strike, $call)
+    }};
+    (@run $self:ident, $method:literal, $strike:ident, $call:expr) => {{
+        if $strike == Strike::Fail(When::Before) {
+            return Err(Faulty::error($method));
+        }
+        let answer = $call;
+        if $strike == Strike::Fail(When::After) {
+            return Err(Faulty::error($method));
+        }
+        answer
+    }};
+}
+
+#[async_trait]
+impl RunStore for Faulty {
+    async fn run_create(&self, params: RunCreate) -> Result<Run, StoreError> {
+        self.inner.run_create(params).await
+    }
+    async fn run_get(&self, id: &str) -> Result<Option<Run>, StoreError> {
+        faulty!(self, "run_get", self.inner.run_get(id).await)
+    }
+    fn run_status_now(&self, id: &str) -> Result<Option<RunState>, StoreError> {
+        faulty!(sync self, "run_status_now", self.inner.run_status_now(id))
+    }
+    async fn run_cancel(&self, id: &str, now_ms: i64) -> Result<CancelAnswer, StoreError> {
+        self.inner.run_cancel(id, now_ms).await
+    }
+    async fn run_heartbeat(&self, params: Heartbeat) -> Result<bool, StoreError> {
+        faulty!(
+            self,
+            "run_heartbeat",
+            self.inner.run_heartbeat(params).await
+        )
+    }
+    async fn run_fence_mark(&self, params: FenceMark) -> Result<bool, StoreError> {
+        faulty!(
+            self,
+            "run_fence_mark",
+            self.inner.run_fence_mark(params).await
+        )
+    }
+    async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
+        faulty!(
+            self,
+            "run_event_append",
+            self.inner.run_event_append(params).await
+        )
+    }
+    async fn run_settle(&self, params: RunSettle) -> Result<SettleAnswer, StoreError> {
+        faulty!(self, "run_settle", self.inner.run_settle(params).await)
+    }
+    async fn run_list(&self, filter: RunFilter) -> Result<Vec<Run>, StoreError> {
+        self.inner.run_list(filter).await
+    }
+    async fn run_counts(&self) -> Result<Vec<(RunState, u64)>, StoreError> {
+        self.inner.run_counts().await
+    }
+    async fn run_events(
+        &self,
+        id: &str,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<RunEvent>, StoreError> {
+        faulty!(
+            self,
+            "run_events",
+            self.inner.run_events(id, after_seq, limit).await
+        )
+    }
+}
+
+#[async_trait]
+impl QueueStore for Faulty {
+    async fn run_claim(&self, params: Claim) -> Result<Option<Run>, StoreError> {
+        self.inner.run_claim(params).await
+    }
+    async fn run_requeue(&self, params: Requeue) -> Result<RequeueAnswer, StoreError> {
+        faulty!(self, "run_requeue", self.inner.run_requeue(params).await)
+    }
+    async fn run_rescue_many(&self, params: Rescue) -> Result<Vec<Rescued>, StoreError> {
+        self.inner.run_rescue_many(params).await
+    }
+}
+
+/// The methods a segment calls, each failed at every call it makes in a clean trial.
+const METHODS: [&str; 8] = [
+    "run_get",
+    "run_status_now",
+    "run_heartbeat",
+    "run_fence_mark",
+    "run_event_append",
+    "run_settle",
+    "run_events",
+    "run_requeue",
+];
+
+const LEASE: Duration = Duration::from_secs(30);
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// What one trial left behind.
+struct Trial {
+    calls: HashMap<&'static str, usize>,
+    async_calls: usize,
+    writes: usize,
+    requests: usize,
+    audit_rows: usize,
+    outcomes: Vec<Outcome>,
+    row: Run,
+    kinds: Vec<String>,
+}
+
+/// One queued run of the plan "write, then answer" against a real MCP server, with the
+/// fault armed, driven to its end: segments claim it, the reaper takes it when a segment
+/// left it running (its lease "expires": the reaper is asked with a later clock).
+async fn trial(
+    effect: Effect,
+    fault: Option<(&'static str, usize, When)>,
+    crash_at: Option<usize>,
+) -> Trial {
+    let vault = runwarden_testkit::loopback_vault().await;
+    let writes = Arc::new(AtomicUsize::new(0));
+    let requests = Arc::new(AtomicUsize::new(0));
+    let (w, r) = (writes.clone(), requests.clone());
+    let normal = mcp_handler(vec![tool("create")], &[]);
+    let server = TestServer::start(move |request: &HttpRequest| {
+        r.fetch_add(1, Ordering::SeqCst);
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        if body["method"] == "tools/call" {
+            w.fetch_add(1, Ordering::SeqCst);
+        }
+        normal(request)
+    })
+    .await;
+    let store = Arc::new(Faulty {
+        inner: vault.store.clone(),
+        fault,
+        crash_at,
+        calls: Mutex::default(),
+        async_calls: AtomicUsize::new(0),
+        crashed: Arc::default(),
+    });
+    let config = ExecutorConfig {
+        lease: LEASE,
+        // Often enough that the heartbeat is in the matrix, rare enough not to dominate it.
+        heartbeat: Duration::from_millis(40),
+        ..ExecutorConfig::new("faults")
+    };
+    let executor = Executor::with_queue(
+        store.clone(),
+        Arc::new(CancelHub::new()),
+        Arc::new(SystemClock::default()),
+        config,
+    );
+    let client = Arc::new(runwarden_mcp::McpClient::new(
+        runwarden_mcp::ServerConfig::new("srv", server.url("/mcp")),
+        vault.egress.clone(),
+    ));
+    let plan = json!([{"tool_calls": [{"name": "srv__create", "arguments": {"q": "printer"}}]}, {"text": "filed"}]);
+    let agent = runwarden_runtime::AgentSpec {
+        name: "helper".into(),
+        system: None,
+        max_rounds: 5,
+        provider: Arc::new(runwarden_models::Scripted::from_json(&plan.to_string()).unwrap()),
+        tools: vec![runwarden_runtime::BoundTool {
+            spec: runwarden_models::ToolSpec {
+                name: "srv__create".into(),
+                description: None,
+                input_schema: json!({"type": "object", "properties": {}}),
+            },
+            remote_name: "create".into(),
+            effect,
+            client,
+        }],
+    };
+    let id = uuid::Uuid::now_v7().to_string();
+    vault
+        .store
+        .run_create(RunCreate {
+            id: id.clone(),
+            agent: "helper".into(),
+            correlation: id.clone(),
+            request: Some(json!({"prompt": "go"})),
+            status: NewRunStatus::Queued,
+            now_ms: now(),
+        })
+        .await
+        .unwrap();
+    let retry = RetryPolicy {
+        max_requeues: 3,
+        base: Duration::from_millis(1),
+        max: Duration::from_millis(2),
+    };
+    let options = SegmentOptions {
+        retry: Some(retry),
+        drain: None,
+    };
+    let mut outcomes = Vec::new();
+    // Each pass moves the clock a lease further, so backoffs are due and leases expired.
+    for pass in 1..=8i64 {
+        let later = now() + pass * 2 * LEASE.as_millis() as i64;
+        let rescue = Rescue {
+            now_ms: later,
+            max_requeues: retry.max_requeues,
+            backoff_base_ms: 1,
+            limit: 10,
+        };
+        vault.store.run_rescue_many(rescue).await.unwrap();
+        // A second later than the reaper's clock, so its backoff is due.
+        let claim = Claim {
+            owner: executor.owner().into(),
+            lease_until_ms: later + LEASE.as_millis() as i64,
+            now_ms: later + 1_000,
+        };
+        let Some(run) = vault.store.run_claim(claim).await.unwrap() else {
+            break;
+        };
+        let segment = tokio::time::timeout(
+            Duration::from_secs(20),
+            executor.execute_with(&run, &agent, "go", None, &options),
+        );
+        // A crash drops the segment where it stands, as kill -9 would.
+        tokio::select! {
+            biased;
+            _ = store.crashed.notified() => {}
+            outcome = segment => outcomes.push(outcome.expect("a segment ends")),
+        }
+    }
+    let audit_rows = vault
+        .vault
+        .audit_list(AuditFilter::default())
+        .await
+        .unwrap()
+        .len();
+    let row = vault.store.run_get(&id).await.unwrap().unwrap();
+    let kinds = vault
+        .store
+        .run_events(&id, 0, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    let calls = store.calls.lock().unwrap().clone();
+    Trial {
+        calls,
+        async_calls: store.async_calls.load(Ordering::SeqCst),
+        writes: writes.load(Ordering::SeqCst),
+        requests: requests.load(Ordering::SeqCst),
+        audit_rows,
+        outcomes,
+        row,
+        kinds,
+    }
+}
+
+/// The rules every cell must keep.
+fn check(effect: Effect, cell: &str, t: &Trial) {
+    let why = || {
+        format!(
+            "{cell}: outcomes {:?}, row {:?}, log {:?}",
+            t.outcomes, t.row, t.kinds
+        )
+    };
+    if effect == Effect::NonIdempotentWrite {
+        assert!(
+            t.writes <= 1,
+            "at most once: {} writes; {}",
+            t.writes,
+            why()
+        );
+    }
+    if t.row.status == RunState::Completed {
+        assert!(t.writes >= 1, "a completed run made its write; {}", why());
+        if effect == Effect::NonIdempotentWrite {
+            assert_eq!(t.writes, 1, "{}", why());
+        }
+    }
+    // V7: every request that reached the server has an audit row.
+    assert!(
+        t.audit_rows >= t.requests,
+        "{} requests, {} audit rows; {}",
+        t.requests,
+        t.audit_rows,
+        why()
+    );
+    // R5, R6: a store fault reads as "not cancelled", never as a cancellation.
+    assert!(!t.outcomes.contains(&Outcome::Cancelled), "{}", why());
+    assert_ne!(t.row.status, RunState::Cancelled, "{}", why());
+    assert!(
+        !t.kinds
+            .iter()
+            .any(|k| k == "run_stopped" || k.ends_with("_cancelled")),
+        "{}",
+        why()
+    );
+    // R8: at most one terminal step.
+    let terminal = t
+        .kinds
+        .iter()
+        .filter(|k| *k == "run_completed" || *k == "run_failed")
+        .count();
+    assert!(terminal <= 1, "{terminal} terminal steps; {}", why());
+    // The run ended, in a state the rules allow. A store fault is never NOT_RETRYABLE.
+    assert!(t.row.status.is_terminal(), "the run ended; {}", why());
+    if t.row.status == RunState::Failed {
+        let reason = t.row.termination_reason.clone().unwrap_or_default();
+        let allowed = [
+            EFFECT_UNCERTAIN,
+            DeadLetter::FencedWrite.as_str(),
+            DeadLetter::RetriesExhausted.as_str(),
+        ];
+        assert!(
+            allowed.iter().any(|code| reason.starts_with(code)),
+            "failed with {reason:?}; {}",
+            why()
+        );
+        // Only a non-idempotent write may end a run as fenced.
+        if reason.starts_with(DeadLetter::FencedWrite.as_str()) {
+            assert_eq!(effect, Effect::NonIdempotentWrite, "{}", why());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_fault_and_crash_keeps_writes_at_most_once_audited_uncancelled_and_ending_by_the_rules()
+ {
+    let (mut faults, mut cells) = (0, 0);
+    for effect in [
+        Effect::ReadOnly,
+        Effect::IdempotentWrite,
+        Effect::NonIdempotentWrite,
+    ] {
+        let clean = trial(effect, None, None).await;
+        assert_eq!(clean.row.status, RunState::Completed, "{:?}", clean.kinds);
+        check(effect, "clean", &clean);
+        let mut plans = vec![None];
+        for method in METHODS {
+            // Every call the clean run made, plus one: a fault can add a segment.
+            let made = clean.calls.get(method).copied().unwrap_or(0);
+            for n in 1..=made + 1 {
+                for when in [When::Before, When::After] {
+                    plans.push(Some((method, n, when)));
+                }
+            }
+        }
+        faults += plans.len() - 1;
+        // Each fault alone, then with the process dying at every later store call (a fault
+        // that is harmless in a segment that goes on can bite the segment that resumes).
+        for fault in plans {
+            let alone = trial(effect, fault, None).await;
+            check(effect, &format!("{effect:?} {fault:?}"), &alone);
+            cells += 1;
+            for crash in 1..=alone.async_calls {
+                let t = trial(effect, fault, Some(crash)).await;
+                check(
+                    effect,
+                    &format!("{effect:?} {fault:?} crash at call {crash}"),
+                    &t,
+                );
+                cells += 1;
+            }
+        }
+    }
+    println!(
+        "fault matrix: {cells} cells ({faults} injected faults over 3 effects, each alone and with a crash at every later store call)"
+    );
+    assert!(cells > 1_000, "the matrix covers the run: {cells} cells");
+}

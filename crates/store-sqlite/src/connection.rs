@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use runwarden_vault::store::StoreError;
+use runwarden_vault::store::{StoreError, StoreFault};
 use rusqlite::{Connection, OpenFlags};
 
 use crate::failure::Failure;
 use crate::migrate::migrate;
+use crate::permissions::{create_private, database_files, tighten};
 
 /// The embedded SQLite store. Clones share one write connection (and one read-only probe
 /// connection); open another store on the same path for a second connection (as another
@@ -22,6 +23,8 @@ pub struct SqliteStore {
 
 struct Inner {
     path: PathBuf,
+    /// What opening changed about the files' modes, for the operator's warning.
+    tightened: Vec<String>,
     conn: Mutex<Connection>,
     /// R6: the in-flight signal reads a run's status from inside the vault's tick. A WAL
     /// reader of its own never waits behind `conn`'s mutex or its transactions.
@@ -43,10 +46,18 @@ impl std::fmt::Debug for SqliteStore {
 }
 
 impl SqliteStore {
-    /// Opens the database at `path`, creating the file (not its directory) if missing, and
-    /// applies any pending migrations.
+    /// Opens the database at `path`, creating the file (not its directory) with mode 0600
+    /// if missing, and applies any pending migrations.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        Self::open_with(path.as_ref(), OpenFlags::default())
+        let path = path.as_ref();
+        create_private(path).map_err(|e| {
+            StoreError::with_fault(
+                format!("creating the database at {}", path.display()),
+                io_fault(&e),
+                e,
+            )
+        })?;
+        Self::open_with(path, OpenFlags::default())
     }
 
     /// Opens an existing database at `path` and applies any pending migrations; a missing
@@ -65,6 +76,13 @@ impl SqliteStore {
         &self.inner.path
     }
 
+    /// One line for each of the database's files (database, `-wal`, `-shm`) that other
+    /// users could read when this store opened it, and that opening tightened to 0600 (or
+    /// could not). The binary prints them as warnings.
+    pub fn tightened(&self) -> &[String] {
+        &self.inner.tightened
+    }
+
     fn open_with(path: &Path, flags: OpenFlags) -> Result<Self, StoreError> {
         let operation = format!("opening the database at {}", path.display());
         let mut conn = Connection::open_with_flags(path, flags)
@@ -73,9 +91,12 @@ impl SqliteStore {
         migrate(&mut conn).map_err(|e| e.into_store_error("migrating the database"))?;
         // Opened after the migration, so the file exists, is in WAL mode and has its tables.
         let probe = open_probe(path).map_err(|e| e.into_store_error(&operation))?;
+        // After both connections are open, so the -wal and -shm files exist to be checked.
+        let tightened = tighten(&database_files(path));
         Ok(Self {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
+                tightened,
                 conn: Mutex::new(conn),
                 probe: Mutex::new(probe),
                 gate: Arc::new(tokio::sync::Semaphore::new(2)),
@@ -130,8 +151,14 @@ impl SqliteStore {
 /// writer waits up to five seconds for another process's transaction instead of failing.
 fn configure(conn: &Connection) -> Result<(), Failure> {
     conn.busy_timeout(Duration::from_secs(5))?;
-    let mode: String =
-        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+    // Read before set: a database already in WAL mode is not touched, so opening takes
+    // no lock that another process's write transaction could hold.
+    let current: String = conn.pragma_query_value(None, "journal_mode", |row| row.get(0))?;
+    let mode = if current.eq_ignore_ascii_case("wal") {
+        current
+    } else {
+        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?
+    };
     if !mode.eq_ignore_ascii_case("wal") {
         let problem =
             format!("the database stayed in {mode} mode instead of WAL: put it on a local disk");
@@ -163,4 +190,16 @@ fn missing(path: &Path) -> StoreError {
         "opening the database",
         format!("no database at {}: run `runwarden init`", path.display()),
     )
+}
+
+/// The fault behind a failed file operation of our own (not SQLite's).
+fn io_fault(error: &std::io::Error) -> StoreFault {
+    match error.kind() {
+        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
+            StoreFault::ReadOnly
+        }
+        std::io::ErrorKind::StorageFull => StoreFault::DiskFull,
+        _ if crate::failure::is_out_of_files(error) => StoreFault::TooManyFiles,
+        _ => StoreFault::Io,
+    }
 }

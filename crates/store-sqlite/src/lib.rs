@@ -31,6 +31,7 @@ mod catalogue_store;
 mod connection;
 mod failure;
 mod migrate;
+mod permissions;
 mod queue_store;
 mod run_store;
 mod token_store;

@@ -3,7 +3,7 @@
 use runwarden_vault::store::StoreError;
 use rusqlite::{Connection, TransactionBehavior};
 
-use crate::failure::Failure;
+use crate::failure::{Failure, classify};
 
 /// One embedded migration, named like its file `NNNN_description.sql`.
 struct Migration {
@@ -42,9 +42,20 @@ const MIGRATIONS: &[Migration] = &[
     },
 ];
 
-/// Brings the schema up to date in one immediate transaction, so two processes opening
-/// the same new file at once apply each migration exactly once.
+/// Brings the schema up to date. The version is read first, without a lock a reader
+/// would not take: a database already at this build's version is never write-locked, so
+/// `status`, `events`, `audit list` and the other read commands work while another process
+/// holds the write lock. Only a schema that is behind takes one immediate transaction
+/// (re-reading the version under it), so two processes opening the same new file at once
+/// apply each migration exactly once.
 pub(crate) fn migrate(conn: &mut Connection) -> Result<(), Failure> {
+    let known = MIGRATIONS.last().map_or(0, |m| m.version);
+    if let Some(applied) = applied_version(conn)? {
+        refuse_newer(applied, known)?;
+        if applied == known {
+            return Ok(());
+        }
+    }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch(
         "CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -58,7 +69,45 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), Failure> {
         [],
         |row| row.get(0),
     )?;
-    let known = MIGRATIONS.last().map_or(0, |m| m.version);
+    refuse_newer(applied, known)?;
+    for migration in MIGRATIONS.iter().filter(|m| m.version > applied) {
+        tx.execute_batch(migration.sql).map_err(|e| {
+            StoreError::with_fault(
+                "migrating the database",
+                classify(&e),
+                format!("migration {} failed: {e}", migration.name),
+            )
+        })?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name, applied_ms) VALUES (?1, ?2, ?3)",
+            (migration.version, migration.name, now_ms()),
+        )?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// The schema version recorded in the file, read without a write lock; `None` for a file
+/// that has never been migrated.
+fn applied_version(conn: &Connection) -> Result<Option<i64>, Failure> {
+    let exists: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations')",
+        [],
+        |row| row.get(0),
+    )?;
+    if !exists {
+        return Ok(None);
+    }
+    let applied = conn.query_row(
+        "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+        [],
+        |row| row.get(0),
+    )?;
+    Ok(Some(applied))
+}
+
+/// A database written by a newer build is refused rather than misread.
+fn refuse_newer(applied: i64, known: i64) -> Result<(), Failure> {
     if applied > known {
         return Err(StoreError::new(
             "migrating the database",
@@ -69,19 +118,6 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), Failure> {
         )
         .into());
     }
-    for migration in MIGRATIONS.iter().filter(|m| m.version > applied) {
-        tx.execute_batch(migration.sql).map_err(|e| {
-            StoreError::new(
-                "migrating the database",
-                format!("migration {} failed: {e}", migration.name),
-            )
-        })?;
-        tx.execute(
-            "INSERT INTO schema_migrations (version, name, applied_ms) VALUES (?1, ?2, ?3)",
-            (migration.version, migration.name, now_ms()),
-        )?;
-    }
-    tx.commit()?;
     Ok(())
 }
 

@@ -104,6 +104,23 @@ impl SqliteStore {
         })
     }
 
+    /// A cheap readiness probe (`/readyz`): takes and releases the write lock and reads the
+    /// schema version, waiting at most a quarter of a second for the lock. It fails when
+    /// another process holds the write lock, or the file is read-only, damaged or cannot
+    /// be opened, which is when the API answers writes with 503.
+    pub async fn ready(&self) -> Result<(), StoreError> {
+        self.run("checking that the store answers", |conn| {
+            conn.busy_timeout(PROBE_BUSY_TIMEOUT)?;
+            let probed = write_probe(conn);
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK"); // best effort; the probe wrote nothing
+            }
+            conn.busy_timeout(WRITER_BUSY_TIMEOUT)?;
+            probed
+        })
+        .await
+    }
+
     /// Runs `work` with the connection on tokio's blocking pool. A poisoned lock or a
     /// panicking task becomes a `StoreError` naming `operation`, never a panic here.
     pub(crate) async fn run<T, F>(&self, operation: &'static str, work: F) -> Result<T, StoreError>
@@ -147,10 +164,23 @@ impl SqliteStore {
     }
 }
 
+/// Begins a write transaction, reads one row and rolls back.
+fn write_probe(conn: &Connection) -> Result<(), Failure> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    conn.query_row("SELECT COUNT(*) FROM schema_migrations", [], |row| {
+        row.get::<_, i64>(0)
+    })?;
+    conn.execute_batch("ROLLBACK")?;
+    Ok(())
+}
+
+/// How long a writer waits for another process's transaction before failing `Busy`.
+const WRITER_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// SPEC O3: WAL and a busy timeout let `serve`, workers and the CLI share one file; a
 /// writer waits up to five seconds for another process's transaction instead of failing.
 fn configure(conn: &Connection) -> Result<(), Failure> {
-    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.busy_timeout(WRITER_BUSY_TIMEOUT)?;
     // Read before set: a database already in WAL mode is not touched, so opening takes
     // no lock that another process's write transaction could hold.
     let current: String = conn.pragma_query_value(None, "journal_mode", |row| row.get(0))?;

@@ -3,9 +3,10 @@
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::StatusCode;
 use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use runwarden_vault::store::StoreError;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
@@ -38,11 +39,19 @@ pub(crate) enum ApiError {
     InvalidRequest(String),
     /// 413: the body is larger than the limit.
     BodyTooLarge,
-    /// 503: the store does not answer.
+    /// 503: the store does not answer (`/readyz`).
     NotReady,
+    /// 503: the store is locked by another process, full, out of file descriptors,
+    /// read-only or damaged; the client may retry after [`RETRY_AFTER_SECONDS`]. The fault
+    /// goes to the log; the body names only its kind.
+    StoreUnavailable(StoreError),
     /// 500: our fault; the error is logged, never sent.
     Internal(anyhow::Error),
 }
+
+/// What `Retry-After` tells a client of a 503: a few seconds, the order of a write
+/// transaction held by another process (SQLite's busy timeout is five).
+pub(crate) const RETRY_AFTER_SECONDS: u64 = 5;
 
 /// The largest request body the API reads.
 pub(crate) const BODY_LIMIT: usize = 64 * 1024;
@@ -64,6 +73,7 @@ impl ApiError {
             Self::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
             Self::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
             Self::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
+            Self::StoreUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -85,6 +95,10 @@ impl ApiError {
             }
             Self::BodyTooLarge => format!("the request body is larger than {BODY_LIMIT} bytes"),
             Self::NotReady => "the store does not answer".into(),
+            Self::StoreUnavailable(error) => format!(
+                "the store cannot answer right now ({}): retry in {RETRY_AFTER_SECONDS} seconds; the server log has the details",
+                error.fault.as_str()
+            ),
             Self::Internal(_) => "internal error: the server log has the details".into(),
         }
     }
@@ -93,29 +107,64 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        if let Self::Internal(error) = &self {
-            tracing::error!(error = format!("{error:#}"), "an API request failed");
+        match &self {
+            Self::Internal(error) => {
+                tracing::error!(error = format!("{error:#}"), "an API request failed");
+            }
+            Self::StoreUnavailable(error) => {
+                tracing::warn!(%error, fault = error.fault.as_str(), "the store is unavailable; answered 503");
+            }
+            _ => {}
         }
         let body = json!({ "error": { "code": code, "message": self.message() } });
-        (status, axum::Json(body)).into_response()
+        let mut response = (status, axum::Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+        }
+        response
     }
 }
 
+impl ApiError {
+    /// The store fault somewhere in an error's chain that makes the store unavailable, if
+    /// there is one.
+    pub(crate) fn store_fault(error: &anyhow::Error) -> Option<&StoreError> {
+        error
+            .chain()
+            .filter_map(|cause| {
+                cause.downcast_ref::<StoreError>().or_else(|| {
+                    match cause.downcast_ref::<runwarden_vault::VaultError>() {
+                        Some(runwarden_vault::VaultError::Store(inner)) => Some(inner),
+                        _ => None,
+                    }
+                })
+            })
+            .find(|fault| fault.is_unavailable())
+    }
+}
+
+/// Any error: a store that is unavailable is a 503 the client may retry, anything else
+/// is our fault (500).
 impl From<anyhow::Error> for ApiError {
     fn from(error: anyhow::Error) -> Self {
-        Self::Internal(error)
+        match Self::store_fault(&error) {
+            Some(fault) => Self::StoreUnavailable(fault.clone()),
+            None => Self::Internal(error),
+        }
     }
 }
 
-impl From<runwarden_vault::store::StoreError> for ApiError {
-    fn from(error: runwarden_vault::store::StoreError) -> Self {
-        Self::Internal(error.into())
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        Self::from(anyhow::Error::from(error))
     }
 }
 
 impl From<runwarden_vault::VaultError> for ApiError {
     fn from(error: runwarden_vault::VaultError) -> Self {
-        Self::Internal(error.into())
+        Self::from(anyhow::Error::from(error))
     }
 }
 
@@ -230,6 +279,30 @@ mod tests {
         assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(body["error"]["code"], "internal");
         assert!(!body.to_string().contains("/secret/path"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn a_store_fault_anywhere_in_the_chain_is_a_503_with_retry_after_and_no_details() {
+        use runwarden_vault::store::StoreFault;
+        let fault = StoreError::with_fault(
+            "listing runs",
+            StoreFault::Busy,
+            "database /secret/path is locked",
+        );
+        let wrapped = anyhow::Error::from(fault).context("while listing runs");
+        let response = ApiError::from(wrapped).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "5");
+        let bytes = axum::body::to_bytes(response.into_body(), BODY_LIMIT)
+            .await
+            .unwrap();
+        let answer: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(answer["error"]["code"], "store_unavailable");
+        assert!(!answer.to_string().contains("/secret/path"), "{answer}");
+        let other = StoreError::new("listing runs", "a constraint failed");
+        let (status, body) = body(ApiError::from(other)).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body["error"]["code"], "internal");
     }
 
     #[tokio::test]

@@ -2,7 +2,6 @@
 //! needs a token.
 
 use axum::extract::State;
-use runwarden_runtime::RunStore;
 use serde_json::{Value, json};
 
 use super::AppState;
@@ -13,7 +12,9 @@ pub(super) async fn healthz() -> axum::Json<Value> {
 }
 
 pub(super) async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Value>, ApiError> {
-    match state.store.run_counts().await {
+    // A cheap probe that also takes the write lock: a store locked by another process
+    // answers reads (WAL) but not writes, and is not ready.
+    match state.store.ready().await {
         Ok(_) => Ok(axum::Json(json!({ "status": "ready" }))),
         Err(error) => {
             tracing::warn!(%error, "not ready: the store does not answer");

@@ -74,6 +74,9 @@ pub(super) async fn create(
         }
         Mode::Sync => {
             let agent = state.agents.build(&body.agent).await.map_err(|e| {
+                if ApiError::store_fault(&e).is_some() {
+                    return ApiError::from(e); // the catalogue could not be read: 503
+                }
                 ApiError::AgentUnavailable(format!("agent {} cannot run: {e:#}", body.agent))
             })?;
             let run = state

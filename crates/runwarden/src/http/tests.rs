@@ -384,3 +384,44 @@ async fn health_needs_no_token_and_readiness_asks_the_store() {
         (StatusCode::OK, json!({ "status": "ready" }))
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn while_another_process_holds_the_write_lock_writes_answer_503_store_unavailable_and_readyz_is_not_ready()
+ {
+    let f = fixture().await;
+    let holder = rusqlite::Connection::open(f.state.store.path()).unwrap();
+    holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
+
+    let (status, body) = f.call("GET", "/readyz", None, None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(code(&body), "not_ready");
+
+    let request = Request::post("/v1/runs")
+        .header("authorization", format!("Bearer {}", f.operator))
+        .header("content-type", "application/json")
+        .body(Body::from(r#"{"agent": "a", "prompt": "hi"}"#))
+        .unwrap();
+    let response = router(f.state.clone()).oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()["retry-after"], "5");
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let body: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(code(&body), "store_unavailable", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("(busy)"),
+        "{body}"
+    );
+
+    holder.execute_batch("ROLLBACK").unwrap();
+    let (status, _) = f.call("GET", "/readyz", None, None).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "ready again once the lock is released"
+    );
+}

@@ -40,5 +40,5 @@ pub use signal::{CancelHub, RunSignal, SIGNAL_READ_INTERVAL, is_run_cancelled};
 pub use state::{EFFECT_UNCERTAIN, Outcome, RunState};
 pub use store::{CancelAnswer, Run, RunEvent, RunFilter, RunStore};
 pub use worker::{
-    AgentSource, OutcomeObserver, StopLevel, Worker, WorkerConfig, WorkerSummary, reap,
+    AgentError, AgentSource, OutcomeObserver, StopLevel, Worker, WorkerConfig, WorkerSummary, reap,
 };

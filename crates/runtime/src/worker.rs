@@ -10,7 +10,7 @@ use tokio::sync::{Semaphore, watch};
 
 use crate::agent::AgentSpec;
 use crate::executor::{Executor, SegmentOptions, now_ms};
-use crate::queue::{Claim, QueueStore, Rescue, Rescued};
+use crate::queue::{Claim, QueueStore, Requeue, RequeueAnswer, Rescue, Rescued};
 use crate::retry::RetryPolicy;
 use crate::state::{Outcome, RunState};
 use crate::store::{Run, RunSettle};
@@ -18,9 +18,24 @@ use crate::store::{Run, RunSettle};
 /// Builds the agent a queued run names, when a worker claims it.
 #[async_trait]
 pub trait AgentSource: Send + Sync {
-    /// The agent, or why it cannot run (an unknown agent, an unbound tool): the run is
-    /// then dead-lettered as not retryable.
-    async fn agent(&self, name: &str) -> Result<AgentSpec, String>;
+    /// The agent, or why it cannot run now: [`AgentError::Invalid`] dead-letters the run as
+    /// not retryable, [`AgentError::Unavailable`] hands it back to the queue.
+    async fn agent(&self, name: &str) -> Result<AgentSpec, AgentError>;
+}
+
+/// Why a worker could not build a claimed run's agent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentError {
+    /// The configuration cannot run it (an unknown agent, a tool pattern that matches no
+    /// imported tool): a retry would fail the same way, so the run is dead-lettered
+    /// `NOT_RETRYABLE`.
+    #[error("{0}")]
+    Invalid(String),
+    /// Something the agent needs is unavailable for now (the store is locked or full, the
+    /// process ran out of file descriptors): the run goes back to the queue with a
+    /// backoff, without spending its retry budget, and is never dead-lettered for it.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// How a worker behaves.
@@ -252,7 +267,10 @@ impl Worker {
                     .dead_letter(&run, "the run has no stored prompt".into())
                     .await;
             }
-            (_, Err(problem)) => return self.dead_letter(&run, problem).await,
+            (_, Err(AgentError::Invalid(problem))) => return self.dead_letter(&run, problem).await,
+            (_, Err(AgentError::Unavailable(problem))) => {
+                return self.hand_back(&run, problem).await;
+            }
         };
         let options = SegmentOptions {
             retry: Some(self.config.retry),
@@ -267,6 +285,37 @@ impl Worker {
                 &options,
             )
             .await
+    }
+
+    /// R9: the run's agent cannot be built for a reason that heals (a store fault, too
+    /// many open files). It goes back to the queue after a backoff, without spending the
+    /// budget: the run did nothing, so it must not be dead-lettered for the environment.
+    async fn hand_back(&self, run: &Run, problem: String) -> Outcome {
+        let delay = self.config.retry.random_delay(run.requeue_count);
+        tracing::warn!(run = %run.id, %problem, retry_in_ms = delay.as_millis() as u64, "the run's agent cannot be built now; back to the queue");
+        let now = now_ms();
+        let requeue = Requeue {
+            id: run.id.clone(),
+            owner: self.executor.owner().to_string(),
+            reason: format!("waiting to retry: {problem}"),
+            retry_at_ms: now + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX / 2),
+            counts: false,
+            max_requeues: self.config.retry.max_requeues,
+            now_ms: now,
+        };
+        match self.queue.run_requeue(requeue).await {
+            Ok(RequeueAnswer::Requeued { .. }) => Outcome::Requeued,
+            Ok(RequeueAnswer::DeadLettered(_)) => Outcome::DeadLettered,
+            Ok(RequeueAnswer::AlreadyCancelled) => Outcome::Cancelled,
+            Ok(RequeueAnswer::LeaseLost) => Outcome::LeaseLost,
+            Err(error) => {
+                // The store is still failing: the run keeps our lease until it runs out
+                // and the reaper hands it back. That is neither a failure of the run nor
+                // a cancellation.
+                tracing::error!(run = %run.id, %error, "could not hand the run back; its lease will run out");
+                Outcome::LeaseLost
+            }
+        }
     }
 
     async fn dead_letter(&self, run: &Run, problem: String) -> Outcome {

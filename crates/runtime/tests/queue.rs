@@ -10,7 +10,7 @@ use runwarden_models::OpenAiCompatible;
 use runwarden_runtime::queue::{Claim, QueueStore};
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
 use runwarden_runtime::{
-    AgentSource, AgentSpec, CancelAnswer, CancelHub, Executor, ExecutorConfig, Outcome,
+    AgentError, AgentSource, AgentSpec, CancelAnswer, CancelHub, Executor, ExecutorConfig, Outcome,
     RetryPolicy, RunState, RunStore, SegmentOptions, StopLevel, Worker, WorkerConfig, reap,
 };
 use runwarden_store_sqlite::SqliteStore;
@@ -279,7 +279,7 @@ struct Agents {
 
 #[async_trait]
 impl AgentSource for Agents {
-    async fn agent(&self, _: &str) -> Result<AgentSpec, String> {
+    async fn agent(&self, _: &str) -> Result<AgentSpec, AgentError> {
         Ok((self.fixture_agent.lock().unwrap().as_ref().unwrap())())
     }
 }
@@ -347,4 +347,78 @@ async fn a_worker_claims_every_queued_run_exactly_once_and_completes_them() {
         .filter(|r| String::from_utf8_lossy(&r.body).contains("tools/call"))
         .count();
     assert_eq!(calls, 6, "one write per run, no duplicates");
+}
+
+/// An agent source that fails the same way every time (EMFILE and a store fault during
+/// the catalogue read cannot be caused on demand in a test process).
+struct Failing(AgentError);
+
+#[async_trait]
+impl AgentSource for Failing {
+    async fn agent(&self, _: &str) -> Result<AgentSpec, AgentError> {
+        Err(self.0.clone())
+    }
+}
+
+/// One worker segment over one queued run with `agents`; answers the outcome and the row.
+async fn one_segment(agents: Failing) -> (Outcome, runwarden_runtime::Run) {
+    let f = fixture().await;
+    let store = f.store.inner.clone();
+    let id = enqueue(&store, "helper").await;
+    let executor = queue_executor(&store, Duration::from_secs(30), Duration::from_secs(10));
+    let (outcome_tx, mut outcome_rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Worker::new(
+        executor,
+        Arc::new(store.clone()),
+        Arc::new(agents),
+        WorkerConfig {
+            concurrency: 1,
+            retry: RetryPolicy {
+                max_requeues: 0,
+                base: Duration::from_secs(60),
+                max: Duration::from_secs(60),
+            },
+            ..WorkerConfig::default()
+        },
+    )
+    .with_observer(Arc::new(move |_, outcome| {
+        let _ = outcome_tx.send(outcome);
+    }));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(StopLevel::Run);
+    let handle = tokio::spawn(Arc::new(worker).run(stop_rx));
+    let outcome = tokio::time::timeout(WAIT, outcome_rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    stop_tx.send(StopLevel::Drain).unwrap();
+    tokio::time::timeout(WAIT, handle).await.unwrap().unwrap();
+    let claim = Claim {
+        owner: "another".into(),
+        lease_until_ms: now() + 30_000,
+        now_ms: now(),
+    };
+    let due_now = store.run_claim(claim).await.unwrap();
+    assert!(due_now.is_none(), "a run handed back waits for its backoff");
+    (outcome, store.run_get(&id).await.unwrap().unwrap())
+}
+
+#[tokio::test]
+async fn an_agent_unavailable_for_now_goes_back_to_the_queue_without_spending_the_budget() {
+    let problem = "store error while listing the catalogue: too many open files".to_string();
+    let (outcome, row) = one_segment(Failing(AgentError::Unavailable(problem))).await;
+    assert_eq!(outcome, Outcome::Requeued);
+    // With a budget of zero, a counting requeue would have dead-lettered it.
+    assert_eq!((row.status, row.requeue_count), (RunState::Queued, 0));
+    let reason = row.termination_reason.unwrap_or_default();
+    assert!(reason.starts_with("waiting to retry"), "{reason}");
+    assert!(!reason.contains("NOT_RETRYABLE"), "{reason}");
+}
+
+#[tokio::test]
+async fn an_agent_the_configuration_cannot_run_is_dead_lettered_not_retryable() {
+    let problem = "pattern srv__* matches no imported tool".to_string();
+    let (outcome, row) = one_segment(Failing(AgentError::Invalid(problem))).await;
+    assert_eq!(outcome, Outcome::DeadLettered);
+    assert_eq!(row.status, RunState::Failed);
+    assert!(row.termination_reason.unwrap().starts_with("NOT_RETRYABLE"));
 }

@@ -4,6 +4,7 @@ mod cli;
 mod client;
 mod config;
 mod demo;
+mod faults;
 mod http;
 mod output;
 mod views;

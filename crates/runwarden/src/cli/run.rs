@@ -11,8 +11,8 @@ use clap::Args;
 use runwarden_mcp::{CatalogueStore, McpClient, SystemClock};
 use runwarden_models::{Anthropic, ModelProvider, OpenAiCompatible, Scripted};
 use runwarden_runtime::{
-    AgentSource, AgentSpec, CancelAnswer, CancelHub, Executor, ExecutorConfig, Outcome, RunEvent,
-    RunState, RunStore, bind_tools, clamp_rounds,
+    AgentError, AgentSource, AgentSpec, CancelAnswer, CancelHub, Executor, ExecutorConfig, Outcome,
+    RunEvent, RunState, RunStore, bind_tools, clamp_rounds,
 };
 use runwarden_store_sqlite::SqliteStore;
 use runwarden_vault::EgressClient;
@@ -168,8 +168,18 @@ impl AgentBuilder {
 
 #[async_trait::async_trait]
 impl AgentSource for AgentBuilder {
-    async fn agent(&self, name: &str) -> Result<AgentSpec, String> {
-        self.build(name).await.map_err(|e| format!("{e:#}"))
+    /// R9: a failure that heals by itself (the catalogue read hit a locked store, the
+    /// process is out of file descriptors) hands the run back to the queue; only a
+    /// configuration that cannot run dead-letters it.
+    async fn agent(&self, name: &str) -> Result<AgentSpec, AgentError> {
+        self.build(name).await.map_err(|e| {
+            let problem = format!("{e:#}");
+            if crate::faults::is_transient(&e) {
+                AgentError::Unavailable(problem)
+            } else {
+                AgentError::Invalid(problem)
+            }
+        })
     }
 }
 

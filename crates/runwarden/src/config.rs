@@ -70,6 +70,12 @@ lease_seconds = 30          # a dead worker's run is recovered within this
 heartbeat_seconds = 10      # leases are renewed in the background, calls in flight too
 concurrency = 4
 max_requeues = 3            # retries of retryable failures and stale reclaims, together
+
+# The HTTP API (`runwarden serve`) against slow or idle clients.
+# [serve]
+# max_connections = 1024           # default: half the open-file limit, at most 4096
+# header_read_timeout_seconds = 10 # a request's head must arrive within this
+# idle_timeout_seconds = 60        # a keep-alive connection with no request is closed
 "#;
 
 #[derive(Debug, Default, Deserialize)]
@@ -90,6 +96,47 @@ struct FileConfig {
     worker: WorkerSection,
     #[serde(default)]
     client: ClientSection,
+    #[serde(default)]
+    serve: ServeSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServeSection {
+    max_connections: Option<usize>,
+    header_read_timeout_seconds: Option<f64>,
+    idle_timeout_seconds: Option<f64>,
+}
+
+/// `[serve]`: what the API gives a client before it closes the connection.
+#[derive(Debug, Clone)]
+pub(crate) struct ServeSettings {
+    /// Connections served at once; `None` derives it from the open-file limit at start.
+    pub(crate) max_connections: Option<usize>,
+    /// How long a client has to send a request's head, from its connection or from the
+    /// first byte of the request.
+    pub(crate) header_read_timeout: Duration,
+    /// How long a keep-alive connection may sit with no request in flight.
+    pub(crate) idle_timeout: Duration,
+}
+
+fn serve_settings(section: ServeSection) -> anyhow::Result<ServeSettings> {
+    if let Some(max) = section.max_connections
+        && !(1..=1_000_000).contains(&max)
+    {
+        bail!("[serve] max_connections must be between 1 and 1000000, not {max}");
+    }
+    Ok(ServeSettings {
+        max_connections: section.max_connections,
+        header_read_timeout: seconds(
+            "[serve] header_read_timeout_seconds",
+            section.header_read_timeout_seconds.unwrap_or(10.0),
+        )?,
+        idle_timeout: seconds(
+            "[serve] idle_timeout_seconds",
+            section.idle_timeout_seconds.unwrap_or(60.0),
+        )?,
+    })
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -448,6 +495,8 @@ pub(crate) struct Config {
     pub(crate) agents: BTreeMap<String, AgentConfig>,
     /// Workers' settings.
     pub(crate) worker: WorkerSettings,
+    /// The API server's limits.
+    pub(crate) serve: ServeSettings,
     /// `[client] server`: the runwarden server the CLI talks to by default.
     pub(crate) client_server: Option<String>,
     /// `[client] token_file`: where the CLI's API token is kept (mode 0600).
@@ -551,6 +600,7 @@ impl Config {
                 .map(|(name, section)| Ok((name.clone(), agent(&name, section, &resolve)?)))
                 .collect::<anyhow::Result<_>>()?,
             worker: worker_settings(file.worker)?,
+            serve: serve_settings(file.serve)?,
             client_server: file.client.server,
             client_token_file: file.client.token_file.map(&resolve),
         })

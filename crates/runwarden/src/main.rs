@@ -5,6 +5,7 @@ mod client;
 mod config;
 mod demo;
 mod faults;
+mod harden;
 mod http;
 mod output;
 mod views;
@@ -14,6 +15,9 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // Before anything can create a file: the database, its -wal and -shm, the key and the
+    // audit anchor are the operator's alone.
+    harden::private_files();
     let args = cli::Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -71,8 +71,13 @@ fn only_the_vault_depends_on_an_http_client() {
             assert_eq!(http, ["reqwest"], "the vault's one HTTP client");
         } else if krate == "runwarden" {
             // The CLI's `--server` client: it reaches only the operator's own server, and
-            // only from `client.rs`.
-            assert_eq!(http, ["reqwest"]);
+            // only from `client.rs`. hyper and hyper-util serve the API (`serve`'s accept
+            // loop in `http/listener.rs`), with their server features only: no client.
+            assert_eq!(http, ["reqwest", "hyper", "hyper-util"]);
+            let manifest = std::fs::read_to_string(workspace().join("Cargo.toml")).unwrap();
+            for line in manifest.lines().filter(|l| l.starts_with("hyper")) {
+                assert!(!line.contains("client"), "a server-only hyper: {line}");
+            }
             for (path, text) in sources("runwarden") {
                 if path.file_name().is_some_and(|n| n != "client.rs") {
                     assert!(

@@ -7,6 +7,7 @@ mod audit;
 mod config;
 mod demo;
 mod egress;
+mod hardening;
 mod init;
 mod json;
 mod mcp;

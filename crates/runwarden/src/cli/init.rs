@@ -36,10 +36,13 @@ pub(crate) async fn create_installation(config: &Config) -> anyhow::Result<Vault
             config.master_key_file.display()
         );
     }
-    std::fs::create_dir_all(&config.data_dir)
+    private_dir(&config.data_dir)
         .with_context(|| format!("while creating {}", config.data_dir.display()))?;
+    for note in crate::harden::tighten_installation(config) {
+        eprintln!("warning: {note}");
+    }
     if let Some(parent) = config.master_key_file.parent() {
-        std::fs::create_dir_all(parent)?;
+        private_dir(parent).with_context(|| format!("while creating {}", parent.display()))?;
     }
     let key = MasterKey::generate();
     key.write_new_file(&config.master_key_file)
@@ -50,12 +53,22 @@ pub(crate) async fn create_installation(config: &Config) -> anyhow::Result<Vault
             )
         })?;
     if let Some(parent) = config.sqlite_path.parent() {
-        std::fs::create_dir_all(parent)?;
+        private_dir(parent).with_context(|| format!("while creating {}", parent.display()))?;
     }
     let store = SqliteStore::open(&config.sqlite_path)?;
     Vault::open(Arc::new(store), key, config.algorithm)
         .await
         .context("while creating the vault")
+}
+
+/// Creates a directory (and its missing parents) with mode 0700; an existing one is kept
+/// as it is.
+fn private_dir(path: &std::path::Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(path)
 }
 
 pub(crate) async fn run(cx: &Context, _args: InitArgs) -> anyhow::Result<ExitCode> {

@@ -89,8 +89,17 @@ pub(crate) struct Context {
 
 impl Context {
     /// The store at the configured path; refuses to create one (that is `init`'s job).
+    /// An installation that other users can read (from before files were created private)
+    /// is tightened here, with a warning on stderr for each file changed.
     pub(crate) fn store(&self) -> anyhow::Result<SqliteStore> {
-        Ok(SqliteStore::open_existing(&self.config.sqlite_path)?)
+        for note in crate::harden::tighten_installation(&self.config) {
+            eprintln!("warning: {note}");
+        }
+        let store = SqliteStore::open_existing(&self.config.sqlite_path)?;
+        for note in store.tightened() {
+            eprintln!("warning: {note}");
+        }
+        Ok(store)
     }
 
     /// The vault, opened with the configured master key.
@@ -114,6 +123,17 @@ impl Context {
 
 /// Runs one command; the exit code says how it went.
 pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // A core of a process with a call in flight holds the secret being placed and the raw
+    // master key. The long-running commands that hold both refuse to start without this.
+    if let Err(problem) = crate::harden::no_core_dumps() {
+        if matches!(
+            cli.command,
+            Command::Serve(_) | Command::Worker(_) | Command::Run(_)
+        ) {
+            anyhow::bail!("{problem}: refusing to hold secrets in a process that could dump core");
+        }
+        eprintln!("warning: {problem}; a core dump of this process could hold secrets");
+    }
     // The demo brings its own temporary installation: no configuration is read.
     let command = match cli.command {
         Command::Demo(args) => return crate::demo::run(cli.json, args).await,

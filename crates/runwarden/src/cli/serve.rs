@@ -1,20 +1,18 @@
 //! `runwarden serve`: the HTTP API and the workers in one process, sharing one executor
 //! (and so one cancel hub): an API cancel wakes any run executing here at once.
 
-use std::future::IntoFuture;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use super::Context;
+use super::worker::retry;
+use crate::http::listener::{Limits, reached};
+use crate::http::{AppState, router};
+use crate::output;
 use anyhow::Context as _;
 use clap::Args;
 use runwarden_runtime::{StopLevel, Worker, WorkerConfig};
 use serde_json::json;
-use tokio::sync::watch;
-
-use super::Context;
-use super::worker::retry;
-use crate::http::{AppState, router};
-use crate::output;
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
@@ -27,15 +25,31 @@ pub(crate) struct ServeArgs {
     concurrency: Option<usize>,
 }
 
-/// Resolves once the stop level reaches `level`; never when no one can raise it any more.
-async fn reached(mut stop: watch::Receiver<StopLevel>, level: StopLevel) {
-    if stop.wait_for(|l| *l >= level).await.is_err() {
-        std::future::pending::<()>().await;
+/// The limits `[serve]` asks for, with the connection cap derived from the open-file
+/// limit (raised to its hard limit first) when the operator set none.
+fn limits(cx: &Context) -> Limits {
+    let open_files = crate::harden::raise_open_files();
+    let settings = &cx.config.serve;
+    let max_connections = settings
+        .max_connections
+        .unwrap_or_else(|| Limits::default_max_connections(open_files));
+    if let Some(limit) = open_files
+        && max_connections as u64 + 64 > limit
+    {
+        eprintln!(
+            "warning: [serve] max_connections ({max_connections}) leaves fewer than 64 of the {limit} open files for the store and outbound calls: lower it or raise the limit (ulimit -n)"
+        );
+    }
+    Limits {
+        max_connections,
+        header_read_timeout: settings.header_read_timeout,
+        idle_timeout: settings.idle_timeout,
     }
 }
 
 pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitCode> {
     let stop = super::signals::stop_levels();
+    let limits = limits(cx);
     let state = AppState::new(cx, stop.clone()).await?;
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
@@ -66,7 +80,7 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
     let url = format!("http://{addr}");
     output::emit(
         cx.json,
-        &json!({ "listening": addr.to_string(), "url": url, "concurrency": concurrency }),
+        &json!({ "listening": addr.to_string(), "url": url, "concurrency": concurrency, "max_connections": limits.max_connections }),
         || format!("listening on {url}"),
     );
     if !cx.json {
@@ -76,13 +90,10 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
     }
 
     // First signal: stop accepting, finish the requests in flight, drain the workers.
-    let server = axum::serve(listener, router(state))
-        .with_graceful_shutdown(reached(stop.clone(), StopLevel::Drain));
-    let mut server = tokio::spawn(server.into_future());
+    let server = crate::http::listener::serve(listener, router(state), limits, stop.clone());
+    let mut server = tokio::spawn(server);
     tokio::select! {
-        served = &mut server => served
-            .context("the server task ended abnormally")?
-            .context("while serving the API")?,
+        served = &mut server => served.context("the server task ended abnormally")?,
         // Second signal: exit now; running leases run out and the reaper recovers them.
         () = reached(stop.clone(), StopLevel::Now) => {
             server.abort();

@@ -12,6 +12,7 @@ mod catalogue;
 mod error;
 mod events;
 mod health;
+pub(crate) mod listener;
 mod metrics;
 mod runs;
 

@@ -359,3 +359,64 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout_and_a_li
     }
     live.signal("KILL");
 }
+
+/// `command` as an unprivileged user when the tests run as root (root ignores file
+/// permissions); as it is otherwise.
+#[cfg(target_os = "linux")]
+fn unprivileged(command: std::process::Command) -> std::process::Command {
+    let is_root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    if !is_root {
+        return command;
+    }
+    let mut wrapped = std::process::Command::new("setpriv");
+    wrapped
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(command.get_program())
+        .args(command.get_args());
+    if let Some(dir) = command.get_current_dir() {
+        wrapped.current_dir(dir);
+    }
+    for (name, value) in command.get_envs() {
+        match value {
+            Some(value) => wrapped.env(name, value),
+            None => wrapped.env_remove(name),
+        };
+    }
+    wrapped.stdin(std::process::Stdio::null());
+    wrapped
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_its_user_cannot_write_is_a_read_only_fault_that_says_to_check_permissions() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let sandbox = Arc::new(Sandbox::initialised());
+    let mut text = std::fs::read_to_string(sandbox.config()).unwrap();
+    text.push_str("\n[agents.a]\nprovider = \"scripted\"\nscript = \"plan.json\"\n");
+    std::fs::write(sandbox.config(), text).unwrap();
+    // Readable by everyone, writable by its owner only: another user meets a read-only
+    // database in a directory it cannot write.
+    for (path, mode) in [
+        (sandbox.path().to_path_buf(), 0o755),
+        (sandbox.data_dir(), 0o755),
+        (sandbox.config(), 0o644),
+        (sandbox.database(), 0o644),
+    ] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let command = unprivileged(sandbox.command(&["enqueue", "--agent", "a", "hi"]));
+    let refused = tokio::task::spawn_blocking(move || sandbox.run_command(command))
+        .await
+        .unwrap()
+        .fails();
+    assert!(
+        refused
+            .stderr
+            .contains("check the file's and the directory's permissions"),
+        "{refused:?}"
+    );
+    assert!(!refused.stderr.contains("disk I/O error"), "{refused:?}");
+}

@@ -24,7 +24,7 @@ use runwarden_runtime::{
 };
 use runwarden_store_sqlite::SqliteStore;
 use runwarden_testkit::{HttpRequest, TestServer, mcp_handler, tool};
-use runwarden_vault::store::{AuditFilter, StoreError};
+use runwarden_vault::store::{AuditFilter, StoreError, StoreFault};
 use serde_json::{Value, json};
 
 /// When the injected failure strikes.
@@ -78,7 +78,11 @@ impl Faulty {
     }
 
     fn error(method: &str) -> StoreError {
-        StoreError::new(method, "injected fault: database is locked")
+        StoreError::with_fault(
+            method,
+            StoreFault::Busy,
+            "injected fault: database is locked",
+        )
     }
 }
 

@@ -13,8 +13,9 @@ use crate::audit::{AuditEvent, action, audit_error_text};
 use crate::delivery::Delivery;
 use crate::error::EgressError;
 use crate::guard::{self, EgressPolicy, VettedTarget};
-use crate::placement::{Credential, Placed};
+use crate::placement::{Credential, Placed, Placement};
 use crate::resolver::{Resolver, SystemResolver};
+use crate::scrub::Scrubber;
 use crate::secret::SecretValue;
 use crate::signal::CancellationSignal;
 use crate::vault::{Vault, now_ms};
@@ -326,6 +327,9 @@ struct CallRecord {
     host: String,
     path: String,
     secret: Option<String>,
+    /// Where the secret goes, so what comes back can be scrubbed of every form it was
+    /// sent in (V9).
+    placement: Option<Placement>,
     actor: String,
     correlation: Option<String>,
     reason: Option<String>,
@@ -337,7 +341,7 @@ impl CallRecord {
         action: &str,
         status: u16,
         error: Option<&EgressError>,
-        secret: Option<&SecretValue>,
+        scrubber: &Scrubber,
     ) -> AuditEvent {
         AuditEvent {
             time_ms: self.time_ms,
@@ -349,21 +353,13 @@ impl CallRecord {
             path: self.path.clone(),
             status,
             duration_ms: self.started.elapsed().as_millis() as u64,
-            error: error.map(|e| scrub(&audit_error_text(&e.to_string()), secret)),
+            // V9: scrubbed before the text is cut to length, so a cut never leaves a
+            // recognisable part of a form behind.
+            error: error.map(|e| audit_error_text(&scrubber.text(&e.to_string()))),
             reason: self.reason.clone(),
             actor: self.actor.clone(),
             correlation: self.correlation.clone(),
         }
-    }
-}
-
-/// Removes a secret's text from a message, should a library ever echo it (V2).
-fn scrub(text: &str, secret: Option<&SecretValue>) -> String {
-    match secret.and_then(|s| std::str::from_utf8(s.expose()).ok()) {
-        Some(plain) if plain.len() >= 4 && text.contains(plain) => {
-            text.replace(plain, "[redacted]")
-        }
-        _ => text.to_string(),
     }
 }
 
@@ -433,6 +429,7 @@ impl EgressClient {
             host,
             path,
             secret: request.credential.as_ref().map(|c| c.secret.to_string()),
+            placement: request.credential.as_ref().map(|c| c.placement.clone()),
             actor: request.actor.clone(),
             correlation: request.correlation.clone(),
             reason: request.reason.clone(),
@@ -730,7 +727,15 @@ impl EgressClient {
         outcome: Result<EgressResponse, EgressError>,
         secret: Option<&SecretValue>,
     ) -> Result<EgressResponse, EgressError> {
-        let event = record.event(action, status, outcome.as_ref().err(), secret);
+        // V9: everything that came from the server (body, headers, redirect target,
+        // library and server text in errors) loses every form of the placed secret
+        // before it reaches the audit row or the caller.
+        let scrubber = Scrubber::new(secret, record.placement.as_ref());
+        let outcome = match outcome {
+            Ok(response) => Ok(scrubber.response(response)),
+            Err(error) => Err(scrubber.error(error)),
+        };
+        let event = record.event(action, status, outcome.as_ref().err(), &scrubber);
         let written = self.vault.audit_record(event).await;
         match (&written, outcome) {
             (Ok(row), Ok(mut response)) => {

@@ -363,6 +363,17 @@ impl CallRecord {
     }
 }
 
+/// A redirect target as errors show it: host and path, never the query (V7);
+/// `(no location)` when nothing readable is left.
+pub(crate) fn describe_location(raw: &str) -> String {
+    let (host, path) = guard::describe_for_audit(raw);
+    match (host.is_empty(), path.is_empty()) {
+        (true, true) => "(no location)".into(),
+        (true, false) => path,
+        (false, _) => format!("{host}{path}"),
+    }
+}
+
 /// One line describing a reqwest error without its URL (which may carry a query secret).
 fn describe_reqwest(error: reqwest::Error) -> String {
     let error = error.without_url();
@@ -774,15 +785,12 @@ async fn transfer(
         })
         .collect();
     if (300..400).contains(&status) {
-        let location = response.headers().get(reqwest::header::LOCATION).map(|v| {
-            let text = String::from_utf8_lossy(v.as_bytes());
-            let (host, path) = guard::describe_for_audit(&text);
-            if host.is_empty() {
-                path
-            } else {
-                format!("{host}{path}")
-            }
-        });
+        // Raw here: the scrubber cuts the secret out before the target is parsed and cut
+        // to host and path (V9), since parsing would re-encode or lowercase its forms.
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         return Ok(Transfer {
             status,
             headers,

@@ -194,14 +194,18 @@ fn model_answer(request: &HttpRequest, body: &Value, echo: &str) -> Reply {
         (false, None) => {
             json!({"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]})
         }
-        (false, Some(tool)) => json!({"choices": [{"message": {"role": "assistant", "content": text,
+        (false, Some(tool)) => {
+            json!({"choices": [{"message": {"role": "assistant", "content": text,
             "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": tool, "arguments": json!({"q": echo}).to_string()}}]},
-            "finish_reason": "tool_calls"}]}),
+            "finish_reason": "tool_calls"}]})
+        }
         (true, None) => {
             json!({"role": "assistant", "content": [{"type": "text", "text": text}], "stop_reason": "end_turn"})
         }
-        (true, Some(tool)) => json!({"role": "assistant", "content": [{"type": "text", "text": text},
-            {"type": "tool_use", "id": "toolu_1", "name": tool, "input": {"q": echo}}], "stop_reason": "tool_use"}),
+        (true, Some(tool)) => {
+            json!({"role": "assistant", "content": [{"type": "text", "text": text},
+            {"type": "tool_use", "id": "toolu_1", "name": tool, "input": {"q": echo}}], "stop_reason": "tool_use"})
+        }
     };
     json_reply(200, answer)
 }

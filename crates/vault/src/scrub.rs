@@ -364,7 +364,10 @@ mod tests {
     fn a_query_value_is_redacted_raw_and_percent_encoded_in_either_hex_case() {
         let s = scrubber("a b/c&d=é", Placement::Query { name: "key".into() });
         let upper: String = url::form_urlencoded::byte_serialize("a b/c&d=é".as_bytes()).collect();
-        assert_eq!(upper, "a+b%2Fc%26d%3D%C3%A9", "the encoder the placement uses");
+        assert_eq!(
+            upper, "a+b%2Fc%26d%3D%C3%A9",
+            "the encoder the placement uses"
+        );
         let lower = "a+b%2fc%26d%3d%c3%a9";
         assert_eq!(
             clean(&s, &format!("GET /?key={upper} or {lower} or a b/c&d=é")),
@@ -437,7 +440,10 @@ mod tests {
             host: "h".into(),
             detail: "peer said tok-12345".into(),
         });
-        assert_eq!(e.to_string(), "transport failure talking to h: peer said [redacted]");
+        assert_eq!(
+            e.to_string(),
+            "transport failure talking to h: peer said [redacted]"
+        );
         let redirect = |location: &str| {
             s.error(EgressError::Redirect {
                 host: "h".into(),

@@ -28,7 +28,10 @@ fn placements() -> Vec<(Placement, String)> {
             },
             HOSTILE_SIGIL.to_string(),
         ),
-        (Placement::Query { name: "key".into() }, HOSTILE_SIGIL.to_string()),
+        (
+            Placement::Query { name: "key".into() },
+            HOSTILE_SIGIL.to_string(),
+        ),
     ]
 }
 
@@ -69,7 +72,9 @@ async fn an_echoed_credential_is_redacted_in_every_channel_for_every_placement()
             // The server did receive the credential and echo it: the check is not vacuous.
             let seen = server.next_request(WAIT).await;
             assert!(
-                received_credential(&seen).iter().any(|f| f.contains(HOSTILE_SIGIL)),
+                received_credential(&seen)
+                    .iter()
+                    .any(|f| f.contains(HOSTILE_SIGIL)),
                 "{placement:?}: the server saw no credential"
             );
             assert_eq!(

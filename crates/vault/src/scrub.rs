@@ -212,15 +212,40 @@ impl Scrubber {
         }
     }
 
-    /// A response with its headers and body scrubbed.
+    /// A response with its headers and body scrubbed. A body cut at the size limit may
+    /// end in the first bytes of a form; that tail is cut too.
     pub(crate) fn response(&self, response: EgressResponse) -> EgressResponse {
         if self.forms.is_empty() {
             return response;
         }
+        let mut body = self.bytes(response.body);
+        if response.truncated {
+            self.cut_partial_tail(&mut body);
+        }
         EgressResponse {
             headers: self.headers(response.headers),
-            body: self.bytes(response.body),
+            body,
             ..response
+        }
+    }
+
+    /// Replaces a tail of `body` that is the start of a form (at least [`MIN_FORM_LEN`]
+    /// bytes of it): what is left of a secret the size limit cut in two.
+    fn cut_partial_tail(&self, body: &mut Vec<u8>) {
+        let longest = self
+            .forms
+            .iter()
+            .filter_map(|form| {
+                (MIN_FORM_LEN..form.len())
+                    .rev()
+                    .find(|&n| body.ends_with(&form[..n]))
+            })
+            .max();
+        if let Some(n) = longest {
+            let at = body.len() - n;
+            body[at..].iter_mut().for_each(|b| *b = 0);
+            body.truncate(at);
+            body.extend_from_slice(REDACTED.as_bytes());
         }
     }
 
@@ -425,6 +450,26 @@ mod tests {
         );
         let tiny = scrubber("abc", Placement::Bearer);
         assert_eq!(clean(&tiny, "abc"), "abc");
+    }
+
+    #[test]
+    fn a_body_cut_inside_the_secret_loses_the_part_that_is_left() {
+        let s = scrubber("tok-12345", Placement::Bearer);
+        let response = |body: &str, truncated: bool| EgressResponse {
+            status: 200,
+            headers: Vec::new(),
+            body: body.as_bytes().to_vec(),
+            truncated,
+            audit_id: None,
+        };
+        let cut = s.response(response("echo: tok-123", true));
+        assert_eq!(cut.body, b"echo: [redacted]");
+        // Fewer than four bytes of it say nothing; a body read to its end is left alone.
+        assert_eq!(s.response(response("echo: tok", true)).body, b"echo: tok");
+        assert_eq!(
+            s.response(response("echo: tok-123", false)).body,
+            b"echo: tok-123"
+        );
     }
 
     #[test]

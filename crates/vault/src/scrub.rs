@@ -192,9 +192,14 @@ impl Scrubber {
     /// other variants carry only our own text (hosts from the caller's URL, fixed words).
     pub(crate) fn error(&self, error: EgressError) -> EgressError {
         match error {
-            EgressError::Transport { host, detail } => EgressError::Transport {
+            EgressError::Transport {
+                host,
+                detail,
+                delivery,
+            } => EgressError::Transport {
                 host,
                 detail: self.string(detail),
+                delivery,
             },
             EgressError::Redirect {
                 host,
@@ -340,6 +345,7 @@ fn json_escapes(text: &str) -> Vec<Zeroizing<Vec<u8>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::delivery::Delivery;
 
     const SIGIL: &str = "sigil-9d1e/+x?&=\"ü";
 
@@ -484,7 +490,13 @@ mod tests {
         let e = s.error(EgressError::Transport {
             host: "h".into(),
             detail: "peer said tok-12345".into(),
+            delivery: Delivery::MaybeDelivered,
         });
+        assert_eq!(
+            e.delivery(),
+            Delivery::MaybeDelivered,
+            "V8: the fact is kept"
+        );
         assert_eq!(
             e.to_string(),
             "transport failure talking to h: peer said [redacted]"

@@ -26,8 +26,8 @@ const MIN_FORM_LEN: usize = 4;
 /// echo of them: the raw value; for basic, the `user:password` text, its base64 and the
 /// password alone; for a query placement, the value percent-encoded as the URL encoder
 /// wrote it (and with lowercase hex); and the JSON-escaped spelling of each (as serde and
-/// JavaScript write it, as Python writes it with `ensure_ascii`, and as PHP writes it
-/// with `\/`). Each form is held zeroized.
+/// JavaScript write it, as Python writes it with `ensure_ascii`, as PHP writes it with
+/// `\/`, and as Go writes `<`, `>` and `&`). Each form is held zeroized.
 ///
 /// Searching is `memchr::memmem` per form; text with no form in it is handed back as is,
 /// without a copy, so the common case costs one SIMD scan per form.
@@ -290,11 +290,13 @@ fn lowercase_hex_escapes(encoded: &[u8]) -> Vec<u8> {
 
 /// The inside of a JSON string holding `text`, as the common encoders write it: serde and
 /// JavaScript (only `"`, `\` and control bytes escaped), Python's default (`ensure_ascii`:
-/// non-ASCII as `\uXXXX`) and PHP's default (that, plus `/` as `\/`).
+/// non-ASCII as `\uXXXX`), PHP's default (that, plus `/` as `\/`) and Go's
+/// `encoding/json` (`<`, `>`, `&`, U+2028 and U+2029 as `\uXXXX`).
 fn json_escapes(text: &str) -> Vec<Zeroizing<Vec<u8>>> {
     let mut serde = Zeroizing::new(String::with_capacity(text.len() + 8));
     let mut ascii = Zeroizing::new(String::with_capacity(text.len() + 8));
     let mut php = Zeroizing::new(String::with_capacity(text.len() + 8));
+    let mut go = Zeroizing::new(String::with_capacity(text.len() + 8));
     for c in text.chars() {
         let common: Option<&str> = match c {
             '"' => Some("\\\""),
@@ -310,6 +312,7 @@ fn json_escapes(text: &str) -> Vec<Zeroizing<Vec<u8>>> {
             serde.push_str(escape);
             ascii.push_str(escape);
             php.push_str(escape);
+            go.push_str(escape);
             continue;
         }
         if (c as u32) < 0x20 {
@@ -317,7 +320,13 @@ fn json_escapes(text: &str) -> Vec<Zeroizing<Vec<u8>>> {
             serde.push_str(&escape);
             ascii.push_str(&escape);
             php.push_str(&escape);
+            go.push_str(&escape);
             continue;
+        }
+        if matches!(c, '<' | '>' | '&' | '\u{2028}' | '\u{2029}') {
+            go.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            go.push(c);
         }
         serde.push(c);
         if c.is_ascii() {
@@ -336,7 +345,7 @@ fn json_escapes(text: &str) -> Vec<Zeroizing<Vec<u8>>> {
             }
         }
     }
-    [serde, ascii, php]
+    [serde, ascii, php, go]
         .into_iter()
         .map(|s| Zeroizing::new(s.as_bytes().to_vec()))
         .collect()
@@ -419,13 +428,14 @@ mod tests {
     }
 
     #[test]
-    fn the_json_escaped_forms_are_redacted_as_serde_python_and_php_write_them() {
+    fn the_json_escaped_forms_are_redacted_as_serde_python_php_and_go_write_them() {
         let s = scrubber(SIGIL, Placement::Bearer);
         let serde = serde_json::to_string(SIGIL).unwrap();
         let serde = &serde[1..serde.len() - 1];
         let python = r#"sigil-9d1e/+x?&=\"\u00fc"#;
         let php = r#"sigil-9d1e\/+x?&=\"\u00fc"#;
-        for form in [serde, python, php] {
+        let go = r#"sigil-9d1e/+x?\u0026=\"ü"#;
+        for form in [serde, python, php, go] {
             let body = format!(r#"{{"error":{{"message":"bad key {form}"}}}}"#);
             let cleaned = clean(&s, &body);
             assert_eq!(cleaned, r#"{"error":{"message":"bad key [redacted]"}}"#);

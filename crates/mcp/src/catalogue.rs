@@ -30,7 +30,9 @@ pub struct CatalogueEntry {
     pub remote_name: String,
     /// The server's description.
     pub description: Option<String>,
-    /// The operator-declared effect (M10).
+    /// The effect the configuration declared when the tool was imported: a record only.
+    /// M10 (amended): nothing decides by it; runs, `mcp list` and the API resolve the
+    /// effect from the configuration in force ([`ServerConfig::effect_of`]).
     pub effect: Effect,
     /// The normalised schema, or why the tool was refused.
     pub schema: SchemaStatus,

@@ -86,4 +86,84 @@ impl ServerConfig {
     pub fn effect_of(&self, remote_tool: &str) -> Effect {
         self.tools.get(remote_tool).copied().unwrap_or(self.effect)
     }
+
+    /// M10 (amended): every per-tool declaration must name a tool the server offers, so a
+    /// typo or a renamed tool cannot leave a write with the default effect the operator
+    /// meant to change. `offered` are the remote names of the server's catalogue.
+    pub fn check_tool_overrides<'a>(
+        &self,
+        offered: impl IntoIterator<Item = &'a str> + Clone,
+    ) -> Result<(), ConfigError> {
+        let unknown = self
+            .tools
+            .keys()
+            .find(|declared| !offered.clone().into_iter().any(|o| o == declared.as_str()));
+        match unknown {
+            None => Ok(()),
+            Some(tool) => {
+                let mut names: Vec<&str> = offered.into_iter().collect();
+                names.sort_unstable();
+                names.dedup();
+                Err(ConfigError::UnknownTool {
+                    server: self.name.clone(),
+                    tool: tool.clone(),
+                    offered: names.join(", "),
+                })
+            }
+        }
+    }
+}
+
+/// The operator's server configuration does not fit what the server offers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// M10 (amended): `[mcp.servers.SERVER.tools.TOOL]` names a tool the server's
+    /// catalogue does not have.
+    #[error(
+        "[mcp.servers.{server}.tools.{tool}] declares an effect for tool {tool:?}, but server {server} offers no such tool (it offers: {offered}): fix the name in the configuration, or run `runwarden mcp import {server}` if the server added it"
+    )]
+    UnknownTool {
+        /// The server's configured name.
+        server: String,
+        /// The remote tool name the configuration declares.
+        tool: String,
+        /// The remote names the catalogue has, comma-separated.
+        offered: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tool_declaration_must_name_an_offered_tool() {
+        let mut server = ServerConfig::new("tickets", "http://x");
+        server.tools.insert("search".into(), Effect::ReadOnly);
+        assert_eq!(server.check_tool_overrides(["search", "create"]), Ok(()));
+        server.tools.insert("creat".into(), Effect::ReadOnly);
+        let error = server
+            .check_tool_overrides(["search", "create"])
+            .unwrap_err();
+        assert_eq!(
+            error,
+            ConfigError::UnknownTool {
+                server: "tickets".into(),
+                tool: "creat".into(),
+                offered: "create, search".into(),
+            }
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains("server tickets") && text.contains("\"creat\""),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn without_declarations_anything_offered_fits() {
+        let server = ServerConfig::new("tickets", "http://x");
+        assert_eq!(server.check_tool_overrides(Vec::<&str>::new()), Ok(()));
+    }
 }

@@ -38,7 +38,7 @@ pub use client::{
     MAX_RESPONSE_BYTES, McpClient, Notification, Reply, Request, SUPPORTED_VERSIONS, ToolCall,
     ToolCallRequest,
 };
-pub use config::{DEFAULT_TIMEOUT, Effect, ServerConfig};
+pub use config::{ConfigError, DEFAULT_TIMEOUT, Effect, ServerConfig};
 pub use deadline::{Clock, ManualClock, SystemClock};
 pub use error::McpError;
 pub use result::{ToolOutcome, ToolResult};

@@ -3,6 +3,7 @@
 mod support;
 
 mod conformance;
+mod echo;
 mod liveness;
 mod peer;
 mod seams;

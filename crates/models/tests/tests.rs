@@ -4,6 +4,7 @@
 mod support;
 
 mod anthropic;
+mod echo;
 mod failures;
 mod openai;
 mod scripted;

@@ -17,7 +17,8 @@ pub struct BoundTool {
     pub spec: ToolSpec,
     /// The name on the wire.
     pub remote_name: String,
-    /// The operator's declared effect (M10), which decides the write fence (R7).
+    /// The operator's declared effect, resolved from the server's configuration when the
+    /// tool was bound (M10 amended); it decides the write fence (R7).
     pub effect: Effect,
     /// The server's client.
     pub client: Arc<McpClient>,
@@ -73,6 +74,10 @@ pub fn pattern_matches(pattern: &str, local: &str) -> bool {
 /// Binds catalogue entries to an agent's tool patterns. Refused tools are never offered;
 /// a pattern that names no usable tool is an error, so a typo does not silently leave an
 /// agent without its tools.
+///
+/// M10 (amended): each tool's effect comes from its server's configuration as the client
+/// holds it now, never from the effect recorded in the catalogue at import; and a per-tool
+/// declaration of a bound server that names a tool its catalogue lacks is an error.
 pub fn bind_tools(
     patterns: &[String],
     catalogue: &[CatalogueEntry],
@@ -105,7 +110,8 @@ pub fn bind_tools(
                     input_schema: schema.clone(),
                 },
                 remote_name: entry.remote_name.clone(),
-                effect: entry.effect,
+                // M10 (amended): the configuration in force, not the import's snapshot.
+                effect: client.server().effect_of(&entry.remote_name),
                 client,
             });
         }
@@ -114,6 +120,21 @@ pub fn bind_tools(
                 "tool pattern {pattern:?} names no usable imported tool: run `runwarden mcp import SERVER` and check `runwarden mcp list`"
             ));
         }
+    }
+    let mut checked: Vec<&str> = Vec::new();
+    for tool in &bound {
+        let server = tool.client.server();
+        if checked.contains(&server.name.as_str()) {
+            continue;
+        }
+        checked.push(&server.name);
+        let offered = catalogue
+            .iter()
+            .filter(|e| e.server == server.name)
+            .map(|e| e.remote_name.as_str());
+        server
+            .check_tool_overrides(offered)
+            .map_err(|e| e.to_string())?;
     }
     Ok(bound)
 }

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod bind;
 mod cancel;
 mod delivery;
 mod faults;

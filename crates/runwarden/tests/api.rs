@@ -39,7 +39,7 @@ async fn install(mcp: &TestServer, plan: Value) -> Arc<Sandbox> {
 }
 
 /// A token of `role`, from `token create --json`.
-async fn token(sandbox: &Arc<Sandbox>, role: &str) -> String {
+pub(crate) async fn token(sandbox: &Arc<Sandbox>, role: &str) -> String {
     let created = runwarden(sandbox, &["--json", "token", "create", "--role", role])
         .await
         .ok()
@@ -49,14 +49,14 @@ async fn token(sandbox: &Arc<Sandbox>, role: &str) -> String {
 }
 
 /// A running `runwarden serve` on a free port, killed on drop if the test did not stop it.
-struct Serve {
+pub(crate) struct Serve {
     child: Child,
     url: String,
     stdout: mpsc::UnboundedReceiver<String>,
 }
 
 impl Serve {
-    async fn start(sandbox: &Sandbox, concurrency: usize) -> Self {
+    pub(crate) async fn start(sandbox: &Sandbox, concurrency: usize) -> Self {
         let concurrency = concurrency.to_string();
         let mut command = sandbox.command(&[
             "--json",
@@ -112,14 +112,14 @@ impl Drop for Serve {
 
 /// A client that remembers every answer body, to check none holds the sigil.
 #[derive(Clone)]
-struct Api {
+pub(crate) struct Api {
     http: reqwest::Client,
     base: String,
     bodies: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Api {
-    fn new(serve: &Serve) -> Self {
+    pub(crate) fn new(serve: &Serve) -> Self {
         Self {
             http: reqwest::Client::new(),
             base: serve.url.clone(),
@@ -156,10 +156,15 @@ impl Api {
         (status, value)
     }
 
-    async fn get(&self, path: &str, token: &str) -> Value {
+    pub(crate) async fn get(&self, path: &str, token: &str) -> Value {
         let (status, body) = self.call("GET", path, Some(token), None).await;
         assert_eq!(status, 200, "GET {path}: {body}");
         body
+    }
+
+    /// Every answer body so far, as received.
+    pub(crate) fn bodies(&self) -> Vec<String> {
+        self.bodies.lock().unwrap().clone()
     }
 
     fn assert_no_sigil(&self) {

@@ -1,8 +1,14 @@
-//! V2: a secret's value never leaves the vault except on the wire, in its placement.
+//! V2: a secret's value never leaves the vault except on the wire, in its placement; V9:
+//! not even when the server it was sent to echoes it back.
+
+use std::sync::{Arc, Mutex};
 
 use base64::Engine;
+use runwarden_testkit::{Channel, echo_handler, find_form, forms_of, received_credential, tool};
+use serde_json::Value;
 
-use crate::support::{Output, SIGIL, Sandbox, TestServer};
+use crate::api::{Api, Serve, token};
+use crate::support::{Output, SIGIL, Sandbox, TestServer, runwarden};
 
 #[test]
 fn a_sigil_secret_never_appears_in_any_output_log_or_the_database_file() {
@@ -111,4 +117,193 @@ fn a_sigil_secret_never_appears_in_any_output_log_or_the_database_file() {
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The id a `run` printed: in its banner, or in each JSON line with `--json`.
+fn run_id(out: &Output) -> String {
+    out.stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("run ")?.strip_suffix(" (Ctrl-C cancels it)"))
+        .map(str::to_string)
+        .or_else(|| {
+            let line = out.stdout.lines().next()?;
+            let first: Value = serde_json::from_str(line).ok()?;
+            Some(first["run_id"].as_str()?.to_string())
+        })
+        .unwrap_or_else(|| panic!("the output names the run: {out:#?}"))
+}
+
+/// Runs agent `a` with every log line at trace level, whatever the outcome.
+async fn traced_run(sandbox: &Arc<Sandbox>, json: bool, prompt: &str) -> Output {
+    let mut args = vec!["run", "--agent", "a", prompt];
+    if json {
+        args.insert(0, "--json");
+    }
+    let mut command = sandbox.command(&args);
+    command.env("RUNWARDEN_LOG", "trace");
+    let sandbox = sandbox.clone();
+    tokio::task::spawn_blocking(move || sandbox.run_command(command))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_echoed_by_the_mcp_server_and_the_model_reach_no_output_api_answer_or_database_byte()
+ {
+    let mcp_channel = Arc::new(Mutex::new(Channel::Body));
+    let mut mcp = runwarden_testkit::TestServer::start(echo_handler(
+        mcp_channel.clone(),
+        vec![tool("create")],
+    ))
+    .await;
+    let model_channel = Arc::new(Mutex::new(Channel::Body));
+    let mut model =
+        runwarden_testkit::TestServer::start(echo_handler(model_channel.clone(), vec![])).await;
+
+    let sandbox = Sandbox::initialised();
+    sandbox.allow_loopback();
+    let mut text = std::fs::read_to_string(sandbox.config()).unwrap();
+    text.push_str(&format!(
+        "\n[mcp.servers.srv]\nurl = \"{}\"\nauth = {{ secret = \"srv-login\", placement = \"basic\" }}\n\n[agents.a]\nprovider = \"openai\"\nmodel = \"m\"\nbase_url = \"{}\"\napi_key_secret = \"model-key\"\ntools = [\"srv__*\"]\n",
+        mcp.url("/mcp"),
+        model.url("/v1"),
+    ));
+    std::fs::write(sandbox.config(), text).unwrap();
+    let sandbox = Arc::new(sandbox);
+    let mut outputs = vec![
+        sandbox.put("srv-login", &format!("svc:{SIGIL}")),
+        sandbox.put("model-key", SIGIL),
+    ];
+    outputs.push(runwarden(&sandbox, &["mcp", "import", "srv"]).await.ok());
+
+    // Each run meets the echo in other channels: in the tool result and the model's text
+    // and tool arguments; in a JSON-RPC error of the tool call; in headers and the content
+    // type; in the model's OpenAI and Anthropic error bodies; in a model's redirect.
+    let runs: &[(Channel, Channel, bool)] = &[
+        (Channel::Body, Channel::Body, true),
+        (Channel::JsonRpcError, Channel::Body, true),
+        (Channel::Header, Channel::Header, true),
+        (Channel::ContentType, Channel::ContentType, true),
+        (Channel::Body, Channel::OpenAiError, false),
+        (Channel::Body, Channel::AnthropicError, false),
+        (Channel::Body, Channel::Redirect, false),
+    ];
+    let mut run_ids = Vec::new();
+    for (i, &(at_mcp, at_model, completes)) in runs.iter().enumerate() {
+        *mcp_channel.lock().unwrap() = at_mcp;
+        *model_channel.lock().unwrap() = at_model;
+        let out = traced_run(&sandbox, i % 2 == 1, "open a ticket").await;
+        let expected = if completes { Some(0) } else { Some(1) };
+        assert_eq!(out.code, expected, "{at_mcp:?} / {at_model:?}: {out:#?}");
+        run_ids.push(run_id(&out));
+        outputs.push(out);
+    }
+    // The echoes reached us, so the checks below are not vacuous: a redacted echo is in
+    // the first run's tool result and in the failed runs' reasons.
+    let first = runwarden(&sandbox, &["--json", "events", &run_ids[0]])
+        .await
+        .ok();
+    assert!(
+        first.stdout.contains("done; you sent Basic [redacted]"),
+        "{first:#?}"
+    );
+    let failed = runwarden(&sandbox, &["--json", "status", &run_ids[4]])
+        .await
+        .ok();
+    assert!(
+        failed.json()["termination_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("[redacted]")),
+        "{failed:#?}"
+    );
+    outputs.extend([first, failed]);
+
+    for id in &run_ids {
+        for args in [
+            vec!["events", id.as_str()],
+            vec!["--json", "events", id.as_str()],
+            vec!["status", id.as_str()],
+            vec!["--json", "status", id.as_str()],
+        ] {
+            outputs.push(runwarden(&sandbox, &args).await.ok());
+        }
+    }
+
+    // A handshake that fails on an echoed protocol version becomes the last error.
+    *mcp_channel.lock().unwrap() = Channel::ProtocolVersion;
+    outputs.push(runwarden(&sandbox, &["mcp", "health"]).await);
+    let listed = runwarden(&sandbox, &["--json", "mcp", "list"]).await.ok();
+    assert!(
+        listed.stdout.contains("[redacted]"),
+        "the last error: {listed:#?}"
+    );
+    outputs.push(listed);
+    outputs.push(runwarden(&sandbox, &["mcp", "list"]).await.ok());
+    outputs.push(runwarden(&sandbox, &["--json", "audit", "list"]).await.ok());
+    outputs.push(runwarden(&sandbox, &["audit", "list"]).await.ok());
+
+    // Both servers received the credentials, in their placements.
+    let mcp_seen = mcp.drain_requests();
+    let model_seen = model.drain_requests();
+    assert!(mcp_seen.iter().all(|r| {
+        received_credential(r)
+            .iter()
+            .any(|f| f == &format!("svc:{SIGIL}"))
+    }));
+    assert!(
+        model_seen
+            .iter()
+            .all(|r| r.header("authorization") == Some(format!("Bearer {SIGIL}").as_str()))
+    );
+    assert!(!mcp_seen.is_empty() && !model_seen.is_empty());
+
+    let forms = forms_of(&format!("svc:{SIGIL}"));
+    for out in &outputs {
+        assert_eq!(
+            find_form(&out.all(), &forms),
+            None,
+            "a form of the secret was printed by {out:#?}"
+        );
+    }
+
+    // The API, to a viewer; the database and its WAL while the server holds them open.
+    let viewer = token(&sandbox, "viewer").await;
+    let serve = Serve::start(&sandbox, 0).await;
+    let api = Api::new(&serve);
+    let runs_page = api.get("/v1/runs", &viewer).await;
+    assert!(runs_page.to_string().contains("[redacted]"), "{runs_page}");
+    for id in &run_ids {
+        api.get(&format!("/v1/runs/{id}"), &viewer).await;
+        api.get(&format!("/v1/runs/{id}/events"), &viewer).await;
+    }
+    let servers: Value = api.get("/v1/mcp/servers", &viewer).await;
+    assert!(servers.to_string().contains("[redacted]"), "{servers}");
+    api.get("/v1/audit", &viewer).await;
+    for body in api.bodies() {
+        assert_eq!(find_form(&body, &forms), None, "an API answer: {body}");
+    }
+    let database = sandbox.database();
+    let wal = database.with_extension("db-wal");
+    assert!(
+        wal.exists(),
+        "the server holds the database open in WAL mode"
+    );
+    for path in [&database, &wal] {
+        let bytes = std::fs::read(path).unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        assert_eq!(
+            find_form(&text, &forms),
+            None,
+            "{} holds a form of the secret",
+            path.display()
+        );
+    }
+    // The first run's tool result reached the database, redacted: the scan saw real rows.
+    let bytes = std::fs::read(&database).unwrap();
+    let wal_bytes = std::fs::read(&wal).unwrap();
+    assert!(
+        contains(&bytes, b"you sent Basic [redacted]")
+            || contains(&wal_bytes, b"you sent Basic [redacted]")
+    );
+    drop(serve);
 }

@@ -6,6 +6,7 @@ mod architecture;
 mod audit;
 mod config;
 mod demo;
+mod effects;
 mod egress;
 mod hardening;
 mod init;

@@ -16,12 +16,14 @@
 
 #![deny(missing_docs)]
 
+mod echo;
 mod mcp;
 mod peer;
 mod server;
 mod stats;
 mod vault;
 
+pub use echo::{Channel, HOSTILE_SIGIL, echo_handler, find_form, forms_of, received_credential};
 pub use mcp::{mcp_handler, tool};
 pub use peer::Peer;
 pub use server::{HttpRequest, Reply, Seen, TestServer};

@@ -13,8 +13,9 @@ use crate::audit::{AuditEvent, action, audit_error_text};
 use crate::delivery::Delivery;
 use crate::error::EgressError;
 use crate::guard::{self, EgressPolicy, VettedTarget};
-use crate::placement::{Credential, Placed};
+use crate::placement::{Credential, Placed, Placement};
 use crate::resolver::{Resolver, SystemResolver};
+use crate::scrub::Scrubber;
 use crate::secret::SecretValue;
 use crate::signal::CancellationSignal;
 use crate::vault::{Vault, now_ms};
@@ -326,6 +327,9 @@ struct CallRecord {
     host: String,
     path: String,
     secret: Option<String>,
+    /// Where the secret goes, so what comes back can be scrubbed of every form it was
+    /// sent in (V9).
+    placement: Option<Placement>,
     actor: String,
     correlation: Option<String>,
     reason: Option<String>,
@@ -337,7 +341,7 @@ impl CallRecord {
         action: &str,
         status: u16,
         error: Option<&EgressError>,
-        secret: Option<&SecretValue>,
+        scrubber: &Scrubber,
     ) -> AuditEvent {
         AuditEvent {
             time_ms: self.time_ms,
@@ -349,7 +353,9 @@ impl CallRecord {
             path: self.path.clone(),
             status,
             duration_ms: self.started.elapsed().as_millis() as u64,
-            error: error.map(|e| scrub(&audit_error_text(&e.to_string()), secret)),
+            // V9: scrubbed before the text is cut to length, so a cut never leaves a
+            // recognisable part of a form behind.
+            error: error.map(|e| audit_error_text(&scrubber.text(&e.to_string()))),
             reason: self.reason.clone(),
             actor: self.actor.clone(),
             correlation: self.correlation.clone(),
@@ -357,13 +363,14 @@ impl CallRecord {
     }
 }
 
-/// Removes a secret's text from a message, should a library ever echo it (V2).
-fn scrub(text: &str, secret: Option<&SecretValue>) -> String {
-    match secret.and_then(|s| std::str::from_utf8(s.expose()).ok()) {
-        Some(plain) if plain.len() >= 4 && text.contains(plain) => {
-            text.replace(plain, "[redacted]")
-        }
-        _ => text.to_string(),
+/// A redirect target as errors show it: host and path, never the query (V7);
+/// `(no location)` when nothing readable is left.
+pub(crate) fn describe_location(raw: &str) -> String {
+    let (host, path) = guard::describe_for_audit(raw);
+    match (host.is_empty(), path.is_empty()) {
+        (true, true) => "(no location)".into(),
+        (true, false) => path,
+        (false, _) => format!("{host}{path}"),
     }
 }
 
@@ -433,6 +440,7 @@ impl EgressClient {
             host,
             path,
             secret: request.credential.as_ref().map(|c| c.secret.to_string()),
+            placement: request.credential.as_ref().map(|c| c.placement.clone()),
             actor: request.actor.clone(),
             correlation: request.correlation.clone(),
             reason: request.reason.clone(),
@@ -730,7 +738,15 @@ impl EgressClient {
         outcome: Result<EgressResponse, EgressError>,
         secret: Option<&SecretValue>,
     ) -> Result<EgressResponse, EgressError> {
-        let event = record.event(action, status, outcome.as_ref().err(), secret);
+        // V9: everything that came from the server (body, headers, redirect target,
+        // library and server text in errors) loses every form of the placed secret
+        // before it reaches the audit row or the caller.
+        let scrubber = Scrubber::new(secret, record.placement.as_ref());
+        let outcome = match outcome {
+            Ok(response) => Ok(scrubber.response(response)),
+            Err(error) => Err(scrubber.error(error)),
+        };
+        let event = record.event(action, status, outcome.as_ref().err(), &scrubber);
         let written = self.vault.audit_record(event).await;
         match (&written, outcome) {
             (Ok(row), Ok(mut response)) => {
@@ -769,15 +785,12 @@ async fn transfer(
         })
         .collect();
     if (300..400).contains(&status) {
-        let location = response.headers().get(reqwest::header::LOCATION).map(|v| {
-            let text = String::from_utf8_lossy(v.as_bytes());
-            let (host, path) = guard::describe_for_audit(&text);
-            if host.is_empty() {
-                path
-            } else {
-                format!("{host}{path}")
-            }
-        });
+        // Raw here: the scrubber cuts the secret out before the target is parsed and cut
+        // to host and path (V9), since parsing would re-encode or lowercase its forms.
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         return Ok(Transfer {
             status,
             headers,

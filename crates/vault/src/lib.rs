@@ -37,6 +37,7 @@ mod guard;
 mod master_key;
 mod placement;
 mod resolver;
+mod scrub;
 mod secret;
 mod signal;
 pub mod store;

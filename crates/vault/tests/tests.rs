@@ -4,6 +4,7 @@ mod support;
 
 mod cancellation;
 mod crypto;
+mod echo;
 mod failures;
 mod hostile;
 mod placement;

@@ -85,7 +85,9 @@ pub(crate) struct ToolView<'a> {
 }
 
 impl<'a> ToolView<'a> {
-    fn new(entry: &'a CatalogueEntry) -> Self {
+    /// M10 (amended): the effect shown is the one the configuration declares now, not the
+    /// one recorded at import.
+    fn new(entry: &'a CatalogueEntry, server: &ServerConfig) -> Self {
         let refused = match &entry.schema {
             SchemaStatus::Usable(_) => None,
             SchemaStatus::Refused(reason) => Some(reason.as_str()),
@@ -93,7 +95,7 @@ impl<'a> ToolView<'a> {
         Self {
             local_name: &entry.local_name,
             remote_name: &entry.remote_name,
-            effect: entry.effect.as_str(),
+            effect: server.effect_of(&entry.remote_name).as_str(),
             usable: refused.is_none(),
             refused,
         }
@@ -126,12 +128,17 @@ async fn import(cx: &Context, name: &str) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("while importing the catalogue of server {name}"));
         }
     };
+    // M10 (amended): a declaration for a tool the server does not offer is refused before
+    // anything is stored.
+    server
+        .check_tool_overrides(tools.iter().map(|t| t.name.as_str()))
+        .with_context(|| format!("while importing the catalogue of server {name}"))?;
     let entries = build_catalogue(server, &tools, chrono::Utc::now().timestamp_millis());
     store
         .catalogue_replace(name, entries.clone())
         .await
         .with_context(|| format!("while storing the catalogue of server {name}"))?;
-    let views: Vec<ToolView<'_>> = entries.iter().map(ToolView::new).collect();
+    let views: Vec<ToolView<'_>> = entries.iter().map(|e| ToolView::new(e, server)).collect();
     let refused = views.iter().filter(|v| !v.usable).count();
     let report = serde_json::json!({ "server": name, "imported": views.len(), "refused": refused, "tools": views });
     output::emit(cx.json, &report, || {
@@ -208,7 +215,7 @@ pub(crate) fn server_views<'a>(
                 tools: catalogue
                     .iter()
                     .filter(|e| e.server == s.name)
-                    .map(ToolView::new)
+                    .map(|e| ToolView::new(e, s))
                     .collect(),
             }
         })
@@ -251,6 +258,18 @@ async fn list(cx: &Context, only: Option<&str>) -> anyhow::Result<ExitCode> {
         }
         text.trim_end().to_string()
     });
+    // M10 (amended): the list is printed either way, so the operator sees the names the
+    // server offers; a declaration for a tool it does not offer then fails the command.
+    for server in cx.config.mcp_servers.values() {
+        let offered: Vec<&str> = catalogue
+            .iter()
+            .filter(|e| e.server == server.name)
+            .map(|e| e.remote_name.as_str())
+            .collect();
+        if only.is_none_or(|name| server.name == name) && !offered.is_empty() {
+            server.check_tool_overrides(offered.iter().copied())?;
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,0 +1,109 @@
+//! V9 through the MCP client: a server that echoes the credential it received (in a tool
+//! result, a JSON-RPC error, `protocolVersion`, the content type, headers, a redirect or
+//! an error body) never gets it into a result, an error or an audit row.
+
+use std::sync::{Arc, Mutex};
+
+use runwarden_mcp::{McpClient, Request, ServerConfig, ToolCallRequest};
+use runwarden_testkit::{
+    Channel, HOSTILE_SIGIL, TestServer, echo_handler, find_form, forms_of, received_credential,
+    tool,
+};
+use runwarden_vault::{Credential, Placement, SecretName, SecretValue};
+use serde_json::{Map, json};
+
+use crate::support::fixture;
+
+/// Every placement, with the secret value it needs (basic wants `user:password`).
+fn placements() -> Vec<(Placement, String)> {
+    vec![
+        (Placement::Bearer, HOSTILE_SIGIL.to_string()),
+        (Placement::Basic, format!("svc:{HOSTILE_SIGIL}")),
+        (
+            Placement::Header {
+                name: "x-key".into(),
+                prefix: None,
+            },
+            HOSTILE_SIGIL.to_string(),
+        ),
+        (
+            Placement::Query { name: "key".into() },
+            HOSTILE_SIGIL.to_string(),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn an_echoed_credential_never_reaches_a_tool_result_an_error_or_an_audit_row() {
+    let f = fixture().await;
+    let channel = Arc::new(Mutex::new(Channel::Body));
+    let mut server = TestServer::start(echo_handler(channel.clone(), vec![tool("create")])).await;
+    for (i, (placement, value)) in placements().into_iter().enumerate() {
+        let name = SecretName::new(format!("srv{i}")).unwrap();
+        f.vault
+            .secret_put(&name, SecretValue::new(value.as_bytes().to_vec()))
+            .await
+            .unwrap();
+        let forms = forms_of(&value);
+        for echo in Channel::ALL {
+            *channel.lock().unwrap() = echo;
+            // A fresh client per channel, so each one starts with a handshake.
+            let mut config = ServerConfig::new("tickets", server.url("/mcp"));
+            config.auth = Some(Credential {
+                secret: name.clone(),
+                placement: placement.clone(),
+            });
+            let client = McpClient::new(config, f.egress.clone());
+            let listed = client.send_request(Request::ListTools, None).await;
+            let called = client
+                .call_tool(
+                    ToolCallRequest {
+                        tool: "create".into(),
+                        arguments: Map::from_iter([("q".to_string(), json!("printer"))]),
+                        correlation: None,
+                        gate: None,
+                    },
+                    None,
+                )
+                .await;
+            let mut returned = match &listed {
+                Ok(reply) => format!("{reply:?}"),
+                Err(error) => format!("{error}\n{error:?}"),
+            };
+            returned.push_str(&format!("\n{called:?}\n{}", called.result.text));
+            if let Some(error) = &called.result.error {
+                returned.push_str(&format!("\n{error}"));
+            }
+
+            let seen = server.drain_requests();
+            assert!(
+                seen.iter().any(|r| received_credential(r)
+                    .iter()
+                    .any(|f| f.contains(HOSTILE_SIGIL))),
+                "{placement:?} {echo:?}: the server saw no credential: {seen:?}"
+            );
+            assert_eq!(
+                find_form(&returned, &forms),
+                None,
+                "{placement:?} {echo:?}: a form of the secret came back:\n{returned}"
+            );
+            // Where the client shows what the server wrote, the echo arrived, cut.
+            if matches!(
+                echo,
+                Channel::Body
+                    | Channel::JsonRpcError
+                    | Channel::ProtocolVersion
+                    | Channel::ContentType
+            ) {
+                assert!(
+                    returned.contains("[redacted]"),
+                    "{placement:?} {echo:?}: the echo was not shown redacted:\n{returned}"
+                );
+            }
+        }
+    }
+    let rows = format!("{:?}", f.audit().await);
+    for (_, value) in placements() {
+        assert_eq!(find_form(&rows, &forms_of(&value)), None, "{rows}");
+    }
+}

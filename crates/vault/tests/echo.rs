@@ -1,0 +1,98 @@
+//! V9: a server that echoes the credential it received, in any channel and for any
+//! placement, never gets it back through the vault: not in a body, a header, an error or
+//! an audit row.
+
+use std::sync::{Arc, Mutex};
+
+use runwarden_testkit::{
+    Channel, HOSTILE_SIGIL, TestServer, echo_handler, find_form, forms_of, received_credential,
+};
+use runwarden_vault::store::AuditFilter;
+use runwarden_vault::{Credential, EgressRequest, Method, Placement, SecretName, SecretValue};
+use serde_json::json;
+
+use crate::support::fixture;
+
+/// A bound on a step that takes milliseconds; it only fails a hung test.
+const WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Every placement, with the secret value it needs (basic wants `user:password`).
+fn placements() -> Vec<(Placement, String)> {
+    vec![
+        (Placement::Bearer, HOSTILE_SIGIL.to_string()),
+        (Placement::Basic, format!("svc:{HOSTILE_SIGIL}")),
+        (
+            Placement::Header {
+                name: "x-key".into(),
+                prefix: Some("Token ".into()),
+            },
+            HOSTILE_SIGIL.to_string(),
+        ),
+        (
+            Placement::Query { name: "key".into() },
+            HOSTILE_SIGIL.to_string(),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn an_echoed_credential_is_redacted_in_every_channel_for_every_placement() {
+    let f = fixture().await;
+    let channel = Arc::new(Mutex::new(Channel::Body));
+    let mut server = TestServer::start(echo_handler(channel.clone(), vec![])).await;
+    for (i, (placement, value)) in placements().into_iter().enumerate() {
+        let name = SecretName::new(format!("s{i}")).unwrap();
+        f.vault
+            .secret_put(&name, SecretValue::new(value.as_bytes().to_vec()))
+            .await
+            .unwrap();
+        let forms = forms_of(&value);
+        for echo in Channel::ALL {
+            *channel.lock().unwrap() = echo;
+            let method = if echo == Channel::ProtocolVersion {
+                "initialize"
+            } else {
+                "tools/call"
+            };
+            let request = EgressRequest::new(Method::Post, server.url("/mcp"))
+                .credential(Credential {
+                    secret: name.clone(),
+                    placement: placement.clone(),
+                })
+                .body(json!({"jsonrpc": "2.0", "id": 1, "method": method}).to_string());
+            let returned = match f.client.send(request, None).await {
+                Ok(response) => format!(
+                    "{response:?}\n{}\n{:?}",
+                    String::from_utf8_lossy(&response.body),
+                    response.headers
+                ),
+                Err(error) => format!("{error}\n{error:?}"),
+            };
+
+            // The server did receive the credential and echo it: the check is not vacuous.
+            let seen = server.next_request(WAIT).await;
+            assert!(
+                received_credential(&seen)
+                    .iter()
+                    .any(|f| f.contains(HOSTILE_SIGIL)),
+                "{placement:?}: the server saw no credential"
+            );
+            assert_eq!(
+                find_form(&returned, &forms),
+                None,
+                "{placement:?} {echo:?}: a form of the secret came back:\n{returned}"
+            );
+            assert!(
+                returned.contains("[redacted]"),
+                "{placement:?} {echo:?}: the echo did not come back redacted:\n{returned}"
+            );
+        }
+    }
+    let rows = f.vault.audit_list(AuditFilter::default()).await.unwrap();
+    assert_eq!(rows.len(), placements().len() * Channel::ALL.len());
+    let rows = format!("{rows:?}");
+    for (_, value) in placements() {
+        assert_eq!(find_form(&rows, &forms_of(&value)), None, "{rows}");
+    }
+    assert!(rows.contains("[redacted]"), "the redirect's error row");
+}

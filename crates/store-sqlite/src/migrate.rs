@@ -40,6 +40,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0005_tokens",
         sql: include_str!("../migrations/0005_tokens.sql"),
     },
+    Migration {
+        version: 6,
+        name: "0006_audit_intent",
+        sql: include_str!("../migrations/0006_audit_intent.sql"),
+    },
 ];
 
 /// Brings the schema up to date. The version is read first, without a lock a reader

@@ -17,7 +17,7 @@ const SEALED_COLUMNS: &str = "kind, name, algorithm, version, master_key_id, key
                               ciphertext, created_ms, updated_ms";
 
 const AUDIT_COLUMNS: &str = "id, time_ms, action, success, secret, method, host, path, status, duration_ms, error, \
-                             reason, actor, correlation, prev_hash, hash";
+                             reason, actor, correlation, prev_hash, hash, intent_id";
 
 #[async_trait]
 impl VaultStore for SqliteStore {
@@ -133,52 +133,44 @@ impl VaultStore for SqliteStore {
         chain: Arc<AuditChain>,
     ) -> Result<AuditRow, StoreError> {
         self.run("appending an audit row", move |conn| {
-            // BEGIN IMMEDIATE takes the write lock before reading the tip, so a writer in
-            // another process waits (busy timeout) instead of linking to the same tip.
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            // V7: continue from the anchored tip, not from MAX(id), so a cut tail stays
-            // visible to verify instead of being silently overwritten.
-            let (prev_id, prev_hash) = match read_tip(&tx)? {
-                Some(tip) => (tip.last_id, tip.last_hash),
-                None => (0, [0u8; 32]),
-            };
-            // V7: ids are contiguous so a deleted row shows as a gap.
-            let id = prev_id + 1;
-            let hash = chain.link(id, &event, &prev_hash);
-            let duration_ms = i64::try_from(event.duration_ms)
-                .map_err(|_| StoreError::new("appending an audit row", "the duration does not fit in 63 bits"))?;
-            tx.execute(
-                &format!(
-                    "INSERT INTO audit_log ({AUDIT_COLUMNS})
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
-                ),
-                params![
-                    id,
-                    event.time_ms,
-                    event.action,
-                    event.success,
-                    event.secret,
-                    event.method,
-                    event.host,
-                    event.path,
-                    event.status,
-                    duration_ms,
-                    event.error,
-                    event.reason,
-                    event.actor,
-                    event.correlation,
-                    &prev_hash[..],
-                    &hash[..],
-                ],
-            )?;
-            tx.execute(
-                "INSERT INTO audit_tip (id, last_id, last_hash, anchor) VALUES (1, ?1, ?2, ?3)
-                 ON CONFLICT (id) DO UPDATE SET
-                     last_id = excluded.last_id, last_hash = excluded.last_hash, anchor = excluded.anchor",
-                params![id, &hash[..], &chain.anchor(id, &hash)[..]],
-            )?;
-            tx.commit()?;
-            Ok(AuditRow { id, event, prev_hash, hash })
+            let mut rows = append_durably(conn, vec![event], &chain)?;
+            rows.pop().ok_or_else(|| {
+                StoreError::new("appending an audit row", "no row was written").into()
+            })
+        })
+        .await
+    }
+
+    async fn audit_append_many(
+        &self,
+        events: Vec<AuditEvent>,
+        chain: Arc<AuditChain>,
+    ) -> Result<Vec<AuditRow>, StoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.run("appending audit rows", move |conn| {
+            append_durably(conn, events, &chain)
+        })
+        .await
+    }
+
+    async fn audit_incomplete(&self, intent_ids: Vec<i64>) -> Result<Vec<i64>, StoreError> {
+        if intent_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.run("finding incomplete calls", move |conn| {
+            let mut stmt =
+                conn.prepare_cached("SELECT 1 FROM audit_log WHERE intent_id = ?1 LIMIT 1")?;
+            let mut open = Vec::new();
+            for id in intent_ids {
+                if !stmt.exists([id])? {
+                    open.push(id);
+                }
+            }
+            open.sort_unstable();
+            open.dedup();
+            Ok(open)
         })
         .await
     }
@@ -240,6 +232,94 @@ impl VaultStore for SqliteStore {
         })
         .await
     }
+}
+
+/// Appends `events` in one transaction that is synced to disk before it answers: V7
+/// (amended) wants an intent durable before its request leaves, and the anchor file
+/// outside the database must never record rows a power cut could take back. The rest of
+/// the store keeps `synchronous=NORMAL`; only audit transactions pay for the sync, once
+/// per batch.
+fn append_durably(
+    conn: &mut Connection,
+    events: Vec<AuditEvent>,
+    chain: &AuditChain,
+) -> Result<Vec<AuditRow>, Failure> {
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    let appended = append_rows(conn, events, chain);
+    let restored = conn.pragma_update(None, "synchronous", "NORMAL");
+    let rows = appended?;
+    restored?;
+    Ok(rows)
+}
+
+fn append_rows(
+    conn: &mut Connection,
+    events: Vec<AuditEvent>,
+    chain: &AuditChain,
+) -> Result<Vec<AuditRow>, Failure> {
+    // BEGIN IMMEDIATE takes the write lock before reading the tip, so a writer in another
+    // process waits (busy timeout) instead of linking to the same tip.
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    // V7: continue from the anchored tip, not from MAX(id), so a cut tail stays visible to
+    // verify instead of being silently overwritten.
+    let (mut prev_id, mut prev_hash) = match read_tip(&tx)? {
+        Some(tip) => (tip.last_id, tip.last_hash),
+        None => (0, [0u8; 32]),
+    };
+    let mut rows = Vec::with_capacity(events.len());
+    {
+        let mut insert = tx.prepare_cached(&format!(
+            "INSERT INTO audit_log ({AUDIT_COLUMNS})
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+        ))?;
+        for event in events {
+            // V7: ids are contiguous so a deleted row shows as a gap.
+            let id = prev_id + 1;
+            let hash = chain.link(id, &event, &prev_hash);
+            let duration_ms = i64::try_from(event.duration_ms).map_err(|_| {
+                StoreError::new(
+                    "appending an audit row",
+                    "the duration does not fit in 63 bits",
+                )
+            })?;
+            insert.execute(params![
+                id,
+                event.time_ms,
+                event.action,
+                event.success,
+                event.secret,
+                event.method,
+                event.host,
+                event.path,
+                event.status,
+                duration_ms,
+                event.error,
+                event.reason,
+                event.actor,
+                event.correlation,
+                &prev_hash[..],
+                &hash[..],
+                event.intent_id,
+            ])?;
+            rows.push(AuditRow {
+                id,
+                event,
+                prev_hash,
+                hash,
+            });
+            (prev_id, prev_hash) = (id, hash);
+        }
+    }
+    if prev_id > 0 {
+        tx.execute(
+            "INSERT INTO audit_tip (id, last_id, last_hash, anchor) VALUES (1, ?1, ?2, ?3)
+             ON CONFLICT (id) DO UPDATE SET
+                 last_id = excluded.last_id, last_hash = excluded.last_hash, anchor = excluded.anchor",
+            params![prev_id, &prev_hash[..], &chain.anchor(prev_id, &prev_hash)[..]],
+        )?;
+    }
+    tx.commit()?;
+    Ok(rows)
 }
 
 fn read_tip(conn: &Connection) -> Result<Option<AuditTip>, Failure> {
@@ -374,6 +454,7 @@ struct AuditColumns {
     correlation: Option<String>,
     prev_hash: Vec<u8>,
     hash: Vec<u8>,
+    intent_id: Option<i64>,
 }
 
 fn audit_columns(row: &Row<'_>) -> rusqlite::Result<AuditColumns> {
@@ -394,6 +475,7 @@ fn audit_columns(row: &Row<'_>) -> rusqlite::Result<AuditColumns> {
         correlation: row.get(13)?,
         prev_hash: row.get(14)?,
         hash: row.get(15)?,
+        intent_id: row.get(16)?,
     })
 }
 
@@ -424,6 +506,7 @@ fn audit_row(c: AuditColumns) -> Result<AuditRow, Failure> {
             reason: c.reason,
             actor: c.actor,
             correlation: c.correlation,
+            intent_id: c.intent_id,
         },
         prev_hash: hash32(c.prev_hash, &format!("audit row {id}'s prev_hash"))?,
         hash: hash32(c.hash, &format!("audit row {id}'s hash"))?,

@@ -49,5 +49,6 @@ pub(crate) fn event(n: i64) -> AuditEvent {
         reason: None,
         actor: "cli".into(),
         correlation: Some("run-1".into()),
+        intent_id: None,
     }
 }

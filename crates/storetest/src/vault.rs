@@ -31,6 +31,11 @@ pub async fn exercise_vault_store(store: Arc<dyn VaultStore>) {
     audit_filter_by_action_and_correlation(s, &chain).await;
     audit_filter_after_id_newest_first_and_limit(s).await;
     concurrent_appends_get_contiguous_ids(&store, &chain).await;
+    a_batch_gets_contiguous_ids_links_in_order_and_moves_the_tip_once(s, &chain).await;
+    an_empty_batch_writes_nothing(s, &chain).await;
+    a_batch_with_one_bad_row_writes_none_of_them(s, &chain).await;
+    concurrent_batches_and_single_appends_never_share_or_skip_an_id(&store, &chain).await;
+    incomplete_intents_are_those_no_row_names(s, &chain).await;
     an_untouched_log_verifies_intact(s, &chain).await;
     // Last: it appends rows, and earlier checks need an empty log.
     audit_counts_follow_appends(s).await;
@@ -311,6 +316,7 @@ fn event(action: &str, correlation: Option<&str>, n: i64) -> AuditEvent {
         reason: Some("tool call".into()),
         actor: "run".into(),
         correlation: correlation.map(Into::into),
+        intent_id: None,
     }
 }
 
@@ -384,6 +390,7 @@ async fn audit_rows_return_every_field(store: &dyn VaultStore, chain: &Arc<Audit
         reason: Some("operator cancel".into()),
         actor: "token:ops".into(),
         correlation: Some("run-b".into()),
+        intent_id: Some(i64::MAX),
     };
     let empty = AuditEvent {
         success: false,
@@ -393,6 +400,7 @@ async fn audit_rows_return_every_field(store: &dyn VaultStore, chain: &Arc<Audit
         error: None,
         reason: None,
         correlation: None,
+        intent_id: None,
         ..event(action::HTTP_CALL_CANCELLED_BEFORE_SEND, None, 8)
     };
     for original in [full, empty] {
@@ -556,6 +564,180 @@ async fn concurrent_appends_get_contiguous_ids(
     );
 }
 
+async fn tip_id(store: &dyn VaultStore) -> i64 {
+    store
+        .audit_tip()
+        .await
+        .unwrap()
+        .map_or(0, |tip| tip.last_id)
+}
+
+async fn a_batch_gets_contiguous_ids_links_in_order_and_moves_the_tip_once(
+    store: &dyn VaultStore,
+    chain: &Arc<AuditChain>,
+) {
+    let start = tip_id(store).await;
+    let before = all_rows(store)
+        .await
+        .last()
+        .map(|r| r.hash)
+        .unwrap_or([0; 32]);
+    let events: Vec<AuditEvent> = (0..3)
+        .map(|n| event(action::HTTP_CALL, Some("run-d"), 200 + n))
+        .collect();
+    let rows = store
+        .audit_append_many(events.clone(), Arc::clone(chain))
+        .await
+        .expect("audit_append_many");
+    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+    assert_eq!(
+        ids,
+        [start + 1, start + 2, start + 3],
+        "V7: a batch takes the next ids in order"
+    );
+    let events_back: Vec<AuditEvent> = rows.iter().map(|r| r.event.clone()).collect();
+    assert_eq!(events_back, events, "rows come back in the order given");
+    let mut prev = before;
+    for row in &rows {
+        assert_eq!(
+            row.prev_hash, prev,
+            "row {} links to the row before it",
+            row.id
+        );
+        assert_eq!(row.hash, chain.link(row.id, &row.event, &row.prev_hash));
+        prev = row.hash;
+    }
+    let stored: Vec<AuditRow> = all_rows(store)
+        .await
+        .into_iter()
+        .skip(start as usize)
+        .collect();
+    assert_eq!(stored, rows, "what the batch answered is what was stored");
+    let tip = store.audit_tip().await.unwrap().expect("a tip");
+    assert_eq!((tip.last_id, tip.last_hash), (start + 3, prev));
+    assert_eq!(tip.anchor, chain.anchor(tip.last_id, &tip.last_hash));
+}
+
+async fn an_empty_batch_writes_nothing(store: &dyn VaultStore, chain: &Arc<AuditChain>) {
+    let tip = store.audit_tip().await.unwrap();
+    let rows = store
+        .audit_append_many(Vec::new(), Arc::clone(chain))
+        .await
+        .expect("an empty batch is not an error");
+    assert!(rows.is_empty());
+    assert_eq!(store.audit_tip().await.unwrap(), tip);
+}
+
+async fn a_batch_with_one_bad_row_writes_none_of_them(
+    store: &dyn VaultStore,
+    chain: &Arc<AuditChain>,
+) {
+    let before = all_rows(store).await;
+    let tip = store.audit_tip().await.unwrap();
+    // A duration beyond 63 bits cannot be stored by any backend.
+    let bad = AuditEvent {
+        duration_ms: u64::MAX,
+        ..event(action::HTTP_CALL, None, 300)
+    };
+    let batch = vec![
+        event(action::HTTP_CALL, None, 301),
+        bad,
+        event(action::HTTP_CALL, None, 302),
+    ];
+    assert!(
+        store
+            .audit_append_many(batch, Arc::clone(chain))
+            .await
+            .is_err(),
+        "a row that cannot be stored fails its batch"
+    );
+    assert_eq!(
+        all_rows(store).await,
+        before,
+        "a failed batch writes no row"
+    );
+    assert_eq!(
+        store.audit_tip().await.unwrap(),
+        tip,
+        "a failed batch leaves the tip"
+    );
+}
+
+async fn concurrent_batches_and_single_appends_never_share_or_skip_an_id(
+    store: &Arc<dyn VaultStore>,
+    chain: &Arc<AuditChain>,
+) {
+    let start = tip_id(&**store).await;
+    let tasks: Vec<_> = (0..6)
+        .map(|task| {
+            let (store, chain) = (Arc::clone(store), Arc::clone(chain));
+            tokio::spawn(async move {
+                for n in 0..5 {
+                    if task % 2 == 0 {
+                        let batch = (0..4)
+                            .map(|k| {
+                                event(action::HTTP_CALL, Some("run-e"), task * 100 + n * 10 + k)
+                            })
+                            .collect();
+                        store
+                            .audit_append_many(batch, Arc::clone(&chain))
+                            .await
+                            .unwrap();
+                    } else {
+                        store
+                            .audit_append(
+                                event(action::HTTP_CALL, Some("run-e"), task * 100 + n),
+                                Arc::clone(&chain),
+                            )
+                            .await
+                            .unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("append task");
+    }
+    // 3 batching tasks x 5 batches x 4 rows, 3 single tasks x 5 rows.
+    let ids: Vec<i64> = all_rows(&**store).await.iter().map(|r| r.id).collect();
+    assert_eq!(
+        ids,
+        (1..=start + 75).collect::<Vec<_>>(),
+        "V7: batches and single appends interleave without sharing or skipping an id"
+    );
+    let report = chain.verify(&**store).await.unwrap();
+    assert!(report.intact, "{report:?}");
+}
+
+async fn incomplete_intents_are_those_no_row_names(
+    store: &dyn VaultStore,
+    chain: &Arc<AuditChain>,
+) {
+    let intent = |n| event(action::HTTP_CALL_STARTED, Some("run-f"), n);
+    let rows = store
+        .audit_append_many(
+            vec![intent(400), intent(401), intent(402)],
+            Arc::clone(chain),
+        )
+        .await
+        .unwrap();
+    let (a, b, c) = (rows[0].id, rows[1].id, rows[2].id);
+    let completion = AuditEvent {
+        intent_id: Some(b),
+        ..event(action::HTTP_CALL, Some("run-f"), 403)
+    };
+    append(store, chain, completion).await;
+    assert_eq!(
+        store.audit_incomplete(vec![c, a, b]).await.unwrap(),
+        [a, c],
+        "V7: an intent without a completion row is incomplete"
+    );
+    assert!(store.audit_incomplete(Vec::new()).await.unwrap().is_empty());
+    let report = chain.verify(store).await.unwrap();
+    assert_eq!(report.incomplete_calls, 2, "{report:?}");
+}
+
 async fn an_untouched_log_verifies_intact(store: &dyn VaultStore, chain: &AuditChain) {
     let rows = all_rows(store).await.len() as i64;
     let report = chain.verify(store).await.unwrap();
@@ -588,6 +770,7 @@ async fn audit_counts_follow_appends(store: &dyn VaultStore) {
             reason: None,
             actor: "storetest".into(),
             correlation: None,
+            intent_id: None,
         };
         store.audit_append(event, chain.clone()).await.unwrap();
     }

@@ -550,6 +550,7 @@ async fn overhead(server_runtime: &Handle) -> Overhead {
         reason: Some("benchmark".into()),
         actor: "bench".into(),
         correlation: None,
+        intent_id: None,
     };
 
     let run = async |variant: Variant| match variant {

@@ -21,6 +21,11 @@ pub mod action {
     pub const HTTP_CALL_CANCELLED_BEFORE_SEND: &str = "http_call_cancelled_before_send";
     /// The signal turned true in flight and the connection was dropped.
     pub const HTTP_CALL_CANCELLED: &str = "http_call_cancelled";
+    /// The intent of a call about to put bytes on the network, committed before the
+    /// transfer starts (V7 amended). Its completion row (`http_call` or
+    /// `http_call_cancelled`) names it in `intent_id`; an intent without one is a call
+    /// whose outcome was never recorded.
+    pub const HTTP_CALL_STARTED: &str = "http_call_started";
 }
 
 /// What the vault records about one outbound call; the store adds the id and the links.
@@ -52,6 +57,12 @@ pub struct AuditEvent {
     pub actor: String,
     /// The run id or other correlation the caller gave.
     pub correlation: Option<String>,
+    /// For a completion row, the id of the intent row (`http_call_started`) it completes.
+    ///
+    /// Skipped when absent, so the canonical JSON (and so the hash) of every row written
+    /// before intents existed is unchanged. It must stay the last field.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub intent_id: Option<i64>,
 }
 
 /// A stored audit row: the event, its id and its place in the chain.
@@ -85,6 +96,7 @@ pub struct AuditTip {
 pub struct AuditChain {
     link_key: Zeroizing<[u8; 32]>,
     anchor_key: Zeroizing<[u8; 32]>,
+    witness_key: Zeroizing<[u8; 32]>,
 }
 
 impl std::fmt::Debug for AuditChain {
@@ -111,9 +123,13 @@ impl AuditChain {
             .expect("32 bytes is a valid HKDF length");
         hk.expand(b"tip anchor v1", anchor_key.as_mut())
             .expect("32 bytes is a valid HKDF length");
+        let mut witness_key = Zeroizing::new([0u8; 32]);
+        hk.expand(b"anchor file v1", witness_key.as_mut())
+            .expect("32 bytes is a valid HKDF length");
         Self {
             link_key,
             anchor_key,
+            witness_key,
         }
     }
 
@@ -138,11 +154,25 @@ impl AuditChain {
         mac.finalize().into_bytes().into()
     }
 
+    /// The MAC of one slot of the anchor file outside the database (V7 amended): the
+    /// slot's sequence number, the anchored length and the hash of the row at that length.
+    pub fn witness_mac(&self, sequence: u64, length: i64, hash: &[u8; 32]) -> [u8; 32] {
+        let mut mac =
+            HmacSha256::new_from_slice(self.witness_key.as_ref()).expect("any key length works");
+        mac.update(b"anchor file");
+        mac.update(&sequence.to_be_bytes());
+        mac.update(&length.to_be_bytes());
+        mac.update(hash);
+        mac.finalize().into_bytes().into()
+    }
+
     /// Walks the whole log, page by page, and reports the first break in the chain.
     pub async fn verify(&self, store: &dyn VaultStore) -> Result<VerifyReport, StoreError> {
         const PAGE: u32 = 1_000;
         let mut expected_id = 1i64;
         let mut prev_hash = [0u8; 32];
+        // V7 (amended): intents not yet completed, by id.
+        let mut open_intents = std::collections::BTreeSet::new();
         loop {
             let filter = AuditFilter {
                 after_id: Some(expected_id - 1),
@@ -183,6 +213,12 @@ impl AuditChain {
                         ),
                     ));
                 }
+                if row.event.action == action::HTTP_CALL_STARTED {
+                    open_intents.insert(row.id);
+                }
+                if let Some(intent) = row.event.intent_id {
+                    open_intents.remove(&intent);
+                }
                 prev_hash = row.hash;
                 expected_id += 1;
             }
@@ -191,7 +227,8 @@ impl AuditChain {
             }
         }
         let rows = expected_id - 1;
-        match store.audit_tip().await? {
+        let incomplete = open_intents.len() as u64;
+        let report = match store.audit_tip().await? {
             None if rows == 0 => Ok(VerifyReport::intact(0)),
             None => Ok(VerifyReport::broken(
                 rows,
@@ -227,7 +264,11 @@ impl AuditChain {
                     Ok(VerifyReport::intact(rows))
                 }
             }
-        }
+        };
+        report.map(|mut report| {
+            report.incomplete_calls = incomplete;
+            report
+        })
     }
 }
 
@@ -242,6 +283,11 @@ pub struct VerifyReport {
     pub first_bad_row: Option<i64>,
     /// What is wrong, when broken.
     pub problem: Option<String>,
+    /// How many intent rows (`http_call_started`) have no completion row: calls whose
+    /// process stopped, or that are still waiting, before their outcome was written.
+    pub incomplete_calls: u64,
+    /// How many rows the anchor file outside the database records, when one was read.
+    pub anchored_rows: Option<i64>,
 }
 
 impl VerifyReport {
@@ -251,15 +297,19 @@ impl VerifyReport {
             rows_verified: rows,
             first_bad_row: None,
             problem: None,
+            incomplete_calls: 0,
+            anchored_rows: None,
         }
     }
 
-    fn broken(rows_verified: i64, first_bad_row: i64, problem: String) -> Self {
+    pub(crate) fn broken(rows_verified: i64, first_bad_row: i64, problem: String) -> Self {
         Self {
             intact: false,
             rows_verified,
             first_bad_row: Some(first_bad_row),
             problem: Some(problem),
+            incomplete_calls: 0,
+            anchored_rows: None,
         }
     }
 }
@@ -330,6 +380,7 @@ mod tests {
             reason: None,
             actor: "cli".into(),
             correlation: None,
+            intent_id: None,
         };
         let base = chain.link(1, &event, &[0; 32]);
         let mut edited = event.clone();
@@ -337,5 +388,40 @@ mod tests {
         assert_ne!(base, chain.link(1, &edited, &[0; 32]));
         assert_ne!(base, chain.link(2, &event, &[0; 32]));
         assert_ne!(base, chain.link(1, &event, &[1; 32]));
+        let mut completion = event.clone();
+        completion.intent_id = Some(1);
+        assert_ne!(base, chain.link(1, &completion, &[0; 32]));
+    }
+
+    /// A row written before intents existed (no `intent_id`) keeps its hash: the expected
+    /// value was computed outside Rust (Python's hmac and json) from the pre-change
+    /// canonical form, so old logs still verify.
+    #[test]
+    fn a_row_without_an_intent_id_hashes_exactly_as_before_intents_existed() {
+        let chain = AuditChain::from_audit_key(&[7u8; 32]);
+        let event = AuditEvent {
+            time_ms: 1_764_633_600_000,
+            action: action::HTTP_CALL.into(),
+            success: true,
+            secret: Some("tickets-token".into()),
+            method: "POST".into(),
+            host: "127.0.0.1:8080".into(),
+            path: "/mcp".into(),
+            status: 200,
+            duration_ms: 3,
+            error: None,
+            reason: Some("tools/call tickets__create".into()),
+            actor: "cli".into(),
+            correlation: Some("run-1".into()),
+            intent_id: None,
+        };
+        assert_eq!(
+            hex(&chain.link(1, &event, &[0; 32])),
+            "f88e91045bb25cfff47236feaf62c4a32515c7876599d93447f09e13873b3608"
+        );
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 }

@@ -11,7 +11,7 @@ use reqwest::header::{HeaderName, HeaderValue};
 
 use crate::audit::{AuditEvent, action, audit_error_text};
 use crate::delivery::Delivery;
-use crate::error::EgressError;
+use crate::error::{EgressError, VaultError};
 use crate::guard::{self, EgressPolicy, VettedTarget};
 use crate::placement::{Credential, Placed, Placement};
 use crate::resolver::{Resolver, SystemResolver};
@@ -333,6 +333,8 @@ struct CallRecord {
     actor: String,
     correlation: Option<String>,
     reason: Option<String>,
+    /// The intent row written before the transfer, which the completion row names.
+    intent_id: Option<i64>,
 }
 
 impl CallRecord {
@@ -359,6 +361,7 @@ impl CallRecord {
             reason: self.reason.clone(),
             actor: self.actor.clone(),
             correlation: self.correlation.clone(),
+            intent_id: self.intent_id,
         }
     }
 }
@@ -422,7 +425,10 @@ impl EgressClient {
         &self.vault
     }
 
-    /// Sends one request and writes exactly one audit row, whatever happens (SPEC V7).
+    /// Sends one request and audits it, whatever happens (SPEC V7): a call that reaches the
+    /// network writes an intent row (`http_call_started`) before the transfer and a
+    /// completion row naming it after; a call that never does writes exactly one row. If
+    /// the intent cannot be committed, nothing is sent ([`EgressError::AuditUnavailable`]).
     ///
     /// With a signal: asked before anything that costs (a true answer reads no secret and
     /// sends nothing), then at least every tick and whenever it wakes the client while the
@@ -444,6 +450,7 @@ impl EgressClient {
             actor: request.actor.clone(),
             correlation: request.correlation.clone(),
             reason: request.reason.clone(),
+            intent_id: None,
         };
 
         // V6: the first question comes before the guard, the secret and the socket.
@@ -525,6 +532,30 @@ impl EgressClient {
                     .await;
             }
         };
+
+        // V7 (amended): no egress without an audit row. The intent is committed before any
+        // byte goes out; if it cannot be, nothing is sent.
+        let scrubber = Scrubber::new(secret.as_ref(), record.placement.as_ref());
+        let intent = record.event(action::HTTP_CALL_STARTED, 0, None, &scrubber);
+        match self.vault.audit_record(intent).await {
+            Ok(row) => record.intent_id = Some(row.id),
+            Err(e) => {
+                if let VaultError::AuditAnchor { committed_id, .. } = &e {
+                    record.intent_id = *committed_id;
+                }
+                let detail = audit_error_text(&scrubber.text(&e.to_string()));
+                record.reason = Some("audit_unavailable".into());
+                return self
+                    .finish(
+                        &record,
+                        action::HTTP_CALL_REFUSED,
+                        0,
+                        Err(EgressError::AuditUnavailable { detail }),
+                        secret.as_ref(),
+                    )
+                    .await;
+            }
+        }
 
         let timeout = request.timeout.unwrap_or(self.config.default_timeout);
         let backstop = timeout + self.config.connect_timeout + BACKSTOP_GRACE;

@@ -76,6 +76,47 @@ pub enum VaultError {
         /// The format version as stored.
         version: u32,
     },
+    /// The audit key is gone while the log holds rows (V7 amended). Recreating it would
+    /// make every row unverifiable and hide whatever removed it.
+    #[error(
+        "the audit key is missing but the log holds {rows} rows: restore the database from a \
+         backup; runwarden never recreates it"
+    )]
+    AuditKeyMissing {
+        /// How many rows the log holds (or its tip names).
+        rows: i64,
+    },
+    /// Audit rows were committed but the anchor file outside the database could not record
+    /// them, so a later wipe of those rows would go unnoticed.
+    #[error("while updating the audit anchor: {problem}")]
+    AuditAnchor {
+        /// What went wrong, naming the file.
+        problem: String,
+        /// The caller's own row, which the database did commit.
+        committed_id: Option<i64>,
+    },
+    /// The task that was writing this caller's audit row went away mid-write, so whether
+    /// the row was committed is unknown.
+    #[error("the audit write was interrupted before its outcome was known")]
+    AuditInterrupted,
+    /// The audit anchor file exists already, so there is nothing to adopt.
+    #[error(
+        "the audit anchor file {path} exists already: nothing was adopted (`audit verify` \
+         checks the log against it)"
+    )]
+    AnchorExists {
+        /// The anchor file.
+        path: String,
+    },
+    /// An anchor can only be adopted for a chain that verifies.
+    #[error("the audit chain does not verify, so its tip was not adopted: {problem}")]
+    AnchorNotAdopted {
+        /// What `audit verify` found.
+        problem: String,
+    },
+    /// No anchor file is configured for this vault.
+    #[error("no audit anchor file is configured")]
+    NoAnchorConfigured,
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -166,6 +207,14 @@ pub enum EgressError {
         /// Whether the request may have reached the server (not when it panicked before send).
         delivery: Delivery,
     },
+    /// V7 (amended): the intent row could not be committed, so nothing was sent.
+    #[error(
+        "refused: the audit log could not be written, so nothing was sent (audit_unavailable): {detail}"
+    )]
+    AuditUnavailable {
+        /// Why the write failed (a store or anchor error; never a secret).
+        detail: String,
+    },
     /// The vault's store failed before the call could start.
     #[error("while reading the vault: {0}")]
     Store(#[source] VaultError),
@@ -181,6 +230,7 @@ impl EgressError {
             | Self::Refused(_)
             | Self::Credential(_)
             | Self::InvalidHeader { .. }
+            | Self::AuditUnavailable { .. }
             | Self::Store(_) => Delivery::NotSent,
             Self::CancelledInFlight { .. } | Self::Backstop { .. } => Delivery::MaybeDelivered,
             Self::Timeout { delivery, .. }

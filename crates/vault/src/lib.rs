@@ -29,6 +29,7 @@
 #![deny(missing_docs)]
 
 pub mod audit;
+mod audit_writer;
 mod delivery;
 mod egress;
 mod envelope;
@@ -43,6 +44,7 @@ mod signal;
 pub mod store;
 mod tokens;
 mod vault;
+mod witness;
 
 pub use audit::{AuditEvent, AuditRow, VerifyReport};
 pub use delivery::Delivery;

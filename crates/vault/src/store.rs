@@ -215,6 +215,20 @@ pub trait VaultStore: Send + Sync + 'static {
         chain: Arc<AuditChain>,
     ) -> Result<AuditRow, StoreError>;
 
+    /// Appends several rows in one transaction (group commit): the same rules as
+    /// [`audit_append`](Self::audit_append) for each row, in order, with contiguous ids and
+    /// one move of the tip anchor. All or nothing: an error leaves the log as it was. An
+    /// empty batch writes nothing and answers an empty list.
+    async fn audit_append_many(
+        &self,
+        events: Vec<AuditEvent>,
+        chain: Arc<AuditChain>,
+    ) -> Result<Vec<AuditRow>, StoreError>;
+
+    /// Of the given intent rows' ids, those that no row names in its `intent_id` (calls
+    /// whose outcome was never recorded), in ascending order.
+    async fn audit_incomplete(&self, intent_ids: Vec<i64>) -> Result<Vec<i64>, StoreError>;
+
     /// Rows matching a filter.
     async fn audit_list(&self, filter: AuditFilter) -> Result<Vec<AuditRow>, StoreError>;
 

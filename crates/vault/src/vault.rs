@@ -1,13 +1,16 @@
 //! The `Vault`: sealed secrets, master-key rotation and the audit log over one store.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::audit::{AuditChain, AuditEvent, AuditRow, VerifyReport};
+use crate::audit_writer::AuditWriter;
 use crate::envelope::{self, Algorithm};
 use crate::error::VaultError;
 use crate::master_key::MasterKey;
 use crate::secret::{SecretName, SecretValue};
 use crate::store::{AuditFilter, SealedKind, SealedMeta, StoreError, VaultStore};
+use crate::witness::{Anchored, Witness};
 
 /// The name of the vault's own audit key among the internal records.
 const AUDIT_KEY: &str = "audit-chain";
@@ -22,6 +25,7 @@ pub struct Vault {
     master: MasterKey,
     algorithm: Algorithm,
     chain: Arc<AuditChain>,
+    writer: AuditWriter,
 }
 
 impl std::fmt::Debug for Vault {
@@ -38,8 +42,10 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 impl Vault {
-    /// Opens the vault over a store. The first open creates the audit key; every later open
-    /// checks that `master` opens it, so a wrong key fails here rather than mid-call.
+    /// Opens the vault over a store. The first open of an empty log creates the audit key;
+    /// every later open checks that `master` opens it, so a wrong key fails here rather
+    /// than mid-call. A missing key while the log holds rows is
+    /// [`VaultError::AuditKeyMissing`]: nothing recreates it (V7 amended).
     pub async fn open(
         store: Arc<dyn VaultStore>,
         master: MasterKey,
@@ -48,6 +54,11 @@ impl Vault {
         let audit_key = match store.sealed_get(SealedKind::Internal, AUDIT_KEY).await? {
             Some(record) => envelope::open(&master, &record)?,
             None => {
+                // V7 (amended): a new key over existing rows would hide their loss.
+                let rows = audit_rows(&*store).await?;
+                if rows > 0 {
+                    return Err(VaultError::AuditKeyMissing { rows });
+                }
                 let fresh = MasterKey::generate();
                 let record = envelope::seal(
                     &master,
@@ -70,12 +81,27 @@ impl Vault {
             }
         };
         let chain = Arc::new(AuditChain::from_audit_key(&audit_key));
+        let writer = AuditWriter::new(store.clone(), chain.clone());
         Ok(Self {
             store,
             master,
             algorithm,
             chain,
+            writer,
         })
+    }
+
+    /// Keeps the audit log's witness in the anchor file at `path` (V7 amended): every
+    /// committed batch moves it, and [`audit_verify`](Self::audit_verify) checks the log
+    /// against it. Without one (unit tests), no file is written and verify skips it.
+    pub fn with_anchor(mut self, path: impl Into<PathBuf>) -> Self {
+        self.writer.set_witness(Witness::new(path));
+        self
+    }
+
+    /// The anchor file, when one is configured.
+    pub fn anchor_path(&self) -> Option<&Path> {
+        self.writer.witness().map(Witness::path)
     }
 
     /// The fingerprint of the loaded master key.
@@ -156,9 +182,17 @@ impl Vault {
         Ok(count)
     }
 
-    /// Appends one row to the audit log.
+    /// Appends one row to the audit log and answers once it is committed (and anchored).
+    /// Concurrent callers share one transaction (group commit); a failed batch fails every
+    /// caller in it.
     pub async fn audit_record(&self, event: AuditEvent) -> Result<AuditRow, VaultError> {
-        Ok(self.store.audit_append(event, self.chain.clone()).await?)
+        self.writer.append(event).await
+    }
+
+    /// Of these intent rows, those with no completion row (calls whose outcome was never
+    /// recorded).
+    pub async fn audit_incomplete(&self, intent_ids: Vec<i64>) -> Result<Vec<i64>, VaultError> {
+        Ok(self.store.audit_incomplete(intent_ids).await?)
     }
 
     /// Audit rows matching a filter.
@@ -166,8 +200,145 @@ impl Vault {
         Ok(self.store.audit_list(filter).await?)
     }
 
-    /// Walks the whole chain and reports the first bad row, if any.
+    /// Walks the whole chain and reports the first bad row, if any, then checks the log
+    /// against the anchor file: a wipe or a rollback of rows plus tip leaves the log
+    /// shorter than the anchor, or with another row at the anchored id (V7 amended).
     pub async fn audit_verify(&self) -> Result<VerifyReport, VaultError> {
-        Ok(self.chain.verify(&*self.store).await?)
+        let mut report = self.chain.verify(&*self.store).await?;
+        let Some(witness) = self.writer.witness() else {
+            return Ok(report);
+        };
+        if !report.intact {
+            return Ok(report);
+        }
+        let rows = report.rows_verified;
+        let path = witness.path().display().to_string();
+        let anchored = match read_witness(witness, &self.chain).await {
+            Ok(anchored) => anchored,
+            Err(problem) => return Ok(broken(report, rows, problem)),
+        };
+        let Some(anchored) = anchored else {
+            if rows == 0 {
+                return Ok(report);
+            }
+            let problem = format!(
+                "the audit anchor file {path} is missing while the log holds {rows} rows, so a \
+                 wipe or rollback cannot be ruled out: restore the file from a backup, or, for \
+                 an installation that predates anchors, run `runwarden audit verify \
+                 --adopt-anchor` to adopt the current tip"
+            );
+            return Ok(broken(report, rows, problem));
+        };
+        report.anchored_rows = Some(anchored.length);
+        let holds_anchored_row = anchored.length == 0 || {
+            let filter = AuditFilter {
+                after_id: Some(anchored.length - 1),
+                limit: 1,
+                ..AuditFilter::default()
+            };
+            let found = self.store.audit_list(filter).await?;
+            found
+                .first()
+                .is_some_and(|r| r.id == anchored.length && r.hash == anchored.hash)
+        };
+        if rows < anchored.length || !holds_anchored_row {
+            let problem = format!(
+                "the log was wiped or rolled back: the anchor at {path} records {} rows ending \
+                 in {}, the database has {rows}",
+                anchored.length,
+                hex::encode(anchored.hash)
+            );
+            let first_bad = anchored.length.min(rows + 1).max(1);
+            return Ok(broken(report, first_bad - 1, problem));
+        }
+        Ok(report)
     }
+
+    /// Creates the anchor file for a log that has none: an empty log (`init`), or, for an
+    /// installation that predates anchors, the current tip, adopted only when the whole
+    /// chain verifies. Never replaces an existing file. Answers the verify report.
+    pub async fn audit_adopt_anchor(&self) -> Result<VerifyReport, VaultError> {
+        let witness = self
+            .writer
+            .witness()
+            .ok_or(VaultError::NoAnchorConfigured)?
+            .clone();
+        let exists = || VaultError::AnchorExists {
+            path: witness.path().display().to_string(),
+        };
+        if witness.path().exists() {
+            return Err(exists());
+        }
+        let mut report = self.chain.verify(&*self.store).await?;
+        if !report.intact {
+            return Err(VaultError::AnchorNotAdopted {
+                problem: report.problem.unwrap_or_default(),
+            });
+        }
+        let anchored = match report.rows_verified {
+            0 => Anchored {
+                length: 0,
+                hash: [0; 32],
+            },
+            rows => {
+                let tip = self.store.audit_tip().await?.ok_or_else(|| {
+                    StoreError::new("adopting the audit anchor", "the tip vanished")
+                })?;
+                Anchored {
+                    length: rows,
+                    hash: tip.last_hash,
+                }
+            }
+        };
+        let chain = self.chain.clone();
+        let created = {
+            let witness = witness.clone();
+            tokio::task::spawn_blocking(move || witness.create(&chain, anchored))
+                .await
+                .map_err(|e| StoreError::new("adopting the audit anchor", e))?
+                .map_err(|e| VaultError::AuditAnchor {
+                    problem: e.to_string(),
+                    committed_id: None,
+                })?
+        };
+        if !created {
+            return Err(exists());
+        }
+        report.anchored_rows = Some(anchored.length);
+        Ok(report)
+    }
+}
+
+fn broken(report: VerifyReport, rows_verified: i64, problem: String) -> VerifyReport {
+    let mut broken = VerifyReport::broken(rows_verified, rows_verified + 1, problem);
+    broken.incomplete_calls = report.incomplete_calls;
+    broken.anchored_rows = report.anchored_rows;
+    broken
+}
+
+async fn read_witness(
+    witness: &Witness,
+    chain: &Arc<AuditChain>,
+) -> Result<Option<Anchored>, String> {
+    let (witness, chain) = (witness.clone(), chain.clone());
+    tokio::task::spawn_blocking(move || witness.read(&chain))
+        .await
+        .map_err(|e| format!("the anchor task failed: {e}"))?
+        .map_err(|e| e.to_string())
+}
+
+/// How many rows the log holds: the tip's id, or the newest row's id should the tip be
+/// gone too.
+async fn audit_rows(store: &dyn VaultStore) -> Result<i64, StoreError> {
+    let tip = store.audit_tip().await?.map_or(0, |t| t.last_id);
+    let newest = store
+        .audit_list(AuditFilter {
+            newest_first: true,
+            limit: 1,
+            ..AuditFilter::default()
+        })
+        .await?
+        .first()
+        .map_or(0, |r| r.id);
+    Ok(tip.max(newest))
 }

@@ -51,7 +51,7 @@ async fn flipping_the_signal_mid_transfer_closes_the_connection_and_returns_in_f
         "{err}"
     );
     assert!(err.to_string().contains("cancelled"));
-    let row = f.only_audit_row().await;
+    let row = f.completion_row().await;
     assert_eq!(row.event.action, action::HTTP_CALL_CANCELLED);
     assert_eq!((row.event.status, row.event.success), (0, false));
     assert_eq!(
@@ -79,7 +79,7 @@ async fn without_a_wake_the_tick_alone_ends_the_transfer() {
         Err(EgressError::CancelledInFlight { .. })
     ));
     assert_eq!(
-        f.only_audit_row().await.event.action,
+        f.completion_row().await.event.action,
         action::HTTP_CALL_CANCELLED
     );
 }
@@ -185,7 +185,7 @@ impl CancellationSignal for PanicsOnAsk {
 }
 
 #[tokio::test]
-async fn a_signal_that_panics_in_flight_ends_the_call_with_one_audit_row() {
+async fn a_signal_that_panics_in_flight_ends_the_call_and_completes_its_intent() {
     let signal = PanicsOnAsk {
         asks: Default::default(),
         panic_at: 2,
@@ -194,7 +194,7 @@ async fn a_signal_that_panics_in_flight_ends_the_call_with_one_audit_row() {
     server.next_close(WAIT).await;
     let err = call.await.unwrap().unwrap_err();
     assert!(matches!(err, EgressError::SignalPanicked { .. }), "{err}");
-    let row = f.only_audit_row().await;
+    let row = f.completion_row().await;
     assert_eq!(
         (row.event.action.as_str(), row.event.success),
         (action::HTTP_CALL, false)

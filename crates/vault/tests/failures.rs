@@ -1,4 +1,4 @@
-//! V5, V7: bounded transfers and failure shapes, each with exactly one audit row.
+//! V5, V7: bounded transfers and failure shapes, each with its intent and completion rows.
 
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ async fn a_server_that_never_answers_hits_the_total_timeout() {
         EgressRequest::new(Method::Get, server.url("/slow")).timeout(Duration::from_millis(300));
     let err = f.client.send(request, None).await.unwrap_err();
     assert!(matches!(err, EgressError::Timeout { .. }), "{err}");
-    let row = f.only_audit_row().await;
+    let row = f.completion_row().await;
     assert_eq!(
         (
             row.event.action.as_str(),
@@ -39,7 +39,7 @@ async fn a_closed_port_is_a_transport_failure_with_a_one_line_error() {
     let request = EgressRequest::new(Method::Get, format!("http://127.0.0.1:{port}/x?token=abc"));
     let err = f.client.send(request, None).await.unwrap_err();
     assert!(matches!(err, EgressError::Transport { .. }), "{err}");
-    let error = f.only_audit_row().await.event.error.unwrap();
+    let error = f.completion_row().await.event.error.unwrap();
     assert!(!error.contains('\n') && error.chars().count() <= 200);
     assert!(
         !error.contains("token=abc"),
@@ -72,7 +72,7 @@ async fn an_error_status_is_an_answer_the_caller_judges_and_the_audit_row_marks_
         ),
         (503, false, b"busy".as_slice())
     );
-    let row = f.only_audit_row().await;
+    let row = f.completion_row().await;
     assert_eq!(response.audit_id, Some(row.id));
     assert_eq!(
         (
@@ -124,7 +124,8 @@ async fn a_caller_can_stop_reading_once_it_has_its_answer() {
 }
 
 #[tokio::test]
-async fn every_call_writes_one_row_and_the_chain_verifies() {
+async fn every_call_that_reaches_the_network_writes_an_intent_and_a_completion_and_the_chain_verifies()
+ {
     let f = fixture().await;
     let server = TestServer::start(|_| Reply::text(200, "ok")).await;
     for _ in 0..5 {
@@ -137,8 +138,18 @@ async fn every_call_writes_one_row_and_the_chain_verifies() {
         .send(EgressRequest::new(Method::Get, "http://10.0.0.1/"), None)
         .await
         .unwrap_err();
-    assert_eq!(f.audit().await.len(), 6);
+    // V7 (amended): five calls that reached the server, two rows each; one refusal, one row.
+    let rows = f.audit().await;
+    assert_eq!(rows.len(), 11);
+    for pair in rows[..10].chunks(2) {
+        assert_eq!(pair[0].event.action, action::HTTP_CALL_STARTED);
+        assert_eq!(pair[1].event.action, action::HTTP_CALL);
+        assert_eq!(pair[1].event.intent_id, Some(pair[0].id));
+    }
+    assert_eq!(rows[10].event.action, action::HTTP_CALL_REFUSED);
+    assert_eq!(rows[10].event.intent_id, None);
     let report = f.vault.audit_verify().await.unwrap();
     assert!(report.intact, "{report:?}");
-    assert_eq!(report.rows_verified, 6);
+    assert_eq!(report.rows_verified, 11);
+    assert_eq!(report.incomplete_calls, 0);
 }

@@ -92,7 +92,7 @@ async fn a_query_placement_goes_in_the_request_line_only_and_not_in_the_audit_pa
         request_line.starts_with(&format!("POST /v1/things?page=2&key={SIGIL} ")),
         "{request_line}"
     );
-    let row = f.only_audit_row().await;
+    let row = f.completion_row().await;
     assert_eq!(row.event.path, "/v1/things");
     assert_eq!(row.event.secret.as_deref(), Some("api"));
     assert_eq!(row.event.action, action::HTTP_CALL);

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod audit_log;
 mod cancellation;
 mod crypto;
 mod echo;

@@ -1,0 +1,394 @@
+//! Group commit for the audit log: concurrent appends share one store transaction, and
+//! each committed batch moves the anchor file outside the database (SPEC V7 amended).
+//!
+//! There is no background task (vaults live in many short-lived runtimes). A caller
+//! enqueues its event; if no flush is running it becomes the leader, takes everything
+//! queued, commits it as one batch, advances the anchor, answers every caller in the
+//! batch and hands leadership to the first caller still waiting. Followers await their
+//! answer. Every caller returns only after its row is committed (and anchored); a failed
+//! batch fails every caller in it.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+
+use crate::audit::{AuditChain, AuditEvent, AuditRow};
+use crate::error::VaultError;
+use crate::store::{AuditFilter, StoreError, VaultStore};
+use crate::witness::{Advanced, Anchored, Witness, WitnessError};
+
+/// The most rows one transaction takes; the rest wait for the next leader.
+const MAX_BATCH: usize = 512;
+
+/// How often a leader re-reads an anchor another process moved before it gives up for
+/// this batch (the other process's anchor is then the newer witness anyway).
+const ANCHOR_ATTEMPTS: usize = 4;
+
+/// What a waiting caller is told.
+enum Reply {
+    /// Its row was committed, or its batch failed.
+    Written(Result<AuditRow, BatchFailure>),
+    /// It is the leader now: its event is still queued and it flushes the queue.
+    Lead,
+}
+
+/// Why a batch failed, shared by every caller in it.
+#[derive(Debug, Clone)]
+enum BatchFailure {
+    Store(StoreError),
+    /// The rows were committed but the anchor file could not be advanced. `committed` is
+    /// the caller's own row (the batch's first row inside `commit`).
+    Witness {
+        problem: String,
+        committed: i64,
+    },
+}
+
+impl BatchFailure {
+    fn into_error(self) -> VaultError {
+        match self {
+            Self::Store(e) => VaultError::Store(e),
+            Self::Witness { problem, committed } => VaultError::AuditAnchor {
+                problem,
+                committed_id: Some(committed),
+            },
+        }
+    }
+}
+
+struct Pending {
+    ticket: u64,
+    event: AuditEvent,
+    /// `None` for the leader's own event (it learns its row from the flush).
+    reply: Option<oneshot::Sender<Reply>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    pending: VecDeque<Pending>,
+    leading: bool,
+    next_ticket: u64,
+}
+
+/// Appends audit rows in batches and keeps the anchor file in step.
+pub(crate) struct AuditWriter {
+    store: Arc<dyn VaultStore>,
+    chain: Arc<AuditChain>,
+    witness: Option<Witness>,
+    /// The anchor as this process last read or wrote it: a hint, checked under the file's
+    /// lock before every write.
+    anchored: Mutex<Option<Anchored>>,
+    warned_missing: AtomicBool,
+    queue: Mutex<Queue>,
+}
+
+impl AuditWriter {
+    pub(crate) fn new(store: Arc<dyn VaultStore>, chain: Arc<AuditChain>) -> Self {
+        Self {
+            store,
+            chain,
+            witness: None,
+            anchored: Mutex::new(None),
+            warned_missing: AtomicBool::new(false),
+            queue: Mutex::new(Queue::default()),
+        }
+    }
+
+    pub(crate) fn set_witness(&mut self, witness: Witness) {
+        self.witness = Some(witness);
+        *lock(&self.anchored) = None;
+    }
+
+    pub(crate) fn witness(&self) -> Option<&Witness> {
+        self.witness.as_ref()
+    }
+
+    /// Appends one row; answers once it is committed and anchored.
+    pub(crate) async fn append(&self, event: AuditEvent) -> Result<AuditRow, VaultError> {
+        let (tx, rx) = oneshot::channel();
+        let (ticket, leader) = {
+            let mut queue = lock(&self.queue);
+            let ticket = queue.next_ticket;
+            queue.next_ticket += 1;
+            let leader = !queue.leading;
+            queue.leading = true;
+            queue.pending.push_back(Pending {
+                ticket,
+                event,
+                reply: (!leader).then_some(tx),
+            });
+            (ticket, leader)
+        };
+        if !leader {
+            let mut waiter = Waiter {
+                writer: self,
+                ticket,
+                rx: Some(rx),
+            };
+            let rx = waiter.rx.as_mut().expect("set above");
+            match rx.await {
+                Ok(Reply::Written(result)) => {
+                    waiter.rx = None;
+                    return result.map_err(BatchFailure::into_error);
+                }
+                Ok(Reply::Lead) => waiter.rx = None,
+                Err(_) => {
+                    // The leader holding our event was dropped mid-flush.
+                    waiter.rx = None;
+                    return Err(VaultError::AuditInterrupted);
+                }
+            }
+        }
+        let mut guard = Leadership {
+            writer: self,
+            held: true,
+        };
+        let result = self.lead(ticket).await;
+        guard.release();
+        result
+    }
+
+    /// Flushes one batch holding the leader's own event and answers everyone in it.
+    async fn lead(&self, ticket: u64) -> Result<AuditRow, VaultError> {
+        let batch: Vec<Pending> = {
+            let mut queue = lock(&self.queue);
+            let take = queue.pending.len().min(MAX_BATCH);
+            let mut batch: Vec<Pending> = queue.pending.drain(..take).collect();
+            // The leader's event is always in its first batch: it was queued before it was
+            // promoted, and nothing is taken between the promotion and here. Should it sit
+            // beyond MAX_BATCH, move it in so this flush answers its own caller.
+            if !batch.iter().any(|p| p.ticket == ticket)
+                && let Some(at) = queue.pending.iter().position(|p| p.ticket == ticket)
+                && let Some(own) = queue.pending.remove(at)
+            {
+                batch.push(own);
+            }
+            batch
+        };
+        let (events, replies): (Vec<AuditEvent>, Vec<(u64, Option<oneshot::Sender<Reply>>)>) =
+            batch
+                .into_iter()
+                .map(|p| (p.event, (p.ticket, p.reply)))
+                .unzip();
+        let outcome = self.commit(events).await;
+        let mut own = Err(VaultError::AuditInterrupted);
+        for (i, (t, reply)) in replies.into_iter().enumerate() {
+            let result = match &outcome {
+                Ok(rows) => Ok(rows[i].clone()),
+                // Each caller learns which row of its own was committed.
+                Err(BatchFailure::Witness { problem, committed }) => Err(BatchFailure::Witness {
+                    problem: problem.clone(),
+                    committed: committed + i as i64,
+                }),
+                Err(failure) => Err(failure.clone()),
+            };
+            match reply {
+                Some(reply) => {
+                    // A caller that went away no longer needs its answer.
+                    let _ = reply.send(Reply::Written(result));
+                }
+                None if t == ticket => own = result.map_err(BatchFailure::into_error),
+                None => {}
+            }
+        }
+        own
+    }
+
+    /// Commits the events as one batch and advances the anchor past them.
+    /// A witness failure names the batch's first row id.
+    async fn commit(&self, events: Vec<AuditEvent>) -> Result<Vec<AuditRow>, BatchFailure> {
+        let rows = self
+            .store
+            .audit_append_many(events, self.chain.clone())
+            .await
+            .map_err(BatchFailure::Store)?;
+        if let Err(problem) = self.advance_anchor(&rows).await {
+            tracing::error!(%problem, "the audit rows were committed but the anchor file could not record them");
+            return Err(BatchFailure::Witness {
+                problem,
+                committed: rows.first().map_or(0, |r| r.id),
+            });
+        }
+        Ok(rows)
+    }
+
+    /// Moves the anchor file to the end of `rows` (monotonic), after checking that the
+    /// rows extend the chain the anchor records (a rolled-back log never moves it).
+    async fn advance_anchor(&self, rows: &[AuditRow]) -> Result<(), String> {
+        let (Some(witness), Some(first), Some(last)) = (&self.witness, rows.first(), rows.last())
+        else {
+            return Ok(());
+        };
+        let next = Anchored {
+            length: last.id,
+            hash: last.hash,
+        };
+        let mut expected = *lock(&self.anchored);
+        for _ in 0..ANCHOR_ATTEMPTS {
+            let current = match expected {
+                Some(current) => current,
+                None => match self.blocking(witness, |w, c| w.read(c)).await? {
+                    Some(current) => current,
+                    None if first.id == 1 => {
+                        // A fresh log: the anchor starts with it.
+                        if self
+                            .blocking(witness, move |w, c| w.create(c, next))
+                            .await?
+                        {
+                            *lock(&self.anchored) = Some(next);
+                            return Ok(());
+                        }
+                        expected = None;
+                        continue;
+                    }
+                    None => {
+                        if !self.warned_missing.swap(true, Ordering::Relaxed) {
+                            tracing::warn!(path = %witness.path().display(), "the audit anchor file is missing while the log holds rows: run `runwarden audit verify --adopt-anchor` to adopt the current tip");
+                        }
+                        return Ok(());
+                    }
+                },
+            };
+            if current.length >= next.length {
+                if current.length > last.id {
+                    tracing::error!(path = %witness.path().display(), anchored = current.length, tip = last.id, "the audit log ends before the row its anchor records: it was wiped or rolled back; the anchor is kept");
+                }
+                *lock(&self.anchored) = Some(current);
+                return Ok(());
+            }
+            if !self.extends(rows, current).await? {
+                tracing::error!(path = %witness.path().display(), anchored = current.length, "the audit log does not extend the anchored tip: it was rolled back or replaced; the anchor is kept as evidence");
+                return Ok(());
+            }
+            match self
+                .blocking(witness, move |w, c| w.advance(c, current, next))
+                .await?
+            {
+                Advanced::Written => {
+                    *lock(&self.anchored) = Some(next);
+                    return Ok(());
+                }
+                Advanced::AlreadyAhead(ahead) => {
+                    *lock(&self.anchored) = Some(ahead);
+                    return Ok(());
+                }
+                Advanced::Moved(moved) => expected = moved,
+            }
+        }
+        Ok(())
+    }
+
+    /// True when the row the anchor names is in the log with the anchored hash.
+    async fn extends(&self, rows: &[AuditRow], anchored: Anchored) -> Result<bool, String> {
+        let first = &rows[0];
+        if anchored.length == 0 {
+            return Ok(true);
+        }
+        if anchored.length == first.id - 1 {
+            return Ok(first.prev_hash == anchored.hash);
+        }
+        if let Some(row) = rows.iter().find(|r| r.id == anchored.length) {
+            return Ok(row.hash == anchored.hash);
+        }
+        // Another process appended between the anchor and this batch: read that row.
+        let filter = AuditFilter {
+            after_id: Some(anchored.length - 1),
+            limit: 1,
+            ..AuditFilter::default()
+        };
+        let found = self
+            .store
+            .audit_list(filter)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(found
+            .first()
+            .is_some_and(|r| r.id == anchored.length && r.hash == anchored.hash))
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        witness: &Witness,
+        work: impl FnOnce(&Witness, &AuditChain) -> Result<T, WitnessError> + Send + 'static,
+    ) -> Result<T, String> {
+        let (witness, chain) = (witness.clone(), self.chain.clone());
+        tokio::task::spawn_blocking(move || work(&witness, &chain))
+            .await
+            .map_err(|e| format!("the anchor task failed: {e}"))?
+            .map_err(|e| e.to_string())
+    }
+
+    /// Ends a leadership: hands it to the first caller still waiting, or clears it.
+    fn release(&self) {
+        let mut queue = lock(&self.queue);
+        loop {
+            let Some(next) = queue
+                .pending
+                .iter_mut()
+                .find(|p| p.reply.as_ref().is_some_and(|r| !r.is_closed()))
+            else {
+                // Nobody left who can lead: drop the events of callers that went away (they
+                // no longer wait for a row) and stop leading.
+                queue.pending.retain(|p| p.reply.is_some());
+                queue.leading = false;
+                return;
+            };
+            let reply = next.reply.take().expect("found with a reply");
+            if reply.send(Reply::Lead).is_ok() {
+                return;
+            }
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The queue holds no invariant a panic could break halfway (every update is one
+    // statement), so a poisoned lock is still usable.
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A follower's wait. Dropped early (its caller went away), it takes its event out of
+/// the queue and passes on a leadership it was handed but never took up.
+struct Waiter<'a> {
+    writer: &'a AuditWriter,
+    ticket: u64,
+    rx: Option<oneshot::Receiver<Reply>>,
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.rx.take() else {
+            return;
+        };
+        let handed_lead = matches!(rx.try_recv(), Ok(Reply::Lead));
+        {
+            let mut queue = lock(&self.writer.queue);
+            queue.pending.retain(|p| p.ticket != self.ticket);
+        }
+        if handed_lead {
+            self.writer.release();
+        }
+    }
+}
+
+/// The leader's hold on the queue; released on every path, a dropped future included.
+struct Leadership<'a> {
+    writer: &'a AuditWriter,
+    held: bool,
+}
+
+impl Leadership<'_> {
+    fn release(&mut self) {
+        if std::mem::take(&mut self.held) {
+            self.writer.release();
+        }
+    }
+}
+
+impl Drop for Leadership<'_> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}

@@ -1,0 +1,345 @@
+//! The anchor file: a witness of the audit log's length and tip kept outside the database
+//! (SPEC V7 amended), so a wipe or a rollback of rows plus tip is detectable.
+//!
+//! The file holds two fixed-size slots written alternately. Each slot carries a sequence
+//! number, the anchored length, the hash of the row at that length and a MAC keyed from
+//! the audit key. A torn write damages at most the slot being written; a reader takes the
+//! valid slot with the higher sequence. Writers take an exclusive lock on the file, so
+//! processes sharing one database never interleave, and never lower the anchored length.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::audit::AuditChain;
+
+const MAGIC: &[u8; 8] = b"RWANCHR1";
+/// One slot: magic, sequence, length, hash, MAC, zero padding.
+const SLOT: usize = 128;
+const USED: usize = 8 + 8 + 8 + 32 + 32;
+
+/// The anchored state: the log held `length` rows and row `length` had `hash`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Anchored {
+    pub(crate) length: i64,
+    pub(crate) hash: [u8; 32],
+}
+
+/// A slot as read from the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Slot {
+    sequence: u64,
+    anchored: Anchored,
+}
+
+/// Why the anchor file could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WitnessError {
+    #[error("the audit anchor file {path} could not be {doing}: {source}")]
+    Io {
+        path: String,
+        doing: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "the audit anchor file {path} holds no valid anchor for this log: it was altered or \
+         belongs to another installation"
+    )]
+    Invalid { path: String },
+}
+
+/// What [`Witness::advance`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Advanced {
+    /// The new state was written and synced.
+    Written,
+    /// The file already records at least this length; nothing was written (monotonic).
+    AlreadyAhead(Anchored),
+    /// The file no longer holds the state the caller checked against; check again.
+    Moved(Option<Anchored>),
+}
+
+/// The anchor file at one path.
+#[derive(Debug, Clone)]
+pub(crate) struct Witness {
+    path: PathBuf,
+}
+
+impl Witness {
+    pub(crate) fn new(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into() }
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn io(&self, doing: &'static str) -> impl FnOnce(io::Error) -> WitnessError + '_ {
+        move |source| WitnessError::Io {
+            path: self.path.display().to_string(),
+            doing,
+            source,
+        }
+    }
+
+    fn invalid(&self) -> WitnessError {
+        WitnessError::Invalid {
+            path: self.path.display().to_string(),
+        }
+    }
+
+    /// The anchored state, or `None` when the file does not exist.
+    pub(crate) fn read(&self, chain: &AuditChain) -> Result<Option<Anchored>, WitnessError> {
+        let file = match File::open(&self.path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(self.io("opened")(e)),
+        };
+        // A shared lock: a writer in another process never shows us half a slot.
+        file.lock_shared().map_err(self.io("locked"))?;
+        let newest = self.newest(&file, chain)?;
+        Ok(Some(newest.ok_or_else(|| self.invalid())?.anchored))
+    }
+
+    /// Creates the file recording `anchored`, unless it exists. The content is written and
+    /// synced under a temporary name first, then linked into place, so a crash never
+    /// leaves a half-written anchor under the real name. Answers whether it created it.
+    pub(crate) fn create(
+        &self,
+        chain: &AuditChain,
+        anchored: Anchored,
+    ) -> Result<bool, WitnessError> {
+        let dir = self
+            .path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let temp = dir.join(format!(
+            ".{}.{}.tmp",
+            self.path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "audit.anchor".into()),
+            std::process::id()
+        ));
+        let mut content = vec![0u8; 2 * SLOT];
+        encode(chain, 1, anchored, &mut content[..SLOT]);
+        let written = (|| {
+            let mut options = OpenOptions::new();
+            options.write(true).create(true).truncate(true);
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::OpenOptionsExt;
+                options.mode(0o600);
+            }
+            let file = options.open(&temp)?;
+            write_all_at(&file, &content, 0)?;
+            file.sync_all()?;
+            std::fs::hard_link(&temp, &self.path)
+        })();
+        let _ = std::fs::remove_file(&temp);
+        match written {
+            Ok(()) => {
+                sync_dir(dir).map_err(self.io("synced"))?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(self.io("created")(e)),
+        }
+    }
+
+    /// Records `next` if the file still holds `expected` (what the caller checked `next`
+    /// against) and records fewer rows than `next`. Never lowers the length.
+    pub(crate) fn advance(
+        &self,
+        chain: &AuditChain,
+        expected: Anchored,
+        next: Anchored,
+    ) -> Result<Advanced, WitnessError> {
+        let file = match OpenOptions::new().read(true).write(true).open(&self.path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Advanced::Moved(None)),
+            Err(e) => return Err(self.io("opened")(e)),
+        };
+        // Exclusive: two processes sharing one database never interleave their writes.
+        file.lock().map_err(self.io("locked"))?;
+        let current = self.newest(&file, chain)?.ok_or_else(|| self.invalid())?;
+        if current.anchored.length >= next.length {
+            return Ok(Advanced::AlreadyAhead(current.anchored));
+        }
+        if current.anchored != expected {
+            return Ok(Advanced::Moved(Some(current.anchored)));
+        }
+        let sequence = current.sequence + 1;
+        let mut slot = [0u8; SLOT];
+        encode(chain, sequence, next, &mut slot);
+        // Alternate slots: the one not written stays valid if this write is torn.
+        let offset = (sequence % 2) * SLOT as u64;
+        write_all_at(&file, &slot, offset).map_err(self.io("written"))?;
+        file.sync_data().map_err(self.io("synced"))?;
+        Ok(Advanced::Written)
+    }
+
+    /// The valid slot with the higher sequence; `None` when neither is valid.
+    fn newest(&self, file: &File, chain: &AuditChain) -> Result<Option<Slot>, WitnessError> {
+        let mut content = [0u8; 2 * SLOT];
+        let read = read_at_most(file, &mut content).map_err(self.io("read"))?;
+        let slots = [&content[..SLOT], &content[SLOT..]];
+        Ok(slots
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| read >= (i + 1) * SLOT)
+            .filter_map(|(_, slot)| decode(chain, slot))
+            .max_by_key(|slot| slot.sequence))
+    }
+}
+
+fn encode(chain: &AuditChain, sequence: u64, anchored: Anchored, out: &mut [u8]) {
+    out[..8].copy_from_slice(MAGIC);
+    out[8..16].copy_from_slice(&sequence.to_be_bytes());
+    out[16..24].copy_from_slice(&anchored.length.to_be_bytes());
+    out[24..56].copy_from_slice(&anchored.hash);
+    out[56..USED].copy_from_slice(&chain.witness_mac(sequence, anchored.length, &anchored.hash));
+}
+
+fn decode(chain: &AuditChain, slot: &[u8]) -> Option<Slot> {
+    if &slot[..8] != MAGIC {
+        return None;
+    }
+    let sequence = u64::from_be_bytes(slot[8..16].try_into().ok()?);
+    let length = i64::from_be_bytes(slot[16..24].try_into().ok()?);
+    let hash: [u8; 32] = slot[24..56].try_into().ok()?;
+    let mac: [u8; 32] = slot[56..USED].try_into().ok()?;
+    // Comparing MACs of our own making: not a timing oracle an attacker can query.
+    if chain.witness_mac(sequence, length, &hash) != mac || length < 0 {
+        return None;
+    }
+    Some(Slot {
+        sequence,
+        anchored: Anchored { length, hash },
+    })
+}
+
+#[cfg(unix)]
+fn write_all_at(file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(bytes, offset)
+}
+
+#[cfg(not(unix))]
+fn write_all_at(mut file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
+    use std::io::{Seek, SeekFrom, Write};
+    file.seek(SeekFrom::Start(offset))?;
+    file.write_all(bytes)
+}
+
+fn read_at_most(mut file: &File, buf: &mut [u8]) -> io::Result<usize> {
+    use std::io::Read;
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+#[cfg(unix)]
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(not(unix))]
+fn sync_dir(_dir: &Path) -> io::Result<()> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(length: i64) -> Anchored {
+        Anchored {
+            length,
+            hash: [length as u8; 32],
+        }
+    }
+
+    #[test]
+    fn the_newest_valid_slot_wins_and_a_torn_slot_falls_back_to_the_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let chain = AuditChain::from_audit_key(&[1; 32]);
+        let witness = Witness::new(dir.path().join("audit.anchor"));
+        assert_eq!(witness.read(&chain).unwrap(), None);
+        assert!(witness.create(&chain, at(0)).unwrap());
+        assert!(
+            !witness.create(&chain, at(9)).unwrap(),
+            "create never replaces"
+        );
+        assert_eq!(
+            witness.advance(&chain, at(0), at(3)).unwrap(),
+            Advanced::Written
+        );
+        assert_eq!(
+            witness.advance(&chain, at(3), at(5)).unwrap(),
+            Advanced::Written
+        );
+        assert_eq!(witness.read(&chain).unwrap(), Some(at(5)));
+        // Sequence 3 went to slot 1; tear it: the reader falls back to slot 0 (length 3).
+        let mut bytes = std::fs::read(witness.path()).unwrap();
+        bytes[SLOT + 20] ^= 0xff;
+        std::fs::write(witness.path(), &bytes).unwrap();
+        assert_eq!(witness.read(&chain).unwrap(), Some(at(3)));
+    }
+
+    #[test]
+    fn the_anchored_length_never_goes_down_and_a_moved_anchor_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let chain = AuditChain::from_audit_key(&[1; 32]);
+        let witness = Witness::new(dir.path().join("audit.anchor"));
+        witness.create(&chain, at(4)).unwrap();
+        assert_eq!(
+            witness.advance(&chain, at(4), at(2)).unwrap(),
+            Advanced::AlreadyAhead(at(4))
+        );
+        assert_eq!(
+            witness.advance(&chain, at(1), at(6)).unwrap(),
+            Advanced::Moved(Some(at(4)))
+        );
+        assert_eq!(witness.read(&chain).unwrap(), Some(at(4)));
+    }
+
+    #[test]
+    fn an_anchor_made_with_another_key_is_invalid() {
+        let dir = tempfile::tempdir().unwrap();
+        let witness = Witness::new(dir.path().join("audit.anchor"));
+        witness
+            .create(&AuditChain::from_audit_key(&[1; 32]), at(2))
+            .unwrap();
+        let other = AuditChain::from_audit_key(&[2; 32]);
+        assert!(matches!(
+            witness.read(&other),
+            Err(WitnessError::Invalid { .. })
+        ));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_anchor_file_is_private_to_its_owner() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let witness = Witness::new(dir.path().join("audit.anchor"));
+        witness
+            .create(&AuditChain::from_audit_key(&[1; 32]), at(0))
+            .unwrap();
+        let mode = std::fs::metadata(witness.path())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+}

@@ -1,0 +1,354 @@
+//! V7 (amended): no egress without a durable audit row, group commit, incomplete calls,
+//! the anchor file outside the database, and the audit key that is never recreated.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use runwarden_testkit::{Reply, TestServer};
+use runwarden_vault::audit::action;
+use runwarden_vault::store::{SealedKind, VaultStore};
+use runwarden_vault::{
+    Credential, EgressError, EgressRequest, Method, Placement, SecretName, VaultError,
+};
+
+use crate::support::{SIGIL, anchored_fixture, fixture};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn bearer(secret: SecretName) -> Credential {
+    Credential {
+        secret,
+        placement: Placement::Bearer,
+    }
+}
+
+#[tokio::test]
+async fn the_intent_row_is_committed_before_the_server_sees_the_request() {
+    let f = fixture().await;
+    let db = f.db_path();
+    let seen_intent = Arc::new(AtomicBool::new(false));
+    let server = TestServer::start({
+        let seen_intent = seen_intent.clone();
+        move |_| {
+            // Another connection, as another process would read it: only committed rows.
+            let conn = rusqlite::Connection::open(&db).unwrap();
+            let intents: i64 = conn
+                .query_row(
+                    "SELECT COUNT(*) FROM audit_log WHERE action = 'http_call_started'",
+                    [],
+                    |row| row.get(0),
+                )
+                .unwrap();
+            seen_intent.store(intents == 1, Ordering::SeqCst);
+            Reply::text(200, "ok")
+        }
+    })
+    .await;
+    let response = f
+        .client
+        .send(EgressRequest::new(Method::Get, server.url("/")), None)
+        .await
+        .unwrap();
+    assert!(
+        seen_intent.load(Ordering::SeqCst),
+        "V7: the intent row was durable when the request arrived"
+    );
+    let completion = f.completion_row().await;
+    assert_eq!(completion.event.action, action::HTTP_CALL);
+    assert_eq!(response.audit_id, Some(completion.id));
+}
+
+#[tokio::test]
+async fn an_intent_that_cannot_be_written_sends_nothing_and_refuses_with_audit_unavailable() {
+    let f = fixture().await;
+    let secret = f.put_sigil("api").await;
+    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    // Every audit write fails: the intent, and then the refusal row too.
+    f.store.fail_next.store(usize::MAX, Ordering::SeqCst);
+    let request = EgressRequest::new(Method::Post, server.url("/mcp")).credential(bearer(secret));
+    let error = f.client.send(request, None).await.unwrap_err();
+    assert!(
+        matches!(error, EgressError::AuditUnavailable { .. }),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(
+        text.starts_with(
+            "refused: the audit log could not be written, so nothing was sent (audit_unavailable)"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains(SIGIL), "no secret in the error: {text}");
+    assert!(!format!("{error:?}").contains(SIGIL));
+    assert_eq!(server.connection_count(), 0, "V7: nothing was sent");
+    f.store.fail_next.store(0, Ordering::SeqCst);
+    assert!(f.audit().await.is_empty(), "every write failed");
+}
+
+#[tokio::test]
+async fn a_refused_intent_is_recorded_as_a_refusal_when_the_log_recovers() {
+    let f = fixture().await;
+    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    // Only the intent fails (a passing lock); the refusal row that follows is written.
+    f.store.fail_next.store(1, Ordering::SeqCst);
+    let error = f
+        .client
+        .send(EgressRequest::new(Method::Get, server.url("/")), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, EgressError::AuditUnavailable { .. }),
+        "{error}"
+    );
+    assert_eq!(server.connection_count(), 0);
+    let row = f.only_audit_row().await;
+    assert_eq!(row.event.action, action::HTTP_CALL_REFUSED);
+    assert_eq!(row.event.reason.as_deref(), Some("audit_unavailable"));
+    assert!(!row.event.success);
+    assert_eq!(row.event.status, 0);
+}
+
+#[tokio::test]
+async fn a_completion_that_cannot_be_written_keeps_the_outcome_and_leaves_the_intent_incomplete() {
+    let f = fixture().await;
+    let mut server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    // The intent is written; the completion and everything after it fail.
+    *f.store.appends_left.lock().unwrap() = Some(1);
+    let response = f
+        .client
+        .send(EgressRequest::new(Method::Get, server.url("/")), None)
+        .await
+        .expect("a failed completion write does not turn the outcome into an error");
+    assert_eq!(response.status, 200);
+    assert_eq!(response.audit_id, None, "no completion row was written");
+    server.next_request(WAIT).await;
+    *f.store.appends_left.lock().unwrap() = None;
+
+    let rows = f.audit().await;
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(rows[0].event.action, action::HTTP_CALL_STARTED);
+    assert_eq!(
+        f.vault.audit_incomplete(vec![rows[0].id]).await.unwrap(),
+        [rows[0].id]
+    );
+    let report = f.vault.audit_verify().await.unwrap();
+    assert!(report.intact, "{report:?}");
+    assert_eq!(
+        report.incomplete_calls, 1,
+        "V7: the incomplete call is visible"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_concurrent_calls_share_transactions_and_leave_one_contiguous_verified_chain() {
+    let f = anchored_fixture().await;
+    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let calls: Vec<_> = (0..64)
+        .map(|_| {
+            let (client, url) = (f.client.clone(), server.url("/"));
+            tokio::spawn(async move {
+                client
+                    .send(EgressRequest::new(Method::Get, url), None)
+                    .await
+            })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap().status, 200);
+    }
+    let rows = f.audit().await;
+    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+    assert_eq!(ids, (1..=128).collect::<Vec<_>>(), "V7: contiguous ids");
+    let intents: std::collections::BTreeSet<i64> = rows
+        .iter()
+        .filter(|r| r.event.action == action::HTTP_CALL_STARTED)
+        .map(|r| r.id)
+        .collect();
+    let completed: std::collections::BTreeSet<i64> =
+        rows.iter().filter_map(|r| r.event.intent_id).collect();
+    assert_eq!(intents.len(), 64);
+    assert_eq!(
+        completed, intents,
+        "every intent has exactly its completion"
+    );
+    let report = f.vault.audit_verify().await.unwrap();
+    assert!(report.intact, "{report:?}");
+    assert_eq!(
+        report.anchored_rows,
+        Some(128),
+        "the anchor followed the log"
+    );
+    let batches = f.store.audit_batches.load(Ordering::SeqCst);
+    assert!(
+        batches < 128,
+        "group commit: {batches} transactions for 128 rows"
+    );
+}
+
+#[tokio::test]
+async fn a_wipe_of_every_row_and_the_tip_is_detected_through_the_anchor_file() {
+    let f = anchored_fixture().await;
+    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    for _ in 0..3 {
+        f.client
+            .send(EgressRequest::new(Method::Get, server.url("/")), None)
+            .await
+            .unwrap();
+    }
+    let conn = rusqlite::Connection::open(f.db_path()).unwrap();
+    conn.execute_batch("DELETE FROM audit_log; DELETE FROM audit_tip;")
+        .unwrap();
+    let report = f.vault.audit_verify().await.unwrap();
+    assert!(!report.intact, "V7: a wipe is not 'intact: 0 rows'");
+    let problem = report.problem.unwrap();
+    assert!(
+        problem.starts_with("the log was wiped or rolled back: the anchor at "),
+        "{problem}"
+    );
+    assert!(problem.contains("records 6 rows"), "{problem}");
+    assert!(problem.ends_with("the database has 0"), "{problem}");
+}
+
+#[tokio::test]
+async fn a_rollback_to_an_older_copy_of_the_database_is_detected() {
+    let f = anchored_fixture().await;
+    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let call = |f: &crate::support::Fixture| {
+        let (client, url) = (f.client.clone(), server.url("/"));
+        async move {
+            client
+                .send(EgressRequest::new(Method::Get, url), None)
+                .await
+                .unwrap();
+        }
+    };
+    call(&f).await;
+    // A consistent copy of the database file (rows and tip), as a backup would take.
+    let snapshot = f.dir.path().join("snapshot.db");
+    rusqlite::Connection::open(f.db_path())
+        .unwrap()
+        .execute("VACUUM INTO ?1", [snapshot.to_str().unwrap()])
+        .unwrap();
+    call(&f).await;
+    call(&f).await;
+    let db = f.db_path();
+    // Put the copy back while nothing has the database open.
+    let f = f
+        .reopen_after(|| {
+            std::fs::copy(&snapshot, &db).unwrap();
+            for suffix in ["-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+            }
+        })
+        .await
+        .unwrap();
+    let report = f.vault.audit_verify().await.unwrap();
+    assert!(!report.intact, "{report:?}");
+    let problem = report.problem.unwrap();
+    assert!(
+        problem.contains("wiped or rolled back") && problem.contains("records 6 rows"),
+        "{problem}"
+    );
+    assert!(problem.ends_with("the database has 2"), "{problem}");
+
+    // Calls made after the rollback re-grow the log past the anchored length; the anchor
+    // is never moved onto the other history, so verify still sees the fork.
+    for _ in 0..3 {
+        call(&f).await;
+    }
+    let report = f.vault.audit_verify().await.unwrap();
+    assert!(!report.intact, "{report:?}");
+    assert!(
+        report.problem.unwrap().contains("wiped or rolled back"),
+        "the re-grown log does not hide the rollback"
+    );
+}
+
+#[tokio::test]
+async fn a_deleted_audit_key_with_rows_present_fails_open_and_nothing_recreates_it() {
+    let f = anchored_fixture().await;
+    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    f.client
+        .send(EgressRequest::new(Method::Get, server.url("/")), None)
+        .await
+        .unwrap();
+    let db = f.db_path();
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute("DELETE FROM sealed WHERE kind = 'internal'", [])
+        .unwrap();
+    let store = f.store.clone();
+    let reopened = f.reopen().await;
+    let Err(error) = reopened else {
+        panic!("V7: the vault opened without its audit key")
+    };
+    assert!(
+        matches!(error, VaultError::AuditKeyMissing { rows: 2 }),
+        "{error:?}"
+    );
+    assert_eq!(
+        error.to_string(),
+        "the audit key is missing but the log holds 2 rows: restore the database from a backup; runwarden never recreates it"
+    );
+    // The failed open wrote nothing: the key is still absent.
+    let key = store
+        .sealed_get(SealedKind::Internal, "audit-chain")
+        .await
+        .unwrap();
+    assert_eq!(key, None, "nothing recreated the audit key");
+}
+
+#[tokio::test]
+async fn a_missing_anchor_file_fails_verify_until_the_current_tip_is_adopted() {
+    let f = anchored_fixture().await;
+    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    f.client
+        .send(EgressRequest::new(Method::Get, server.url("/")), None)
+        .await
+        .unwrap();
+    std::fs::remove_file(f.anchor_path()).unwrap();
+    let report = f.vault.audit_verify().await.unwrap();
+    assert!(!report.intact);
+    let problem = report.problem.unwrap();
+    assert!(
+        problem.contains("is missing while the log holds 2 rows")
+            && problem.contains("runwarden audit verify --adopt-anchor"),
+        "{problem}"
+    );
+    // An edited row makes the chain fail, and then nothing is adopted.
+    let conn = rusqlite::Connection::open(f.db_path()).unwrap();
+    conn.execute("UPDATE audit_log SET status = 201 WHERE id = 2", [])
+        .unwrap();
+    let refused = f.vault.audit_adopt_anchor().await.unwrap_err();
+    assert!(
+        matches!(refused, VaultError::AnchorNotAdopted { .. }),
+        "{refused}"
+    );
+    assert!(!f.anchor_path().exists());
+    conn.execute("UPDATE audit_log SET status = 200 WHERE id = 2", [])
+        .unwrap();
+    let adopted = f.vault.audit_adopt_anchor().await.unwrap();
+    assert_eq!(adopted.anchored_rows, Some(2));
+    let report = f.vault.audit_verify().await.unwrap();
+    assert!(report.intact, "{report:?}");
+    assert!(matches!(
+        f.vault.audit_adopt_anchor().await,
+        Err(VaultError::AnchorExists { .. })
+    ));
+}
+
+#[tokio::test]
+async fn the_first_call_of_a_fresh_anchored_vault_creates_the_anchor_file() {
+    let f = anchored_fixture().await;
+    assert!(!f.anchor_path().exists());
+    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    f.client
+        .send(EgressRequest::new(Method::Get, server.url("/")), None)
+        .await
+        .unwrap();
+    assert!(f.anchor_path().exists());
+    let report = f.vault.audit_verify().await.unwrap();
+    assert!(report.intact, "{report:?}");
+    assert_eq!(report.anchored_rows, Some(2));
+}

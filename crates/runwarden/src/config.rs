@@ -33,6 +33,10 @@ data_dir = ".runwarden"
 # master_key_file = ".runwarden/master.key"
 # The AEAD for new secrets: "xchacha20poly1305" (default) or "aes256gcm".
 algorithm = "xchacha20poly1305"
+# The audit log's witness outside the database, mode 0600 (RUNWARDEN_AUDIT_ANCHOR_FILE):
+# `audit verify` detects a wipe or a rollback of the log through it. Back it up with the
+# database. Default: <data_dir>/audit.anchor
+# audit_anchor_file = ".runwarden/audit.anchor"
 
 [egress]
 # Private targets the vault may reach: exact hosts, addresses or CIDRs
@@ -446,6 +450,7 @@ struct StoreSection {
 struct VaultSection {
     master_key_file: Option<PathBuf>,
     algorithm: Option<String>,
+    audit_anchor_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -485,6 +490,8 @@ pub(crate) struct Config {
     pub(crate) data_dir: PathBuf,
     pub(crate) sqlite_path: PathBuf,
     pub(crate) master_key_file: PathBuf,
+    /// `[vault] audit_anchor_file`: the audit log's witness outside the database (V7).
+    pub(crate) audit_anchor_file: PathBuf,
     pub(crate) algorithm: Algorithm,
     pub(crate) egress_allow: Vec<String>,
     pub(crate) connect_timeout: Duration,
@@ -562,6 +569,11 @@ impl Config {
             .or(file.vault.master_key_file)
             .map(resolve)
             .unwrap_or_else(|| data_dir.join("master.key"));
+        let audit_anchor_file = env("RUNWARDEN_AUDIT_ANCHOR_FILE")
+            .map(PathBuf::from)
+            .or(file.vault.audit_anchor_file)
+            .map(resolve)
+            .unwrap_or_else(|| data_dir.join("audit.anchor"));
         let algorithm_name = file
             .vault
             .algorithm
@@ -581,6 +593,7 @@ impl Config {
             data_dir,
             sqlite_path,
             master_key_file,
+            audit_anchor_file,
             algorithm,
             egress_allow,
             connect_timeout: seconds(

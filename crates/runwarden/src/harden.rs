@@ -60,21 +60,16 @@ pub(crate) fn raise_open_files() -> Option<u64> {
     }
 }
 
-/// The data directory (0700) and the audit anchor beside the key (0600), tightened when
+/// The data directory (0700) and the audit anchor file (0600), tightened when
 /// other users may read them; one line per change for the operator's warning. The key
 /// itself is never changed here: a key file that others could read is refused when it is
 /// loaded (V1), because it may already have leaked and the operator must decide.
 pub(crate) fn tighten_installation(config: &crate::config::Config) -> Vec<String> {
     let mut notes = Vec::new();
     tighten(&config.data_dir, 0o700, &mut notes);
-    if let Some(dir) = config.master_key_file.parent() {
-        tighten(&dir.join(AUDIT_ANCHOR), 0o600, &mut notes);
-    }
+    tighten(&config.audit_anchor_file, 0o600, &mut notes);
     notes
 }
-
-/// The file another part of runwarden keeps beside the key as the audit log's witness.
-pub(crate) const AUDIT_ANCHOR: &str = "audit.anchor";
 
 #[cfg(unix)]
 fn tighten(path: &std::path::Path, private: u32, notes: &mut Vec<String>) {

@@ -1,4 +1,5 @@
-//! `runwarden audit list|verify`: the hash chain catches edits and truncation (V7).
+//! `runwarden audit list|verify`: the hash chain catches edits and truncation, the anchor
+//! file catches a wipe or a rollback, and incomplete calls are visible (V7 amended).
 
 use crate::support::Sandbox;
 
@@ -107,4 +108,182 @@ fn audit_verify_fails_when_a_middle_row_was_deleted() {
     let report = sandbox.run(&["--json", "audit", "verify"]).fails().json();
     assert_eq!(report["intact"], false);
     assert_eq!(report["first_bad_row"], 3);
+}
+
+fn anchor_file(sandbox: &Sandbox) -> std::path::PathBuf {
+    sandbox.data_dir().join("audit.anchor")
+}
+
+#[test]
+fn init_creates_a_private_anchor_file_and_a_fresh_log_verifies_against_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let sandbox = Sandbox::empty();
+    sandbox.run(&["init"]).ok().says("created audit anchor");
+    let mode = std::fs::metadata(anchor_file(&sandbox))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let report = sandbox.run(&["--json", "audit", "verify"]).ok().json();
+    assert_eq!(report["intact"], true);
+    assert_eq!(report["anchored_rows"], 0);
+    assert_eq!(report["incomplete_calls"], 0);
+}
+
+#[test]
+fn a_wipe_of_every_row_and_the_tip_fails_verify_through_the_anchor_file() {
+    let sandbox = sandbox_with_three_rows();
+    let db = rusqlite::Connection::open(sandbox.database()).unwrap();
+    db.execute_batch("DELETE FROM audit_log; DELETE FROM audit_tip;")
+        .unwrap();
+    // V7 (amended): no longer "intact: 0 rows".
+    let out = sandbox
+        .run(&["audit", "verify"])
+        .fails()
+        .says("the log was wiped or rolled back: the anchor at ")
+        .says("records 3 rows ending in ")
+        .says("the database has 0");
+    assert!(!out.all().contains("intact"), "{out:#?}");
+}
+
+#[test]
+fn restoring_an_older_copy_of_the_database_fails_verify() {
+    let sandbox = sandbox_with_three_rows();
+    let copy = sandbox.path().join("older.db");
+    std::fs::copy(sandbox.database(), &copy).unwrap();
+    sandbox.run(&["egress", "test", "http://10.0.0.4/"]).fails();
+    sandbox
+        .run(&["audit", "verify"])
+        .ok()
+        .says("intact: 4 rows");
+    std::fs::copy(&copy, sandbox.database()).unwrap();
+    sandbox
+        .run(&["audit", "verify"])
+        .fails()
+        .says("wiped or rolled back")
+        .says("records 4 rows")
+        .says("the database has 3");
+}
+
+#[test]
+fn a_missing_anchor_file_fails_verify_until_adopt_anchor_adopts_a_chain_that_verifies() {
+    let sandbox = sandbox_with_three_rows();
+    std::fs::remove_file(anchor_file(&sandbox)).unwrap();
+    sandbox
+        .run(&["audit", "verify"])
+        .fails()
+        .says("is missing while the log holds 3 rows")
+        .says("runwarden audit verify --adopt-anchor");
+    // Nothing but the explicit flag recreates it.
+    assert!(!anchor_file(&sandbox).exists());
+
+    // A chain that does not verify is never adopted.
+    tamper(&sandbox, "UPDATE audit_log SET status = 200 WHERE id = 2");
+    sandbox
+        .run(&["audit", "verify", "--adopt-anchor"])
+        .fails()
+        .says("does not verify, so its tip was not adopted");
+    assert!(!anchor_file(&sandbox).exists());
+    tamper(&sandbox, "UPDATE audit_log SET status = 0 WHERE id = 2");
+
+    sandbox
+        .run(&["audit", "verify", "--adopt-anchor"])
+        .ok()
+        .says("intact: 3 rows")
+        .says("anchor file created at row 3");
+    sandbox
+        .run(&["audit", "verify"])
+        .ok()
+        .says("anchor file at row 3");
+}
+
+#[test]
+fn a_deleted_audit_key_fails_every_command_and_nothing_recreates_it() {
+    let sandbox = sandbox_with_three_rows();
+    tamper(&sandbox, "DELETE FROM sealed WHERE kind = 'internal'");
+    for args in [
+        &["audit", "verify"][..],
+        &["audit", "verify", "--adopt-anchor"],
+        &["audit", "list"],
+        &["egress", "test", "http://10.0.0.5/"],
+    ] {
+        sandbox
+            .run(args)
+            .fails()
+            .says("the audit key is missing but the log holds 3 rows")
+            .says("runwarden never recreates it");
+    }
+    let db = rusqlite::Connection::open(sandbox.database()).unwrap();
+    let keys: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM sealed WHERE kind = 'internal'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(keys, 0, "V7: no command recreated the audit key");
+}
+
+#[tokio::test]
+async fn a_call_killed_mid_flight_leaves_its_intent_listed_as_incomplete_and_counted_by_verify() {
+    use runwarden_testkit::{Reply, TestServer};
+    let sandbox = Sandbox::initialised();
+    sandbox.allow_loopback();
+    let mut server = TestServer::start(|_| Reply::Stall).await;
+    let mut call = crate::support::Live::start(&sandbox, &["egress", "test", &server.url("/slow")]);
+    // The request reached the server: the intent was committed before it left.
+    server
+        .next_request(std::time::Duration::from_secs(10))
+        .await;
+    call.signal("KILL");
+    let killed = call
+        .ended(std::time::Instant::now(), std::time::Duration::from_secs(5))
+        .await;
+    assert_eq!(killed.code, None, "killed by a signal");
+
+    let sandbox = std::sync::Arc::new(sandbox);
+    let rows = crate::support::runwarden(&sandbox, &["--json", "audit", "list"])
+        .await
+        .ok()
+        .json();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(rows[0]["action"], "http_call_started");
+    assert_eq!(rows[0]["path"], "/slow");
+    assert_eq!(rows[0]["incomplete"], true);
+    assert_eq!(
+        rows[0]["outcome"],
+        "no outcome recorded: the process stopped or is still waiting"
+    );
+    crate::support::runwarden(&sandbox, &["audit", "list"])
+        .await
+        .ok()
+        .says("INCOMPLETE: no outcome recorded");
+    let report = crate::support::runwarden(&sandbox, &["--json", "audit", "verify"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(report["intact"], true, "{report}");
+    assert_eq!(report["incomplete_calls"], 1);
+    crate::support::runwarden(&sandbox, &["audit", "verify"])
+        .await
+        .ok()
+        .says("1 calls have no recorded outcome");
+}
+
+#[test]
+fn a_completed_call_lists_its_intent_as_complete_and_its_completion_naming_it() {
+    let sandbox = Sandbox::initialised();
+    sandbox.allow_loopback();
+    let server = crate::support::TestServer::start();
+    sandbox.run(&["egress", "test", &server.url("/ok")]).ok();
+    let rows = sandbox.run(&["--json", "audit", "list"]).ok().json();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    // Newest first: the completion, then the intent it names.
+    assert_eq!(rows[0]["action"], "http_call");
+    assert_eq!(rows[0]["intent_id"], rows[1]["id"]);
+    assert_eq!(rows[1]["action"], "http_call_started");
+    assert_eq!(rows[1]["incomplete"], false);
+    assert!(rows[1].get("outcome").is_none());
 }

@@ -24,6 +24,7 @@ struct Initialised {
     database: String,
     master_key_file: String,
     master_key_id: String,
+    audit_anchor_file: String,
 }
 
 /// What `init` creates for a resolved configuration: the data directory, a fresh master
@@ -34,6 +35,12 @@ pub(crate) async fn create_installation(config: &Config) -> anyhow::Result<Vault
         bail!(
             "a master key already exists at {}: init never replaces a key (to change it, use `runwarden secret rotate-master-key`)",
             config.master_key_file.display()
+        );
+    }
+    if config.audit_anchor_file.exists() {
+        bail!(
+            "an audit anchor already exists at {}: it belongs to an earlier installation; move it aside (or point [vault] audit_anchor_file elsewhere) before init",
+            config.audit_anchor_file.display()
         );
     }
     private_dir(&config.data_dir)
@@ -56,9 +63,19 @@ pub(crate) async fn create_installation(config: &Config) -> anyhow::Result<Vault
         private_dir(parent).with_context(|| format!("while creating {}", parent.display()))?;
     }
     let store = SqliteStore::open(&config.sqlite_path)?;
-    Vault::open(Arc::new(store), key, config.algorithm)
+    let vault = Vault::open(Arc::new(store), key, config.algorithm)
         .await
-        .context("while creating the vault")
+        .context("while creating the vault")?
+        .with_anchor(&config.audit_anchor_file);
+    if let Some(parent) = config.audit_anchor_file.parent() {
+        private_dir(parent).with_context(|| format!("while creating {}", parent.display()))?;
+    }
+    // V7 (amended): the witness outside the database starts with the (empty) log.
+    vault
+        .audit_adopt_anchor()
+        .await
+        .context("while creating the audit anchor file")?;
+    Ok(vault)
 }
 
 /// Creates a directory (and its missing parents) with mode 0700; an existing one is kept
@@ -95,6 +112,7 @@ pub(crate) async fn run(cx: &Context, _args: InitArgs) -> anyhow::Result<ExitCod
         database: config.sqlite_path.display().to_string(),
         master_key_file: config.master_key_file.display().to_string(),
         master_key_id: vault.master_key_id().to_string(),
+        audit_anchor_file: config.audit_anchor_file.display().to_string(),
     };
     output::emit(cx.json, &report, || {
         let config_line = if report.config_written {
@@ -103,8 +121,12 @@ pub(crate) async fn run(cx: &Context, _args: InitArgs) -> anyhow::Result<ExitCod
             "kept existing"
         };
         format!(
-            "{config_line} {}\ncreated {}\ncreated master key {} (id {}); back it up: without it no secret can be read",
-            report.config, report.database, report.master_key_file, report.master_key_id
+            "{config_line} {}\ncreated {}\ncreated master key {} (id {}); back it up: without it no secret can be read\ncreated audit anchor {} (the audit log's witness: never restore it together with an older database)",
+            report.config,
+            report.database,
+            report.master_key_file,
+            report.master_key_id,
+            report.audit_anchor_file
         )
     });
     Ok(ExitCode::SUCCESS)

@@ -108,7 +108,8 @@ impl Context {
         let master = self.config.master_key()?;
         let vault = Vault::open(Arc::new(store), master, self.config.algorithm)
             .await
-            .context("while opening the vault")?;
+            .context("while opening the vault")?
+            .with_anchor(&self.config.audit_anchor_file);
         Ok(Arc::new(vault))
     }
 

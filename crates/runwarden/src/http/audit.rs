@@ -44,7 +44,9 @@ pub(super) async fn list(
         after_id: None,
     };
     let rows = state.vault.audit_list(filter).await?;
-    let views: Vec<RowView<'_>> = rows.iter().map(RowView::new).collect();
+    let views = RowView::all(&state.vault, &rows)
+        .await
+        .map_err(ApiError::Internal)?;
     Ok(axum::Json(json!({ "rows": views })))
 }
 

@@ -115,3 +115,82 @@ async fn a_hash_of_the_wrong_length_reads_back_as_an_error_not_a_panic() {
     );
     assert!(chain.verify(&store).await.is_err());
 }
+
+/// V7 (amended): rows written before intents existed (a database at migration 5, rows
+/// inserted with the old column set) still verify after the upgrade, and new rows chain
+/// onto them.
+#[tokio::test(flavor = "multi_thread")]
+async fn rows_written_before_intents_existed_still_verify_after_the_upgrade() {
+    let db = TempDb::new();
+    let chain = chain();
+    {
+        let conn = db.raw();
+        conn.execute_batch(
+            "CREATE TABLE schema_migrations (
+                 version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_ms INTEGER NOT NULL
+             );",
+        )
+        .unwrap();
+        for (version, name, sql) in [
+            (1, "0001_vault", include_str!("../migrations/0001_vault.sql")),
+            (2, "0002_mcp", include_str!("../migrations/0002_mcp.sql")),
+            (3, "0003_runs", include_str!("../migrations/0003_runs.sql")),
+            (4, "0004_queue", include_str!("../migrations/0004_queue.sql")),
+            (5, "0005_tokens", include_str!("../migrations/0005_tokens.sql")),
+        ] {
+            conn.execute_batch(sql).unwrap();
+            conn.execute(
+                "INSERT INTO schema_migrations VALUES (?1, ?2, 0)",
+                rusqlite::params![version, name],
+            )
+            .unwrap();
+        }
+        // What the old writer stored: sixteen columns, no intent_id.
+        let mut prev = [0u8; 32];
+        for id in 1..=3i64 {
+            let e = event(id);
+            assert_eq!(e.intent_id, None);
+            let hash = chain.link(id, &e, &prev);
+            conn.execute(
+                "INSERT INTO audit_log (id, time_ms, action, success, secret, method, host, path, status,
+                     duration_ms, error, reason, actor, correlation, prev_hash, hash)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                rusqlite::params![
+                    id, e.time_ms, e.action, e.success, e.secret, e.method, e.host, e.path,
+                    e.status, e.duration_ms as i64, e.error, e.reason, e.actor, e.correlation,
+                    &prev[..], &hash[..]
+                ],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO audit_tip (id, last_id, last_hash, anchor) VALUES (1, ?1, ?2, ?3)
+                 ON CONFLICT (id) DO UPDATE SET last_id = excluded.last_id,
+                     last_hash = excluded.last_hash, anchor = excluded.anchor",
+                rusqlite::params![id, &hash[..], &chain.anchor(id, &hash)[..]],
+            )
+            .unwrap();
+            prev = hash;
+        }
+    }
+    let store = db.open();
+    let report = chain.verify(&store).await.unwrap();
+    assert!(report.intact, "{report:?}");
+    assert_eq!(report.rows_verified, 3);
+
+    let intent = runwarden_vault::AuditEvent {
+        action: runwarden_vault::audit::action::HTTP_CALL_STARTED.into(),
+        ..event(4)
+    };
+    let rows = store
+        .audit_append_many(vec![intent], chain.clone())
+        .await
+        .unwrap();
+    let completion = runwarden_vault::AuditEvent {
+        intent_id: Some(rows[0].id),
+        ..event(5)
+    };
+    store.audit_append(completion, chain.clone()).await.unwrap();
+    let report = chain.verify(&store).await.unwrap();
+    assert!(report.intact, "{report:?}");
+    assert_eq!((report.rows_verified, report.incomplete_calls), (5, 0));
+}

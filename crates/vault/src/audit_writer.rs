@@ -29,7 +29,7 @@ const ANCHOR_ATTEMPTS: usize = 4;
 /// What a waiting caller is told.
 enum Reply {
     /// Its row was committed, or its batch failed.
-    Written(Result<AuditRow, BatchFailure>),
+    Written(Box<Result<AuditRow, BatchFailure>>),
     /// It is the leader now: its event is still queued and it flushes the queue.
     Lead,
 }
@@ -131,7 +131,7 @@ impl AuditWriter {
             match rx.await {
                 Ok(Reply::Written(result)) => {
                     waiter.rx = None;
-                    return result.map_err(BatchFailure::into_error);
+                    return (*result).map_err(BatchFailure::into_error);
                 }
                 Ok(Reply::Lead) => waiter.rx = None,
                 Err(_) => {
@@ -167,11 +167,12 @@ impl AuditWriter {
             }
             batch
         };
-        let (events, replies): (Vec<AuditEvent>, Vec<(u64, Option<oneshot::Sender<Reply>>)>) =
-            batch
-                .into_iter()
-                .map(|p| (p.event, (p.ticket, p.reply)))
-                .unzip();
+        let mut events = Vec::with_capacity(batch.len());
+        let mut replies = Vec::with_capacity(batch.len());
+        for p in batch {
+            events.push(p.event);
+            replies.push((p.ticket, p.reply));
+        }
         let outcome = self.commit(events).await;
         let mut own = Err(VaultError::AuditInterrupted);
         for (i, (t, reply)) in replies.into_iter().enumerate() {
@@ -187,7 +188,7 @@ impl AuditWriter {
             match reply {
                 Some(reply) => {
                     // A caller that went away no longer needs its answer.
-                    let _ = reply.send(Reply::Written(result));
+                    let _ = reply.send(Reply::Written(Box::new(result)));
                 }
                 None if t == ticket => own = result.map_err(BatchFailure::into_error),
                 None => {}

@@ -60,10 +60,13 @@ async fn openai_request_carries_messages_tools_and_the_key_as_bearer() {
         })
     );
 
-    // V7: one audit row, by the model actor, with the run as correlation and no key.
+    // V7: an intent and one completion row naming it, by the model actor, with the run as
+    // correlation and no key.
     let rows = f.audit().await;
-    assert_eq!(rows.len(), 1);
-    let row = &rows[0].event;
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].event.action, "http_call_started");
+    assert_eq!(rows[1].event.intent_id, Some(rows[0].id));
+    let row = &rows[1].event;
     assert_eq!(row.action, "http_call");
     assert_eq!(row.actor, "model");
     assert_eq!(row.correlation.as_deref(), Some("run-42"));

@@ -204,14 +204,10 @@ impl Fixture {
             .collect()
     }
 
-    /// Every audit action, oldest first.
+    /// The outcome action of every call, oldest first; each intent row is checked to be
+    /// completed and left out (V7 amended).
     pub async fn audit_actions(&self) -> Vec<String> {
-        self.vault
-            .audit_list(AuditFilter::default())
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|r| r.event.action)
-            .collect()
+        let rows = self.vault.audit_list(AuditFilter::default()).await.unwrap();
+        runwarden_testkit::call_outcomes(&rows)
     }
 }

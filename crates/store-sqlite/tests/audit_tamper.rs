@@ -132,11 +132,23 @@ async fn rows_written_before_intents_existed_still_verify_after_the_upgrade() {
         )
         .unwrap();
         for (version, name, sql) in [
-            (1, "0001_vault", include_str!("../migrations/0001_vault.sql")),
+            (
+                1,
+                "0001_vault",
+                include_str!("../migrations/0001_vault.sql"),
+            ),
             (2, "0002_mcp", include_str!("../migrations/0002_mcp.sql")),
             (3, "0003_runs", include_str!("../migrations/0003_runs.sql")),
-            (4, "0004_queue", include_str!("../migrations/0004_queue.sql")),
-            (5, "0005_tokens", include_str!("../migrations/0005_tokens.sql")),
+            (
+                4,
+                "0004_queue",
+                include_str!("../migrations/0004_queue.sql"),
+            ),
+            (
+                5,
+                "0005_tokens",
+                include_str!("../migrations/0005_tokens.sql"),
+            ),
         ] {
             conn.execute_batch(sql).unwrap();
             conn.execute(

@@ -28,4 +28,4 @@ pub use mcp::{mcp_handler, tool};
 pub use peer::Peer;
 pub use server::{HttpRequest, Reply, Seen, TestServer};
 pub use stats::Dist;
-pub use vault::{LoopbackVault, loopback_vault};
+pub use vault::{LoopbackVault, call_outcomes, loopback_vault};

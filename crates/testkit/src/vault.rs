@@ -42,3 +42,29 @@ pub async fn loopback_vault() -> LoopbackVault {
         egress,
     }
 }
+
+/// The outcome action of every call in `rows` (oldest first), with the intent rows
+/// (`http_call_started`) left out after checking that each is completed by exactly one
+/// later row naming it (V7 amended). Tests that count calls by their outcome use this.
+pub fn call_outcomes(rows: &[runwarden_vault::AuditRow]) -> Vec<String> {
+    use runwarden_vault::audit::action;
+    for intent in rows
+        .iter()
+        .filter(|r| r.event.action == action::HTTP_CALL_STARTED)
+    {
+        let completions: Vec<i64> = rows
+            .iter()
+            .filter(|r| r.event.intent_id == Some(intent.id))
+            .map(|r| r.id)
+            .collect();
+        assert!(
+            completions.len() == 1 && completions[0] > intent.id,
+            "intent row {} is completed by rows {completions:?}",
+            intent.id
+        );
+    }
+    rows.iter()
+        .filter(|r| r.event.action != action::HTTP_CALL_STARTED)
+        .map(|r| r.event.action.clone())
+        .collect()
+}

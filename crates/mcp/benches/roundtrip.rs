@@ -1,5 +1,5 @@
-//! Measures one `tools/call` through `McpClient` (vault egress, audit row, JSON-RPC
-//! framing) against a bare reqwest POST of the same body to the same local server, and
+//! Measures one `tools/call` through `McpClient` (vault egress, intent and completion
+//! audit rows synced to disk, the anchor file, JSON-RPC framing) against a bare reqwest POST of the same body to the same local server, and
 //! calls per second with 64 concurrent operations.
 //!
 //! Run: `cargo bench -p runwarden-mcp --bench roundtrip` (add `-- --json` for JSON lines).
@@ -36,7 +36,10 @@ async fn main() {
     let json_output = std::env::args().any(|a| a == "--json");
     let server = TestServer::start(mcp_handler(vec![tool("echo")], &[])).await;
     let url = server.url("/mcp");
-    let LoopbackVault { egress, .. } = loopback_vault().await;
+    // `dir` holds the database and the anchor file: it must outlive the calls.
+    let LoopbackVault {
+        dir: _dir, egress, ..
+    } = loopback_vault().await;
     let client = Arc::new(McpClient::new(
         ServerConfig::new("bench", url.clone()),
         egress,

@@ -18,7 +18,8 @@ pub struct LoopbackVault {
     pub egress: Arc<EgressClient>,
 }
 
-/// A vault over a fresh SQLite file and an egress client admitting loopback.
+/// A vault over a fresh SQLite file, with the anchor file `audit.anchor` beside it, and an
+/// egress client admitting loopback.
 pub async fn loopback_vault() -> LoopbackVault {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let store = SqliteStore::open(dir.path().join("runwarden.db")).expect("a fresh SQLite file");
@@ -28,7 +29,9 @@ pub async fn loopback_vault() -> LoopbackVault {
         Algorithm::default(),
     )
     .await
-    .expect("a fresh vault");
+    .expect("a fresh vault")
+    // As the binary's vault: every committed batch moves the anchor file too.
+    .with_anchor(dir.path().join("audit.anchor"));
     let vault = Arc::new(vault);
     let config = EgressConfig {
         policy: EgressPolicy::new(&["127.0.0.1"]).expect("a valid allowlist"),

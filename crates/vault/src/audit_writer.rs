@@ -3,10 +3,16 @@
 //!
 //! There is no background task (vaults live in many short-lived runtimes). A caller
 //! enqueues its event; if no flush is running it becomes the leader, takes everything
-//! queued, commits it as one batch, advances the anchor, answers every caller in the
-//! batch and hands leadership to the first caller still waiting. Followers await their
-//! answer. Every caller returns only after its row is committed (and anchored); a failed
-//! batch fails every caller in it.
+//! queued, commits it as one batch, answers every caller in the batch, advances the
+//! anchor, and hands leadership to the first caller still waiting. Followers await their
+//! answer. Every caller returns only after its row is committed; a failed batch fails
+//! every caller in it.
+//!
+//! The anchor is written after the followers are answered (their rows are durable in the
+//! database already) and before the next batch commits, so it trails the log by at most
+//! the batch being written. An anchor write that fails is retried before the next batch;
+//! if the retry fails too, that batch is refused: the log never runs ahead of its witness
+//! by more than one batch.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,22 +44,16 @@ enum Reply {
 #[derive(Debug, Clone)]
 enum BatchFailure {
     Store(StoreError),
-    /// The rows were committed but the anchor file could not be advanced. `committed` is
-    /// the caller's own row (the batch's first row inside `commit`).
-    Witness {
-        problem: String,
-        committed: i64,
-    },
+    /// The anchor file lags since an earlier batch and still cannot be advanced; nothing
+    /// of this batch was written.
+    Witness(String),
 }
 
 impl BatchFailure {
     fn into_error(self) -> VaultError {
         match self {
             Self::Store(e) => VaultError::Store(e),
-            Self::Witness { problem, committed } => VaultError::AuditAnchor {
-                problem,
-                committed_id: Some(committed),
-            },
+            Self::Witness(problem) => VaultError::AuditAnchor { problem },
         }
     }
 }
@@ -81,6 +81,8 @@ pub(crate) struct AuditWriter {
     /// lock before every write.
     anchored: Mutex<Option<Anchored>>,
     warned_missing: AtomicBool,
+    /// The rows of a batch whose anchor write failed, until a retry succeeds.
+    behind: Mutex<Option<Vec<AuditRow>>>,
     queue: Mutex<Queue>,
 }
 
@@ -92,6 +94,7 @@ impl AuditWriter {
             witness: None,
             anchored: Mutex::new(None),
             warned_missing: AtomicBool::new(false),
+            behind: Mutex::new(None),
             queue: Mutex::new(Queue::default()),
         }
     }
@@ -178,11 +181,6 @@ impl AuditWriter {
         for (i, (t, reply)) in replies.into_iter().enumerate() {
             let result = match &outcome {
                 Ok(rows) => Ok(rows[i].clone()),
-                // Each caller learns which row of its own was committed.
-                Err(BatchFailure::Witness { problem, committed }) => Err(BatchFailure::Witness {
-                    problem: problem.clone(),
-                    committed: committed + i as i64,
-                }),
                 Err(failure) => Err(failure.clone()),
             };
             match reply {
@@ -194,25 +192,31 @@ impl AuditWriter {
                 None => {}
             }
         }
+        // The followers go on; the anchor catches up before the next batch commits.
+        if let Ok(rows) = outcome
+            && let Err(problem) = self.advance_anchor(&rows).await
+        {
+            tracing::error!(%problem, "the audit rows were committed but the anchor file could not record them; retrying before the next batch");
+            *lock(&self.behind) = Some(rows);
+        }
         own
     }
 
-    /// Commits the events as one batch and advances the anchor past them.
-    /// A witness failure names the batch's first row id.
+    /// Commits the events as one batch, once the anchor has caught up with the last one.
     async fn commit(&self, events: Vec<AuditEvent>) -> Result<Vec<AuditRow>, BatchFailure> {
-        let rows = self
-            .store
+        let behind = lock(&self.behind).take();
+        if let Some(rows) = behind
+            && let Err(problem) = self.advance_anchor(&rows).await
+        {
+            // V7 (amended): a witness that cannot keep up refuses further rows (and so
+            // further calls) rather than let the log run ahead of it unwitnessed.
+            *lock(&self.behind) = Some(rows);
+            return Err(BatchFailure::Witness(problem));
+        }
+        self.store
             .audit_append_many(events, self.chain.clone())
             .await
-            .map_err(BatchFailure::Store)?;
-        if let Err(problem) = self.advance_anchor(&rows).await {
-            tracing::error!(%problem, "the audit rows were committed but the anchor file could not record them");
-            return Err(BatchFailure::Witness {
-                problem,
-                committed: rows.first().map_or(0, |r| r.id),
-            });
-        }
-        Ok(rows)
+            .map_err(BatchFailure::Store)
     }
 
     /// Moves the anchor file to the end of `rows` (monotonic), after checking that the

@@ -11,7 +11,7 @@ use reqwest::header::{HeaderName, HeaderValue};
 
 use crate::audit::{AuditEvent, action, audit_error_text};
 use crate::delivery::Delivery;
-use crate::error::{EgressError, VaultError};
+use crate::error::EgressError;
 use crate::guard::{self, EgressPolicy, VettedTarget};
 use crate::placement::{Credential, Placed, Placement};
 use crate::resolver::{Resolver, SystemResolver};
@@ -540,9 +540,6 @@ impl EgressClient {
         match self.vault.audit_record(intent).await {
             Ok(row) => record.intent_id = Some(row.id),
             Err(e) => {
-                if let VaultError::AuditAnchor { committed_id, .. } = &e {
-                    record.intent_id = *committed_id;
-                }
                 let detail = audit_error_text(&scrubber.text(&e.to_string()));
                 record.reason = Some("audit_unavailable".into());
                 return self

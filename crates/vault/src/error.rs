@@ -86,14 +86,12 @@ pub enum VaultError {
         /// How many rows the log holds (or its tip names).
         rows: i64,
     },
-    /// Audit rows were committed but the anchor file outside the database could not record
-    /// them, so a later wipe of those rows would go unnoticed.
+    /// The anchor file outside the database could not be written, so rows appended now
+    /// could later be wiped unnoticed; no row was appended.
     #[error("while updating the audit anchor: {problem}")]
     AuditAnchor {
         /// What went wrong, naming the file.
         problem: String,
-        /// The caller's own row, which the database did commit.
-        committed_id: Option<i64>,
     },
     /// The task that was writing this caller's audit row went away mid-write, so whether
     /// the row was committed is unknown.

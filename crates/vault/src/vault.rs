@@ -182,7 +182,7 @@ impl Vault {
         Ok(count)
     }
 
-    /// Appends one row to the audit log and answers once it is committed (and anchored).
+    /// Appends one row to the audit log and answers once it is committed.
     /// Concurrent callers share one transaction (group commit); a failed batch fails every
     /// caller in it.
     pub async fn audit_record(&self, event: AuditEvent) -> Result<AuditRow, VaultError> {
@@ -298,7 +298,6 @@ impl Vault {
                 .map_err(|e| StoreError::new("adopting the audit anchor", e))?
                 .map_err(|e| VaultError::AuditAnchor {
                     problem: e.to_string(),
-                    committed_id: None,
                 })?
         };
         if !created {

@@ -352,3 +352,43 @@ async fn the_first_call_of_a_fresh_anchored_vault_creates_the_anchor_file() {
     assert!(report.intact, "{report:?}");
     assert_eq!(report.anchored_rows, Some(2));
 }
+
+#[tokio::test]
+async fn an_anchor_file_that_cannot_be_written_refuses_the_next_calls_until_it_can() {
+    let f = anchored_fixture().await;
+    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let call = || {
+        let (client, url) = (f.client.clone(), server.url("/"));
+        async move {
+            client
+                .send(EgressRequest::new(Method::Get, url), None)
+                .await
+        }
+    };
+    // A directory where the anchor file belongs: every read and write of it fails.
+    std::fs::create_dir(f.anchor_path()).unwrap();
+
+    // The first intent is committed; its anchor write fails and is retried before the
+    // next batch, which fails too: the completion is not written, the outcome stands.
+    assert_eq!(call().await.unwrap().status, 200);
+    assert_eq!(server.connection_count(), 1);
+    // V7 (amended): the log may not run ahead of its witness, so the next call is refused
+    // before anything is sent.
+    let error = call().await.unwrap_err();
+    assert!(
+        matches!(error, EgressError::AuditUnavailable { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("audit anchor"), "{error}");
+    assert_eq!(server.connection_count(), 1, "nothing was sent");
+
+    std::fs::remove_dir(f.anchor_path()).unwrap();
+    assert_eq!(call().await.unwrap().status, 200);
+    let report = f.vault.audit_verify().await.unwrap();
+    assert!(report.intact, "{report:?}");
+    assert_eq!(report.anchored_rows, Some(3), "{report:?}");
+    assert_eq!(
+        report.incomplete_calls, 1,
+        "the first call's completion was refused"
+    );
+}

@@ -9,10 +9,10 @@
 //! every caller in it.
 //!
 //! The anchor is written after the followers are answered (their rows are durable in the
-//! database already) and before the next batch commits, so it trails the log by at most
-//! the batch being written. An anchor write that fails is retried before the next batch;
-//! if the retry fails too, that batch is refused: the log never runs ahead of its witness
-//! by more than one batch.
+//! database already), while the next batch commits, so it trails the log by at most the
+//! two batches in flight. An anchor write that fails is retried before a later batch
+//! commits; if the retry fails too, that batch is refused: the log never runs ahead of its
+//! witness by more than two batches.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -83,6 +83,8 @@ pub(crate) struct AuditWriter {
     warned_missing: AtomicBool,
     /// The rows of a batch whose anchor write failed, until a retry succeeds.
     behind: Mutex<Option<Vec<AuditRow>>>,
+    /// Held while writing the anchor file; taken in batch order (tokio's mutex is fair).
+    anchor_turn: tokio::sync::Mutex<()>,
     queue: Mutex<Queue>,
 }
 
@@ -95,6 +97,7 @@ impl AuditWriter {
             anchored: Mutex::new(None),
             warned_missing: AtomicBool::new(false),
             behind: Mutex::new(None),
+            anchor_turn: tokio::sync::Mutex::new(()),
             queue: Mutex::new(Queue::default()),
         }
     }
@@ -148,13 +151,17 @@ impl AuditWriter {
             writer: self,
             held: true,
         };
-        let result = self.lead(ticket).await;
+        let result = self.lead(ticket, &mut guard).await;
         guard.release();
         result
     }
 
     /// Flushes one batch holding the leader's own event and answers everyone in it.
-    async fn lead(&self, ticket: u64) -> Result<AuditRow, VaultError> {
+    async fn lead(
+        &self,
+        ticket: u64,
+        leadership: &mut Leadership<'_>,
+    ) -> Result<AuditRow, VaultError> {
         let batch: Vec<Pending> = {
             let mut queue = lock(&self.queue);
             let take = queue.pending.len().min(MAX_BATCH);
@@ -192,12 +199,18 @@ impl AuditWriter {
                 None => {}
             }
         }
-        // The followers go on; the anchor catches up before the next batch commits.
+        // The followers go on. The anchor follows: this leader takes its turn at the anchor
+        // file before handing on leadership, so anchors are written in batch order, and
+        // the next batch commits while this one's anchor is being synced.
         if let Ok(rows) = outcome
-            && let Err(problem) = self.advance_anchor(&rows).await
+            && self.witness.is_some()
         {
-            tracing::error!(%problem, "the audit rows were committed but the anchor file could not record them; retrying before the next batch");
-            *lock(&self.behind) = Some(rows);
+            let _turn = self.anchor_turn.lock().await;
+            leadership.release();
+            if let Err(problem) = self.advance_anchor(&rows).await {
+                tracing::error!(%problem, "the audit rows were committed but the anchor file could not record them; retrying before the next batch");
+                *lock(&self.behind) = Some(rows);
+            }
         }
         own
     }
@@ -206,7 +219,10 @@ impl AuditWriter {
     async fn commit(&self, events: Vec<AuditEvent>) -> Result<Vec<AuditRow>, BatchFailure> {
         let behind = lock(&self.behind).take();
         if let Some(rows) = behind
-            && let Err(problem) = self.advance_anchor(&rows).await
+            && let Err(problem) = {
+                let _turn = self.anchor_turn.lock().await;
+                self.advance_anchor(&rows).await
+            }
         {
             // V7 (amended): a witness that cannot keep up refuses further rows (and so
             // further calls) rather than let the log run ahead of it unwitnessed.

@@ -1,4 +1,6 @@
-//! The audit log: one row per outbound call, linked into an HMAC chain with a tip anchor.
+//! The audit log: an intent row before every transfer and one outcome row per outbound
+//! call, linked into an HMAC chain with a tip anchor (and, outside the database, the
+//! anchor file of `witness.rs`).
 
 use hkdf::Hkdf;
 use hmac::{Hmac, Mac};

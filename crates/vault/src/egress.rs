@@ -270,7 +270,8 @@ impl Resolve for PinnedResolver {
 }
 
 /// The only HTTP client in runwarden: places credentials, enforces the egress policy,
-/// bounds and cancels transfers and writes one audit row per call (SPEC V3-V7).
+/// bounds and cancels transfers, and audits every call: an intent row committed before
+/// any byte leaves, and an outcome row (SPEC V3-V7).
 pub struct EgressClient {
     vault: Arc<Vault>,
     config: EgressConfig,

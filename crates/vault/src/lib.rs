@@ -9,8 +9,9 @@
 //! - [`Vault`] seals secrets with envelope encryption ([`Algorithm`]) under a
 //!   [`MasterKey`], rotates that key, and keeps the audit log ([`audit`]).
 //! - [`EgressClient`] applies the egress guard ([`EgressPolicy`], DNS through a
-//!   [`Resolver`]), places the credential, bounds and cancels the transfer, and writes
-//!   exactly one audit row per call.
+//!   [`Resolver`]), places the credential, bounds and cancels the transfer, and audits
+//!   the call: an intent row committed before any byte leaves (nothing is sent if it
+//!   cannot be), then the outcome row naming it.
 //! - [`store::VaultStore`] is the storage seam a backend implements.
 //!
 //! ```no_run

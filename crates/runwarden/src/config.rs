@@ -721,6 +721,27 @@ mod tests {
             dir.path().join(".runwarden/master.key")
         );
         assert_eq!(config.timeout, Duration::from_secs(30));
+        assert_eq!(
+            config.audit_anchor_file,
+            dir.path().join(".runwarden/audit.anchor"),
+            "V7: the anchor defaults to <data_dir>/audit.anchor"
+        );
+    }
+
+    #[test]
+    fn the_audit_anchor_file_is_configurable_relative_to_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.toml");
+        std::fs::write(
+            &path,
+            "[vault]\naudit_anchor_file = \"witness/audit.anchor\"\n",
+        )
+        .unwrap();
+        let config = Config::load(&path).unwrap();
+        assert_eq!(
+            config.audit_anchor_file,
+            dir.path().join("witness/audit.anchor")
+        );
     }
 
     #[test]

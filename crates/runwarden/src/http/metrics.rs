@@ -116,7 +116,7 @@ fn render(runs: &[(RunState, u64)], calls: &[(String, u64)], metrics: &Metrics) 
             .map_or(0, |(_, n)| *n);
         let _ = writeln!(out, "runwarden_runs{{status=\"{}\"}} {n}", status.as_str());
     }
-    out.push_str("# HELP runwarden_outbound_calls_total Outbound calls by audit action.\n# TYPE runwarden_outbound_calls_total counter\n");
+    out.push_str("# HELP runwarden_outbound_calls_total Outbound calls by audit action (http_call_started counts calls that reached the network, the other actions their outcomes).\n# TYPE runwarden_outbound_calls_total counter\n");
     for (action, n) in calls {
         let _ = writeln!(
             out,

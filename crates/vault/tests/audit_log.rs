@@ -392,3 +392,57 @@ async fn an_anchor_file_that_cannot_be_written_refuses_the_next_calls_until_it_c
         "the first call's completion was refused"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_vaults_sharing_one_database_and_one_anchor_file_keep_both_in_step() {
+    use runwarden_store_sqlite::SqliteStore;
+    use runwarden_vault::{Algorithm, EgressClient, EgressConfig, EgressPolicy, MasterKey, Vault};
+
+    let f = anchored_fixture().await;
+    // A second handle on the same files, as a second process would open them.
+    let other = Vault::open(
+        Arc::new(SqliteStore::open(f.db_path()).unwrap()),
+        MasterKey::from_file(&f.dir.path().join("master.key")).unwrap(),
+        Algorithm::default(),
+    )
+    .await
+    .unwrap()
+    .with_anchor(f.anchor_path());
+    let other = Arc::new(EgressClient::new(
+        Arc::new(other),
+        EgressConfig {
+            policy: EgressPolicy::new(&["127.0.0.1"]).unwrap(),
+            ..EgressConfig::default()
+        },
+    ));
+    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let calls: Vec<_> = (0..32)
+        .map(|n| {
+            let client = if n % 2 == 0 {
+                f.client.clone()
+            } else {
+                other.clone()
+            };
+            let url = server.url("/");
+            tokio::spawn(async move {
+                client
+                    .send(EgressRequest::new(Method::Get, url), None)
+                    .await
+            })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap().status, 200);
+    }
+    for vault in [&f.vault, other.vault()] {
+        let report = vault.audit_verify().await.unwrap();
+        assert!(report.intact, "{report:?}");
+        assert_eq!(report.rows_verified, 64);
+        assert_eq!(
+            report.anchored_rows,
+            Some(64),
+            "the anchor never went back and ends at the tip"
+        );
+        assert_eq!(report.incomplete_calls, 0);
+    }
+}

@@ -88,8 +88,8 @@ pub struct ListedTool {
 pub type GateFuture =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>;
 
-/// Runs once the session is ready and just before the first byte of `tools/call` leaves;
-/// an `Err` stops the call unsent. The runtime stamps its write fence here (R11), so a
+/// Runs once the session is ready, after the vault committed the audit intent of
+/// `tools/call` and just before its first byte leaves; an `Err` stops the call unsent. The runtime stamps its write fence here (R11), so a
 /// crash during the handshake never leaves a run fenced for a write that never left.
 #[derive(Clone)]
 pub struct CallGate(Arc<dyn Fn() -> GateFuture + Send + Sync>);
@@ -317,19 +317,16 @@ impl McpClient {
     ) -> Result<Value, McpError> {
         let session = self.session(op).await?;
         self.require_tools(&session)?;
-        if let Some(gate) = &call.gate {
-            (gate.0)().await.map_err(|reason| McpError::Gated {
-                server: self.server.name.clone(),
-                reason,
-            })?;
-        }
         let id = self.next_id();
         *request_id = Some(id);
         let params =
             CallToolRequestParams::new(call.tool.clone()).with_arguments(call.arguments.clone());
         let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+        // R11: the gate runs inside the vault, after the audit intent and right before
+        // the first byte of tools/call.
+        let gate = call.gate.clone();
         match self
-            .leg(op, Some(&session), "tools/call", message, Some(id))
+            .leg_gated(op, Some(&session), "tools/call", message, Some(id), gate)
             .await
         {
             Err(error @ McpError::SessionExpired { .. }) => {
@@ -589,6 +586,19 @@ impl McpClient {
         message: Value,
         id: Option<i64>,
     ) -> Result<Answer, McpError> {
+        self.leg_gated(op, session, method, message, id, None).await
+    }
+
+    /// [`leg`](Self::leg) with the caller's gate run right before the transfer.
+    async fn leg_gated(
+        &self,
+        op: &Operation<'_>,
+        session: Option<&Session>,
+        method: &str,
+        message: Value,
+        id: Option<i64>,
+        gate: Option<CallGate>,
+    ) -> Result<Answer, McpError> {
         let server = &self.server.name;
         let Some(granted) = op.deadline.grant() else {
             return Err(McpError::NotSent {
@@ -618,6 +628,9 @@ impl McpClient {
         }
         if let Some(correlation) = &op.correlation {
             request = request.correlation(correlation.clone());
+        }
+        if let Some(gate) = gate {
+            request = request.before_transfer(Box::new(move || (gate.0)()));
         }
         if let Some(id) = id {
             // An event stream may stay open after our answer: stop reading once it is in.
@@ -655,6 +668,7 @@ impl McpClient {
                 method,
                 in_flight: true,
             },
+            EgressError::Held { reason } => McpError::Gated { server, reason },
             EgressError::Redirect { status, .. } => McpError::Status {
                 server,
                 method,

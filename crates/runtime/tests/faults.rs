@@ -24,7 +24,13 @@ use runwarden_runtime::{
 };
 use runwarden_store_sqlite::SqliteStore;
 use runwarden_testkit::{HttpRequest, TestServer, mcp_handler, tool};
-use runwarden_vault::store::{AuditFilter, StoreError, StoreFault};
+use runwarden_vault::audit::{AuditChain, AuditTip};
+use runwarden_vault::store::{
+    AuditFilter, RewrapFn, SealedKind, SealedMeta, SealedRecord, StoreError, StoreFault, VaultStore,
+};
+use runwarden_vault::{
+    Algorithm, AuditEvent, AuditRow, EgressClient, EgressConfig, EgressPolicy, MasterKey, Vault,
+};
 use serde_json::{Value, json};
 
 /// When the injected failure strikes.
@@ -183,8 +189,71 @@ impl QueueStore for Faulty {
     }
 }
 
+/// The vault's side: the audit appends can fail (V7: then nothing is sent) or die.
+#[async_trait]
+impl VaultStore for Faulty {
+    async fn sealed_get(
+        &self,
+        kind: SealedKind,
+        name: &str,
+    ) -> Result<Option<SealedRecord>, StoreError> {
+        self.inner.sealed_get(kind, name).await
+    }
+    async fn sealed_put(&self, record: SealedRecord) -> Result<(), StoreError> {
+        self.inner.sealed_put(record).await
+    }
+    async fn sealed_insert_new(&self, record: SealedRecord) -> Result<bool, StoreError> {
+        self.inner.sealed_insert_new(record).await
+    }
+    async fn sealed_delete(&self, kind: SealedKind, name: &str) -> Result<bool, StoreError> {
+        self.inner.sealed_delete(kind, name).await
+    }
+    async fn sealed_list(&self, kind: SealedKind) -> Result<Vec<SealedMeta>, StoreError> {
+        self.inner.sealed_list(kind).await
+    }
+    async fn sealed_rewrap_all(&self, rewrap: RewrapFn) -> Result<usize, StoreError> {
+        self.inner.sealed_rewrap_all(rewrap).await
+    }
+    async fn audit_append(
+        &self,
+        event: AuditEvent,
+        chain: Arc<AuditChain>,
+    ) -> Result<AuditRow, StoreError> {
+        faulty!(
+            self,
+            "audit_append",
+            self.inner.audit_append(event, chain).await
+        )
+    }
+    async fn audit_append_many(
+        &self,
+        events: Vec<AuditEvent>,
+        chain: Arc<AuditChain>,
+    ) -> Result<Vec<AuditRow>, StoreError> {
+        faulty!(
+            self,
+            "audit_append_many",
+            self.inner.audit_append_many(events, chain).await
+        )
+    }
+    async fn audit_incomplete(&self, intent_ids: Vec<i64>) -> Result<Vec<i64>, StoreError> {
+        self.inner.audit_incomplete(intent_ids).await
+    }
+    async fn audit_list(&self, filter: AuditFilter) -> Result<Vec<AuditRow>, StoreError> {
+        self.inner.audit_list(filter).await
+    }
+    async fn audit_tip(&self) -> Result<Option<AuditTip>, StoreError> {
+        self.inner.audit_tip().await
+    }
+    async fn audit_counts(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.inner.audit_counts().await
+    }
+}
+
 /// The methods a segment calls, each failed at every call it makes in a clean trial.
-const METHODS: [&str; 8] = [
+const METHODS: [&str; 10] = [
+    "audit_append",
+    "audit_append_many",
     "run_get",
     "run_status_now",
     "run_heartbeat",
@@ -212,6 +281,7 @@ struct Trial {
     requests: usize,
     audit_rows: usize,
     outcomes: Vec<Outcome>,
+    unsent_steps: usize,
     row: Run,
     kinds: Vec<String>,
 }
@@ -224,7 +294,8 @@ async fn trial(
     fault: Option<(&'static str, usize, When)>,
     crash_at: Option<usize>,
 ) -> Trial {
-    let vault = runwarden_testkit::loopback_vault().await;
+    let dir = tempfile::tempdir().unwrap();
+    let inner = SqliteStore::open(dir.path().join("runwarden.db")).unwrap();
     let writes = Arc::new(AtomicUsize::new(0));
     let requests = Arc::new(AtomicUsize::new(0));
     let (w, r) = (writes.clone(), requests.clone());
@@ -239,13 +310,23 @@ async fn trial(
     })
     .await;
     let store = Arc::new(Faulty {
-        inner: vault.store.clone(),
+        inner: inner.clone(),
         fault,
         crash_at,
         calls: Mutex::default(),
         async_calls: AtomicUsize::new(0),
         crashed: Arc::default(),
     });
+    let vault = Vault::open(store.clone(), MasterKey::generate(), Algorithm::default())
+        .await
+        .unwrap()
+        .with_anchor(dir.path().join("audit.anchor"));
+    let vault = Arc::new(vault);
+    let egress_config = EgressConfig {
+        policy: EgressPolicy::new(&["127.0.0.1"]).unwrap(),
+        ..EgressConfig::default()
+    };
+    let egress = Arc::new(EgressClient::new(vault.clone(), egress_config));
     let config = ExecutorConfig {
         lease: LEASE,
         // Often enough that the heartbeat is in the matrix, rare enough not to dominate it.
@@ -260,7 +341,7 @@ async fn trial(
     );
     let client = Arc::new(runwarden_mcp::McpClient::new(
         runwarden_mcp::ServerConfig::new("srv", server.url("/mcp")),
-        vault.egress.clone(),
+        egress.clone(),
     ));
     let plan = json!([{"tool_calls": [{"name": "srv__create", "arguments": {"q": "printer"}}]}, {"text": "filed"}]);
     let agent = runwarden_runtime::AgentSpec {
@@ -280,8 +361,7 @@ async fn trial(
         }],
     };
     let id = uuid::Uuid::now_v7().to_string();
-    vault
-        .store
+    inner
         .run_create(RunCreate {
             id: id.clone(),
             agent: "helper".into(),
@@ -311,14 +391,14 @@ async fn trial(
             backoff_base_ms: 1,
             limit: 10,
         };
-        vault.store.run_rescue_many(rescue).await.unwrap();
+        inner.run_rescue_many(rescue).await.unwrap();
         // A second later than the reaper's clock, so its backoff is due.
         let claim = Claim {
             owner: executor.owner().into(),
             lease_until_ms: later + LEASE.as_millis() as i64,
             now_ms: later + 1_000,
         };
-        let Some(run) = vault.store.run_claim(claim).await.unwrap() else {
+        let Some(run) = inner.run_claim(claim).await.unwrap() else {
             break;
         };
         let segment = tokio::time::timeout(
@@ -333,20 +413,17 @@ async fn trial(
         }
     }
     let audit_rows = vault
-        .vault
         .audit_list(AuditFilter::default())
         .await
         .unwrap()
         .len();
-    let row = vault.store.run_get(&id).await.unwrap().unwrap();
-    let kinds = vault
-        .store
-        .run_events(&id, 0, 0)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.kind)
-        .collect();
+    let row = inner.run_get(&id).await.unwrap().unwrap();
+    let events = inner.run_events(&id, 0, 0).await.unwrap();
+    let unsent_steps = events
+        .iter()
+        .filter(|e| e.payload["delivery"] == "not_sent")
+        .count();
+    let kinds = events.into_iter().map(|e| e.kind).collect();
     let calls = store.calls.lock().unwrap().clone();
     Trial {
         calls,
@@ -355,6 +432,7 @@ async fn trial(
         requests: requests.load(Ordering::SeqCst),
         audit_rows,
         outcomes,
+        unsent_steps,
         row,
         kinds,
     }
@@ -377,8 +455,14 @@ fn check(effect: Effect, fault: Option<(&'static str, usize, When)>, cell: &str,
         );
     }
     if t.row.status == RunState::Completed {
-        assert!(t.writes >= 1, "a completed run made its write; {}", why());
-        if effect == Effect::NonIdempotentWrite {
+        // Either the write was made, or the model read that it was not sent (M12: a
+        // refused call, such as one whose audit row could not be written, is a result).
+        assert!(
+            t.writes >= 1 || t.unsent_steps >= 1,
+            "a completed run made its write or was told it was not sent; {}",
+            why()
+        );
+        if effect == Effect::NonIdempotentWrite && t.unsent_steps == 0 {
             assert_eq!(t.writes, 1, "{}", why());
         }
     }

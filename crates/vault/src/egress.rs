@@ -90,6 +90,13 @@ impl Method {
 /// the stream is not waited for (an event stream that stays open after our answer).
 pub type CompleteFn = Box<dyn FnMut(&[u8]) -> bool + Send>;
 
+/// The caller's last check, run after the intent row is committed and right before the
+/// transfer; an `Err` with the reason keeps the request unsent.
+pub type BeforeTransfer = Box<
+    dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>
+        + Send,
+>;
+
 /// One outbound call, described without any HTTP-library type.
 pub struct EgressRequest {
     method: Method,
@@ -103,6 +110,7 @@ pub struct EgressRequest {
     correlation: Option<String>,
     reason: Option<String>,
     complete_when: Option<CompleteFn>,
+    before_transfer: Option<BeforeTransfer>,
 }
 
 impl std::fmt::Debug for EgressRequest {
@@ -130,6 +138,7 @@ impl EgressRequest {
             correlation: None,
             reason: None,
             complete_when: None,
+            before_transfer: None,
         }
     }
 
@@ -178,6 +187,14 @@ impl EgressRequest {
     /// Why the call is made ("tools/call tickets__create"), for the audit row.
     pub fn reason(mut self, reason: impl Into<String>) -> Self {
         self.reason = Some(reason.into());
+        self
+    }
+
+    /// Runs `check` after the audit intent is committed and right before the first byte
+    /// leaves: the narrowest point at which a caller can mark "this may now reach the
+    /// server" (the runtime stamps its write fence here, R11). An `Err` keeps it unsent.
+    pub fn before_transfer(mut self, check: BeforeTransfer) -> Self {
+        self.before_transfer = Some(check);
         self
     }
 
@@ -553,6 +570,20 @@ impl EgressClient {
                     )
                     .await;
             }
+        }
+
+        if let Some(check) = request.before_transfer
+            && let Err(reason) = check().await
+        {
+            return self
+                .finish(
+                    &record,
+                    action::HTTP_CALL_REFUSED,
+                    0,
+                    Err(EgressError::Held { reason }),
+                    secret.as_ref(),
+                )
+                .await;
         }
 
         let timeout = request.timeout.unwrap_or(self.config.default_timeout);

@@ -213,6 +213,13 @@ pub enum EgressError {
         /// Why the write failed (a store or anchor error; never a secret).
         detail: String,
     },
+    /// The caller's last check before the transfer (`EgressRequest::before_transfer`)
+    /// refused the call; nothing was sent.
+    #[error("not sent: {reason}")]
+    Held {
+        /// Why, in the caller's words.
+        reason: String,
+    },
     /// The vault's store failed before the call could start.
     #[error("while reading the vault: {0}")]
     Store(#[source] VaultError),
@@ -229,6 +236,7 @@ impl EgressError {
             | Self::Credential(_)
             | Self::InvalidHeader { .. }
             | Self::AuditUnavailable { .. }
+            | Self::Held { .. }
             | Self::Store(_) => Delivery::NotSent,
             Self::CancelledInFlight { .. } | Self::Backstop { .. } => Delivery::MaybeDelivered,
             Self::Timeout { delivery, .. }

@@ -50,8 +50,8 @@ mod witness;
 pub use audit::{AuditEvent, AuditRow, VerifyReport};
 pub use delivery::Delivery;
 pub use egress::{
-    CompleteFn, DEFAULT_MAX_RESPONSE_BYTES, EgressClient, EgressConfig, EgressRequest,
-    EgressResponse, MAX_TICK, Method,
+    BeforeTransfer, CompleteFn, DEFAULT_MAX_RESPONSE_BYTES, EgressClient, EgressConfig,
+    EgressRequest, EgressResponse, MAX_TICK, Method,
 };
 pub use envelope::Algorithm;
 pub use error::{EgressError, VaultError};

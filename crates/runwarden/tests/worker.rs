@@ -8,6 +8,7 @@
 //! wall-clock lease expiry that `status --json` reports; never on a guessed sleep.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,9 +28,14 @@ const REAPER_LOG: &str = "runwarden_runtime::worker=info";
 /// How many kill -9 trials the write test repeats.
 const TRIALS: usize = 20;
 
-/// The `tools/call` requests the server received, by `"<tool> <q argument>"`.
+/// The `tools/call` requests the server received, by `"<tool> <q argument>"`, and, for a
+/// `create` whose argument starts with `answer`, the database lock the server took before
+/// answering it (so the worker cannot record the answer).
 #[derive(Clone, Default)]
-struct Calls(Arc<Mutex<BTreeMap<String, usize>>>);
+struct Calls(
+    Arc<Mutex<BTreeMap<String, usize>>>,
+    Arc<Mutex<Option<(PathBuf, Option<rusqlite::Connection>)>>>,
+);
 
 impl Calls {
     fn of(&self, tool: &str, q: &str) -> usize {
@@ -50,7 +56,8 @@ impl Calls {
 
 /// An MCP server with three tools that counts every `tools/call` before it answers:
 /// `create` (a non-idempotent write) never answers, so a call to it is in flight until the
-/// client goes away; `search` (read-only) stalls on its first call for each argument and
+/// client goes away, except `create({"q": "answer..."})`, which takes the database's write
+/// lock and then answers; `search` (read-only) stalls on its first call for each argument and
 /// answers the later ones; `lookup` (read-only) answers at once.
 fn counting_server(calls: Calls) -> impl Fn(&HttpRequest) -> Reply + Send + Sync + 'static {
     let answer = mcp_handler(vec![tool("create"), tool("search"), tool("lookup")], &[]);
@@ -67,7 +74,15 @@ fn counting_server(calls: Calls) -> impl Fn(&HttpRequest) -> Reply + Send + Sync
                 *count += 1;
                 *count
             };
-            if name == "create" || (name == "search" && seen == 1) {
+            if name == "create" && q.starts_with("answer") {
+                let mut hold = calls.1.lock().expect("not poisoned");
+                if let Some((database, held)) = hold.as_mut() {
+                    let lock = rusqlite::Connection::open(&*database).expect("the database");
+                    lock.execute_batch("BEGIN EXCLUSIVE")
+                        .expect("the write lock");
+                    *held = Some(lock);
+                }
+            } else if name == "create" || (name == "search" && seen == 1) {
                 return Reply::Stall;
             }
         }
@@ -370,6 +385,92 @@ async fn kill_9_during_a_non_idempotent_write_dead_letters_the_run_and_the_write
     assert_eq!(dead_lettered, TRIALS);
     assert_eq!(calls.total("create"), TRIALS);
     assert_eq!(duplicates, 0, "at most once (R9)");
+}
+
+/// How many kill -9 trials the answered-but-unrecorded test repeats.
+const ANSWERED_TRIALS: usize = 5;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_after_the_server_answered_a_write_and_before_it_was_recorded_never_repeats_it() {
+    let agents: Vec<(String, Value)> = (0..ANSWERED_TRIALS)
+        .map(|k| {
+            (
+                format!("a{k}"),
+                call_then_answer("create", &format!("answer {k}")),
+            )
+        })
+        .collect();
+    let Install {
+        sandbox,
+        mut server,
+        calls,
+    } = install(&agents).await;
+    *calls.1.lock().unwrap() = Some((sandbox.database(), None));
+    let started = Instant::now();
+    for (k, (agent, _)) in agents.iter().enumerate() {
+        let q = format!("answer {k}");
+        let id = enqueue(&sandbox, agent, &q).await;
+        let mut command = sandbox.command(&["--json", "worker"]);
+        command.env("RUNWARDEN_LOG", "runwarden_vault=debug");
+        let mut first = Child::spawn(command);
+        until_call_is_held(&mut server, "create", &q).await;
+        // The server took the write lock, then answered: the worker has the answer and
+        // can record neither its audit outcome nor its step. That is the window.
+        first
+            .until_stderr(&["outbound call answered", "tools/call"])
+            .await;
+        let killed = Instant::now();
+        first.signal("KILL");
+        assert_eq!(first.ended(killed, WAIT).await.code, None);
+        if let Some((_, held)) = calls.1.lock().unwrap().as_mut() {
+            *held = None; // rolls back and releases the lock
+        }
+        past_lease_expiry(&status(&sandbox, &id).await).await;
+        runwarden(&sandbox, &["reap"])
+            .await
+            .ok()
+            .says(&format!("run {id} dead-lettered FENCED_WRITE"));
+        let dead = status(&sandbox, &id).await;
+        assert_eq!(dead["status"], "failed", "{dead:#}");
+        assert_eq!(dead["pending_effect"], "non_idempotent_write", "{dead:#}");
+        assert_eq!(
+            calls.of("create", &q),
+            1,
+            "trial {k}: the write reached the server once"
+        );
+        // V7 (amended): the call that reached the server has its row, shown incomplete.
+        let rows = runwarden(&sandbox, &["--json", "audit", "list", "--run", &id])
+            .await
+            .ok()
+            .json();
+        let intents: Vec<&Value> = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| {
+                r["action"] == "http_call_started"
+                    && r["reason"]
+                        .as_str()
+                        .is_some_and(|t| t.ends_with("tools/call"))
+            })
+            .collect();
+        assert_eq!(intents.len(), 1, "trial {k}: {rows:#}");
+        assert_eq!(intents[0]["incomplete"], true, "trial {k}: {rows:#}");
+    }
+    // A second worker takes nothing: every trial's run is dead-lettered, never re-sent.
+    let mut second = Child::worker(&sandbox, None);
+    let sentinel = enqueue(&sandbox, "quick", "sentinel").await;
+    let (outcome, before) = second.outcome_of(&sentinel).await;
+    assert_eq!(outcome["outcome"], "COMPLETED", "{outcome}");
+    assert!(before.is_empty(), "{before:#?}");
+    second.stop_idle().await;
+    assert_eq!(calls.total("create"), ANSWERED_TRIALS, "0 duplicates");
+    println!(
+        "{ANSWERED_TRIALS} kill -9 trials between the answer and its record in {:.1?}: \
+         {} writes, 0 duplicates, every call audited",
+        started.elapsed(),
+        calls.total("create"),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -615,6 +615,7 @@ impl EgressClient {
                 .await
             }
             Driven::Done(Ok(t)) => {
+                tracing::debug!(host = %record.host, status = t.status, reason = ?record.reason, "outbound call answered");
                 let response = EgressResponse {
                     status: t.status,
                     headers: t.headers,

@@ -34,8 +34,11 @@ const TRIALS: usize = 20;
 #[derive(Clone, Default)]
 struct Calls(
     Arc<Mutex<BTreeMap<String, usize>>>,
-    Arc<Mutex<Option<(PathBuf, Option<rusqlite::Connection>)>>>,
+    Arc<Mutex<Option<LockHold>>>,
 );
+
+/// The database to lock, and the connection holding its write lock once taken.
+type LockHold = (PathBuf, Option<rusqlite::Connection>);
 
 impl Calls {
     fn of(&self, tool: &str, q: &str) -> usize {

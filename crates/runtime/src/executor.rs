@@ -593,7 +593,7 @@ impl Executor {
                     return stop;
                 }
                 Err(error) => {
-                    let payload = json!({ "round": round, "error": error.to_string(), "retryable": error.is_retryable() });
+                    let payload = json!({ "round": round, "error": error.to_string(), "retryable": error.is_retryable(), "delivery": error.delivery().as_str() });
                     if self
                         .record_soft(segment, "model_failed", payload, Some(round))
                         .await

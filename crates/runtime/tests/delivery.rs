@@ -302,27 +302,11 @@ impl ModelProvider for Counting {
     }
 }
 
-async fn prior(f: &Fixture, run_id: &str, steps: &[(&str, Value)]) {
-    for (kind, payload) in steps {
-        let append = runwarden_runtime::store::EventAppend {
-            id: run_id.into(),
-            owner: f.executor.owner().into(),
-            kind: kind.to_string(),
-            payload: payload.clone(),
-            clear_fence: false,
-            round: None,
-            now_ms: 0,
-        };
-        assert!(f.store.run_event_append(append).await.unwrap().is_some());
-    }
-}
-
 #[tokio::test]
 async fn a_run_whose_final_answer_is_stored_settles_from_the_log_without_calling_the_model() {
     let f = fixture().await;
     let run = f.executor.create_sync("helper", "go").await.unwrap();
-    prior(
-        &f,
+    f.prior(
         &run.id,
         &[
             ("run_started", json!({"agent": "helper", "prompt": "go"})),
@@ -362,7 +346,7 @@ async fn a_run_whose_end_is_stored_settles_from_the_log_and_writes_no_second_ter
             ),
             (kind, json!({"reason": "as recorded"})),
         ];
-        prior(&f, &run.id, &steps).await;
+        f.prior(&run.id, &steps).await;
         let model = Arc::new(Counting(AtomicUsize::new(0)));
         let agent = f.agent_with(model.clone(), vec![]);
         f.executor.execute(&run, &agent, "go", None).await;
@@ -384,8 +368,7 @@ async fn a_resumed_run_whose_non_idempotent_write_is_uncertain_fails_without_sen
     let (server, counts) = misbehaving(Misbehaviour::CloseStream).await;
     let run = f.executor.create_sync("helper", "go").await.unwrap();
     let calls = json!([{"id": "c1", "name": "srv__create", "arguments": {}}]);
-    prior(
-        &f,
+    f.prior(
         &run.id,
         &[
             ("run_started", json!({"agent": "helper", "prompt": "go"})),

@@ -310,20 +310,6 @@ async fn a_run_without_a_final_answer_stops_at_its_round_limit() {
     assert!(row.termination_reason.unwrap().contains("within 3 rounds"));
 }
 
-/// Stores steps as an earlier segment of the run would have.
-async fn prior_step(f: &crate::support::Fixture, run_id: &str, kind: &str, payload: Value) {
-    let append = runwarden_runtime::store::EventAppend {
-        id: run_id.into(),
-        owner: f.executor.owner().into(),
-        kind: kind.into(),
-        payload,
-        clear_fence: false,
-        round: None,
-        now_ms: 0,
-    };
-    assert!(f.store.run_event_append(append).await.unwrap().is_some());
-}
-
 #[tokio::test]
 async fn a_resumed_run_never_repeats_a_recorded_write_and_finishes_what_was_not_recorded() {
     let f = fixture().await;
@@ -331,23 +317,22 @@ async fn a_resumed_run_never_repeats_a_recorded_write_and_finishes_what_was_not_
         TestServer::start(mcp_handler(vec![tool("create"), tool("search")], &[])).await;
     let run = f.executor.create_sync("helper", "go").await.unwrap();
     // An earlier segment asked for a write and a read, recorded the write, then died.
-    prior_step(
-        &f,
+    f.prior(
         &run.id,
-        "run_started",
-        json!({"agent": "helper", "prompt": "go"}),
+        &[("run_started", json!({"agent": "helper", "prompt": "go"}))],
     )
     .await;
     let calls = json!([{"id": "call-1-1", "name": "srv__create", "arguments": {}}, {"id": "call-1-2", "name": "srv__search", "arguments": {}}]);
-    prior_step(
-        &f,
+    f.prior(
         &run.id,
-        "model_response",
-        json!({"round": 1, "text": null, "tool_calls": calls}),
+        &[(
+            "model_response",
+            json!({"round": 1, "text": null, "tool_calls": calls}),
+        )],
     )
     .await;
     let recorded = json!({"round": 1, "call_id": "call-1-1", "tool": "srv__create", "outcome": "succeeded", "text": "ticket-1"});
-    prior_step(&f, &run.id, "tool_executed", recorded).await;
+    f.prior(&run.id, &[("tool_executed", recorded)]).await;
 
     let plan = json!([{"tool_calls": [{"name": "srv__create", "arguments": {}}, {"name": "srv__search", "arguments": {}}]}, {"text": "done"}]);
     let agent = f.agent(

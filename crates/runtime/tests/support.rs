@@ -193,6 +193,22 @@ impl Fixture {
         }
     }
 
+    /// Stores steps as an earlier segment of the run would have.
+    pub async fn prior(&self, run_id: &str, steps: &[(&str, serde_json::Value)]) {
+        for (kind, payload) in steps {
+            let append = EventAppend {
+                id: run_id.into(),
+                owner: self.executor.owner().into(),
+                kind: kind.to_string(),
+                payload: payload.clone(),
+                clear_fence: false,
+                round: None,
+                now_ms: 0,
+            };
+            assert!(self.store.run_event_append(append).await.unwrap().is_some());
+        }
+    }
+
     /// Every event kind of a run, in order.
     pub async fn kinds(&self, run_id: &str) -> Vec<String> {
         self.store

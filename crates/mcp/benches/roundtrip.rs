@@ -1,20 +1,35 @@
 //! Measures one `tools/call` through `McpClient` (vault egress, intent and completion
-//! audit rows synced to disk, the anchor file, JSON-RPC framing) against a bare reqwest POST of the same body to the same local server, and
-//! calls per second with 64 concurrent operations.
+//! audit rows synced to disk, the anchor file, JSON-RPC framing) against a bare reqwest
+//! POST of the same body to the same local server, and against the official Rust MCP SDK's
+//! client (`rmcp` with its Streamable HTTP transport), sequentially and as calls per
+//! second with 64 concurrent callers. The SDK runs twice: as shipped (`from_uri`: its
+//! reqwest client keeps no idle connection, at most 16 POSTs in flight) and tuned (a
+//! pooled reqwest client, 64 POSTs in flight), so our figure meets its best one.
 //!
 //! Run: `cargo bench -p runwarden-mcp --bench roundtrip` (add `-- --json` for JSON lines).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{Peer, ServiceExt};
 use runwarden_mcp::{McpClient, ServerConfig, ToolCallRequest};
-use runwarden_testkit::{Dist, LoopbackVault, TestServer, loopback_vault, mcp_handler, tool};
+use runwarden_testkit::{Dist, LoopbackVault, Seen, TestServer, loopback_vault, mcp_handler, tool};
 use runwarden_vault::CancelFlag;
-use serde_json::json;
+use serde_json::{Map, Value, json};
 
 const ITERATIONS: usize = 2_000;
 const CONCURRENT: usize = 64;
 const CONCURRENT_CALLS: usize = 4_000;
+
+const BARE: &str = "bare reqwest POST";
+const OURS: &str = "McpClient tools/call (vault + audit)";
+const RMCP_DEFAULT: &str = "rmcp client (SDK defaults)";
+const RMCP_POOLED: &str = "rmcp client (pooled, 64 in flight)";
 
 struct Row {
     name: &'static str,
@@ -31,10 +46,66 @@ fn summarise(name: &'static str, samples: Vec<Duration>) -> Row {
     }
 }
 
+struct Throughput {
+    name: &'static str,
+    succeeded: usize,
+    elapsed: Duration,
+}
+
+impl Throughput {
+    fn per_second(&self) -> f64 {
+        self.succeeded as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// `CONCURRENT_CALLS` calls from `CONCURRENT` tasks, each calling in a loop; `call`
+/// answers whether its call succeeded.
+async fn throughput<F, Fut>(name: &'static str, call: F) -> Throughput
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = bool> + Send + 'static,
+{
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for worker in 0..CONCURRENT {
+        let call = call.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ok = 0;
+            for _ in (worker..CONCURRENT_CALLS).step_by(CONCURRENT) {
+                ok += usize::from(call().await);
+            }
+            ok
+        }));
+    }
+    let mut succeeded = 0;
+    for task in tasks {
+        succeeded += task.await.unwrap();
+    }
+    Throughput {
+        name,
+        succeeded,
+        elapsed: started.elapsed(),
+    }
+}
+
+/// The SDK's client, handshake done (`initialize`, then `notifications/initialized`).
+async fn rmcp_client(
+    transport: StreamableHttpClientTransport<reqwest_sdk::Client>,
+) -> RunningService<RoleClient, ()> {
+    ().serve(transport)
+        .await
+        .expect("the SDK client's handshake")
+}
+
+async fn rmcp_call(peer: &Peer<RoleClient>, arguments: Map<String, Value>) -> bool {
+    let params = CallToolRequestParams::new("echo").with_arguments(arguments);
+    matches!(peer.call_tool(params).await, Ok(result) if result.is_error != Some(true))
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let json_output = std::env::args().any(|a| a == "--json");
-    let server = TestServer::start(mcp_handler(vec![tool("echo")], &[])).await;
+    let mut server = TestServer::start(mcp_handler(vec![tool("echo")], &[])).await;
     let url = server.url("/mcp");
     // `dir` holds the database and the anchor file: it must outlive the calls.
     let LoopbackVault {
@@ -50,10 +121,18 @@ async fn main() {
         correlation: None,
         gate: None,
     };
+    let arguments = || json!({"text": "hello"}).as_object().unwrap().clone();
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hello"}}}).to_string();
     let bare = reqwest::Client::builder().no_proxy().build().unwrap();
+    let rmcp_default = rmcp_client(StreamableHttpClientTransport::from_uri(url.clone())).await;
+    let rmcp_pooled = rmcp_client(StreamableHttpClientTransport::with_client(
+        reqwest_sdk::Client::builder().no_proxy().build().unwrap(),
+        StreamableHttpClientTransportConfig::with_uri(url.clone())
+            .max_concurrent_requests(CONCURRENT),
+    ))
+    .await;
 
-    // Warm up both paths (the client's handshake happens here).
+    // Warm up every path (our client's handshake happens here).
     for _ in 0..200 {
         assert!(client.call_tool(call(), None).await.result.is_success());
         bare.post(&url)
@@ -65,10 +144,16 @@ async fn main() {
             .bytes()
             .await
             .unwrap();
+        assert!(rmcp_call(&rmcp_default, arguments()).await);
+        assert!(rmcp_call(&rmcp_pooled, arguments()).await);
     }
 
+    // The paths take turns, call by call, so a burst of load on the shared machine
+    // lands on all of them alike.
     let mut bare_samples = Vec::with_capacity(ITERATIONS);
     let mut client_samples = Vec::with_capacity(ITERATIONS);
+    let mut rmcp_default_samples = Vec::with_capacity(ITERATIONS);
+    let mut rmcp_pooled_samples = Vec::with_capacity(ITERATIONS);
     let flag = CancelFlag::new();
     for _ in 0..ITERATIONS {
         let started = Instant::now();
@@ -87,50 +172,83 @@ async fn main() {
         let outcome = client.call_tool(call(), Some(&flag)).await;
         client_samples.push(started.elapsed());
         assert!(outcome.result.is_success());
-    }
-    let bare = summarise("bare reqwest POST", bare_samples);
-    let through = summarise("McpClient tools/call (vault + audit)", client_samples);
 
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for worker in 0..CONCURRENT {
+        let started = Instant::now();
+        let ok = rmcp_call(&rmcp_default, arguments()).await;
+        rmcp_default_samples.push(started.elapsed());
+        assert!(ok);
+
+        let started = Instant::now();
+        let ok = rmcp_call(&rmcp_pooled, arguments()).await;
+        rmcp_pooled_samples.push(started.elapsed());
+        assert!(ok);
+    }
+    let bare = summarise(BARE, bare_samples);
+    let through = summarise(OURS, client_samples);
+    let sequential = [
+        &bare,
+        &through,
+        &summarise(RMCP_DEFAULT, rmcp_default_samples),
+        &summarise(RMCP_POOLED, rmcp_pooled_samples),
+    ];
+
+    let ours = throughput(OURS, move || {
         let client = client.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut ok = 0;
-            for _ in (worker..CONCURRENT_CALLS).step_by(CONCURRENT) {
-                let call = ToolCallRequest {
-                    tool: "echo".into(),
-                    arguments: Default::default(),
-                    correlation: None,
-                    gate: None,
-                };
-                ok += usize::from(client.call_tool(call, None).await.result.is_success());
-            }
-            ok
-        }));
+        async move {
+            let call = ToolCallRequest {
+                tool: "echo".into(),
+                arguments: Default::default(),
+                correlation: None,
+                gate: None,
+            };
+            client.call_tool(call, None).await.result.is_success()
+        }
+    })
+    .await;
+    let mut concurrent = vec![ours];
+    for (name, service) in [(RMCP_DEFAULT, &rmcp_default), (RMCP_POOLED, &rmcp_pooled)] {
+        let peer = service.peer().clone();
+        concurrent.push(
+            throughput(name, move || {
+                let peer = peer.clone();
+                async move { rmcp_call(&peer, Map::new()).await }
+            })
+            .await,
+        );
     }
-    let mut succeeded = 0;
-    for task in tasks {
-        succeeded += task.await.unwrap();
+    for service in [rmcp_default, rmcp_pooled] {
+        service.cancel().await.expect("the SDK client closes");
     }
-    let elapsed = started.elapsed();
-    let per_second = succeeded as f64 / elapsed.as_secs_f64();
+    // What reached the server, by method. The server is stateless (no session id), so the
+    // SDK client opens no GET stream and sends no DELETE: this line shows only POSTs.
+    let mut methods = std::collections::BTreeMap::<String, usize>::new();
+    while let Ok(seen) = server.events.try_recv() {
+        if let Seen::Request(_, request) = seen {
+            *methods.entry(request.method).or_default() += 1;
+        }
+    }
 
     if json_output {
-        for row in [&bare, &through] {
+        for row in sequential {
             println!(
                 "{}",
                 json!({"figure": row.name, "p50_us": row.p50.as_micros(), "p99_us": row.p99.as_micros()})
             );
         }
+        for row in &concurrent {
+            println!(
+                "{}",
+                json!({"figure": "concurrent calls per second", "path": row.name, "concurrency": CONCURRENT, "calls": row.succeeded, "per_second": row.per_second()})
+            );
+        }
         println!(
             "{}",
-            json!({"figure": "concurrent calls per second", "concurrency": CONCURRENT, "calls": succeeded, "per_second": per_second})
+            json!({"figure": "requests by method", "methods": methods})
         );
     } else {
         println!("tools/call round trip, {ITERATIONS} sequential calls each, 127.0.0.1");
         println!("{:<40} {:>10} {:>10}", "path", "p50", "p99");
-        for row in [&bare, &through] {
+        for row in sequential {
             println!(
                 "{:<40} {:>8}µs {:>8}µs",
                 row.name,
@@ -144,9 +262,20 @@ async fn main() {
             overhead.as_micros(),
             through.p50.as_secs_f64() / bare.p50.as_secs_f64()
         );
+        println!("{CONCURRENT} concurrent callers, {CONCURRENT_CALLS} calls each path");
         println!(
-            "{CONCURRENT} concurrent operations: {succeeded}/{CONCURRENT_CALLS} calls in {:.2} s = {per_second:.0} calls/s",
-            elapsed.as_secs_f64()
+            "{:<40} {:>10} {:>10} {:>10}",
+            "path", "ok", "seconds", "calls/s"
         );
+        for row in &concurrent {
+            println!(
+                "{:<40} {:>10} {:>10.2} {:>10.0}",
+                row.name,
+                format!("{}/{CONCURRENT_CALLS}", row.succeeded),
+                row.elapsed.as_secs_f64(),
+                row.per_second()
+            );
+        }
+        println!("requests the server saw, by method: {methods:?}");
     }
 }

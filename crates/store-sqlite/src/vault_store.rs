@@ -149,8 +149,14 @@ impl VaultStore for SqliteStore {
         if events.is_empty() {
             return Ok(Vec::new());
         }
+        // V7 (amended): a batch of outcome rows only is not synced (see `must_sync`).
+        let durable = events.iter().any(AuditEvent::must_sync);
         self.run("appending audit rows", move |conn| {
-            append_durably(conn, events, &chain)
+            if durable {
+                append_durably(conn, events, &chain)
+            } else {
+                append_rows(conn, events, &chain)
+            }
         })
         .await
     }

@@ -316,6 +316,18 @@ impl VerifyReport {
     }
 }
 
+impl AuditEvent {
+    /// True when the row must be on disk before its writer goes on: every row except the
+    /// outcome of a call whose intent is already durable (V7 amended). An intent is
+    /// synced because its request leaves next; a refusal or a cancel before send because
+    /// it is the call's only row. An outcome row is committed (it survives a killed
+    /// process) and reaches the disk with the next synced batch; a power cut that takes it
+    /// back leaves its intent marked incomplete, which is the truth that remains.
+    pub fn must_sync(&self) -> bool {
+        self.intent_id.is_none()
+    }
+}
+
 /// Makes error text fit for an audit row: one line, URL queries redacted, at most 200
 /// characters (SPEC V7).
 pub fn audit_error_text(text: &str) -> String {

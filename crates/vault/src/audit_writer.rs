@@ -177,6 +177,10 @@ impl AuditWriter {
             }
             batch
         };
+        // Only a batch the store synced moves the anchor: it then names rows on disk (the
+        // sync covers the outcome rows committed before it too), so a power cut can make
+        // the anchor lag the log but never lead it.
+        let synced = batch.iter().any(|p| p.event.must_sync());
         let mut events = Vec::with_capacity(batch.len());
         let mut replies = Vec::with_capacity(batch.len());
         for p in batch {
@@ -201,9 +205,10 @@ impl AuditWriter {
         }
         // The followers go on. The anchor follows: this leader takes its turn at the anchor
         // file before handing on leadership, so anchors are written in batch order, and
-        // the next batch commits while this one's anchor is being synced.
+        // the next batch commits while this one's anchor is being written.
         if let Ok(rows) = outcome
             && self.witness.is_some()
+            && synced
         {
             let _turn = self.anchor_turn.lock().await;
             leadership.release();

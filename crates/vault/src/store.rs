@@ -219,6 +219,10 @@ pub trait VaultStore: Send + Sync + 'static {
     /// [`audit_append`](Self::audit_append) for each row, in order, with contiguous ids and
     /// one move of the tip anchor. All or nothing: an error leaves the log as it was. An
     /// empty batch writes nothing and answers an empty list.
+    ///
+    /// A batch holding a row that [`must_sync`](crate::AuditEvent::must_sync) is on disk
+    /// when this answers; any other batch is committed, so it survives a killed process,
+    /// and reaches the disk no later than the next synced batch.
     async fn audit_append_many(
         &self,
         events: Vec<AuditEvent>,

@@ -131,6 +131,8 @@ pub struct LegReport {
     pub elapsed: Duration,
     /// True when the leg got an HTTP answer.
     pub answered: bool,
+    /// The id of the leg's intent row in the audit log, once it was committed (V7).
+    pub audit_id: Option<i64>,
 }
 
 /// The result of [`McpClient::call_tool`] with the legs it took.
@@ -632,6 +634,9 @@ impl McpClient {
         if let Some(gate) = gate {
             request = request.before_transfer(Box::new(move || (gate.0)()));
         }
+        let intent = Arc::new(AtomicI64::new(0));
+        let seen = intent.clone();
+        request = request.on_intent(Box::new(move |id| seen.store(id, Ordering::Relaxed)));
         if let Some(id) = id {
             // An event stream may stay open after our answer: stop reading once it is in.
             request = request.complete_when(Box::new(move |body: &[u8]| {
@@ -646,6 +651,7 @@ impl McpClient {
             granted,
             elapsed: started.elapsed(),
             answered: sent.is_ok(),
+            audit_id: Some(intent.load(Ordering::Relaxed)).filter(|id| *id > 0),
         };
         op.legs
             .lock()

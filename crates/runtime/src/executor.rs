@@ -736,7 +736,7 @@ impl Executor {
             let legs: Vec<Value> = outcome
                 .legs
                 .iter()
-                .map(|l| json!({ "method": l.method, "answered": l.answered, "millis": l.elapsed.as_millis() as u64 }))
+                .map(|l| json!({ "method": l.method, "answered": l.answered, "audit_id": l.audit_id, "millis": l.elapsed.as_millis() as u64 }))
                 .collect();
             payload["request_id"] = json!(outcome.request_id);
             payload["legs"] = Value::Array(legs);

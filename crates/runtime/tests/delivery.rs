@@ -125,7 +125,24 @@ async fn a_non_idempotent_write_that_may_have_run_fails_the_run_effect_uncertain
         );
         let step = &events(&f, &run.id).await[2].payload;
         assert_eq!(step["delivery"], "maybe_delivered", "{how:?}");
-        assert_eq!(step["legs"].as_array().unwrap().len(), 3, "{how:?}: {step}");
+        let legs = step["legs"].as_array().unwrap();
+        assert_eq!(legs.len(), 3, "{how:?}: {step}");
+        // The step names the audit row that stands for the write: its intent.
+        let call_leg = &legs[2];
+        assert_eq!(call_leg["method"], "tools/call", "{how:?}: {step}");
+        let audit_id = call_leg["audit_id"].as_i64().expect("the intent row's id");
+        let rows = f.vault.audit_list(AuditFilter::default()).await.unwrap();
+        let intent = rows.iter().find(|r| r.id == audit_id).unwrap();
+        assert_eq!(intent.event.action, "http_call_started", "{how:?}");
+        assert!(
+            intent
+                .event
+                .reason
+                .as_deref()
+                .unwrap()
+                .ends_with("tools/call"),
+            "{how:?}"
+        );
         assert!(step["request_id"].is_i64(), "{how:?}: {step}");
 
         assert_eq!(counts.calls.load(Ordering::SeqCst), 1, "{how:?}");

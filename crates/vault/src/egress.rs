@@ -97,6 +97,10 @@ pub type BeforeTransfer = Box<
         + Send,
 >;
 
+/// Told the id of the intent row once it is committed (the caller's record of which audit
+/// row stands for its request, whatever the outcome).
+pub type IntentObserver = Box<dyn FnOnce(i64) + Send>;
+
 /// One outbound call, described without any HTTP-library type.
 pub struct EgressRequest {
     method: Method,
@@ -111,6 +115,7 @@ pub struct EgressRequest {
     reason: Option<String>,
     complete_when: Option<CompleteFn>,
     before_transfer: Option<BeforeTransfer>,
+    on_intent: Option<IntentObserver>,
 }
 
 impl std::fmt::Debug for EgressRequest {
@@ -139,6 +144,7 @@ impl EgressRequest {
             reason: None,
             complete_when: None,
             before_transfer: None,
+            on_intent: None,
         }
     }
 
@@ -195,6 +201,13 @@ impl EgressRequest {
     /// server" (the runtime stamps its write fence here, R11). An `Err` keeps it unsent.
     pub fn before_transfer(mut self, check: BeforeTransfer) -> Self {
         self.before_transfer = Some(check);
+        self
+    }
+
+    /// Calls `observe` with the id of the call's intent row (`http_call_started`) once it
+    /// is committed; never called for a call that did not reach that point.
+    pub fn on_intent(mut self, observe: IntentObserver) -> Self {
+        self.on_intent = Some(observe);
         self
     }
 
@@ -556,7 +569,12 @@ impl EgressClient {
         let scrubber = Scrubber::new(secret.as_ref(), record.placement.as_ref());
         let intent = record.event(action::HTTP_CALL_STARTED, 0, None, &scrubber);
         match self.vault.audit_record(intent).await {
-            Ok(row) => record.intent_id = Some(row.id),
+            Ok(row) => {
+                record.intent_id = Some(row.id);
+                if let Some(observe) = request.on_intent {
+                    observe(row.id);
+                }
+            }
             Err(e) => {
                 let detail = audit_error_text(&scrubber.text(&e.to_string()));
                 record.reason = Some("audit_unavailable".into());

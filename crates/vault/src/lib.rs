@@ -51,7 +51,7 @@ pub use audit::{AuditEvent, AuditRow, VerifyReport};
 pub use delivery::Delivery;
 pub use egress::{
     BeforeTransfer, CompleteFn, DEFAULT_MAX_RESPONSE_BYTES, EgressClient, EgressConfig,
-    EgressRequest, EgressResponse, MAX_TICK, Method,
+    EgressRequest, EgressResponse, IntentObserver, MAX_TICK, Method,
 };
 pub use envelope::Algorithm;
 pub use error::{EgressError, VaultError};

@@ -350,7 +350,7 @@ async fn call(cx: &Context, name: &str, tool: &str, args: &str) -> anyhow::Resul
     let legs: Vec<Value> = outcome
         .legs
         .iter()
-        .map(|l| serde_json::json!({"method": l.method, "granted_seconds": l.granted.as_secs(), "millis": l.elapsed.as_millis() as u64}))
+        .map(|l| serde_json::json!({"method": l.method, "granted_seconds": l.granted.as_secs(), "millis": l.elapsed.as_millis() as u64, "audit_id": l.audit_id}))
         .collect();
     let report = serde_json::json!({
         "server": name, "tool": remote, "outcome": label, "text": result.text,

@@ -6,39 +6,20 @@ use std::sync::{Arc, Mutex};
 
 use runwarden_mcp::{McpClient, Request, ServerConfig, ToolCallRequest};
 use runwarden_testkit::{
-    Channel, HOSTILE_SIGIL, TestServer, echo_handler, find_form, forms_of, received_credential,
-    tool,
+    Channel, HOSTILE_SIGIL, TestServer, echo_handler, find_form, forms_of, hostile_placements,
+    received_credential, tool,
 };
-use runwarden_vault::{Credential, Placement, SecretName, SecretValue};
+use runwarden_vault::{Credential, SecretName, SecretValue};
 use serde_json::{Map, json};
 
 use crate::support::fixture;
-
-/// Every placement, with the secret value it needs (basic wants `user:password`).
-fn placements() -> Vec<(Placement, String)> {
-    vec![
-        (Placement::Bearer, HOSTILE_SIGIL.to_string()),
-        (Placement::Basic, format!("svc:{HOSTILE_SIGIL}")),
-        (
-            Placement::Header {
-                name: "x-key".into(),
-                prefix: None,
-            },
-            HOSTILE_SIGIL.to_string(),
-        ),
-        (
-            Placement::Query { name: "key".into() },
-            HOSTILE_SIGIL.to_string(),
-        ),
-    ]
-}
 
 #[tokio::test]
 async fn an_echoed_credential_never_reaches_a_tool_result_an_error_or_an_audit_row() {
     let f = fixture().await;
     let channel = Arc::new(Mutex::new(Channel::Body));
     let mut server = TestServer::start(echo_handler(channel.clone(), vec![tool("create")])).await;
-    for (i, (placement, value)) in placements().into_iter().enumerate() {
+    for (i, (placement, value)) in hostile_placements().into_iter().enumerate() {
         let name = SecretName::new(format!("srv{i}")).unwrap();
         f.vault
             .secret_put(&name, SecretValue::new(value.as_bytes().to_vec()))
@@ -103,7 +84,7 @@ async fn an_echoed_credential_never_reaches_a_tool_result_an_error_or_an_audit_r
         }
     }
     let rows = format!("{:?}", f.audit().await);
-    for (_, value) in placements() {
+    for (_, value) in hostile_placements() {
         assert_eq!(find_form(&rows, &forms_of(&value)), None, "{rows}");
     }
 }

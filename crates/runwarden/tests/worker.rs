@@ -108,6 +108,19 @@ fn call_then_answer(tool: &str, q: &str) -> Value {
     ])
 }
 
+/// `n` agents `<name>K`, each calling `create({"q": "<q> K"})` once, so the server counts
+/// per run.
+fn write_agents(name: &str, q: &str, n: usize) -> Vec<(String, Value)> {
+    (0..n)
+        .map(|k| {
+            (
+                format!("{name}{k}"),
+                call_then_answer("create", &format!("{q} {k}")),
+            )
+        })
+        .collect()
+}
+
 /// A plan that answers at once, with no tool.
 fn answer_at_once() -> Value {
     json!([{"text": "done"}])
@@ -283,14 +296,7 @@ fn summary(ended: &Ended) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_a_non_idempotent_write_dead_letters_the_run_and_the_write_happens_once() {
     // One agent per trial, each sending its own argument, so the server counts per run.
-    let agents: Vec<(String, Value)> = (0..TRIALS)
-        .map(|k| {
-            (
-                format!("w{k}"),
-                call_then_answer("create", &format!("trial {k}")),
-            )
-        })
-        .collect();
+    let agents = write_agents("w", "trial", TRIALS);
     let Install {
         sandbox,
         mut server,
@@ -395,14 +401,7 @@ const ANSWERED_TRIALS: usize = 5;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_after_the_server_answered_a_write_and_before_it_was_recorded_never_repeats_it() {
-    let agents: Vec<(String, Value)> = (0..ANSWERED_TRIALS)
-        .map(|k| {
-            (
-                format!("a{k}"),
-                call_then_answer("create", &format!("answer {k}")),
-            )
-        })
-        .collect();
+    let agents = write_agents("a", "answer", ANSWERED_TRIALS);
     let Install {
         sandbox,
         mut server,

@@ -214,6 +214,27 @@ fn model_answer(request: &HttpRequest, body: &Value, echo: &str) -> Reply {
 /// (escaped `\/` by PHP, `%2F` in a query), `"` (`\"` in JSON, `%22`) and `+` (`%2B`).
 pub const HOSTILE_SIGIL: &str = "sigil/7c1f\"9e2a+never-print";
 
+/// Every placement, with the value of [`HOSTILE_SIGIL`] it needs (basic wants
+/// `user:password`; the header placement carries a prefix).
+pub fn hostile_placements() -> Vec<(runwarden_vault::Placement, String)> {
+    use runwarden_vault::Placement;
+    vec![
+        (Placement::Bearer, HOSTILE_SIGIL.to_string()),
+        (Placement::Basic, format!("svc:{HOSTILE_SIGIL}")),
+        (
+            Placement::Header {
+                name: "x-key".into(),
+                prefix: Some("Token ".into()),
+            },
+            HOSTILE_SIGIL.to_string(),
+        ),
+        (
+            Placement::Query { name: "key".into() },
+            HOSTILE_SIGIL.to_string(),
+        ),
+    ]
+}
+
 /// Every form of `secret` that must never surface: raw, the password alone and the base64
 /// of the pair (when it is `user:password`), percent-encoded as a query carries it, and
 /// JSON-escaped. Forms shorter than 4 bytes are left out.

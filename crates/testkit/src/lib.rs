@@ -23,7 +23,10 @@ mod server;
 mod stats;
 mod vault;
 
-pub use echo::{Channel, HOSTILE_SIGIL, echo_handler, find_form, forms_of, received_credential};
+pub use echo::{
+    Channel, HOSTILE_SIGIL, echo_handler, find_form, forms_of, hostile_placements,
+    received_credential,
+};
 pub use mcp::{mcp_handler, tool};
 pub use peer::Peer;
 pub use server::{HttpRequest, Reply, Seen, TestServer};

@@ -5,10 +5,11 @@
 use std::sync::{Arc, Mutex};
 
 use runwarden_testkit::{
-    Channel, HOSTILE_SIGIL, TestServer, echo_handler, find_form, forms_of, received_credential,
+    Channel, HOSTILE_SIGIL, TestServer, echo_handler, find_form, forms_of, hostile_placements,
+    received_credential,
 };
 use runwarden_vault::store::AuditFilter;
-use runwarden_vault::{Credential, EgressRequest, Method, Placement, SecretName, SecretValue};
+use runwarden_vault::{Credential, EgressRequest, Method, SecretName, SecretValue};
 use serde_json::json;
 
 use crate::support::fixture;
@@ -16,31 +17,12 @@ use crate::support::fixture;
 /// A bound on a step that takes milliseconds; it only fails a hung test.
 const WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Every placement, with the secret value it needs (basic wants `user:password`).
-fn placements() -> Vec<(Placement, String)> {
-    vec![
-        (Placement::Bearer, HOSTILE_SIGIL.to_string()),
-        (Placement::Basic, format!("svc:{HOSTILE_SIGIL}")),
-        (
-            Placement::Header {
-                name: "x-key".into(),
-                prefix: Some("Token ".into()),
-            },
-            HOSTILE_SIGIL.to_string(),
-        ),
-        (
-            Placement::Query { name: "key".into() },
-            HOSTILE_SIGIL.to_string(),
-        ),
-    ]
-}
-
 #[tokio::test]
 async fn an_echoed_credential_is_redacted_in_every_channel_for_every_placement() {
     let f = fixture().await;
     let channel = Arc::new(Mutex::new(Channel::Body));
     let mut server = TestServer::start(echo_handler(channel.clone(), vec![])).await;
-    for (i, (placement, value)) in placements().into_iter().enumerate() {
+    for (i, (placement, value)) in hostile_placements().into_iter().enumerate() {
         let name = SecretName::new(format!("s{i}")).unwrap();
         f.vault
             .secret_put(&name, SecretValue::new(value.as_bytes().to_vec()))
@@ -90,9 +72,12 @@ async fn an_echoed_credential_is_redacted_in_every_channel_for_every_placement()
     }
     let rows = f.vault.audit_list(AuditFilter::default()).await.unwrap();
     // V7 (amended): every call reached the server, so each has an intent and a completion.
-    assert_eq!(rows.len(), 2 * placements().len() * Channel::ALL.len());
+    assert_eq!(
+        rows.len(),
+        2 * hostile_placements().len() * Channel::ALL.len()
+    );
     let rows = format!("{rows:?}");
-    for (_, value) in placements() {
+    for (_, value) in hostile_placements() {
         assert_eq!(find_form(&rows, &forms_of(&value)), None, "{rows}");
     }
     assert!(rows.contains("[redacted]"), "the redirect's error row");

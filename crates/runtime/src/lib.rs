@@ -19,6 +19,7 @@
 
 mod agent;
 mod executor;
+pub mod feed;
 pub mod queue;
 mod retry;
 mod signal;
@@ -34,6 +35,7 @@ pub use executor::{
     CancelLatencyObserver, DEFAULT_HEARTBEAT, DEFAULT_LEASE, Executor, ExecutorConfig, Observer,
     SegmentOptions,
 };
+pub use feed::{Change, ChangeFeed};
 pub use queue::{DeadLetter, QueueStore, RequeueAnswer};
 pub use retry::RetryPolicy;
 pub use signal::{CancelHub, RunSignal, SIGNAL_READ_INTERVAL, is_run_cancelled};

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use runwarden_vault::store::StoreError;
 use serde_json::Value;
 
+use crate::feed::ChangeFeed;
 use crate::state::RunState;
 
 /// A run row (R1).
@@ -202,6 +203,14 @@ pub trait RunStore: Send + Sync + 'static {
     /// from inside the vault's tick (R6), so it must be cheap and must not wait behind
     /// writers (SQLite answers from a WAL read connection of its own).
     fn run_status_now(&self, id: &str) -> Result<Option<RunState>, StoreError>;
+
+    /// R6 (amended): the statuses of several runs in one query (the status watcher's
+    /// batched refresh). Ids with no run are left out; the order is unspecified.
+    async fn run_statuses(&self, ids: &[String]) -> Result<Vec<(String, RunState)>, StoreError>;
+
+    /// O6: the store's change feed. Every write that commits publishes what it changed
+    /// (an appended event, a new status, a queued run ready to claim) after the commit.
+    fn change_feed(&self) -> &ChangeFeed;
 
     /// R4: a guarded transition from any non-terminal status to `cancelled` that drops the
     /// stored request; `pending_effect` is kept. A terminal run is refused.

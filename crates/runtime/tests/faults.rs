@@ -129,6 +129,12 @@ impl RunStore for Faulty {
     fn run_status_now(&self, id: &str) -> Result<Option<RunState>, StoreError> {
         faulty!(sync self, "run_status_now", self.inner.run_status_now(id))
     }
+    async fn run_statuses(&self, ids: &[String]) -> Result<Vec<(String, RunState)>, StoreError> {
+        self.inner.run_statuses(ids).await
+    }
+    fn change_feed(&self) -> &runwarden_runtime::ChangeFeed {
+        self.inner.change_feed()
+    }
     async fn run_cancel(&self, id: &str, now_ms: i64) -> Result<CancelAnswer, StoreError> {
         self.inner.run_cancel(id, now_ms).await
     }

@@ -35,6 +35,8 @@ struct Inner {
     /// a thousand threads to fight over one mutex on two cores. One permit would put a
     /// thread hand-off between every two calls and cost a quarter of the throughput.
     gate: Arc<tokio::sync::Semaphore>,
+    /// O6: what this process committed, for live views, workers and the status watcher.
+    feed: runwarden_runtime::ChangeFeed,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -100,6 +102,7 @@ impl SqliteStore {
                 conn: Mutex::new(conn),
                 probe: Mutex::new(probe),
                 gate: Arc::new(tokio::sync::Semaphore::new(2)),
+                feed: runwarden_runtime::ChangeFeed::new(),
             }),
         })
     }
@@ -119,6 +122,11 @@ impl SqliteStore {
             probed
         })
         .await
+    }
+
+    /// O6: the feed this store publishes its committed run changes to.
+    pub(crate) fn feed(&self) -> &runwarden_runtime::ChangeFeed {
+        &self.inner.feed
     }
 
     /// Runs `work` with the connection on tokio's blocking pool. A poisoned lock or a

@@ -18,7 +18,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::SqliteStore;
 use crate::failure::Failure;
-use crate::run_store::{RUN_COLUMNS, run_columns, run_row};
+use crate::run_store::{RUN_COLUMNS, publish_status, run_columns, run_row};
 
 /// How many due runs one claim round considers: a claimant that loses a run to another
 /// process tries the next one instead of giving up.
@@ -32,20 +32,43 @@ const REQUEUEING: &str = "requeueing a run";
 #[async_trait]
 impl QueueStore for SqliteStore {
     async fn run_claim(&self, params: Claim) -> Result<Option<Run>, StoreError> {
-        self.run("claiming a queued run", move |conn| claim(conn, &params))
-            .await
+        let run = self
+            .run("claiming a queued run", move |conn| claim(conn, &params))
+            .await?;
+        if let Some(run) = &run {
+            publish_status(self.feed(), &run.id, run.status);
+        }
+        Ok(run)
     }
 
     async fn run_requeue(&self, params: Requeue) -> Result<RequeueAnswer, StoreError> {
-        self.run(REQUEUEING, move |conn| requeue(conn, &params))
-            .await
+        let run_id = params.id.clone();
+        let answer = self
+            .run(REQUEUEING, move |conn| requeue(conn, &params))
+            .await?;
+        publish_requeue(self, &run_id, answer);
+        Ok(answer)
     }
 
     async fn run_rescue_many(&self, params: Rescue) -> Result<Vec<Rescued>, StoreError> {
-        self.run("rescuing stale runs", move |conn| {
-            rescue_many(conn, &params)
-        })
-        .await
+        let rescued = self
+            .run("rescuing stale runs", move |conn| {
+                rescue_many(conn, &params)
+            })
+            .await?;
+        for one in &rescued {
+            publish_requeue(self, &one.id, one.action);
+        }
+        Ok(rescued)
+    }
+}
+
+/// O6: a requeued run is queued (and ready); a dead-lettered one failed.
+fn publish_requeue(store: &SqliteStore, run_id: &str, answer: RequeueAnswer) {
+    match answer {
+        RequeueAnswer::Requeued { .. } => publish_status(store.feed(), run_id, RunState::Queued),
+        RequeueAnswer::DeadLettered(_) => publish_status(store.feed(), run_id, RunState::Failed),
+        RequeueAnswer::AlreadyCancelled | RequeueAnswer::LeaseLost => {}
     }
 }
 

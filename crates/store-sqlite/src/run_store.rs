@@ -7,11 +7,11 @@
 //! process cannot change the row between them.
 
 use async_trait::async_trait;
-use runwarden_runtime::RunState;
 use runwarden_runtime::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
     RunFilter, RunSettle, RunStore, SettleAnswer,
 };
+use runwarden_runtime::{Change, ChangeFeed, RunState};
 use runwarden_vault::store::StoreError;
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use serde_json::Value;
@@ -31,64 +31,67 @@ const SETTLING: &str = "settling a run";
 #[async_trait]
 impl RunStore for SqliteStore {
     async fn run_create(&self, params: RunCreate) -> Result<Run, StoreError> {
-        self.run("creating a run", move |conn| {
-            let request = params.request.as_ref().map(Value::to_string);
-            // R3: a synchronous run is claimed by its segment at birth; a queued run has no
-            // owner until a worker's guarded claim.
-            let (status, claimed_by, lease_expires_ms) = match &params.status {
-                NewRunStatus::Running {
-                    owner,
-                    lease_until_ms,
-                } => (
-                    RunState::Running,
-                    Some(owner.clone()),
-                    Some(*lease_until_ms),
-                ),
-                NewRunStatus::Queued => (RunState::Queued, None, None),
-            };
-            let inserted = conn.execute(
-                "INSERT INTO runs (id, agent, status, request, claimed_by, lease_expires_ms,
+        let run = self
+            .run("creating a run", move |conn| {
+                let request = params.request.as_ref().map(Value::to_string);
+                // R3: a synchronous run is claimed by its segment at birth; a queued run has no
+                // owner until a worker's guarded claim.
+                let (status, claimed_by, lease_expires_ms) = match &params.status {
+                    NewRunStatus::Running {
+                        owner,
+                        lease_until_ms,
+                    } => (
+                        RunState::Running,
+                        Some(owner.clone()),
+                        Some(*lease_until_ms),
+                    ),
+                    NewRunStatus::Queued => (RunState::Queued, None, None),
+                };
+                let inserted = conn.execute(
+                    "INSERT INTO runs (id, agent, status, request, claimed_by, lease_expires_ms,
                                    correlation, created_ms, updated_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)
                  ON CONFLICT (id) DO NOTHING",
-                params![
-                    params.id,
-                    params.agent,
-                    status.as_str(),
-                    request,
+                    params![
+                        params.id,
+                        params.agent,
+                        status.as_str(),
+                        request,
+                        claimed_by,
+                        lease_expires_ms,
+                        params.correlation,
+                        params.now_ms,
+                    ],
+                )?;
+                if inserted == 0 {
+                    return Err(StoreError::new(
+                        "creating a run",
+                        format!(
+                            "a run with id {} already exists: give every run a fresh UUIDv7",
+                            params.id
+                        ),
+                    )
+                    .into());
+                }
+                Ok(Run {
+                    id: params.id,
+                    agent: params.agent,
+                    status,
+                    termination_reason: None,
+                    request: params.request,
                     claimed_by,
                     lease_expires_ms,
-                    params.correlation,
-                    params.now_ms,
-                ],
-            )?;
-            if inserted == 0 {
-                return Err(StoreError::new(
-                    "creating a run",
-                    format!(
-                        "a run with id {} already exists: give every run a fresh UUIDv7",
-                        params.id
-                    ),
-                )
-                .into());
-            }
-            Ok(Run {
-                id: params.id,
-                agent: params.agent,
-                status,
-                termination_reason: None,
-                request: params.request,
-                claimed_by,
-                lease_expires_ms,
-                pending_effect: None,
-                requeue_count: 0,
-                rounds: 0,
-                correlation: params.correlation,
-                created_ms: params.now_ms,
-                updated_ms: params.now_ms,
+                    pending_effect: None,
+                    requeue_count: 0,
+                    rounds: 0,
+                    correlation: params.correlation,
+                    created_ms: params.now_ms,
+                    updated_ms: params.now_ms,
+                })
             })
-        })
-        .await
+            .await?;
+        publish_status(self.feed(), &run.id, run.status);
+        Ok(run)
     }
 
     async fn run_get(&self, id: &str) -> Result<Option<Run>, StoreError> {
@@ -118,37 +121,77 @@ impl RunStore for SqliteStore {
         })
     }
 
-    async fn run_cancel(&self, id: &str, now_ms: i64) -> Result<CancelAnswer, StoreError> {
-        let id = id.to_owned();
-        self.run("cancelling a run", move |conn| {
-            // R4: the read and the guarded update share one immediate transaction, so
-            // `previous` is the state the cancel really left.
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let Some(previous) = read_status(&tx, &id)? else {
-                return Ok(CancelAnswer::NotFound);
-            };
-            if previous.is_terminal() {
-                return Ok(CancelAnswer::AlreadyTerminal(previous));
-            }
-            // R4: the stored request goes (nothing may resume the run); pending_effect and
-            // claimed_by stay, so the reaper and people can see a cancelled mid-write run (R7).
-            let changed = tx.execute(
-                "UPDATE runs SET status = 'cancelled', request = NULL, termination_reason = ?1,
-                     updated_ms = ?2
-                 WHERE id = ?3 AND status NOT IN ('completed', 'failed', 'cancelled')",
-                params![CANCEL_REASON, now_ms, id],
+    async fn run_statuses(&self, ids: &[String]) -> Result<Vec<(String, RunState)>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = ids.to_vec();
+        // R6 (amended): one query for every run the watcher follows, however many calls
+        // are in flight. `json_each` takes the whole list as one parameter.
+        self.run(READING_STATUS, move |conn| {
+            let list =
+                serde_json::to_string(&ids).map_err(|e| StoreError::new(READING_STATUS, e))?;
+            let mut stmt = conn.prepare_cached(
+                "SELECT id, status FROM runs WHERE id IN (SELECT value FROM json_each(?1))",
             )?;
-            if changed != 1 {
-                return Err(StoreError::new(
-                    "cancelling a run",
-                    format!("run {id} changed inside the cancel's transaction: retry the cancel"),
-                )
-                .into());
-            }
-            tx.commit()?;
-            Ok(CancelAnswer::Cancelled { previous })
+            let rows = stmt
+                .query_map([list], |row| {
+                    Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            rows.into_iter()
+                .map(|(id, text)| {
+                    let status = parse_status(&id, &text)?;
+                    Ok((id, status))
+                })
+                .collect()
         })
         .await
+    }
+
+    fn change_feed(&self) -> &ChangeFeed {
+        self.feed()
+    }
+
+    async fn run_cancel(&self, id: &str, now_ms: i64) -> Result<CancelAnswer, StoreError> {
+        let run_id = id.to_owned();
+        let id = id.to_owned();
+        let answer = self
+            .run("cancelling a run", move |conn| {
+                // R4: the read and the guarded update share one immediate transaction, so
+                // `previous` is the state the cancel really left.
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let Some(previous) = read_status(&tx, &id)? else {
+                    return Ok(CancelAnswer::NotFound);
+                };
+                if previous.is_terminal() {
+                    return Ok(CancelAnswer::AlreadyTerminal(previous));
+                }
+                // R4: the stored request goes (nothing may resume the run); pending_effect and
+                // claimed_by stay, so the reaper and people can see a cancelled mid-write run (R7).
+                let changed = tx.execute(
+                    "UPDATE runs SET status = 'cancelled', request = NULL, termination_reason = ?1,
+                     updated_ms = ?2
+                 WHERE id = ?3 AND status NOT IN ('completed', 'failed', 'cancelled')",
+                    params![CANCEL_REASON, now_ms, id],
+                )?;
+                if changed != 1 {
+                    return Err(StoreError::new(
+                        "cancelling a run",
+                        format!(
+                            "run {id} changed inside the cancel's transaction: retry the cancel"
+                        ),
+                    )
+                    .into());
+                }
+                tx.commit()?;
+                Ok(CancelAnswer::Cancelled { previous })
+            })
+            .await?;
+        if matches!(answer, CancelAnswer::Cancelled { .. }) {
+            publish_status(self.feed(), &run_id, RunState::Cancelled);
+        }
+        Ok(answer)
     }
 
     async fn run_heartbeat(&self, params: Heartbeat) -> Result<bool, StoreError> {
@@ -190,48 +233,54 @@ impl RunStore for SqliteStore {
     }
 
     async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
-        self.run("appending a run event", move |conn| {
-            let payload = params.payload.to_string();
-            let round = params.round.map(i64::from);
-            // BEGIN IMMEDIATE takes the write lock before reading MAX(seq), so a writer in
-            // another process waits (busy timeout) instead of taking the same sequence (R1).
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            // The guard decides: the owner of a running run, or of a run cancelled under it
-            // (R5: it records its boundary step). R7: the fence is cleared on a running run
-            // only; a cancelled mid-write run keeps its mark. Rounds never go down.
-            let changed = tx.execute(
-                "UPDATE runs SET
+        let run_id = params.id.clone();
+        let seq = self
+            .run("appending a run event", move |conn| {
+                let payload = params.payload.to_string();
+                let round = params.round.map(i64::from);
+                // BEGIN IMMEDIATE takes the write lock before reading MAX(seq), so a writer in
+                // another process waits (busy timeout) instead of taking the same sequence (R1).
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                // The guard decides: the owner of a running run, or of a run cancelled under it
+                // (R5: it records its boundary step). R7: the fence is cleared on a running run
+                // only; a cancelled mid-write run keeps its mark. Rounds never go down.
+                let changed = tx.execute(
+                    "UPDATE runs SET
                      pending_effect = CASE WHEN ?1 AND status = 'running' THEN NULL
                                            ELSE pending_effect END,
                      rounds = MAX(rounds, COALESCE(?2, rounds)),
                      updated_ms = ?3
                  WHERE id = ?4 AND claimed_by = ?5 AND status IN ('running', 'cancelled')",
-                params![
-                    params.clear_fence,
-                    round,
-                    params.now_ms,
-                    params.id,
-                    params.owner
-                ],
-            )?;
-            if changed != 1 {
-                // Dropping the transaction rolls it back: nothing is stored.
-                return Ok(None);
-            }
-            let seq: i64 = tx.query_row(
-                "SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = ?1",
-                [&params.id],
-                |row| row.get(0),
-            )?;
-            tx.execute(
-                "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
+                    params![
+                        params.clear_fence,
+                        round,
+                        params.now_ms,
+                        params.id,
+                        params.owner
+                    ],
+                )?;
+                if changed != 1 {
+                    // Dropping the transaction rolls it back: nothing is stored.
+                    return Ok(None);
+                }
+                let seq: i64 = tx.query_row(
+                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = ?1",
+                    [&params.id],
+                    |row| row.get(0),
+                )?;
+                tx.execute(
+                    "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![params.id, seq, params.kind, payload, params.now_ms],
-            )?;
-            tx.commit()?;
-            Ok(Some(seq))
-        })
-        .await
+                    params![params.id, seq, params.kind, payload, params.now_ms],
+                )?;
+                tx.commit()?;
+                Ok(Some(seq))
+            })
+            .await?;
+        if let Some(seq) = seq {
+            self.feed().publish(Change::Appended { run_id, seq });
+        }
+        Ok(seq)
     }
 
     async fn run_settle(&self, params: RunSettle) -> Result<SettleAnswer, StoreError> {
@@ -244,32 +293,38 @@ impl RunStore for SqliteStore {
                 ),
             ));
         }
-        self.run(SETTLING, move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let changed = tx.execute(
-                "UPDATE runs SET status = ?1, termination_reason = ?2, updated_ms = ?3
+        let (run_id, status) = (params.id.clone(), params.status);
+        let answer = self
+            .run(SETTLING, move |conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let changed = tx.execute(
+                    "UPDATE runs SET status = ?1, termination_reason = ?2, updated_ms = ?3
                  WHERE id = ?4 AND claimed_by = ?5 AND status = 'running'",
-                params![
-                    params.status.as_str(),
-                    params.reason,
-                    params.now_ms,
-                    params.id,
-                    params.owner
-                ],
-            )?;
-            let answer = if changed == 1 {
-                SettleAnswer::Settled
-            } else if read_status(&tx, &params.id)? == Some(RunState::Cancelled) {
-                // R4, R5: the cancel won the row; the segment must not overwrite it.
-                SettleAnswer::AlreadyCancelled
-            } else {
-                // R3: another segment holds the run, or it is no longer running.
-                SettleAnswer::LeaseLost
-            };
-            tx.commit()?;
-            Ok(answer)
-        })
-        .await
+                    params![
+                        params.status.as_str(),
+                        params.reason,
+                        params.now_ms,
+                        params.id,
+                        params.owner
+                    ],
+                )?;
+                let answer = if changed == 1 {
+                    SettleAnswer::Settled
+                } else if read_status(&tx, &params.id)? == Some(RunState::Cancelled) {
+                    // R4, R5: the cancel won the row; the segment must not overwrite it.
+                    SettleAnswer::AlreadyCancelled
+                } else {
+                    // R3: another segment holds the run, or it is no longer running.
+                    SettleAnswer::LeaseLost
+                };
+                tx.commit()?;
+                Ok(answer)
+            })
+            .await?;
+        if answer == SettleAnswer::Settled {
+            publish_status(self.feed(), &run_id, status);
+        }
+        Ok(answer)
     }
 
     async fn run_list(&self, filter: RunFilter) -> Result<Vec<Run>, StoreError> {
@@ -361,6 +416,17 @@ impl RunStore for SqliteStore {
 }
 
 /// The status of run `id` inside the caller's transaction; `None` when there is no run.
+/// O6: a new status, and for a queued run the news that a worker may claim it.
+pub(crate) fn publish_status(feed: &ChangeFeed, run_id: &str, status: RunState) {
+    feed.publish(Change::Status {
+        run_id: run_id.to_string(),
+        status,
+    });
+    if status == RunState::Queued {
+        feed.publish(Change::Ready);
+    }
+}
+
 fn read_status(conn: &Connection, id: &str) -> Result<Option<RunState>, Failure> {
     let status: Option<String> = conn
         .query_row("SELECT status FROM runs WHERE id = ?1", [id], |row| {

@@ -45,6 +45,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0006_audit_intent",
         sql: include_str!("../migrations/0006_audit_intent.sql"),
     },
+    Migration {
+        version: 7,
+        name: "0007_notify",
+        sql: include_str!("../migrations/0007_notify.sql"),
+    },
 ];
 
 /// Brings the schema up to date. The version is read first, without a lock a reader

@@ -9,7 +9,6 @@
 use std::sync::Arc;
 
 use runwarden_mcp::Effect;
-use runwarden_runtime::RunState;
 use runwarden_runtime::queue::{
     Claim, DeadLetter, QueueStore, Requeue, RequeueAnswer, Rescue, Rescued,
 };
@@ -17,7 +16,9 @@ use runwarden_runtime::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunSettle,
     SettleAnswer,
 };
+use runwarden_runtime::{Change, RunState};
 use serde_json::json;
+use tokio::sync::broadcast;
 
 /// The segment that holds the lease in these checks.
 const OWNER: &str = "worker-a";
@@ -54,6 +55,8 @@ pub async fn exercise_queue_store(store: Arc<dyn QueueStore>) {
     a_heartbeat_that_lands_first_wins_over_the_reaper(s).await;
     the_reaper_never_touches_a_cancelled_run(s).await;
     the_old_owner_cannot_append_after_the_reaper_took_the_run(s).await;
+
+    committed_writes_are_published_on_the_feed(s).await;
 }
 
 fn queued_at(id: &str, created_ms: i64) -> RunCreate {
@@ -895,4 +898,69 @@ async fn the_old_owner_cannot_append_after_the_reaper_took_the_run(store: &dyn Q
         store.run_settle(settle("taken-1", OTHER)).await.unwrap(),
         SettleAnswer::Settled
     );
+}
+
+/// How long a published change may take to arrive (PostgreSQL's NOTIFY crosses a
+/// connection; SQLite publishes in-process).
+const FEED_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits (bounded, never sleeping) until `expected` arrives on the feed, skipping other
+/// changes; a receiver that lagged or a timeout fails the check.
+async fn heard(feed: &mut broadcast::Receiver<Change>, expected: Change) {
+    let wait = async {
+        loop {
+            match feed.recv().await {
+                Ok(change) if change == expected => return,
+                Ok(_) => continue,
+                Err(error) => panic!("the feed failed while waiting for {expected:?}: {error}"),
+            }
+        }
+    };
+    tokio::time::timeout(FEED_WAIT, wait)
+        .await
+        .unwrap_or_else(|_| panic!("{expected:?} was not published within {FEED_WAIT:?}"));
+}
+
+/// O6: every committed run change reaches the store's feed: a new queued run (its status,
+/// and that a worker may claim), a claim, an appended event with its sequence number, a
+/// cancel.
+async fn committed_writes_are_published_on_the_feed(store: &dyn QueueStore) {
+    let id = "feed-1";
+    let status = |status| Change::Status {
+        run_id: id.into(),
+        status,
+    };
+    let mut feed = store.change_feed().subscribe();
+    create(store, queued(id)).await;
+    heard(&mut feed, status(RunState::Queued)).await;
+    heard(&mut feed, Change::Ready).await;
+
+    claim_expecting(store, id, T0).await;
+    heard(&mut feed, status(RunState::Running)).await;
+
+    let seq = store
+        .run_event_append(EventAppend {
+            id: id.into(),
+            owner: OWNER.into(),
+            kind: "model_response".into(),
+            payload: json!({"text": "on it"}),
+            clear_fence: false,
+            round: Some(1),
+            now_ms: T0 + 1,
+        })
+        .await
+        .expect("run_event_append")
+        .expect("the owner may append");
+    heard(
+        &mut feed,
+        Change::Appended {
+            run_id: id.into(),
+            seq,
+        },
+    )
+    .await;
+
+    let answer = store.run_cancel(id, T0 + 2).await.expect("run_cancel");
+    assert!(matches!(answer, CancelAnswer::Cancelled { .. }));
+    heard(&mut feed, status(RunState::Cancelled)).await;
 }

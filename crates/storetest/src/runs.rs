@@ -51,6 +51,7 @@ pub async fn exercise_run_store(store: Arc<dyn RunStore>) {
 
     the_list_is_newest_first_filtered_and_paged_by_cursor(s).await;
     counts_follow_every_transition(s).await;
+    run_statuses_answers_many_runs_in_one_call(s).await;
 }
 
 const T0: i64 = 1_700_000_000_000;
@@ -848,5 +849,40 @@ async fn counts_follow_every_transition(store: &dyn RunStore) {
     assert_eq!(
         count(&after, RunState::Cancelled),
         count(&before, RunState::Cancelled) + 1
+    );
+}
+
+/// R6 (amended): the status watcher's batched read answers every known run of the list in
+/// one call and leaves out ids with no run.
+async fn run_statuses_answers_many_runs_in_one_call(store: &dyn RunStore) {
+    create(store, running("statuses-running")).await;
+    create(store, queued("statuses-queued")).await;
+    create(store, running("statuses-cancelled")).await;
+    cancel(store, "statuses-cancelled", T0 + 1).await;
+    let ids: Vec<String> = [
+        "statuses-running",
+        "statuses-queued",
+        "statuses-cancelled",
+        "statuses-unknown",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut statuses = store.run_statuses(&ids).await.expect("run_statuses");
+    statuses.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        statuses,
+        vec![
+            ("statuses-cancelled".to_owned(), RunState::Cancelled),
+            ("statuses-queued".to_owned(), RunState::Queued),
+            ("statuses-running".to_owned(), RunState::Running),
+        ],
+        "one answer per known run, none for an unknown id"
+    );
+    assert!(
+        store
+            .run_statuses(&[])
+            .await
+            .expect("run_statuses of nothing")
+            .is_empty()
     );
 }

@@ -1,7 +1,8 @@
 //! Test-only helpers shared by runwarden's crates: a real HTTP/1.1 server on 127.0.0.1
 //! whose answer to each request comes from a handler, and which reports connections,
 //! requests and client-side closes as timestamped events; and [`Peer`], the real MCP
-//! server of the official Python SDK, started per test.
+//! server of the official Python SDK, started per test; and [`TempCluster`], a real
+//! PostgreSQL server in a temporary directory (or the shared one a test run started).
 //!
 //! ```no_run
 //! # async fn example() {
@@ -19,6 +20,7 @@
 mod echo;
 mod mcp;
 mod peer;
+pub mod postgres;
 mod server;
 mod stats;
 mod vault;
@@ -29,6 +31,7 @@ pub use echo::{
 };
 pub use mcp::{mcp_handler, tool};
 pub use peer::Peer;
+pub use postgres::TempCluster;
 pub use server::{HttpRequest, Reply, Seen, TestServer};
 pub use stats::Dist;
 pub use vault::{LoopbackVault, call_outcomes, loopback_vault};

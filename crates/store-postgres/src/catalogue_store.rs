@@ -1,0 +1,244 @@
+//! `CatalogueStore` for PostgreSQL: the imported tool catalogue (SPEC M8-M10) and
+//! per-server liveness (SPEC M11).
+
+use std::collections::BTreeSet;
+
+use async_trait::async_trait;
+use runwarden_mcp::{CatalogueEntry, CatalogueStore, Contact, Effect, SchemaStatus, ServerHealth};
+use runwarden_vault::store::StoreError;
+use tokio_postgres::Row;
+
+use crate::PgStore;
+use crate::failure::Failure;
+
+const TOOL_COLUMNS: &str =
+    "server, remote_name, local_name, description, effect, schema_json, refusal, imported_ms";
+
+const REPLACING: &str = "replacing a server's tool catalogue";
+
+/// Serialises catalogue replacements across nodes ("rwcatlog" in ASCII): the check that a
+/// local name is free and the insert must not interleave with another server's import.
+const CATALOGUE_LOCK: i64 = 0x7277_6361_746c_6f67;
+
+#[async_trait]
+impl CatalogueStore for PgStore {
+    async fn catalogue_replace(
+        &self,
+        server: &str,
+        entries: Vec<CatalogueEntry>,
+    ) -> Result<(), StoreError> {
+        self.with(REPLACING, async {
+            let rows = entries
+                .iter()
+                .map(|entry| tool_row(server, entry))
+                .collect::<Result<Vec<_>, _>>()?;
+            refuse_duplicates(server, &entries)?;
+            let mut client = self.client().await?;
+            // One transaction: another node sees the old catalogue or the new one, never a
+            // half-replaced mix. Any early return drops it, which rolls back.
+            let tx = client.transaction().await?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CATALOGUE_LOCK])
+                .await?;
+            tx.execute("DELETE FROM mcp_tools WHERE server = $1", &[&server])
+                .await?;
+            let owner_of = tx
+                .prepare("SELECT server FROM mcp_tools WHERE local_name = $1")
+                .await?;
+            let insert = tx
+                .prepare(&format!(
+                    "INSERT INTO mcp_tools ({TOOL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                ))
+                .await?;
+            for (entry, row) in entries.iter().zip(&rows) {
+                // M9: local names are unique across servers. Name the owner rather than
+                // surfacing a bare unique-constraint failure.
+                if let Some(owner) = tx.query_opt(&owner_of, &[&entry.local_name]).await? {
+                    let owner: String = owner.try_get(0)?;
+                    return Err(StoreError::new(
+                        REPLACING,
+                        format!(
+                            "local name {} is already used by server {owner}: rename one of the servers",
+                            entry.local_name
+                        ),
+                    )
+                    .into());
+                }
+                tx.execute(
+                    &insert,
+                    &[
+                        &entry.server,
+                        &entry.remote_name,
+                        &entry.local_name,
+                        &entry.description,
+                        &entry.effect.as_str(),
+                        &row.schema_json,
+                        &row.refusal,
+                        &entry.imported_ms,
+                    ],
+                )
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn catalogue_list(
+        &self,
+        server: Option<&str>,
+    ) -> Result<Vec<CatalogueEntry>, StoreError> {
+        self.with("listing the tool catalogue", async {
+            let client = self.client().await?;
+            let stmt = client
+                .prepare_cached(&format!(
+                    "SELECT {TOOL_COLUMNS} FROM mcp_tools
+                     WHERE $1::TEXT IS NULL OR server = $1
+                     ORDER BY server, local_name"
+                ))
+                .await?;
+            let rows = client.query(&stmt, &[&server]).await?;
+            rows.iter().map(catalogue_entry).collect()
+        })
+        .await
+    }
+
+    async fn health_record(&self, server: &str, contact: Contact) -> Result<(), StoreError> {
+        self.with("recording a server's health", async {
+            let client = self.client().await?;
+            // M11: a success keeps the last failure (and its error) and vice versa.
+            match contact {
+                Contact::Success { at_ms } => {
+                    client
+                        .execute(
+                            "INSERT INTO mcp_health (server, last_success_ms) VALUES ($1, $2)
+                             ON CONFLICT (server) DO UPDATE SET last_success_ms = excluded.last_success_ms",
+                            &[&server, &at_ms],
+                        )
+                        .await?
+                }
+                Contact::Failure { at_ms, error } => {
+                    client
+                        .execute(
+                            "INSERT INTO mcp_health (server, last_failure_ms, last_error) VALUES ($1, $2, $3)
+                             ON CONFLICT (server) DO UPDATE SET
+                                 last_failure_ms = excluded.last_failure_ms, last_error = excluded.last_error",
+                            &[&server, &at_ms, &error],
+                        )
+                        .await?
+                }
+            };
+            Ok(())
+        })
+        .await
+    }
+
+    async fn health_list(&self) -> Result<Vec<ServerHealth>, StoreError> {
+        self.with("listing server health", async {
+            let client = self.client().await?;
+            let rows = client
+                .query(
+                    "SELECT server, last_success_ms, last_failure_ms, last_error
+                     FROM mcp_health ORDER BY server",
+                    &[],
+                )
+                .await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(ServerHealth {
+                        server: row.try_get(0)?,
+                        last_success_ms: row.try_get(1)?,
+                        last_failure_ms: row.try_get(2)?,
+                        last_error: row.try_get(3)?,
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+}
+
+/// The schema columns of one entry, exactly one of them set (the table's CHECK).
+struct ToolRow {
+    schema_json: Option<String>,
+    refusal: Option<String>,
+}
+
+/// Refuses an entry filed under another server and encodes its schema.
+fn tool_row(server: &str, entry: &CatalogueEntry) -> Result<ToolRow, Failure> {
+    if entry.server != server {
+        return Err(StoreError::new(
+            REPLACING,
+            format!(
+                "tool {} belongs to server {}, not {server}: replace each server's catalogue separately",
+                entry.local_name, entry.server
+            ),
+        )
+        .into());
+    }
+    Ok(match &entry.schema {
+        SchemaStatus::Usable(schema) => ToolRow {
+            schema_json: Some(schema.to_string()),
+            refusal: None,
+        },
+        SchemaStatus::Refused(reason) => ToolRow {
+            schema_json: None,
+            refusal: Some(reason.clone()),
+        },
+    })
+}
+
+/// A catalogue that names one local or remote name twice is a caller bug; say so plainly
+/// instead of surfacing a constraint failure.
+fn refuse_duplicates(server: &str, entries: &[CatalogueEntry]) -> Result<(), Failure> {
+    let mut locals = BTreeSet::new();
+    let mut remotes = BTreeSet::new();
+    for entry in entries {
+        let problem = if !locals.insert(entry.local_name.as_str()) {
+            format!("local name {}", entry.local_name)
+        } else if !remotes.insert(entry.remote_name.as_str()) {
+            format!("remote tool {}", entry.remote_name)
+        } else {
+            continue;
+        };
+        return Err(StoreError::new(
+            REPLACING,
+            format!(
+                "the catalogue for server {server} lists {problem} twice: build it with build_catalogue"
+            ),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+fn catalogue_entry(row: &Row) -> Result<CatalogueEntry, Failure> {
+    let local_name: String = row.try_get(2)?;
+    let corrupt = |what: String| Failure::Corrupt(format!("tool {local_name} {what}"));
+    let effect_text: String = row.try_get(4)?;
+    let effect = Effect::parse(&effect_text)
+        .ok_or_else(|| corrupt(format!("has unknown effect {effect_text:?}")))?;
+    let schema_json: Option<String> = row.try_get(5)?;
+    let refusal: Option<String> = row.try_get(6)?;
+    let schema = match (schema_json, refusal) {
+        (Some(json), None) => SchemaStatus::Usable(
+            serde_json::from_str(&json)
+                .map_err(|e| corrupt(format!("has a schema that is not JSON ({e})")))?,
+        ),
+        (None, Some(reason)) => SchemaStatus::Refused(reason),
+        _ => {
+            return Err(corrupt(
+                "has both or neither of a schema and a refusal".into(),
+            ));
+        }
+    };
+    Ok(CatalogueEntry {
+        server: row.try_get(0)?,
+        remote_name: row.try_get(1)?,
+        description: row.try_get(3)?,
+        effect,
+        schema,
+        imported_ms: row.try_get(7)?,
+        local_name,
+    })
+}

@@ -1,0 +1,505 @@
+//! `RunStore` for PostgreSQL: run rows and their events (SPEC R1), the lease (R3), the
+//! cancel (R4), the status reads (R5, R6) and the write fence (R7).
+//!
+//! Every write that could race is one guarded UPDATE whose affected-row count (or
+//! `RETURNING`) decides. Where an answer needs the row's state as well (a cancel's
+//! `previous`, a refused settle), the row is locked with `SELECT ... FOR UPDATE` in the
+//! same transaction, so another node cannot change it between the read and the update.
+//! Changes are announced by the triggers of migration 0007 at commit, never from here.
+
+use async_trait::async_trait;
+use runwarden_runtime::store::{
+    CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
+    RunFilter, RunSettle, RunStore, SettleAnswer,
+};
+use runwarden_runtime::{ChangeFeed, RunState};
+use runwarden_vault::store::StoreError;
+use tokio::runtime::{Handle, RuntimeFlavor};
+use tokio_postgres::{GenericClient, Row};
+
+use crate::PgStore;
+use crate::failure::Failure;
+
+pub(crate) const RUN_COLUMNS: &str = "id, agent, status, termination_reason, request, claimed_by, lease_expires_ms, \
+                           pending_effect, requeue_count, rounds, correlation, created_ms, updated_ms";
+
+/// R4: the reason a cancel writes; people read it in `status` and the API.
+const CANCEL_REASON: &str = "cancelled by an operator";
+
+const READING_STATUS: &str = "reading a run's status";
+const SETTLING: &str = "settling a run";
+
+#[async_trait]
+impl RunStore for PgStore {
+    async fn run_create(&self, params: RunCreate) -> Result<Run, StoreError> {
+        self.with("creating a run", async {
+            let client = self.client().await?;
+            let request = params.request.as_ref().map(serde_json::Value::to_string);
+            // R3: a synchronous run is claimed by its segment at birth; a queued run has no
+            // owner until a worker's guarded claim.
+            let (status, claimed_by, lease_expires_ms) = match &params.status {
+                NewRunStatus::Running {
+                    owner,
+                    lease_until_ms,
+                } => (
+                    RunState::Running,
+                    Some(owner.clone()),
+                    Some(*lease_until_ms),
+                ),
+                NewRunStatus::Queued => (RunState::Queued, None, None),
+            };
+            let stmt = client
+                .prepare_cached(
+                    "INSERT INTO runs (id, agent, status, request, claimed_by, lease_expires_ms,
+                                       correlation, created_ms, updated_ms)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
+                     ON CONFLICT (id) DO NOTHING",
+                )
+                .await?;
+            let inserted = client
+                .execute(
+                    &stmt,
+                    &[
+                        &params.id,
+                        &params.agent,
+                        &status.as_str(),
+                        &request,
+                        &claimed_by,
+                        &lease_expires_ms,
+                        &params.correlation,
+                        &params.now_ms,
+                    ],
+                )
+                .await?;
+            if inserted == 0 {
+                return Err(StoreError::new(
+                    "creating a run",
+                    format!(
+                        "a run with id {} already exists: give every run a fresh UUIDv7",
+                        params.id
+                    ),
+                )
+                .into());
+            }
+            Ok(Run {
+                id: params.id.clone(),
+                agent: params.agent.clone(),
+                status,
+                termination_reason: None,
+                request: params.request.clone(),
+                claimed_by,
+                lease_expires_ms,
+                pending_effect: None,
+                requeue_count: 0,
+                rounds: 0,
+                correlation: params.correlation.clone(),
+                created_ms: params.now_ms,
+                updated_ms: params.now_ms,
+            })
+        })
+        .await
+    }
+
+    async fn run_get(&self, id: &str) -> Result<Option<Run>, StoreError> {
+        self.with("reading a run", async {
+            let client = self.client().await?;
+            read_run(&**client, id, false).await
+        })
+        .await
+    }
+
+    fn run_status_now(&self, id: &str) -> Result<Option<RunState>, StoreError> {
+        // An interim for the synchronous seam the status watcher replaces: it parks this
+        // worker thread (block_in_place) while the async read runs, which only a
+        // multi-thread runtime allows; anywhere else it answers an error, read fail-soft
+        // by the runtime as "not cancelled" (R6).
+        let handle = Handle::try_current().map_err(|_| {
+            StoreError::new(
+                READING_STATUS,
+                "the PostgreSQL store answers run_status_now only on a tokio runtime: use run_statuses",
+            )
+        })?;
+        if handle.runtime_flavor() != RuntimeFlavor::MultiThread {
+            return Err(StoreError::new(
+                READING_STATUS,
+                "the PostgreSQL store answers run_status_now only on a multi-thread tokio runtime: use run_statuses",
+            ));
+        }
+        tokio::task::block_in_place(|| handle.block_on(self.status_of(id)))
+    }
+
+    async fn run_statuses(&self, ids: &[String]) -> Result<Vec<(String, RunState)>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // R6 (amended): one query for every run the watcher follows, however many calls
+        // are in flight: the whole list is one array parameter.
+        self.with(READING_STATUS, async {
+            let client = self.client().await?;
+            let stmt = client
+                .prepare_cached("SELECT id, status FROM runs WHERE id = ANY($1)")
+                .await?;
+            let rows = client.query(&stmt, &[&ids]).await?;
+            rows.iter()
+                .map(|row| {
+                    let id: String = row.try_get(0)?;
+                    let status = parse_status(&id, row.try_get(1)?)?;
+                    Ok((id, status))
+                })
+                .collect()
+        })
+        .await
+    }
+
+    fn change_feed(&self) -> &ChangeFeed {
+        self.feed()
+    }
+
+    async fn run_cancel(&self, id: &str, now_ms: i64) -> Result<CancelAnswer, StoreError> {
+        const OPERATION: &str = "cancelling a run";
+        self.with(OPERATION, async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            // R4: the row is locked before it is read, so `previous` is the state the
+            // cancel really left, whatever another node is doing to the run.
+            let Some(previous) = read_status(&*tx, id, true).await? else {
+                return Ok(CancelAnswer::NotFound);
+            };
+            if previous.is_terminal() {
+                return Ok(CancelAnswer::AlreadyTerminal(previous));
+            }
+            // R4: the stored request goes (nothing may resume the run); pending_effect and
+            // claimed_by stay, so the reaper and people can see a cancelled mid-write run (R7).
+            let changed = tx
+                .execute(
+                    "UPDATE runs SET status = 'cancelled', request = NULL, termination_reason = $1,
+                         updated_ms = $2
+                     WHERE id = $3 AND status NOT IN ('completed', 'failed', 'cancelled')",
+                    &[&CANCEL_REASON, &now_ms, &id],
+                )
+                .await?;
+            if changed != 1 {
+                return Err(StoreError::new(
+                    OPERATION,
+                    format!("run {id} changed inside the cancel's transaction: retry the cancel"),
+                )
+                .into());
+            }
+            tx.commit().await?;
+            Ok(CancelAnswer::Cancelled { previous })
+        })
+        .await
+    }
+
+    async fn run_heartbeat(&self, params: Heartbeat) -> Result<bool, StoreError> {
+        self.with("renewing a run's lease", async {
+            let client = self.client().await?;
+            // R3: a renewal that matches no row means the lease was lost. A cancelled run
+            // still belongs to its segment until the segment records its boundary step (R5).
+            let stmt = client
+                .prepare_cached(
+                    "UPDATE runs SET lease_expires_ms = $1, updated_ms = $2
+                     WHERE id = $3 AND claimed_by = $4 AND status IN ('running', 'cancelled')",
+                )
+                .await?;
+            let changed = client
+                .execute(
+                    &stmt,
+                    &[
+                        &params.lease_until_ms,
+                        &params.now_ms,
+                        &params.id,
+                        &params.owner,
+                    ],
+                )
+                .await?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn run_fence_mark(&self, params: FenceMark) -> Result<bool, StoreError> {
+        self.with("marking a run's write fence", async {
+            let client = self.client().await?;
+            // R7: no lease or no running run, no write.
+            let stmt = client
+                .prepare_cached(
+                    "UPDATE runs SET pending_effect = $1, lease_expires_ms = $2, updated_ms = $3
+                     WHERE id = $4 AND claimed_by = $5 AND status = 'running'",
+                )
+                .await?;
+            let changed = client
+                .execute(
+                    &stmt,
+                    &[
+                        &params.effect,
+                        &params.lease_until_ms,
+                        &params.now_ms,
+                        &params.id,
+                        &params.owner,
+                    ],
+                )
+                .await?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
+        self.with("appending a run event", async {
+            let payload = params.payload.to_string();
+            let round = params.round.map(i64::from);
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            // The guard decides, and its row lock makes every other appender of this run,
+            // on any node, wait until this transaction ends: MAX(seq) below is read after
+            // the previous appender committed, so a sequence is never taken twice (R1).
+            // The owner of a running run, or of a run cancelled under it (R5: it records its
+            // boundary step). R7: the fence is cleared on a running run only; a cancelled
+            // mid-write run keeps its mark. Rounds never go down.
+            let guard = tx
+                .prepare_cached(
+                    "UPDATE runs SET
+                         pending_effect = CASE WHEN $1 AND status = 'running' THEN NULL
+                                               ELSE pending_effect END,
+                         rounds = GREATEST(rounds, COALESCE($2, rounds)),
+                         updated_ms = $3
+                     WHERE id = $4 AND claimed_by = $5 AND status IN ('running', 'cancelled')",
+                )
+                .await?;
+            let changed = tx
+                .execute(
+                    &guard,
+                    &[
+                        &params.clear_fence,
+                        &round,
+                        &params.now_ms,
+                        &params.id,
+                        &params.owner,
+                    ],
+                )
+                .await?;
+            if changed != 1 {
+                // Dropping the transaction rolls it back: nothing is stored.
+                return Ok(None);
+            }
+            let insert = tx
+                .prepare_cached(
+                    "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
+                     SELECT $1::TEXT, COALESCE(MAX(seq), 0) + 1, $2::TEXT, $3::TEXT, $4::BIGINT
+                     FROM run_events WHERE run_id = $1::TEXT
+                     RETURNING seq",
+                )
+                .await?;
+            let seq: i64 = tx
+                .query_one(
+                    &insert,
+                    &[&params.id, &params.kind, &payload, &params.now_ms],
+                )
+                .await?
+                .try_get(0)?;
+            tx.commit().await?;
+            Ok(Some(seq))
+        })
+        .await
+    }
+
+    async fn run_settle(&self, params: RunSettle) -> Result<SettleAnswer, StoreError> {
+        if !matches!(params.status, RunState::Completed | RunState::Failed) {
+            return Err(StoreError::new(
+                SETTLING,
+                format!(
+                    "a run settles as completed or failed, not {}: cancel it with run_cancel",
+                    params.status.as_str()
+                ),
+            ));
+        }
+        self.with(SETTLING, async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let changed = tx
+                .execute(
+                    "UPDATE runs SET status = $1, termination_reason = $2, updated_ms = $3
+                     WHERE id = $4 AND claimed_by = $5 AND status = 'running'",
+                    &[
+                        &params.status.as_str(),
+                        &params.reason,
+                        &params.now_ms,
+                        &params.id,
+                        &params.owner,
+                    ],
+                )
+                .await?;
+            let answer = if changed == 1 {
+                SettleAnswer::Settled
+            } else if read_status(&*tx, &params.id, false).await? == Some(RunState::Cancelled) {
+                // R4, R5: the cancel won the row; the segment must not overwrite it.
+                SettleAnswer::AlreadyCancelled
+            } else {
+                // R3: another segment holds the run, or it is no longer running.
+                SettleAnswer::LeaseLost
+            };
+            tx.commit().await?;
+            Ok(answer)
+        })
+        .await
+    }
+
+    async fn run_list(&self, filter: RunFilter) -> Result<Vec<Run>, StoreError> {
+        self.with("listing runs", async {
+            let client = self.client().await?;
+            let limit = if filter.limit == 0 {
+                50
+            } else {
+                i64::from(filter.limit.min(1_000))
+            };
+            let stmt = client
+                .prepare_cached(&format!(
+                    "SELECT {RUN_COLUMNS} FROM runs
+                     WHERE ($1::TEXT IS NULL OR status = $1) AND ($2::TEXT IS NULL OR agent = $2)
+                       AND ($3::TEXT IS NULL OR id < $3)
+                     ORDER BY id DESC LIMIT $4"
+                ))
+                .await?;
+            let status = filter.status.map(RunState::as_str);
+            let rows = client
+                .query(&stmt, &[&status, &filter.agent, &filter.before_id, &limit])
+                .await?;
+            rows.iter().map(run_row).collect()
+        })
+        .await
+    }
+
+    async fn run_counts(&self) -> Result<Vec<(RunState, u64)>, StoreError> {
+        self.with("counting runs", async {
+            let client = self.client().await?;
+            let stmt = client
+                .prepare_cached("SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status")
+                .await?;
+            let rows = client.query(&stmt, &[]).await?;
+            rows.iter()
+                .map(|row| {
+                    let status = parse_status("(count)", row.try_get(0)?)?;
+                    Ok((status, row.try_get::<_, i64>(1)?.max(0) as u64))
+                })
+                .collect()
+        })
+        .await
+    }
+
+    async fn run_events(
+        &self,
+        id: &str,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<RunEvent>, StoreError> {
+        self.with("listing a run's events", async {
+            let client = self.client().await?;
+            // A NULL limit is no limit.
+            let limit = (limit > 0).then_some(i64::from(limit));
+            let stmt = client
+                .prepare_cached(
+                    "SELECT run_id, seq, kind, payload, time_ms FROM run_events
+                     WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                )
+                .await?;
+            let rows = client.query(&stmt, &[&id, &after_seq, &limit]).await?;
+            rows.iter()
+                .map(|row| {
+                    let run_id: String = row.try_get(0)?;
+                    let seq: i64 = row.try_get(1)?;
+                    let payload = serde_json::from_str(row.try_get(3)?).map_err(|e| {
+                        Failure::Corrupt(format!(
+                            "event {seq} of run {run_id} has a payload that is not JSON ({e})"
+                        ))
+                    })?;
+                    Ok(RunEvent {
+                        run_id,
+                        seq,
+                        kind: row.try_get(2)?,
+                        payload,
+                        time_ms: row.try_get(4)?,
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+}
+
+impl PgStore {
+    /// R5, R6: one run's status, read now on a pooled connection.
+    async fn status_of(&self, id: &str) -> Result<Option<RunState>, StoreError> {
+        self.with(READING_STATUS, async {
+            let client = self.client().await?;
+            read_status(&**client, id, false).await
+        })
+        .await
+    }
+}
+
+/// The status of run `id`; with `lock`, the row stays locked until the caller's
+/// transaction ends. `None` when there is no run.
+async fn read_status(
+    conn: &impl GenericClient,
+    id: &str,
+    lock: bool,
+) -> Result<Option<RunState>, Failure> {
+    let sql = if lock {
+        "SELECT status FROM runs WHERE id = $1 FOR UPDATE"
+    } else {
+        "SELECT status FROM runs WHERE id = $1"
+    };
+    let row = conn.query_opt(sql, &[&id]).await?;
+    row.map(|row| parse_status(id, row.try_get(0)?)).transpose()
+}
+
+/// Run `id`; with `lock`, the row stays locked until the caller's transaction ends.
+pub(crate) async fn read_run(
+    conn: &impl GenericClient,
+    id: &str,
+    lock: bool,
+) -> Result<Option<Run>, Failure> {
+    let sql = format!(
+        "SELECT {RUN_COLUMNS} FROM runs WHERE id = $1{}",
+        if lock { " FOR UPDATE" } else { "" }
+    );
+    let row = conn.query_opt(&sql, &[&id]).await?;
+    row.as_ref().map(run_row).transpose()
+}
+
+/// A stored status this build does not know is damage, reported, never a panic.
+fn parse_status(id: &str, text: &str) -> Result<RunState, Failure> {
+    RunState::parse(text)
+        .ok_or_else(|| Failure::Corrupt(format!("run {id} has unknown status {text:?}")))
+}
+
+/// A run row, its status, request and counters checked.
+pub(crate) fn run_row(row: &Row) -> Result<Run, Failure> {
+    let id: String = row.try_get(0)?;
+    let corrupt = |what: String| Failure::Corrupt(format!("run {id} {what}"));
+    let status = parse_status(&id, row.try_get(2)?)?;
+    let request = row
+        .try_get::<_, Option<&str>>(4)?
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(|e| corrupt(format!("has a stored request that is not JSON ({e})")))?;
+    let count = |value: i64, what: &str| {
+        u32::try_from(value).map_err(|_| corrupt(format!("has {what} {value}, out of range")))
+    };
+    Ok(Run {
+        status,
+        request,
+        requeue_count: count(row.try_get(8)?, "a requeue count")?,
+        rounds: count(row.try_get(9)?, "a round count")?,
+        agent: row.try_get(1)?,
+        termination_reason: row.try_get(3)?,
+        claimed_by: row.try_get(5)?,
+        lease_expires_ms: row.try_get(6)?,
+        pending_effect: row.try_get(7)?,
+        correlation: row.try_get(10)?,
+        created_ms: row.try_get(11)?,
+        updated_ms: row.try_get(12)?,
+        id: id.clone(),
+    })
+}

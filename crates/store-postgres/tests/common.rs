@@ -1,0 +1,41 @@
+//! Helpers shared by the integration tests: a server, a fresh database, a store on it.
+
+use std::sync::Arc;
+
+use runwarden_store_postgres::PgStore;
+use runwarden_testkit::TempCluster;
+
+/// A server (this test's own, or the shared one) and a fresh database on it.
+pub(crate) struct TestDb {
+    /// Kept alive for as long as the test runs; dropping it stops an owned cluster.
+    pub(crate) cluster: TempCluster,
+    pub(crate) url: String,
+}
+
+impl TestDb {
+    pub(crate) async fn new() -> Self {
+        Self::on(TempCluster::start()).await
+    }
+
+    pub(crate) async fn on(cluster: TempCluster) -> Self {
+        let url = cluster.fresh_database().await;
+        Self { cluster, url }
+    }
+
+    /// One more store on this database: one more node.
+    pub(crate) async fn node(&self) -> Arc<PgStore> {
+        Arc::new(
+            PgStore::connect(&self.url)
+                .await
+                .expect("connecting a node"),
+        )
+    }
+}
+
+/// Now, Unix milliseconds.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

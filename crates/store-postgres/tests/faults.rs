@@ -1,0 +1,104 @@
+//! Faults only a real server can show: a stopped server is a retryable I/O fault whose
+//! message says what to do, the listener resynchronises after the server comes back, and
+//! a password in the URL never reaches an error or `Debug`.
+
+use std::time::Duration;
+
+use runwarden_runtime::Change;
+use runwarden_runtime::store::RunStore;
+use runwarden_store_postgres::PgStore;
+use runwarden_testkit::TempCluster;
+use runwarden_vault::store::{SealedKind, StoreFault, VaultStore};
+
+use crate::common::TestDb;
+
+const SIGIL: &str = "SIGIL-pg-password-7f3a";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_server_is_a_retryable_io_fault_and_the_feed_resyncs_when_it_returns() {
+    let mut db = TestDb::on(TempCluster::start_owned()).await;
+    let store = db.node().await;
+    let mut feed = store.change_feed().subscribe();
+    store.ready().await.expect("ready while the server runs");
+
+    db.cluster.stop();
+    let error = store
+        .sealed_list(SealedKind::Secret)
+        .await
+        .expect_err("no answer from a stopped server");
+    assert_eq!(error.fault, StoreFault::Io, "{error}");
+    assert!(error.is_retryable());
+    assert!(
+        error.message.contains("check that it is running"),
+        "the message says what to do: {error}"
+    );
+    let error = store.ready().await.expect_err("not ready while stopped");
+    assert!(error.is_unavailable(), "{error}");
+
+    db.cluster.restart();
+    let resync = async {
+        loop {
+            if feed.recv().await == Ok(Change::Resync) {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), resync)
+        .await
+        .expect("the listener reconnects and publishes Resync");
+    let mut answered = false;
+    // The pool drops connections the restart broke; a few calls may still meet one.
+    for _ in 0..20 {
+        if store.sealed_list(SealedKind::Secret).await.is_ok() {
+            answered = true;
+            break;
+        }
+    }
+    assert!(answered, "the store answers again once the server is back");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_connection_is_io_and_never_shows_the_password() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let url = format!("postgres://runwarden:{SIGIL}@127.0.0.1:{port}/runwarden");
+    let error = PgStore::connect(&url)
+        .await
+        .expect_err("nothing listens on that port");
+    assert_eq!(error.fault, StoreFault::Io, "{error}");
+    let shown = format!("{error} {error:?}");
+    assert!(!shown.contains(SIGIL), "{shown}");
+    assert!(
+        shown.contains("[redacted]"),
+        "the URL is named, redacted: {shown}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_password_in_the_url_never_appears_in_debug() {
+    let db = TestDb::new().await;
+    // The test server trusts loopback, so the password is accepted and ignored.
+    let url = db
+        .url
+        .replacen("runwarden@", &format!("runwarden:{SIGIL}@"), 1);
+    assert!(url.contains(SIGIL));
+    let store = PgStore::connect(&url)
+        .await
+        .expect("connect with a password");
+    let shown = format!("{store:?} {}", store.redacted_url());
+    assert!(!shown.contains(SIGIL), "{shown}");
+    assert!(shown.contains("[redacted]"), "{shown}");
+    let bad = url.replace(SIGIL, &format!("{SIGIL}%zz")) + "?sslmode=nonsense";
+    if let Err(error) = PgStore::connect(&bad).await {
+        assert!(!format!("{error} {error:?}").contains(SIGIL), "{error}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_status_now_reads_through_the_pool_on_a_multi_thread_runtime() {
+    let db = TestDb::new().await;
+    let store = db.node().await;
+    assert_eq!(store.run_status_now("no-such-run").unwrap(), None);
+}

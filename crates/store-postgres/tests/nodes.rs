@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use runwarden_runtime::queue::{Claim, QueueStore};
-use runwarden_runtime::store::{NewRunStatus, RunCreate, RunStore};
+use runwarden_runtime::store::{EventAppend, NewRunStatus, RunCreate, RunStore};
 use runwarden_runtime::{Change, RunState};
 use runwarden_vault::audit::{AuditEvent, action};
 use runwarden_vault::{Algorithm, MasterKey, Vault};
@@ -227,4 +227,68 @@ async fn a_change_on_one_node_reaches_another_nodes_feed() {
         vec![("cross-1".to_owned(), RunState::Cancelled)],
         "the store, read on B, agrees with what B heard"
     );
+}
+
+/// R1: appenders on two nodes, many tasks each, writing to one run: every append gets its
+/// own sequence number and together they are exactly 1..=N.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn appenders_on_two_nodes_never_share_an_event_sequence() {
+    const TASKS: usize = 12;
+    const EVENTS: usize = 10;
+    let db = TestDb::new().await;
+    let nodes = [db.node().await, db.node().await];
+    let t0 = now_ms();
+    nodes[0]
+        .run_create(RunCreate {
+            id: "seq-1".into(),
+            agent: "helpdesk".into(),
+            correlation: "seq-1".into(),
+            request: None,
+            status: NewRunStatus::Running {
+                owner: "segment".into(),
+                lease_until_ms: t0 + 60_000,
+            },
+            now_ms: t0,
+        })
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let node = Arc::clone(&nodes[task % 2]);
+        tasks.push(tokio::spawn(async move {
+            let mut seqs = Vec::new();
+            for n in 0..EVENTS {
+                let seq = node
+                    .run_event_append(EventAppend {
+                        id: "seq-1".into(),
+                        owner: "segment".into(),
+                        kind: "tool_executed".into(),
+                        payload: json!({"task": task, "n": n}),
+                        clear_fence: false,
+                        round: None,
+                        now_ms: t0 + 1,
+                    })
+                    .await
+                    .expect("run_event_append")
+                    .expect("the owner may append");
+                seqs.push(seq);
+            }
+            seqs
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    all.sort_unstable();
+    let expected: Vec<i64> = (1..=(TASKS * EVENTS) as i64).collect();
+    assert_eq!(all, expected, "no sequence taken twice, none skipped");
+    let stored: Vec<i64> = nodes[1]
+        .run_events("seq-1", 0, 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|event| event.seq)
+        .collect();
+    assert_eq!(stored, expected);
 }

@@ -9,7 +9,7 @@ use runwarden_vault::store::StoreError;
 use tokio_postgres::Row;
 
 use crate::PgStore;
-use crate::failure::Failure;
+use crate::failure::{Failure, finish};
 
 const TOOL_COLUMNS: &str =
     "server, remote_name, local_name, description, effect, schema_json, refusal, imported_ms";
@@ -37,49 +37,52 @@ impl CatalogueStore for PgStore {
             // One transaction: another node sees the old catalogue or the new one, never a
             // half-replaced mix. Any early return drops it, which rolls back.
             let tx = client.transaction().await?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CATALOGUE_LOCK])
-                .await?;
-            tx.execute("DELETE FROM mcp_tools WHERE server = $1", &[&server])
-                .await?;
-            let owner_of = tx
-                .prepare("SELECT server FROM mcp_tools WHERE local_name = $1")
-                .await?;
-            let insert = tx
-                .prepare(&format!(
-                    "INSERT INTO mcp_tools ({TOOL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
-                ))
-                .await?;
-            for (entry, row) in entries.iter().zip(&rows) {
-                // M9: local names are unique across servers. Name the owner rather than
-                // surfacing a bare unique-constraint failure.
-                if let Some(owner) = tx.query_opt(&owner_of, &[&entry.local_name]).await? {
-                    let owner: String = owner.try_get(0)?;
-                    return Err(StoreError::new(
-                        REPLACING,
-                        format!(
-                            "local name {} is already used by server {owner}: rename one of the servers",
-                            entry.local_name
-                        ),
+            let result = async {
+                tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CATALOGUE_LOCK])
+                    .await?;
+                tx.execute("DELETE FROM mcp_tools WHERE server = $1", &[&server])
+                    .await?;
+                let owner_of = tx
+                    .prepare("SELECT server FROM mcp_tools WHERE local_name = $1")
+                    .await?;
+                let insert = tx
+                    .prepare(&format!(
+                        "INSERT INTO mcp_tools ({TOOL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                    ))
+                    .await?;
+                for (entry, row) in entries.iter().zip(&rows) {
+                    // M9: local names are unique across servers. Name the owner rather than
+                    // surfacing a bare unique-constraint failure.
+                    if let Some(owner) = tx.query_opt(&owner_of, &[&entry.local_name]).await? {
+                        let owner: String = owner.try_get(0)?;
+                        return Err(StoreError::new(
+                            REPLACING,
+                            format!(
+                                "local name {} is already used by server {owner}: rename one of the servers",
+                                entry.local_name
+                            ),
+                        )
+                        .into());
+                    }
+                    tx.execute(
+                        &insert,
+                        &[
+                            &entry.server,
+                            &entry.remote_name,
+                            &entry.local_name,
+                            &entry.description,
+                            &entry.effect.as_str(),
+                            &row.schema_json,
+                            &row.refusal,
+                            &entry.imported_ms,
+                        ],
                     )
-                    .into());
+                    .await?;
                 }
-                tx.execute(
-                    &insert,
-                    &[
-                        &entry.server,
-                        &entry.remote_name,
-                        &entry.local_name,
-                        &entry.description,
-                        &entry.effect.as_str(),
-                        &row.schema_json,
-                        &row.refusal,
-                        &entry.imported_ms,
-                    ],
-                )
-                .await?;
+                Ok(())
             }
-            tx.commit().await?;
-            Ok(())
+            .await;
+            finish(tx, result).await
         })
         .await
     }

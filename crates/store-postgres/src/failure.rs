@@ -144,6 +144,28 @@ fn described(error: &str, fault: StoreFault) -> String {
     format!("{error}: {advice}")
 }
 
+/// Ends a transaction explicitly: commits its body's answer, or rolls back (and waits for
+/// the rollback) on its body's error. Never left to `Drop`: a dropped transaction's
+/// ROLLBACK is only queued on the connection, so its row locks could outlive the call and
+/// make another connection's `SKIP LOCKED` claim pass over a row that is free.
+pub(crate) async fn finish<T>(
+    tx: deadpool_postgres::Transaction<'_>,
+    result: Result<T, Failure>,
+) -> Result<T, Failure> {
+    match result {
+        Ok(answer) => {
+            tx.commit().await?;
+            Ok(answer)
+        }
+        Err(error) => {
+            // The body's error is the one worth reporting; a failed rollback ends the
+            // session, which releases the locks as well.
+            let _ = tx.rollback().await;
+            Err(error)
+        }
+    }
+}
+
 /// Reads a 32-byte hash column, refusing any other length rather than panicking.
 pub(crate) fn hash32(bytes: Vec<u8>, what: &str) -> Result<[u8; 32], Failure> {
     let len = bytes.len();

@@ -4,7 +4,7 @@
 use deadpool_postgres::Object;
 use runwarden_vault::store::StoreError;
 
-use crate::failure::{Failure, classify};
+use crate::failure::{Failure, classify, finish};
 
 /// One embedded migration, named like its file `NNNN_description.sql`.
 struct Migration {
@@ -63,40 +63,43 @@ const MIGRATION_LOCK: i64 = 0x7277_6d69_6772_6174;
 pub(crate) async fn migrate(client: &mut Object) -> Result<(), Failure> {
     let known = MIGRATIONS.last().map_or(0, |m| m.version);
     let tx = client.transaction().await?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-        .await?;
-    tx.batch_execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (
-             version    BIGINT PRIMARY KEY,
-             name       TEXT   NOT NULL,
-             applied_ms BIGINT NOT NULL
-         )",
-    )
-    .await?;
-    let applied: i64 = tx
-        .query_one(
-            "SELECT COALESCE(MAX(version), 0)::BIGINT FROM schema_migrations",
-            &[],
+    let result = async {
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .await?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (
+                 version    BIGINT PRIMARY KEY,
+                 name       TEXT   NOT NULL,
+                 applied_ms BIGINT NOT NULL
+             )",
         )
-        .await?
-        .get(0);
-    refuse_newer(applied, known)?;
-    for migration in MIGRATIONS.iter().filter(|m| m.version > applied) {
-        tx.batch_execute(migration.sql).await.map_err(|e| {
-            StoreError::with_fault(
-                "migrating the database",
-                classify(&e),
-                format!("migration {} failed: {e}", migration.name),
+        .await?;
+        let applied: i64 = tx
+            .query_one(
+                "SELECT COALESCE(MAX(version), 0)::BIGINT FROM schema_migrations",
+                &[],
             )
-        })?;
-        tx.execute(
-            "INSERT INTO schema_migrations (version, name, applied_ms) VALUES ($1, $2, $3)",
-            &[&migration.version, &migration.name, &now_ms()],
-        )
-        .await?;
+            .await?
+            .get(0);
+        refuse_newer(applied, known)?;
+        for migration in MIGRATIONS.iter().filter(|m| m.version > applied) {
+            tx.batch_execute(migration.sql).await.map_err(|e| {
+                StoreError::with_fault(
+                    "migrating the database",
+                    classify(&e),
+                    format!("migration {} failed: {e}", migration.name),
+                )
+            })?;
+            tx.execute(
+                "INSERT INTO schema_migrations (version, name, applied_ms) VALUES ($1, $2, $3)",
+                &[&migration.version, &migration.name, &now_ms()],
+            )
+            .await?;
+        }
+        Ok(())
     }
-    tx.commit().await?;
-    Ok(())
+    .await;
+    finish(tx, result).await
 }
 
 /// A database written by a newer build is refused rather than misread.

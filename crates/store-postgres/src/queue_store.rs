@@ -17,7 +17,7 @@ use runwarden_runtime::store::Run;
 use runwarden_vault::store::StoreError;
 
 use crate::PgStore;
-use crate::failure::Failure;
+use crate::failure::{Failure, finish};
 use crate::run_store::{RUN_COLUMNS, read_run, run_row};
 
 const REQUEUEING: &str = "requeueing a run";
@@ -58,64 +58,67 @@ impl QueueStore for PgStore {
         self.with(REQUEUEING, async {
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
-            let Some(run) = read_run(&*tx, &params.id, true).await? else {
-                return Ok(RequeueAnswer::LeaseLost);
-            };
-            if run.status == RunState::Cancelled {
-                // R4: cancelled is terminal; no retry path takes it.
-                return Ok(RequeueAnswer::AlreadyCancelled);
-            }
-            if run.status != RunState::Running || run.claimed_by.as_deref() != Some(&params.owner)
-            {
-                // R3: only the segment holding the lease may requeue the run.
-                return Ok(RequeueAnswer::LeaseLost);
-            }
-            let (changed, answer) = match decide(&run, params.counts, params.max_requeues) {
-                None => {
-                    let requeue_count = run.requeue_count.saturating_add(u32::from(params.counts));
-                    let changed = tx
-                        .execute(
-                            "UPDATE runs SET status = 'queued', claimed_by = NULL, lease_expires_ms = NULL,
-                                 retry_at_ms = $1, termination_reason = $2,
-                                 requeue_count = requeue_count + $3, updated_ms = $4
-                             WHERE id = $5 AND status = 'running' AND claimed_by = $6",
-                            &[
-                                &params.retry_at_ms,
-                                &params.reason,
-                                &i64::from(params.counts),
-                                &params.now_ms,
-                                &params.id,
-                                &params.owner,
-                            ],
-                        )
-                        .await?;
-                    (changed, RequeueAnswer::Requeued { requeue_count })
+            let result = async {
+                let Some(run) = read_run(&*tx, &params.id, true).await? else {
+                    return Ok(RequeueAnswer::LeaseLost);
+                };
+                if run.status == RunState::Cancelled {
+                    // R4: cancelled is terminal; no retry path takes it.
+                    return Ok(RequeueAnswer::AlreadyCancelled);
                 }
-                Some(code) => {
-                    let reason = format!("{}: {}", code.as_str(), params.reason);
-                    // R7: pending_effect stays, so the record shows the write that was in flight.
-                    let changed = tx
-                        .execute(
-                            "UPDATE runs SET status = 'failed', termination_reason = $1, updated_ms = $2
-                             WHERE id = $3 AND status = 'running' AND claimed_by = $4",
-                            &[&reason, &params.now_ms, &params.id, &params.owner],
-                        )
-                        .await?;
-                    (changed, RequeueAnswer::DeadLettered(code))
+                if run.status != RunState::Running || run.claimed_by.as_deref() != Some(&params.owner)
+                {
+                    // R3: only the segment holding the lease may requeue the run.
+                    return Ok(RequeueAnswer::LeaseLost);
                 }
-            };
-            if changed != 1 {
-                return Err(StoreError::new(
-                    REQUEUEING,
-                    format!(
-                        "run {} changed inside the requeue's transaction: retry the requeue",
-                        params.id
-                    ),
-                )
-                .into());
+                let (changed, answer) = match decide(&run, params.counts, params.max_requeues) {
+                    None => {
+                        let requeue_count = run.requeue_count.saturating_add(u32::from(params.counts));
+                        let changed = tx
+                            .execute(
+                                "UPDATE runs SET status = 'queued', claimed_by = NULL, lease_expires_ms = NULL,
+                                     retry_at_ms = $1, termination_reason = $2,
+                                     requeue_count = requeue_count + $3, updated_ms = $4
+                                 WHERE id = $5 AND status = 'running' AND claimed_by = $6",
+                                &[
+                                    &params.retry_at_ms,
+                                    &params.reason,
+                                    &i64::from(params.counts),
+                                    &params.now_ms,
+                                    &params.id,
+                                    &params.owner,
+                                ],
+                            )
+                            .await?;
+                        (changed, RequeueAnswer::Requeued { requeue_count })
+                    }
+                    Some(code) => {
+                        let reason = format!("{}: {}", code.as_str(), params.reason);
+                        // R7: pending_effect stays, so the record shows the write that was in flight.
+                        let changed = tx
+                            .execute(
+                                "UPDATE runs SET status = 'failed', termination_reason = $1, updated_ms = $2
+                                 WHERE id = $3 AND status = 'running' AND claimed_by = $4",
+                                &[&reason, &params.now_ms, &params.id, &params.owner],
+                            )
+                            .await?;
+                        (changed, RequeueAnswer::DeadLettered(code))
+                    }
+                };
+                if changed != 1 {
+                    return Err(StoreError::new(
+                        REQUEUEING,
+                        format!(
+                            "run {} changed inside the requeue's transaction: retry the requeue",
+                            params.id
+                        ),
+                    )
+                    .into());
+                }
+                Ok(answer)
             }
-            tx.commit().await?;
-            Ok(answer)
+            .await;
+            finish(tx, result).await
         })
         .await
     }
@@ -157,81 +160,84 @@ impl PgStore {
     ) -> Result<Option<RequeueAnswer>, Failure> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let Some(run) = read_run(&*tx, id, true).await? else {
-            return Ok(None);
-        };
-        let stale = run.status == RunState::Running
-            && run
-                .lease_expires_ms
-                .is_some_and(|until| until < params.now_ms);
-        if !stale {
-            return Ok(None);
-        }
-        let old_owner = run.claimed_by.as_deref();
-        let who = old_owner.unwrap_or("no segment");
-        // R9: staleness and the owner are re-checked inside each update, so a heartbeat
-        // that landed first (a renewed lease) wins over the reaper.
-        let (changed, action) = match decide(&run, true, params.max_requeues) {
-            None => {
-                let retry_at_ms = params
-                    .now_ms
-                    .saturating_add(backoff(params.backoff_base_ms, run.requeue_count));
-                let changed = tx
-                    .execute(
-                        "UPDATE runs SET status = 'queued', claimed_by = NULL, lease_expires_ms = NULL,
-                             retry_at_ms = $1, termination_reason = $2,
-                             requeue_count = requeue_count + 1, updated_ms = $3
-                         WHERE id = $4 AND status = 'running' AND lease_expires_ms < $3
-                             AND claimed_by IS NOT DISTINCT FROM $5",
-                        &[
-                            &retry_at_ms,
-                            &format!("the lease of {who} expired"),
-                            &params.now_ms,
-                            &id,
-                            &old_owner,
-                        ],
-                    )
-                    .await?;
-                let requeue_count = run.requeue_count.saturating_add(1);
-                (changed, RequeueAnswer::Requeued { requeue_count })
+        let result = async {
+            let Some(run) = read_run(&*tx, id, true).await? else {
+                return Ok(None);
+            };
+            let stale = run.status == RunState::Running
+                && run
+                    .lease_expires_ms
+                    .is_some_and(|until| until < params.now_ms);
+            if !stale {
+                return Ok(None);
             }
-            Some(code) => {
-                let why = match code {
-                    DeadLetter::FencedWrite => format!(
-                        "the lease of {who} expired while a {} was in flight; it may have run, \
-                         so the run is never retried",
-                        Effect::NonIdempotentWrite.as_str()
-                    ),
-                    DeadLetter::NotRetryable => format!(
-                        "the lease of {who} expired and the run has no stored request to retry from"
-                    ),
-                    DeadLetter::RetriesExhausted => format!(
-                        "the lease of {who} expired after {} requeues (at most {})",
-                        run.requeue_count, params.max_requeues
-                    ),
-                };
-                // R7: pending_effect stays, so the record shows the write that was in flight.
-                let changed = tx
-                    .execute(
-                        "UPDATE runs SET status = 'failed', termination_reason = $1, updated_ms = $2
-                         WHERE id = $3 AND status = 'running' AND lease_expires_ms < $2
-                             AND claimed_by IS NOT DISTINCT FROM $4",
-                        &[
-                            &format!("{}: {why}", code.as_str()),
-                            &params.now_ms,
-                            &id,
-                            &old_owner,
-                        ],
-                    )
-                    .await?;
-                (changed, RequeueAnswer::DeadLettered(code))
+            let old_owner = run.claimed_by.as_deref();
+            let who = old_owner.unwrap_or("no segment");
+            // R9: staleness and the owner are re-checked inside each update, so a heartbeat
+            // that landed first (a renewed lease) wins over the reaper.
+            let (changed, action) = match decide(&run, true, params.max_requeues) {
+                None => {
+                    let retry_at_ms = params
+                        .now_ms
+                        .saturating_add(backoff(params.backoff_base_ms, run.requeue_count));
+                    let changed = tx
+                        .execute(
+                            "UPDATE runs SET status = 'queued', claimed_by = NULL, lease_expires_ms = NULL,
+                                 retry_at_ms = $1, termination_reason = $2,
+                                 requeue_count = requeue_count + 1, updated_ms = $3
+                             WHERE id = $4 AND status = 'running' AND lease_expires_ms < $3
+                                 AND claimed_by IS NOT DISTINCT FROM $5",
+                            &[
+                                &retry_at_ms,
+                                &format!("the lease of {who} expired"),
+                                &params.now_ms,
+                                &id,
+                                &old_owner,
+                            ],
+                        )
+                        .await?;
+                    let requeue_count = run.requeue_count.saturating_add(1);
+                    (changed, RequeueAnswer::Requeued { requeue_count })
+                }
+                Some(code) => {
+                    let why = match code {
+                        DeadLetter::FencedWrite => format!(
+                            "the lease of {who} expired while a {} was in flight; it may have run, \
+                             so the run is never retried",
+                            Effect::NonIdempotentWrite.as_str()
+                        ),
+                        DeadLetter::NotRetryable => format!(
+                            "the lease of {who} expired and the run has no stored request to retry from"
+                        ),
+                        DeadLetter::RetriesExhausted => format!(
+                            "the lease of {who} expired after {} requeues (at most {})",
+                            run.requeue_count, params.max_requeues
+                        ),
+                    };
+                    // R7: pending_effect stays, so the record shows the write that was in flight.
+                    let changed = tx
+                        .execute(
+                            "UPDATE runs SET status = 'failed', termination_reason = $1, updated_ms = $2
+                             WHERE id = $3 AND status = 'running' AND lease_expires_ms < $2
+                                 AND claimed_by IS NOT DISTINCT FROM $4",
+                            &[
+                                &format!("{}: {why}", code.as_str()),
+                                &params.now_ms,
+                                &id,
+                                &old_owner,
+                            ],
+                        )
+                        .await?;
+                    (changed, RequeueAnswer::DeadLettered(code))
+                }
+            };
+            if changed != 1 {
+                return Ok(None);
             }
-        };
-        if changed != 1 {
-            return Ok(None);
+            Ok(Some(action))
         }
-        tx.commit().await?;
-        Ok(Some(action))
+        .await;
+        finish(tx, result).await
     }
 }
 

@@ -18,7 +18,7 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio_postgres::{GenericClient, Row};
 
 use crate::PgStore;
-use crate::failure::Failure;
+use crate::failure::{Failure, finish};
 
 pub(crate) const RUN_COLUMNS: &str = "id, agent, status, termination_reason, request, claimed_by, lease_expires_ms, \
                            pending_effect, requeue_count, rounds, correlation, created_ms, updated_ms";
@@ -160,33 +160,36 @@ impl RunStore for PgStore {
         self.with(OPERATION, async {
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
-            // R4: the row is locked before it is read, so `previous` is the state the
-            // cancel really left, whatever another node is doing to the run.
-            let Some(previous) = read_status(&*tx, id, true).await? else {
-                return Ok(CancelAnswer::NotFound);
-            };
-            if previous.is_terminal() {
-                return Ok(CancelAnswer::AlreadyTerminal(previous));
+            let result = async {
+                // R4: the row is locked before it is read, so `previous` is the state the
+                // cancel really left, whatever another node is doing to the run.
+                let Some(previous) = read_status(&*tx, id, true).await? else {
+                    return Ok(CancelAnswer::NotFound);
+                };
+                if previous.is_terminal() {
+                    return Ok(CancelAnswer::AlreadyTerminal(previous));
+                }
+                // R4: the stored request goes (nothing may resume the run); pending_effect and
+                // claimed_by stay, so the reaper and people can see a cancelled mid-write run (R7).
+                let changed = tx
+                    .execute(
+                        "UPDATE runs SET status = 'cancelled', request = NULL, termination_reason = $1,
+                             updated_ms = $2
+                         WHERE id = $3 AND status NOT IN ('completed', 'failed', 'cancelled')",
+                        &[&CANCEL_REASON, &now_ms, &id],
+                    )
+                    .await?;
+                if changed != 1 {
+                    return Err(StoreError::new(
+                        OPERATION,
+                        format!("run {id} changed inside the cancel's transaction: retry the cancel"),
+                    )
+                    .into());
+                }
+                Ok(CancelAnswer::Cancelled { previous })
             }
-            // R4: the stored request goes (nothing may resume the run); pending_effect and
-            // claimed_by stay, so the reaper and people can see a cancelled mid-write run (R7).
-            let changed = tx
-                .execute(
-                    "UPDATE runs SET status = 'cancelled', request = NULL, termination_reason = $1,
-                         updated_ms = $2
-                     WHERE id = $3 AND status NOT IN ('completed', 'failed', 'cancelled')",
-                    &[&CANCEL_REASON, &now_ms, &id],
-                )
-                .await?;
-            if changed != 1 {
-                return Err(StoreError::new(
-                    OPERATION,
-                    format!("run {id} changed inside the cancel's transaction: retry the cancel"),
-                )
-                .into());
-            }
-            tx.commit().await?;
-            Ok(CancelAnswer::Cancelled { previous })
+            .await;
+            finish(tx, result).await
         })
         .await
     }
@@ -251,55 +254,58 @@ impl RunStore for PgStore {
             let round = params.round.map(i64::from);
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
-            // The guard decides, and its row lock makes every other appender of this run,
-            // on any node, wait until this transaction ends: MAX(seq) below is read after
-            // the previous appender committed, so a sequence is never taken twice (R1).
-            // The owner of a running run, or of a run cancelled under it (R5: it records its
-            // boundary step). R7: the fence is cleared on a running run only; a cancelled
-            // mid-write run keeps its mark. Rounds never go down.
-            let guard = tx
-                .prepare_cached(
-                    "UPDATE runs SET
-                         pending_effect = CASE WHEN $1 AND status = 'running' THEN NULL
-                                               ELSE pending_effect END,
-                         rounds = GREATEST(rounds, COALESCE($2, rounds)),
-                         updated_ms = $3
-                     WHERE id = $4 AND claimed_by = $5 AND status IN ('running', 'cancelled')",
-                )
-                .await?;
-            let changed = tx
-                .execute(
-                    &guard,
-                    &[
-                        &params.clear_fence,
-                        &round,
-                        &params.now_ms,
-                        &params.id,
-                        &params.owner,
-                    ],
-                )
-                .await?;
-            if changed != 1 {
-                // Dropping the transaction rolls it back: nothing is stored.
-                return Ok(None);
+            let result = async {
+                // The guard decides, and its row lock makes every other appender of this run,
+                // on any node, wait until this transaction ends: MAX(seq) below is read after
+                // the previous appender committed, so a sequence is never taken twice (R1).
+                // The owner of a running run, or of a run cancelled under it (R5: it records its
+                // boundary step). R7: the fence is cleared on a running run only; a cancelled
+                // mid-write run keeps its mark. Rounds never go down.
+                let guard = tx
+                    .prepare_cached(
+                        "UPDATE runs SET
+                             pending_effect = CASE WHEN $1 AND status = 'running' THEN NULL
+                                                   ELSE pending_effect END,
+                             rounds = GREATEST(rounds, COALESCE($2, rounds)),
+                             updated_ms = $3
+                         WHERE id = $4 AND claimed_by = $5 AND status IN ('running', 'cancelled')",
+                    )
+                    .await?;
+                let changed = tx
+                    .execute(
+                        &guard,
+                        &[
+                            &params.clear_fence,
+                            &round,
+                            &params.now_ms,
+                            &params.id,
+                            &params.owner,
+                        ],
+                    )
+                    .await?;
+                if changed != 1 {
+                    // The guard matched nothing: the transaction ends having stored nothing.
+                    return Ok(None);
+                }
+                let insert = tx
+                    .prepare_cached(
+                        "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
+                         SELECT $1::TEXT, COALESCE(MAX(seq), 0) + 1, $2::TEXT, $3::TEXT, $4::BIGINT
+                         FROM run_events WHERE run_id = $1::TEXT
+                         RETURNING seq",
+                    )
+                    .await?;
+                let seq: i64 = tx
+                    .query_one(
+                        &insert,
+                        &[&params.id, &params.kind, &payload, &params.now_ms],
+                    )
+                    .await?
+                    .try_get(0)?;
+                Ok(Some(seq))
             }
-            let insert = tx
-                .prepare_cached(
-                    "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
-                     SELECT $1::TEXT, COALESCE(MAX(seq), 0) + 1, $2::TEXT, $3::TEXT, $4::BIGINT
-                     FROM run_events WHERE run_id = $1::TEXT
-                     RETURNING seq",
-                )
-                .await?;
-            let seq: i64 = tx
-                .query_one(
-                    &insert,
-                    &[&params.id, &params.kind, &payload, &params.now_ms],
-                )
-                .await?
-                .try_get(0)?;
-            tx.commit().await?;
-            Ok(Some(seq))
+            .await;
+            finish(tx, result).await
         })
         .await
     }
@@ -317,30 +323,33 @@ impl RunStore for PgStore {
         self.with(SETTLING, async {
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
-            let changed = tx
-                .execute(
-                    "UPDATE runs SET status = $1, termination_reason = $2, updated_ms = $3
-                     WHERE id = $4 AND claimed_by = $5 AND status = 'running'",
-                    &[
-                        &params.status.as_str(),
-                        &params.reason,
-                        &params.now_ms,
-                        &params.id,
-                        &params.owner,
-                    ],
-                )
-                .await?;
-            let answer = if changed == 1 {
-                SettleAnswer::Settled
-            } else if read_status(&*tx, &params.id, false).await? == Some(RunState::Cancelled) {
-                // R4, R5: the cancel won the row; the segment must not overwrite it.
-                SettleAnswer::AlreadyCancelled
-            } else {
-                // R3: another segment holds the run, or it is no longer running.
-                SettleAnswer::LeaseLost
-            };
-            tx.commit().await?;
-            Ok(answer)
+            let result = async {
+                let changed = tx
+                    .execute(
+                        "UPDATE runs SET status = $1, termination_reason = $2, updated_ms = $3
+                         WHERE id = $4 AND claimed_by = $5 AND status = 'running'",
+                        &[
+                            &params.status.as_str(),
+                            &params.reason,
+                            &params.now_ms,
+                            &params.id,
+                            &params.owner,
+                        ],
+                    )
+                    .await?;
+                let answer = if changed == 1 {
+                    SettleAnswer::Settled
+                } else if read_status(&*tx, &params.id, false).await? == Some(RunState::Cancelled) {
+                    // R4, R5: the cancel won the row; the segment must not overwrite it.
+                    SettleAnswer::AlreadyCancelled
+                } else {
+                    // R3: another segment holds the run, or it is no longer running.
+                    SettleAnswer::LeaseLost
+                };
+                Ok(answer)
+            }
+            .await;
+            finish(tx, result).await
         })
         .await
     }

@@ -12,7 +12,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{GenericClient, Row};
 
 use crate::PgStore;
-use crate::failure::{Failure, hash32};
+use crate::failure::{Failure, finish, hash32};
 
 const SEALED_COLUMNS: &str = "kind, name, algorithm, version, master_key_id, key_nonce, wrapped_key, value_nonce, \
                               ciphertext, created_ms, updated_ms";
@@ -118,56 +118,59 @@ impl VaultStore for PgStore {
             // back every record already rewritten; FOR UPDATE keeps another node from
             // changing a record between its read and its rewrite.
             let tx = client.transaction().await?;
-            let rows = tx
-                .query(
-                    &format!("SELECT {SEALED_COLUMNS} FROM sealed ORDER BY kind, name FOR UPDATE"),
-                    &[],
-                )
-                .await?;
-            let records = rows
-                .iter()
-                .map(sealed_record)
-                .collect::<Result<Vec<_>, _>>()?;
-            let update = tx
-                .prepare(
-                    "UPDATE sealed SET algorithm = $3, version = $4, master_key_id = $5, key_nonce = $6,
-                         wrapped_key = $7, value_nonce = $8, ciphertext = $9, updated_ms = $10
-                     WHERE kind = $1 AND name = $2",
-                )
-                .await?;
-            for record in &records {
-                let rewrapped = rewrap(record.clone())?;
-                if rewrapped.kind != record.kind || rewrapped.name != record.name {
-                    return Err(StoreError::new(
-                        OPERATION,
-                        format!(
-                            "rewrapping {} returned another record's kind or name",
-                            record.name
-                        ),
+            let result = async {
+                let rows = tx
+                    .query(
+                        &format!("SELECT {SEALED_COLUMNS} FROM sealed ORDER BY kind, name FOR UPDATE"),
+                        &[],
                     )
-                    .into());
+                    .await?;
+                let records = rows
+                    .iter()
+                    .map(sealed_record)
+                    .collect::<Result<Vec<_>, _>>()?;
+                let update = tx
+                    .prepare(
+                        "UPDATE sealed SET algorithm = $3, version = $4, master_key_id = $5, key_nonce = $6,
+                             wrapped_key = $7, value_nonce = $8, ciphertext = $9, updated_ms = $10
+                         WHERE kind = $1 AND name = $2",
+                    )
+                    .await?;
+                for record in &records {
+                    let rewrapped = rewrap(record.clone())?;
+                    if rewrapped.kind != record.kind || rewrapped.name != record.name {
+                        return Err(StoreError::new(
+                            OPERATION,
+                            format!(
+                                "rewrapping {} returned another record's kind or name",
+                                record.name
+                            ),
+                        )
+                        .into());
+                    }
+                    let r = &rewrapped;
+                    let version = i64::from(r.version);
+                    tx.execute(
+                        &update,
+                        &[
+                            &r.kind.as_str(),
+                            &r.name,
+                            &r.algorithm,
+                            &version,
+                            &r.master_key_id,
+                            &r.key_nonce,
+                            &r.wrapped_key,
+                            &r.value_nonce,
+                            &r.ciphertext,
+                            &r.updated_ms,
+                        ],
+                    )
+                    .await?;
                 }
-                let r = &rewrapped;
-                let version = i64::from(r.version);
-                tx.execute(
-                    &update,
-                    &[
-                        &r.kind.as_str(),
-                        &r.name,
-                        &r.algorithm,
-                        &version,
-                        &r.master_key_id,
-                        &r.key_nonce,
-                        &r.wrapped_key,
-                        &r.value_nonce,
-                        &r.ciphertext,
-                        &r.updated_ms,
-                    ],
-                )
-                .await?;
+                Ok(records.len())
             }
-            tx.commit().await?;
-            Ok(records.len())
+            .await;
+            finish(tx, result).await
         })
         .await
     }
@@ -310,73 +313,76 @@ async fn append_rows(
         .collect::<Result<Vec<_>, _>>()?;
     let mut client = store.client().await?;
     let tx = client.transaction().await?;
-    if !durable {
-        tx.batch_execute("SET LOCAL synchronous_commit = off")
+    let result = async {
+        if !durable {
+            tx.batch_execute("SET LOCAL synchronous_commit = off")
+                .await?;
+        }
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&AUDIT_LOCK])
             .await?;
+        // V7: continue from the anchored tip, not from MAX(id), so a cut tail stays visible to
+        // verify instead of being silently overwritten.
+        let (mut prev_id, mut prev_hash) = match read_tip(&*tx).await? {
+            Some(tip) => (tip.last_id, tip.last_hash),
+            None => (0, [0u8; 32]),
+        };
+        let insert = tx
+            .prepare_cached(&format!(
+                "INSERT INTO audit_log ({AUDIT_COLUMNS})
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+            ))
+            .await?;
+        let mut rows = Vec::with_capacity(events.len());
+        for (event, duration_ms) in events.into_iter().zip(durations) {
+            // V7: ids are contiguous so a deleted row shows as a gap.
+            let id = prev_id + 1;
+            let hash = chain.link(id, &event, &prev_hash);
+            let status = i64::from(event.status);
+            tx.execute(
+                &insert,
+                &[
+                    &id,
+                    &event.time_ms,
+                    &event.action,
+                    &event.success,
+                    &event.secret,
+                    &event.method,
+                    &event.host,
+                    &event.path,
+                    &status,
+                    &duration_ms,
+                    &event.error,
+                    &event.reason,
+                    &event.actor,
+                    &event.correlation,
+                    &&prev_hash[..],
+                    &&hash[..],
+                    &event.intent_id,
+                ],
+            )
+            .await?;
+            rows.push(AuditRow {
+                id,
+                event,
+                prev_hash,
+                hash,
+            });
+            (prev_id, prev_hash) = (id, hash);
+        }
+        if prev_id > 0 {
+            let anchor = chain.anchor(prev_id, &prev_hash);
+            tx.execute(
+                "INSERT INTO audit_tip (id, last_id, last_hash, anchor) VALUES (1, $1, $2, $3)
+                 ON CONFLICT (id) DO UPDATE SET
+                     last_id = excluded.last_id, last_hash = excluded.last_hash, anchor = excluded.anchor",
+                &[&prev_id, &&prev_hash[..], &&anchor[..]],
+            )
+            .await?;
+        }
+        Ok(rows)
     }
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&AUDIT_LOCK])
-        .await?;
-    // V7: continue from the anchored tip, not from MAX(id), so a cut tail stays visible to
-    // verify instead of being silently overwritten.
-    let (mut prev_id, mut prev_hash) = match read_tip(&*tx).await? {
-        Some(tip) => (tip.last_id, tip.last_hash),
-        None => (0, [0u8; 32]),
-    };
-    let insert = tx
-        .prepare_cached(&format!(
-            "INSERT INTO audit_log ({AUDIT_COLUMNS})
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
-        ))
-        .await?;
-    let mut rows = Vec::with_capacity(events.len());
-    for (event, duration_ms) in events.into_iter().zip(durations) {
-        // V7: ids are contiguous so a deleted row shows as a gap.
-        let id = prev_id + 1;
-        let hash = chain.link(id, &event, &prev_hash);
-        let status = i64::from(event.status);
-        tx.execute(
-            &insert,
-            &[
-                &id,
-                &event.time_ms,
-                &event.action,
-                &event.success,
-                &event.secret,
-                &event.method,
-                &event.host,
-                &event.path,
-                &status,
-                &duration_ms,
-                &event.error,
-                &event.reason,
-                &event.actor,
-                &event.correlation,
-                &&prev_hash[..],
-                &&hash[..],
-                &event.intent_id,
-            ],
-        )
-        .await?;
-        rows.push(AuditRow {
-            id,
-            event,
-            prev_hash,
-            hash,
-        });
-        (prev_id, prev_hash) = (id, hash);
-    }
-    if prev_id > 0 {
-        let anchor = chain.anchor(prev_id, &prev_hash);
-        tx.execute(
-            "INSERT INTO audit_tip (id, last_id, last_hash, anchor) VALUES (1, $1, $2, $3)
-             ON CONFLICT (id) DO UPDATE SET
-                 last_id = excluded.last_id, last_hash = excluded.last_hash, anchor = excluded.anchor",
-            &[&prev_id, &&prev_hash[..], &&anchor[..]],
-        )
-        .await?;
-    }
-    tx.commit().await?;
-    Ok(rows)
+    .await;
+    finish(tx, result).await
 }
 
 async fn read_tip(conn: &impl GenericClient) -> Result<Option<AuditTip>, Failure> {

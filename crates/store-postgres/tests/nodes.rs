@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use runwarden_runtime::queue::{Claim, QueueStore};
+use runwarden_runtime::queue::{Claim, QueueStore, Requeue, RequeueAnswer};
 use runwarden_runtime::store::{EventAppend, NewRunStatus, RunCreate, RunStore};
 use runwarden_runtime::{Change, RunState};
 use runwarden_vault::audit::{AuditEvent, action};
@@ -291,4 +291,51 @@ async fn appenders_on_two_nodes_never_share_an_event_sequence() {
         .map(|event| event.seq)
         .collect();
     assert_eq!(stored, expected);
+}
+
+/// A call that locks a row and answers without changing it (a refused requeue) releases
+/// the lock before it answers: the very next claim, on another pooled connection, finds
+/// the run instead of skipping it as locked.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_call_releases_its_row_lock_before_it_answers() {
+    let db = TestDb::new().await;
+    let store = db.node().await;
+    let t0 = now_ms();
+    for n in 0..50 {
+        let id = format!("lock-{n}");
+        store
+            .run_create(RunCreate {
+                id: id.clone(),
+                agent: "helpdesk".into(),
+                correlation: id.clone(),
+                request: Some(json!({"input": n})),
+                status: NewRunStatus::Queued,
+                now_ms: t0,
+            })
+            .await
+            .unwrap();
+        let refused = store
+            .run_requeue(Requeue {
+                id: id.clone(),
+                owner: "not-the-owner".into(),
+                reason: "test".into(),
+                retry_at_ms: t0,
+                counts: true,
+                max_requeues: 3,
+                now_ms: t0,
+            })
+            .await
+            .unwrap();
+        assert_eq!(refused, RequeueAnswer::LeaseLost);
+        let claimed = store
+            .run_claim(Claim {
+                owner: "worker".into(),
+                lease_until_ms: t0 + 60_000,
+                now_ms: t0,
+            })
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{id} was skipped as locked after a refused requeue"));
+        assert_eq!(claimed.id, id);
+    }
 }

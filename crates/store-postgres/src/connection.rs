@@ -16,11 +16,25 @@ use crate::failure::Failure;
 use crate::listener::Listener;
 use crate::migrate::migrate;
 
-/// How many connections one store (one node) keeps at most.
-const POOL_SIZE: usize = 16;
-/// How long a call waits for a free pooled connection, or for a new one to open, before
-/// failing with a retryable [`StoreFault::Io`].
-const POOL_WAIT: Duration = Duration::from_secs(5);
+/// How a [`PgStore`] sizes and bounds its pool. `Default` is 16 connections and a 5 s wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PgOptions {
+    /// How many pooled connections one store (one node) keeps at most; the change
+    /// listener's connection comes on top.
+    pub max_connections: usize,
+    /// How long a call waits for a free pooled connection, or for a new one to open,
+    /// before failing with a retryable [`StoreFault::Io`].
+    pub pool_wait: Duration,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 16,
+            pool_wait: Duration::from_secs(5),
+        }
+    }
+}
 /// How long opening a TCP connection to the server may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long [`PgStore::ready`] waits for the server's answer.
@@ -58,6 +72,17 @@ impl PgStore {
     /// apply each one once), and starts listening for every node's changes. The password
     /// never appears in an error. Must be called on a tokio runtime.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, PgOptions::default()).await
+    }
+
+    /// [`connect`](Self::connect) with a pool sized and bounded by `options`.
+    pub async fn connect_with(url: &str, options: PgOptions) -> Result<Self, StoreError> {
+        if options.max_connections == 0 {
+            return Err(StoreError::new(
+                "connecting to the database",
+                "the pool needs at least one connection: set max_connections to 1 or more",
+            ));
+        }
         let target = redact_url(url);
         let operation = format!("connecting to the database at {target}");
         let mut config = tokio_postgres::Config::from_str(url).map_err(|e| {
@@ -83,11 +108,11 @@ impl PgStore {
             },
         );
         let pool = Pool::builder(manager)
-            .max_size(POOL_SIZE)
+            .max_size(options.max_connections)
             .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(POOL_WAIT))
-            .create_timeout(Some(POOL_WAIT))
-            .recycle_timeout(Some(POOL_WAIT))
+            .wait_timeout(Some(options.pool_wait))
+            .create_timeout(Some(options.pool_wait))
+            .recycle_timeout(Some(options.pool_wait))
             .build()
             .map_err(|e| StoreError::new(&operation, format!("building the pool failed: {e}")))?;
         let scrubbed = |e: Failure| {

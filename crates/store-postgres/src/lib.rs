@@ -27,7 +27,7 @@
 
 #![deny(missing_docs)]
 
-pub use connection::{PgStore, redact_url};
+pub use connection::{PgOptions, PgStore, redact_url};
 
 mod catalogue_store;
 mod connection;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use runwarden_runtime::Change;
 use runwarden_runtime::store::RunStore;
-use runwarden_store_postgres::PgStore;
+use runwarden_store_postgres::{PgOptions, PgStore};
 use runwarden_testkit::TempCluster;
 use runwarden_vault::store::{SealedKind, StoreFault, VaultStore};
 
@@ -101,4 +101,85 @@ async fn run_status_now_reads_through_the_pool_on_a_multi_thread_runtime() {
     let db = TestDb::new().await;
     let store = db.node().await;
     assert_eq!(store.run_status_now("no-such-run").unwrap(), None);
+}
+
+/// A pool of one connection held by a slow caller: the next call waits the configured
+/// bound and fails with a retryable fault, instead of hanging.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_exhausted_pool_fails_retryable_after_its_wait() {
+    let db = TestDb::new().await;
+    let options = PgOptions {
+        max_connections: 1,
+        pool_wait: Duration::from_millis(200),
+    };
+    let store = PgStore::connect_with(&db.url, options).await.unwrap();
+    // Another session holds the audit lock (AUDIT_LOCK in vault_store.rs, "rwaudit!").
+    let (holder, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    holder
+        .batch_execute("BEGIN; SELECT pg_advisory_xact_lock(8248168399376053281);")
+        .await
+        .unwrap();
+    let blocked = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let chain =
+                std::sync::Arc::new(runwarden_vault::audit::AuditChain::from_audit_key(&[7; 32]));
+            store.audit_append(audit_event(), chain).await
+        })
+    };
+    // The blocked append holds the pool's only connection; wait until the server shows
+    // it waiting on the lock.
+    let waiting = async {
+        loop {
+            let rows = holder
+                .query(
+                    "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
+                    &[],
+                )
+                .await
+                .unwrap();
+            if !rows.is_empty() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the append waits on the audit lock");
+    let error = store
+        .sealed_list(SealedKind::Secret)
+        .await
+        .expect_err("no connection is free");
+    assert_eq!(error.fault, StoreFault::Io, "{error}");
+    assert!(error.is_retryable());
+    holder.batch_execute("COMMIT").await.unwrap();
+    let row = tokio::time::timeout(Duration::from_secs(5), blocked)
+        .await
+        .expect("the append goes on once the lock is released")
+        .unwrap()
+        .expect("the append succeeds");
+    assert_eq!(row.id, 1);
+}
+
+fn audit_event() -> runwarden_vault::audit::AuditEvent {
+    runwarden_vault::audit::AuditEvent {
+        time_ms: 1,
+        action: runwarden_vault::audit::action::HTTP_CALL.into(),
+        success: true,
+        secret: None,
+        method: "GET".into(),
+        host: "example.com".into(),
+        path: "/".into(),
+        status: 200,
+        duration_ms: 1,
+        error: None,
+        reason: None,
+        actor: "test".into(),
+        correlation: None,
+        intent_id: None,
+    }
 }

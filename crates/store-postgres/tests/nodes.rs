@@ -339,3 +339,63 @@ async fn a_refused_call_releases_its_row_lock_before_it_answers() {
         assert_eq!(claimed.id, id);
     }
 }
+
+/// O6: the time from a cancel called on node A to node B's feed announcing it, over 200
+/// runs (the cross-node half of R6's wake-up). Prints the distribution; the bound is
+/// loose (a debug build on a shared machine) and only catches a poll in disguise.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_on_one_node_is_announced_on_another_within_milliseconds() {
+    const RUNS: usize = 200;
+    let db = TestDb::new().await;
+    let (a, b) = (db.node().await, db.node().await);
+    let t0 = now_ms();
+    for n in 0..RUNS {
+        a.run_create(RunCreate {
+            id: format!("lat-{n}"),
+            agent: "helpdesk".into(),
+            correlation: format!("lat-{n}"),
+            request: None,
+            status: NewRunStatus::Running {
+                owner: "node-b".into(),
+                lease_until_ms: t0 + 60_000,
+            },
+            now_ms: t0,
+        })
+        .await
+        .unwrap();
+    }
+    let mut feed = b.change_feed().subscribe();
+    let mut samples = Vec::with_capacity(RUNS);
+    for n in 0..RUNS {
+        let id = format!("lat-{n}");
+        let expected = Change::Status {
+            run_id: id.clone(),
+            status: RunState::Cancelled,
+        };
+        let started = std::time::Instant::now();
+        a.run_cancel(&id, t0 + 1).await.unwrap();
+        let heard = async {
+            loop {
+                if feed.recv().await.unwrap() == expected {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), heard)
+            .await
+            .expect("node B hears the cancel");
+        samples.push(started.elapsed());
+    }
+    let dist = runwarden_testkit::Dist::new(samples);
+    println!(
+        "cancel on node A -> Change::Status(cancelled) on node B's feed, {RUNS} runs: p50 {:?} p99 {:?} max {:?}",
+        dist.pct(50.0),
+        dist.pct(99.0),
+        dist.max()
+    );
+    assert!(
+        dist.pct(99.0) < Duration::from_millis(250),
+        "p99 {:?}",
+        dist.pct(99.0)
+    );
+}

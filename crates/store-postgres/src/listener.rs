@@ -34,7 +34,15 @@ impl Drop for Listener {
 impl Listener {
     /// Connects and listens before answering (so a change committed after this returns is
     /// heard), then keeps the connection alive in a background task.
-    pub(crate) async fn start(config: Config, feed: ChangeFeed) -> Result<Self, Failure> {
+    pub(crate) async fn start(mut config: Config, feed: ChangeFeed) -> Result<Self, Failure> {
+        // The listener only reads, so a silently dead peer (a partition with no reset)
+        // would go unnoticed for the kernel's default two hours: TCP keepalives find it
+        // within about half a minute, and the reconnection resyncs.
+        config
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(10))
+            .keepalives_interval(Duration::from_secs(5))
+            .keepalives_retries(3);
         let live = listen(&config, &feed).await?;
         let task = tokio::spawn(supervise(config, feed, live));
         Ok(Self { task })

@@ -27,7 +27,8 @@
 //!
 //! [`exercise_queue_store`] does the same for a fresh
 //! [`QueueStore`](runwarden_runtime::queue::QueueStore): the worker's claim (R3), requeue
-//! and dead-letter, and the reaper's rescue of stale runs (R9).
+//! and dead-letter, and the reaper's rescue of stale runs (R9), and that every committed
+//! run change reaches the store's change feed (O6).
 
 #![deny(missing_docs)]
 

@@ -21,7 +21,7 @@ pub struct SqliteStore {
     inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     path: PathBuf,
     /// What opening changed about the files' modes, for the operator's warning.
     tightened: Vec<String>,
@@ -122,6 +122,16 @@ impl SqliteStore {
             probed
         })
         .await
+    }
+
+    /// The shared state, for a task that must not keep the store alive.
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
+    /// A handle on shared state taken back from [`SqliteStore::inner`].
+    pub(crate) fn from_inner(inner: Arc<Inner>) -> Self {
+        Self { inner }
     }
 
     /// O6: the feed this store publishes its committed run changes to.

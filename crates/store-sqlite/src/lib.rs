@@ -26,11 +26,13 @@
 #![deny(missing_docs)]
 
 pub use connection::SqliteStore;
+pub use other_writers::OtherWriters;
 
 mod catalogue_store;
 mod connection;
 mod failure;
 mod migrate;
+mod other_writers;
 mod permissions;
 mod queue_store;
 mod run_store;

@@ -6,6 +6,7 @@ mod catalogue;
 mod common;
 mod concurrency;
 mod open;
+mod other_writers;
 mod queue;
 mod runs;
 mod sealed;

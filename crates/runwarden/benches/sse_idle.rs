@@ -1,0 +1,195 @@
+//! Measures what idle live event streams cost a real `runwarden serve` (O6): the server
+//! process's CPU over a window while N `GET /v1/runs/{id}/events` Server-Sent Event
+//! streams of a run that does nothing are open, and the latency of `GET /v1/runs/{id}`
+//! answered meanwhile. The run stays queued (`serve --concurrency 0`), so nothing changes
+//! and every cycle the server spends is the streams' idle cost.
+//!
+//! Run: `cargo bench -p runwarden --bench sse_idle` (add `-- --json` for JSON lines,
+//! `-- --streams 3000` for another count).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use runwarden_testkit::Dist;
+use serde_json::{Value, json};
+
+const WINDOW: Duration = Duration::from_secs(5);
+const GETS: usize = 200;
+
+fn runwarden(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_runwarden"));
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("RUNWARDEN_") {
+            command.env_remove(name);
+        }
+    }
+    let output = command
+        .arg("--config")
+        .arg(dir.join("runwarden.toml"))
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// User plus system CPU time of a process so far, from `/proc/PID/stat`.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the server runs");
+    // The command name may hold spaces; the fields after it are fixed.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // USER_HZ is 100 on Linux.
+    Duration::from_millis(ticks * 10)
+}
+
+struct Figures {
+    streams: usize,
+    cores: f64,
+    get: Dist,
+}
+
+async fn measure(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    run_id: &str,
+    pid: u32,
+    streams: usize,
+) -> Figures {
+    let mut open = Vec::with_capacity(streams);
+    for _ in 0..streams {
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let answer = client
+            .get(format!("{url}/v1/runs/{run_id}/events"))
+            .bearer_auth(token)
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success(), "{}", answer.status());
+        open.push((client, answer));
+    }
+    // Let the streams settle into their idle state before the window opens.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (cpu_before, started) = (cpu_time(pid), Instant::now());
+    tokio::time::sleep(WINDOW).await;
+    let cores = (cpu_time(pid) - cpu_before).as_secs_f64() / started.elapsed().as_secs_f64();
+    let mut samples = Vec::with_capacity(GETS);
+    for _ in 0..GETS {
+        let sent = Instant::now();
+        let answer = http
+            .get(format!("{url}/v1/runs/{run_id}"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success());
+        answer.bytes().await.unwrap();
+        samples.push(sent.elapsed());
+    }
+    drop(open);
+    Figures {
+        streams,
+        cores,
+        get: Dist::new(samples),
+    }
+}
+
+fn main() {
+    let json_output = std::env::args().any(|a| a == "--json");
+    let streams: usize = std::env::args()
+        .skip_while(|a| a != "--streams")
+        .nth(1)
+        .map_or(1000, |n| n.parse().expect("--streams takes a number"));
+    let dir = tempfile::tempdir().unwrap();
+    runwarden(dir.path(), &["init"]);
+    let config = dir.path().join("runwarden.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("\n[agents.a]\nprovider = \"scripted\"\nscript = \"plan.json\"\n");
+    std::fs::write(&config, text).unwrap();
+    std::fs::write(dir.path().join("plan.json"), r#"[{"text": "done"}]"#).unwrap();
+    let created: Value = serde_json::from_slice(
+        &runwarden(dir.path(), &["--json", "token", "create", "--role", "viewer"]).stdout,
+    )
+    .unwrap();
+    let token = created["token"].as_str().unwrap().to_string();
+    let enqueued: Value = serde_json::from_slice(
+        &runwarden(dir.path(), &["--json", "enqueue", "--agent", "a", "idle"]).stdout,
+    )
+    .unwrap();
+    let run_id = enqueued["run_id"].as_str().unwrap().to_string();
+
+    // No worker slots: the run stays queued and its streams stay idle.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_runwarden"))
+        .arg("--config")
+        .arg(&config)
+        .args(["--json", "serve", "--listen", "127.0.0.1:0", "--concurrency", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut ready = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    let _serve = Serve(child);
+    let url = serde_json::from_str::<Value>(&ready).unwrap()["url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let rows: Vec<Figures> = [0, streams]
+        .into_iter()
+        .map(|n| runtime.block_on(measure(&http, &url, &token, &run_id, pid, n)))
+        .collect();
+    if !json_output {
+        println!(
+            "idle live event streams against runwarden serve on 127.0.0.1 (CPU over {:.0} s, then {GETS} GET /v1/runs/{{id}})",
+            WINDOW.as_secs_f64()
+        );
+        println!("| open SSE streams | server CPU (cores) | GET p50 | GET p99 |");
+        println!("| --- | --- | --- | --- |");
+    }
+    for row in &rows {
+        let (p50, p99) = (row.get.pct(50.0), row.get.pct(99.0));
+        if json_output {
+            println!(
+                "{}",
+                json!({"figure": "idle sse streams", "streams": row.streams, "server_cores": row.cores,
+                       "get_p50_ms": p50.as_secs_f64() * 1e3, "get_p99_ms": p99.as_secs_f64() * 1e3})
+            );
+        } else {
+            println!(
+                "| {} | {:.3} | {:.2} ms | {:.2} ms |",
+                row.streams,
+                row.cores,
+                p50.as_secs_f64() * 1e3,
+                p99.as_secs_f64() * 1e3
+            );
+        }
+    }
+}

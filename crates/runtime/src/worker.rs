@@ -6,10 +6,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
 use tokio::sync::{Semaphore, watch};
 
 use crate::agent::AgentSpec;
 use crate::executor::{Executor, SegmentOptions, now_ms};
+use crate::feed::Change;
 use crate::queue::{Claim, QueueStore, Requeue, RequeueAnswer, Rescue, Rescued};
 use crate::retry::RetryPolicy;
 use crate::state::{Outcome, RunState};
@@ -43,7 +45,9 @@ pub enum AgentError {
 pub struct WorkerConfig {
     /// Runs executed at once.
     pub concurrency: usize,
-    /// How long to wait before looking again when no run is due.
+    /// O6: an idle worker is woken by the store's change feed (`Change::Ready`, or a
+    /// `Resync`); this is only the backstop for what cannot wake it, such as a run
+    /// requeued with a `retry_at` that has since come due.
     pub poll: Duration,
     /// How often the reaper runs inside the worker.
     pub reap_every: Duration,
@@ -57,7 +61,7 @@ impl Default for WorkerConfig {
     fn default() -> Self {
         Self {
             concurrency: 4,
-            poll: Duration::from_millis(250),
+            poll: Duration::from_secs(1),
             reap_every: Duration::from_secs(5),
             retry: RetryPolicy::default(),
             grace: Duration::from_secs(30),
@@ -110,6 +114,20 @@ impl std::fmt::Debug for Worker {
     }
 }
 
+/// Returns when the feed says a run may have become claimable: `Ready`, a `Resync` (a
+/// change this process cannot name, such as an enqueue by another process on the same
+/// SQLite file), or a lag. Other changes are skipped. A closed feed never returns; the
+/// backstop then does the work.
+async fn ready(feed: &mut broadcast::Receiver<Change>) {
+    loop {
+        match feed.recv().await {
+            Ok(Change::Ready | Change::Resync) | Err(RecvError::Lagged(_)) => return,
+            Ok(_) => continue,
+            Err(RecvError::Closed) => std::future::pending::<()>().await,
+        }
+    }
+}
+
 /// One reaper pass (R9): requeue or dead-letter every run whose lease expired.
 pub async fn reap(
     queue: &dyn QueueStore,
@@ -157,6 +175,8 @@ impl Worker {
         let mut summary = WorkerSummary::default();
         let mut running = 0usize;
         let mut outcomes: Vec<Outcome> = Vec::new();
+        // O6: subscribed before the first claim, so a run enqueued after it wakes us.
+        let mut feed = self.queue.change_feed().subscribe();
 
         while *stop.borrow() == StopLevel::Run {
             let permit = tokio::select! {
@@ -185,14 +205,18 @@ impl Worker {
                 }
                 Ok(None) => {
                     drop(permit);
-                    self.idle(&mut stop, &mut done_rx, &mut running, &mut outcomes)
+                    self.idle(&mut feed, &mut stop, &mut done_rx, &mut running, &mut outcomes)
                         .await;
                 }
                 Err(error) => {
                     drop(permit);
                     tracing::warn!(%error, "could not claim a run; trying again");
-                    self.idle(&mut stop, &mut done_rx, &mut running, &mut outcomes)
-                        .await;
+                    // A failing store is not hammered: only the backstop retries the claim.
+                    tokio::select! {
+                        _ = tokio::time::sleep(self.config.poll) => {}
+                        _ = stop.changed() => {}
+                        Some(outcome) = done_rx.recv() => { running -= 1; outcomes.push(outcome); }
+                    }
                 }
             }
         }
@@ -220,16 +244,30 @@ impl Worker {
         summary
     }
 
-    /// Waits for the poll interval, a stop, or a finished segment.
+    /// Nothing to claim: waits for news that a run may be claimable (O6: `Ready`, a
+    /// `Resync`, or a lag), a stop, a finished segment, or the backstop.
     async fn idle(
         &self,
+        feed: &mut broadcast::Receiver<Change>,
         stop: &mut watch::Receiver<StopLevel>,
         done: &mut tokio::sync::mpsc::UnboundedReceiver<Outcome>,
         running: &mut usize,
         outcomes: &mut Vec<Outcome>,
     ) {
+        let backstop = tokio::time::sleep(self.config.poll);
+        tokio::pin!(backstop);
         tokio::select! {
-            _ = tokio::time::sleep(self.config.poll) => {}
+            () = ready(feed) => {
+                // Several enqueues in a burst are one wake: the claim loop takes runs
+                // until none is left.
+                loop {
+                    match feed.try_recv() {
+                        Ok(_) | Err(TryRecvError::Lagged(_)) => continue,
+                        Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+                    }
+                }
+            }
+            _ = &mut backstop => {}
             _ = stop.changed() => {}
             Some(outcome) = done.recv() => { *running -= 1; outcomes.push(outcome); }
         }

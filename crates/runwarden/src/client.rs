@@ -95,6 +95,58 @@ impl ApiClient {
         }
     }
 
+    /// `GET /v1/runs/{id}/events` as Server-Sent Events after sequence `after` (O6: the
+    /// server pushes each event as it is stored): calls `each` with every event's JSON
+    /// until the server ends the stream, then returns the last sequence seen.
+    pub(crate) async fn follow(
+        &self,
+        run_id: &str,
+        mut after: i64,
+        mut each: impl FnMut(&Value),
+    ) -> anyhow::Result<i64> {
+        let mut request = self
+            .http
+            .get(format!("{}/v1/runs/{run_id}/events?after={after}", self.base))
+            .header("accept", "text/event-stream");
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let context = || format!("while following run {run_id} at {}", self.base);
+        let mut response = request.send().await.with_context(context)?;
+        let status = response.status().as_u16();
+        if !(200..300).contains(&status) {
+            let bytes = response.bytes().await.unwrap_or_default();
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let message = body["error"]["message"]
+                .as_str()
+                .unwrap_or("the server gave no reason")
+                .to_string();
+            self.expect(Answer::Refused { status, message }).await?;
+            return Ok(after);
+        }
+        let mut buffer = String::new();
+        while let Some(chunk) = response.chunk().await.with_context(context)? {
+            buffer.push_str(&String::from_utf8_lossy(&chunk));
+            // An SSE event ends with a blank line; keep-alive comments carry no data.
+            while let Some(end) = buffer.find("\n\n") {
+                let block: String = buffer.drain(..end + 2).collect();
+                let data: Vec<&str> = block
+                    .lines()
+                    .filter_map(|line| line.strip_prefix("data:"))
+                    .map(|d| d.strip_prefix(' ').unwrap_or(d))
+                    .collect();
+                if data.is_empty() {
+                    continue;
+                }
+                let event: Value = serde_json::from_str(&data.join("\n"))
+                    .with_context(|| format!("the server sent an event that is not JSON while following run {run_id}"))?;
+                after = event["seq"].as_i64().unwrap_or(after);
+                each(&event);
+            }
+        }
+        Ok(after)
+    }
+
     /// `POST /v1/runs` with mode queued.
     pub(crate) async fn enqueue(&self, agent: &str, prompt: &str) -> anyhow::Result<Value> {
         let answer = self

@@ -11,8 +11,12 @@ use runwarden_vault::{
 };
 use serde::Deserialize;
 
+use crate::store_url::StoreUrl;
+
 /// The environment variable that names the config file when `--config` is absent.
 pub(crate) const CONFIG_ENV: &str = "RUNWARDEN_CONFIG";
+/// The store URL, which overrides the configuration file's `[store]` (O3 amended).
+pub(crate) const DATABASE_URL_ENV: &str = "RUNWARDEN_DATABASE_URL";
 /// A master key given as 64 hex characters instead of a key file.
 pub(crate) const MASTER_KEY_ENV: &str = "RUNWARDEN_MASTER_KEY";
 
@@ -26,6 +30,10 @@ data_dir = ".runwarden"
 [store]
 # The embedded SQLite database (RUNWARDEN_SQLITE_PATH). Default: <data_dir>/runwarden.db
 # sqlite_path = ".runwarden/runwarden.db"
+# Or a store URL instead (RUNWARDEN_DATABASE_URL, which wins over everything here):
+# "sqlite:PATH", or "postgres://USER@HOST:5432/DATABASE" for many nodes on one database
+# (keep a password out of this file: put the whole URL in RUNWARDEN_DATABASE_URL).
+# url = "sqlite:.runwarden/runwarden.db"
 
 [vault]
 # The master key file, mode 0600 (RUNWARDEN_MASTER_KEY_FILE). Default: <data_dir>/master.key
@@ -443,6 +451,7 @@ fn mcp_server(name: &str, section: ServerSection) -> anyhow::Result<ServerConfig
 #[serde(deny_unknown_fields)]
 struct StoreSection {
     sqlite_path: Option<PathBuf>,
+    url: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -488,7 +497,8 @@ pub(crate) struct Config {
     /// The file this came from (it may not exist yet).
     pub(crate) path: PathBuf,
     pub(crate) data_dir: PathBuf,
-    pub(crate) sqlite_path: PathBuf,
+    /// `[store] url` (O3 amended): SQLite (the default) or PostgreSQL.
+    pub(crate) store: StoreUrl,
     pub(crate) master_key_file: PathBuf,
     /// `[vault] audit_anchor_file`: the audit log's witness outside the database (V7).
     pub(crate) audit_anchor_file: PathBuf,
@@ -508,6 +518,30 @@ pub(crate) struct Config {
     pub(crate) client_server: Option<String>,
     /// `[client] token_file`: where the CLI's API token is kept (mode 0600).
     pub(crate) client_token_file: Option<PathBuf>,
+}
+
+/// Where the data lives (O3 amended), first match wins: `$RUNWARDEN_DATABASE_URL`,
+/// `$RUNWARDEN_SQLITE_PATH`, `[store] url` or `[store] sqlite_path` (not both), and
+/// `<data_dir>/runwarden.db`.
+fn store_url(
+    section: StoreSection,
+    data_dir: &Path,
+    resolve: &impl Fn(PathBuf) -> PathBuf,
+) -> anyhow::Result<StoreUrl> {
+    if let Some(text) = env(DATABASE_URL_ENV) {
+        return StoreUrl::parse(&text, resolve).with_context(|| format!("in ${DATABASE_URL_ENV}"));
+    }
+    if let Some(path) = env("RUNWARDEN_SQLITE_PATH") {
+        return Ok(StoreUrl::Sqlite(resolve(PathBuf::from(path))));
+    }
+    match (section.url, section.sqlite_path) {
+        (Some(_), Some(_)) => {
+            bail!("[store] has both url and sqlite_path: keep one (url = \"sqlite:PATH\" says the same as sqlite_path = \"PATH\")")
+        }
+        (Some(text), None) => StoreUrl::parse(&text, resolve).context("in [store] url"),
+        (None, Some(path)) => Ok(StoreUrl::Sqlite(resolve(path))),
+        (None, None) => Ok(StoreUrl::Sqlite(data_dir.join("runwarden.db"))),
+    }
 }
 
 /// True when `$RUNWARDEN_MASTER_KEY` supplies the key. An empty value does not count, the
@@ -559,11 +593,7 @@ impl Config {
                 .or(file.data_dir)
                 .unwrap_or_else(|| ".runwarden".into()),
         );
-        let sqlite_path = env("RUNWARDEN_SQLITE_PATH")
-            .map(PathBuf::from)
-            .or(file.store.sqlite_path)
-            .map(resolve)
-            .unwrap_or_else(|| data_dir.join("runwarden.db"));
+        let store = store_url(file.store, &data_dir, &resolve)?;
         let master_key_file = env("RUNWARDEN_MASTER_KEY_FILE")
             .map(PathBuf::from)
             .or(file.vault.master_key_file)
@@ -591,7 +621,7 @@ impl Config {
         Ok(Self {
             path: path.to_path_buf(),
             data_dir,
-            sqlite_path,
+            store,
             master_key_file,
             audit_anchor_file,
             algorithm,
@@ -713,8 +743,8 @@ mod tests {
         let config = Config::load(&path).unwrap();
         assert_eq!(config.data_dir, dir.path().join(".runwarden"));
         assert_eq!(
-            config.sqlite_path,
-            dir.path().join(".runwarden/runwarden.db")
+            config.store,
+            StoreUrl::Sqlite(dir.path().join(".runwarden/runwarden.db"))
         );
         assert_eq!(
             config.master_key_file,

@@ -7,7 +7,10 @@ mod demo;
 mod faults;
 mod harden;
 mod http;
+mod live;
 mod output;
+mod root;
+mod store_url;
 mod views;
 
 use std::process::ExitCode;

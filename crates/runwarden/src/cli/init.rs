@@ -1,17 +1,16 @@
 //! `runwarden init`: the configuration file, the data directory, the database, the key.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use runwarden_store_sqlite::SqliteStore;
 use runwarden_vault::{MasterKey, Vault};
 use serde::Serialize;
 
 use super::Context;
 use crate::config::{Config, MASTER_KEY_ENV, TEMPLATE, master_key_from_env};
 use crate::output;
+use crate::root::Backend;
 
 #[derive(Debug, Args)]
 pub(crate) struct InitArgs {}
@@ -59,11 +58,11 @@ pub(crate) async fn create_installation(config: &Config) -> anyhow::Result<Vault
                 config.master_key_file.display()
             )
         })?;
-    if let Some(parent) = config.sqlite_path.parent() {
+    if let Some(parent) = config.store.sqlite_path().and_then(|path| path.parent()) {
         private_dir(parent).with_context(|| format!("while creating {}", parent.display()))?;
     }
-    let store = SqliteStore::open(&config.sqlite_path)?;
-    let vault = Vault::open(Arc::new(store), key, config.algorithm)
+    let backend = Backend::open(config, true).await?;
+    let vault = Vault::open(backend.store(), key, config.algorithm)
         .await
         .context("while creating the vault")?
         .with_anchor(&config.audit_anchor_file);
@@ -109,7 +108,10 @@ pub(crate) async fn run(cx: &Context, _args: InitArgs) -> anyhow::Result<ExitCod
         config: config.path.display().to_string(),
         config_written,
         data_dir: config.data_dir.display().to_string(),
-        database: config.sqlite_path.display().to_string(),
+        database: match config.store.sqlite_path() {
+            Some(path) => path.display().to_string(),
+            None => config.store.to_string(),
+        },
         master_key_file: config.master_key_file.display().to_string(),
         master_key_id: vault.master_key_id().to_string(),
         audit_anchor_file: config.audit_anchor_file.display().to_string(),

@@ -66,8 +66,8 @@ async fn client(
     cx: &Context,
     server: &ServerConfig,
 ) -> anyhow::Result<(McpClient, Arc<dyn CatalogueStore>)> {
-    let store: Arc<dyn CatalogueStore> = Arc::new(cx.store()?);
-    let egress = Arc::new(cx.egress().await?);
+    let store = cx.root.catalogue().await?;
+    let egress = cx.egress().await?;
     let client = McpClient::new(server.clone(), egress)
         .with_actor("cli")
         .with_health(store.clone());
@@ -226,7 +226,7 @@ async fn list(cx: &Context, only: Option<&str>) -> anyhow::Result<ExitCode> {
     if let Some(name) = only {
         cx.config.mcp_server(name)?;
     }
-    let store = cx.store()?;
+    let store = cx.root.catalogue().await?;
     let catalogue = store.catalogue_list(only).await?;
     let health = store.health_list().await?;
     let servers = server_views(&cx.config, only, &catalogue, &health);
@@ -290,7 +290,7 @@ async fn health(cx: &Context) -> anyhow::Result<ExitCode> {
             "server": server.name, "up": error.is_none(), "millis": started.elapsed().as_millis() as u64, "error": error,
         }));
     }
-    let store = cx.store()?;
+    let store = cx.root.catalogue().await?;
     let health = store.health_list().await?;
     output::emit(cx.json, &rows, || {
         rows.iter()

@@ -9,18 +9,17 @@ mod secret;
 mod serve;
 mod signals;
 mod token;
-mod worker;
+pub(crate) mod worker;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use runwarden_store_sqlite::SqliteStore;
 use runwarden_vault::{EgressClient, Vault};
 
 use crate::config::Config;
+use crate::root::{Root, Store};
 
 /// runwarden: durable tool-calling agent runs behind a credential vault.
 #[derive(Debug, Parser)]
@@ -79,46 +78,47 @@ enum Command {
     Token(token::TokenCommand),
 }
 
-/// What every command gets: the resolved configuration and the output mode.
+/// What every command gets: the resolved configuration, the output mode, and the process's
+/// composition root (the one place the store and everything above it are built).
 pub(crate) struct Context {
     pub(crate) config: Config,
     pub(crate) json: bool,
     /// The server to talk to instead of the store (`--server`), if any.
     pub(crate) server: Option<crate::client::ApiClient>,
+    /// Builds the backend and what sits on it, once, on first use.
+    pub(crate) root: Arc<Root>,
 }
 
 impl Context {
-    /// The store at the configured path; refuses to create one (that is `init`'s job).
-    /// An installation that other users can read (from before files were created private)
-    /// is tightened here, with a warning on stderr for each file changed.
-    pub(crate) fn store(&self) -> anyhow::Result<SqliteStore> {
-        for note in crate::harden::tighten_installation(&self.config) {
-            eprintln!("warning: {note}");
+    /// A command's context over a fresh root for `config`.
+    pub(crate) fn new(
+        config: Config,
+        json: bool,
+        server: Option<crate::client::ApiClient>,
+    ) -> Self {
+        let root = Arc::new(Root::new(config.clone()));
+        Self {
+            config,
+            json,
+            server,
+            root,
         }
-        let store = SqliteStore::open_existing(&self.config.sqlite_path)?;
-        for note in store.tightened() {
-            eprintln!("warning: {note}");
-        }
-        Ok(store)
+    }
+
+    /// Every seam of the process's one backend; refuses to create a database (that is
+    /// `init`'s job).
+    pub(crate) async fn store(&self) -> anyhow::Result<Arc<dyn Store>> {
+        self.root.store().await
     }
 
     /// The vault, opened with the configured master key.
     pub(crate) async fn vault(&self) -> anyhow::Result<Arc<Vault>> {
-        let store = self.store()?;
-        let master = self.config.master_key()?;
-        let vault = Vault::open(Arc::new(store), master, self.config.algorithm)
-            .await
-            .context("while opening the vault")?
-            .with_anchor(&self.config.audit_anchor_file);
-        Ok(Arc::new(vault))
+        self.root.vault().await
     }
 
     /// The guarded egress client over the vault.
-    pub(crate) async fn egress(&self) -> anyhow::Result<EgressClient> {
-        Ok(EgressClient::new(
-            self.vault().await?,
-            self.config.egress()?,
-        ))
+    pub(crate) async fn egress(&self) -> anyhow::Result<Arc<EgressClient>> {
+        self.root.egress().await
     }
 }
 
@@ -146,11 +146,7 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(url) => Some(crate::client::ApiClient::new(url, config.client_token()?)?),
         None => None,
     };
-    let cx = Context {
-        config,
-        json: cli.json,
-        server,
-    };
+    let cx = Context::new(config, cli.json, server);
     match command {
         // Dispatched above, before any configuration is read; kept for exhaustiveness.
         Command::Demo(args) => crate::demo::run(cx.json, args).await,

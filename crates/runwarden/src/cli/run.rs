@@ -8,17 +8,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use runwarden_mcp::{CatalogueStore, McpClient, SystemClock};
+use runwarden_mcp::{CatalogueStore, McpClient};
 use runwarden_models::{Anthropic, ModelProvider, OpenAiCompatible, Scripted};
 use runwarden_runtime::{
-    AgentError, AgentSource, AgentSpec, CancelAnswer, CancelHub, Executor, ExecutorConfig, Outcome,
-    RunEvent, RunState, RunStore, bind_tools, clamp_rounds,
+    AgentError, AgentSource, AgentSpec, CancelAnswer, Outcome, RunEvent, RunState, bind_tools,
+    clamp_rounds,
 };
-use runwarden_store_sqlite::SqliteStore;
 use runwarden_vault::EgressClient;
 use serde_json::{Value, json};
 
 use super::Context;
+use crate::live::{News, news_of};
 use crate::config::{AgentConfig, ProviderConfig};
 use crate::output;
 
@@ -87,70 +87,45 @@ fn provider(
     })
 }
 
-/// Everything a run needs: the store, the executor, the agent with its bound tools.
-pub(crate) struct Runner {
-    pub(crate) store: Arc<SqliteStore>,
-    pub(crate) executor: Arc<Executor>,
-    pub(crate) agents: Arc<AgentBuilder>,
-}
-
-impl Runner {
-    pub(crate) async fn new(cx: &Context, owner: &str) -> anyhow::Result<Self> {
-        let store = Arc::new(cx.store()?);
-        let executor = Executor::new(
-            store.clone(),
-            Arc::new(CancelHub::new()),
-            Arc::new(SystemClock::default()),
-            ExecutorConfig::new(owner),
-        );
-        let agents = Arc::new(AgentBuilder::new(cx, store.clone(), "run").await?);
-        Ok(Self {
-            store,
-            executor: Arc::new(executor),
-            agents,
-        })
-    }
-}
-
 /// Builds agents from the configuration and the imported catalogue, with one vault egress
 /// client and one MCP client per server shared by every run of this process.
 pub(crate) struct AgentBuilder {
     config: crate::config::Config,
-    store: Arc<SqliteStore>,
+    catalogue: Arc<dyn CatalogueStore>,
     egress: Arc<EgressClient>,
     clients: HashMap<String, Arc<McpClient>>,
 }
 
 impl AgentBuilder {
-    pub(crate) async fn new(
-        cx: &Context,
-        store: Arc<SqliteStore>,
+    /// Built by the composition root ([`crate::root::Root::agents`]).
+    pub(crate) fn new(
+        config: &crate::config::Config,
+        catalogue: Arc<dyn CatalogueStore>,
+        egress: Arc<EgressClient>,
         actor: &str,
-    ) -> anyhow::Result<Self> {
-        let egress = Arc::new(cx.egress().await?);
-        let clients = cx
-            .config
+    ) -> Self {
+        let clients = config
             .mcp_servers
             .values()
             .map(|server| {
                 let client = McpClient::new(server.clone(), egress.clone())
                     .with_actor(actor)
-                    .with_health(store.clone());
+                    .with_health(catalogue.clone());
                 (server.name.clone(), Arc::new(client))
             })
             .collect();
-        Ok(Self {
-            config: cx.config.clone(),
-            store,
+        Self {
+            config: config.clone(),
+            catalogue,
             egress,
             clients,
-        })
+        }
     }
 
     /// The agent ready to run: provider, tools bound from the imported catalogue.
     pub(crate) async fn build(&self, name: &str) -> anyhow::Result<AgentSpec> {
         let config = self.config.agent(name)?;
-        let catalogue = self.store.catalogue_list(None).await?;
+        let catalogue = self.catalogue.catalogue_list(None).await?;
         let tools = bind_tools(&config.tools, &catalogue, |server| {
             self.clients.get(server).cloned()
         })
@@ -248,10 +223,10 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
     let interrupted = Arc::new(tokio::sync::Notify::new());
     let on_ctrl_c = interrupted.clone();
     super::signals::on_interrupt(move || on_ctrl_c.notify_one());
-    let runner = Runner::new(cx, "run").await?;
-    let agent = runner.agents.build(&args.agent).await?;
-    let run = runner
-        .executor
+    let executor = cx.root.executor("run", false, None).await?;
+    let agents = cx.root.agents("run").await?;
+    let agent = agents.build(&args.agent).await?;
+    let run = executor
         .create_sync(&agent.name, &args.prompt)
         .await
         .context("while creating the run")?;
@@ -260,25 +235,24 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
     }
     // Ctrl-C goes through the operator's cancel path: the guarded row update, then the
     // in-process wake-up of the run's in-flight calls.
-    let (executor, run_id) = (runner.executor.clone(), run.id.clone());
+    let (canceller, run_id) = (executor.clone(), run.id.clone());
     let cancelled_at: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
     let stamp = cancelled_at.clone();
     tokio::spawn(async move {
         interrupted.notified().await; // a Ctrl-C before the run existed is kept as a permit
         *stamp.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-        if let Err(error) = executor.cancel(&run_id).await {
+        if let Err(error) = canceller.cancel(&run_id).await {
             eprintln!("error: could not cancel run {run_id}: {error}");
         }
     });
     let json = cx.json;
     let observer: runwarden_runtime::Observer =
         Arc::new(move |event: &RunEvent| print_event(json, event));
-    let outcome = runner
-        .executor
+    let outcome = executor
         .execute(&run, &agent, &args.prompt, Some(observer))
         .await;
-    let final_row = runner
-        .store
+    let final_row = executor
+        .store()
         .run_get(&run.id)
         .await?
         .context("the run vanished")?;
@@ -324,7 +298,7 @@ pub(crate) async fn cancel(cx: &Context, args: RunIdArgs) -> anyhow::Result<Exit
             body["previous"].as_str().unwrap_or("unknown").to_string()
         }
         None => {
-            let store = cx.store()?;
+            let store = cx.store().await?;
             match store
                 .run_cancel(&args.run_id, chrono::Utc::now().timestamp_millis())
                 .await?
@@ -356,7 +330,7 @@ async fn run_report(cx: &Context, run_id: &str) -> anyhow::Result<Value> {
             server.expect(answer).await
         }
         None => {
-            let store = cx.store()?;
+            let store = cx.store().await?;
             let Some(run) = store.run_get(run_id).await? else {
                 bail!("no run with id {run_id}");
             };
@@ -418,21 +392,6 @@ pub(crate) async fn status(cx: &Context, args: RunIdArgs) -> anyhow::Result<Exit
 /// Event kinds after which a run writes nothing more.
 pub(crate) const FINAL_KINDS: [&str; 3] = ["run_completed", "run_failed", "run_stopped"];
 
-/// A run's events after `after`, from the server or the store.
-async fn events_after(cx: &Context, run_id: &str, after: i64) -> anyhow::Result<Vec<RunEvent>> {
-    match &cx.server {
-        Some(server) => {
-            let answer = server
-                .get(&format!("/v1/runs/{run_id}/events?after={after}"))
-                .await?;
-            let body = server.expect(answer).await?;
-            let events = body["events"].as_array().cloned().unwrap_or_default();
-            Ok(events.iter().map(event_from_json).collect())
-        }
-        None => Ok(cx.store()?.run_events(run_id, after, 0).await?),
-    }
-}
-
 /// The inverse of [`event_json`].
 fn event_from_json(event: &Value) -> RunEvent {
     let time_ms = event["time"]
@@ -449,12 +408,68 @@ fn event_from_json(event: &Value) -> RunEvent {
 }
 
 pub(crate) async fn events(cx: &Context, args: EventsArgs) -> anyhow::Result<ExitCode> {
+    match &cx.server {
+        Some(server) => events_from_server(cx, server, args).await,
+        None => events_from_store(cx, args).await,
+    }
+}
+
+/// Through the API: one JSON answer, or with `--follow` the run's Server-Sent Events,
+/// which the server pushes as they are stored (O6).
+async fn events_from_server(
+    cx: &Context,
+    server: &crate::client::ApiClient,
+    args: EventsArgs,
+) -> anyhow::Result<ExitCode> {
     run_report(cx, &args.run_id).await?; // a clear answer for an unknown id
+    if !args.follow {
+        let answer = server
+            .get(&format!("/v1/runs/{}/events?after=0", args.run_id))
+            .await?;
+        let body = server.expect(answer).await?;
+        for event in body["events"].as_array().into_iter().flatten() {
+            print_event(cx.json, &event_from_json(event));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut after = 0;
+    loop {
+        let mut saw_final = false;
+        after = server
+            .follow(&args.run_id, after, |event| {
+                let event = event_from_json(event);
+                saw_final |= FINAL_KINDS.contains(&event.kind.as_str());
+                print_event(cx.json, &event);
+            })
+            .await?;
+        // The server ends a stream after the final event, after a terminal run's grace,
+        // or when it drains: only the last needs a new stream, which resumes after `after`.
+        let status = run_report(cx, &args.run_id).await?["status"]
+            .as_str()
+            .and_then(RunState::parse);
+        if saw_final || status.is_none_or(RunState::is_terminal) {
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+}
+
+/// From the store, opened once. With `--follow` it waits on the store's change feed
+/// (O6) and reads only when the run changed; a change another process made on a shared
+/// SQLite file arrives as a resync within [`crate::root::OTHER_WRITERS_EVERY`].
+async fn events_from_store(cx: &Context, args: EventsArgs) -> anyhow::Result<ExitCode> {
+    let runs = cx.root.runs().await?;
+    // Subscribed before the first read, so no change after that read is missed.
+    let mut feed = runs.change_feed().subscribe();
+    if args.follow {
+        cx.root.watch_other_writers().await?;
+    }
+    if runs.run_get(&args.run_id).await?.is_none() {
+        bail!("no run with id {}", args.run_id);
+    }
     let mut after = 0;
     let mut ended_at: Option<Instant> = None;
-    let mut poll = tokio::time::interval(Duration::from_millis(200));
     loop {
-        let events = events_after(cx, &args.run_id, after).await?;
+        let events = runs.run_events(&args.run_id, after, 0).await?;
         let mut saw_final = false;
         for event in &events {
             print_event(cx.json, event);
@@ -464,16 +479,31 @@ pub(crate) async fn events(cx: &Context, args: EventsArgs) -> anyhow::Result<Exi
         if !args.follow || saw_final {
             return Ok(ExitCode::SUCCESS);
         }
-        let status = run_report(cx, &args.run_id).await?["status"]
-            .as_str()
-            .and_then(RunState::parse);
-        if status.is_some_and(RunState::is_terminal) {
+        let status = runs.run_get(&args.run_id).await?.map(|run| run.status);
+        if status.is_none_or(RunState::is_terminal) {
             // A segment may still write its last step; give it a moment, then stop.
             let since = *ended_at.get_or_insert_with(Instant::now);
-            if since.elapsed() > Duration::from_secs(3) {
+            if since.elapsed() > TERMINAL_GRACE {
                 return Ok(ExitCode::SUCCESS);
             }
         }
-        poll.tick().await;
+        let grace_over = async {
+            match ended_at {
+                Some(since) => tokio::time::sleep_until((since + TERMINAL_GRACE).into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            news = news_of(&mut feed, &args.run_id) => {
+                if news == News::Closed {
+                    bail!("the store closed while following run {}", args.run_id);
+                }
+            }
+            () = grace_over => {}
+        }
     }
 }
+
+/// After a run is terminal with no final event yet, how long its segment may still write
+/// one before `events --follow` stops anyway.
+const TERMINAL_GRACE: Duration = Duration::from_secs(3);

@@ -3,7 +3,6 @@
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 use clap::Subcommand;
@@ -170,7 +169,7 @@ async fn rotate(cx: &Context, new_key_file: &Path) -> anyhow::Result<ExitCode> {
         .await
         .context("while re-wrapping the data keys (nothing was changed)")?;
     // Prove the new key opens the vault before anything points at it.
-    let store = Arc::new(cx.store()?);
+    let store = cx.root.vault_store().await?;
     Vault::open(
         store,
         MasterKey::from_file(new_key_file)?,

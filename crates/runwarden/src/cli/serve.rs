@@ -5,13 +5,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use super::Context;
-use super::worker::retry;
 use crate::http::listener::{Limits, reached};
 use crate::http::{AppState, router};
 use crate::output;
 use anyhow::Context as _;
 use clap::Args;
-use runwarden_runtime::{StopLevel, Worker, WorkerConfig};
+use runwarden_runtime::StopLevel;
 use serde_json::json;
 
 #[derive(Debug, Args)]
@@ -50,7 +49,10 @@ fn limits(cx: &Context) -> Limits {
 pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitCode> {
     let stop = super::signals::stop_levels();
     let limits = limits(cx);
-    let state = AppState::new(cx, stop.clone()).await?;
+    // One root, one backend: the API and the workers below share its store and feed.
+    let state = AppState::new(cx.root.clone(), stop.clone()).await?;
+    // O6: changes other processes make on a shared SQLite file reach this one's feed.
+    cx.root.watch_other_writers().await?;
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("while binding {} (is another server there?)", args.listen))?;
@@ -60,22 +62,15 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
 
     let settings = &cx.config.worker;
     let concurrency = args.concurrency.unwrap_or(settings.concurrency);
-    let workers = (concurrency > 0).then(|| {
-        let config = WorkerConfig {
-            concurrency,
-            reap_every: settings.reap_every,
-            retry: retry(settings),
-            grace: settings.grace,
-            ..WorkerConfig::default()
-        };
-        let worker = Arc::new(Worker::new(
-            state.executor.clone(),
-            state.store.clone(),
-            state.agents.clone(),
-            config,
-        ));
-        tokio::spawn(worker.run(stop.clone()))
-    });
+    let workers = if concurrency > 0 {
+        let worker = cx
+            .root
+            .worker(state.executor.clone(), state.agents.clone(), concurrency)
+            .await?;
+        Some(tokio::spawn(Arc::new(worker).run(stop.clone())))
+    } else {
+        None
+    };
 
     let url = format!("http://{addr}");
     output::emit(

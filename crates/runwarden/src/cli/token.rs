@@ -5,7 +5,6 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use clap::{Subcommand, ValueEnum};
-use runwarden_vault::store::TokenStore;
 use runwarden_vault::{Role, token_create};
 use serde_json::json;
 
@@ -50,7 +49,7 @@ pub(crate) enum TokenCommand {
 }
 
 pub(crate) async fn run(cx: &Context, command: TokenCommand) -> anyhow::Result<ExitCode> {
-    let store = cx.store()?;
+    let store = cx.root.tokens().await?;
     match command {
         TokenCommand::Create { role, name } => {
             let role = Role::from(role);
@@ -59,7 +58,7 @@ pub(crate) async fn run(cx: &Context, command: TokenCommand) -> anyhow::Result<E
                 bail!("a token's name must be non-empty printable text");
             }
             let now = chrono::Utc::now().timestamp_millis();
-            let (value, record) = token_create(&store, &name, role, now)
+            let (value, record) = token_create(&*store, &name, role, now)
                 .await
                 .context("while storing the token")?;
             if cx.json {

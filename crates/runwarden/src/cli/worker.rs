@@ -6,16 +6,11 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Args;
-use runwarden_mcp::SystemClock;
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
-use runwarden_runtime::{
-    CancelHub, Executor, ExecutorConfig, QueueStore, RequeueAnswer, RetryPolicy, RunStore, Worker,
-    WorkerConfig, reap,
-};
+use runwarden_runtime::{RequeueAnswer, RetryPolicy, reap};
 use serde_json::json;
 
 use super::Context;
-use super::run::AgentBuilder;
 use crate::config::WorkerSettings;
 use crate::output;
 
@@ -53,7 +48,7 @@ pub(crate) async fn enqueue(cx: &Context, args: EnqueueArgs) -> anyhow::Result<E
         return Ok(ExitCode::SUCCESS);
     }
     cx.config.agent(&args.agent)?;
-    let store = cx.store()?;
+    let store = cx.store().await?;
     let id = uuid::Uuid::now_v7().to_string();
     let run = store
         .run_create(RunCreate {
@@ -77,26 +72,11 @@ pub(crate) async fn enqueue(cx: &Context, args: EnqueueArgs) -> anyhow::Result<E
 pub(crate) async fn worker(cx: &Context, args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let stop = super::signals::stop_levels(); // before any work: an early SIGTERM drains
     let settings = &cx.config.worker;
-    let store = Arc::new(cx.store()?);
-    let executor_config = ExecutorConfig {
-        lease: settings.lease,
-        heartbeat: settings.heartbeat,
-        ..ExecutorConfig::new("worker")
-    };
-    let executor = Arc::new(Executor::with_queue(
-        store.clone(),
-        Arc::new(CancelHub::new()),
-        Arc::new(SystemClock::default()),
-        executor_config,
-    ));
-    let agents = Arc::new(AgentBuilder::new(cx, store.clone(), "worker").await?);
-    let config = WorkerConfig {
-        concurrency: args.concurrency.unwrap_or(settings.concurrency).max(1),
-        reap_every: settings.reap_every,
-        retry: retry(settings),
-        grace: settings.grace,
-        ..WorkerConfig::default()
-    };
+    let concurrency = args.concurrency.unwrap_or(settings.concurrency).max(1);
+    let executor = cx.root.executor("worker", true, None).await?;
+    let agents = cx.root.agents("worker").await?;
+    // O6: runs enqueued by other processes on a shared SQLite file wake this worker.
+    cx.root.watch_other_writers().await?;
     let json = cx.json;
     let observer: runwarden_runtime::OutcomeObserver = Arc::new(move |run, outcome| {
         if json {
@@ -116,11 +96,12 @@ pub(crate) async fn worker(cx: &Context, args: WorkerArgs) -> anyhow::Result<Exi
         eprintln!(
             "worker {} claiming queued runs (concurrency {}, lease {:.1} s); Ctrl-C or SIGTERM stops it",
             executor.owner(),
-            config.concurrency,
+            concurrency,
             settings.lease.as_secs_f64()
         );
     }
-    let worker = Arc::new(Worker::new(executor, store, agents, config).with_observer(observer));
+    let worker = cx.root.worker(executor, agents, concurrency).await?;
+    let worker = Arc::new(worker.with_observer(observer));
     let summary = worker.run(stop).await;
     let outcomes: serde_json::Map<String, serde_json::Value> = summary
         .outcomes
@@ -140,8 +121,8 @@ pub(crate) async fn worker(cx: &Context, args: WorkerArgs) -> anyhow::Result<Exi
 }
 
 pub(crate) async fn reap_once(cx: &Context) -> anyhow::Result<ExitCode> {
-    let store = cx.store()?;
-    let rescued = reap(&store as &dyn QueueStore, &retry(&cx.config.worker))
+    let queue = cx.root.queue().await?;
+    let rescued = reap(&*queue, &retry(&cx.config.worker))
         .await
         .context("while reaping stale runs")?;
     let rows: Vec<serde_json::Value> = rescued

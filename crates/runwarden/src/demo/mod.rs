@@ -13,15 +13,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use runwarden_mcp::{
-    CatalogueStore, McpClient, Reply, Request, SchemaStatus, SystemClock, build_catalogue,
-};
+use runwarden_mcp::{McpClient, Reply, Request, SchemaStatus, SystemClock, build_catalogue};
 use runwarden_models::Scripted;
 use runwarden_runtime::{
     AgentSpec, CancelAnswer, CancelHub, Executor, ExecutorConfig, Observer, Outcome, RunEvent,
-    RunStore, bind_tools, clamp_rounds,
+    bind_tools, clamp_rounds,
 };
-use runwarden_store_sqlite::SqliteStore;
+use crate::root::{Backend, Store};
+use crate::store_url::StoreUrl;
 use runwarden_vault::store::AuditFilter;
 use runwarden_vault::{AuditRow, EgressClient, Vault, VerifyReport};
 use serde_json::{Value, json};
@@ -109,7 +108,7 @@ max_rounds = 5
 struct Installation {
     config: Config,
     vault: Arc<Vault>,
-    store: Arc<SqliteStore>,
+    store: Arc<dyn Store>,
     egress: Arc<EgressClient>,
 }
 
@@ -123,12 +122,12 @@ async fn install(dir: &Path, url: &str) -> anyhow::Result<Installation> {
     // The tour must never touch an operator's installation: undo any RUNWARDEN_*
     // override of where data lives and what egress allows.
     config.data_dir = dir.join("data");
-    config.sqlite_path = config.data_dir.join("runwarden.db");
+    config.store = StoreUrl::Sqlite(config.data_dir.join("runwarden.db"));
     config.master_key_file = config.data_dir.join("master.key");
     config.egress_allow = vec!["127.0.0.1".into()];
     // The vault comes straight from the new key, never from $RUNWARDEN_MASTER_KEY.
     let vault = Arc::new(create_installation(&config).await?);
-    let store = Arc::new(SqliteStore::open_existing(&config.sqlite_path)?);
+    let store = Backend::open(&config, false).await?.store();
     let egress = Arc::new(EgressClient::new(vault.clone(), config.egress()?));
     Ok(Installation {
         config,

@@ -2,7 +2,6 @@
 //! remote names, effect, usable or why refused) and liveness, as `mcp list --json` says.
 
 use axum::extract::State;
-use runwarden_mcp::CatalogueStore;
 use serde_json::{Value, json};
 
 use super::AppState;
@@ -10,8 +9,8 @@ use super::error::ApiError;
 use crate::cli::mcp::server_views;
 
 pub(super) async fn servers(State(state): State<AppState>) -> Result<axum::Json<Value>, ApiError> {
-    let catalogue = state.store.catalogue_list(None).await?;
-    let health = state.store.health_list().await?;
+    let catalogue = state.catalogue.catalogue_list(None).await?;
+    let health = state.catalogue.health_list().await?;
     let views = server_views(&state.config, None, &catalogue, &health);
     Ok(axum::Json(json!({ "servers": views })))
 }

@@ -12,18 +12,17 @@ use axum::http::header::ACCEPT;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
-use runwarden_runtime::{RunEvent, RunStore, StopLevel};
+use runwarden_runtime::{Change, RunEvent, StopLevel};
+use tokio::sync::broadcast;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::AppState;
+use crate::live::{News, news_of};
 use super::error::{ApiError, Path, Query};
 use crate::cli::run::{FINAL_KINDS, event_json};
 
-/// How often a live stream asks the store for new events. Polling the store is simple
-/// and correct across processes (a worker elsewhere may be writing the events).
-const POLL: Duration = Duration::from_millis(100);
 /// After a run is terminal with no final event yet, how long its segment may still
 /// write one before the stream ends anyway.
 const TERMINAL_GRACE: Duration = Duration::from_secs(3);
@@ -67,17 +66,19 @@ pub(super) async fn events(
     Query(query): Query<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    if state.store.run_get(&id).await?.is_none() {
+    // O6: subscribed before the first read, so no change after that read is missed.
+    let feed = state.runs.change_feed().subscribe();
+    if state.runs.run_get(&id).await?.is_none() {
         return Err(ApiError::RunNotFound(id));
     }
     let after = last_event_id(&headers)?.or(query.after).unwrap_or(0).max(0);
     if wants_event_stream(&headers) {
-        let stream = tail(state, id, after);
+        let stream = tail(state, feed, id, after);
         return Ok(Sse::new(stream)
             .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
             .into_response());
     }
-    let events = state.store.run_events(&id, after, 0).await?;
+    let events = state.runs.run_events(&id, after, 0).await?;
     let views: Vec<Value> = events.iter().map(event_json).collect();
     Ok(axum::Json(json!({ "events": views })).into_response())
 }
@@ -94,7 +95,10 @@ struct Tail {
     terminal_since: Option<Instant>,
     /// The final event was sent, or the server is stopping: end after `pending`.
     finished: bool,
-    first_read: bool,
+    /// O6: the store's changes; the stream reads only when one concerns its run.
+    feed: broadcast::Receiver<Change>,
+    /// The feed said something changed (or nothing was read yet).
+    stale: bool,
 }
 
 /// One SSE event: `id` is the sequence, `event` the kind, `data` the event as the CLI's
@@ -113,8 +117,12 @@ fn sse_event(event: &RunEvent) -> Event {
         .data(event_json(event).to_string())
 }
 
+/// A live stream (O6): it reads the store once at the start and then only when the change
+/// feed says its run changed (an event, a status, a resync or a lag). Idle, it costs no
+/// reads and no timer beyond the keep-alive.
 fn tail(
     state: AppState,
+    feed: broadcast::Receiver<Change>,
     run_id: String,
     after: i64,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
@@ -125,7 +133,8 @@ fn tail(
         pending: VecDeque::new(),
         terminal_since: None,
         finished: false,
-        first_read: true,
+        feed,
+        stale: true,
     };
     stream::unfold(start, |mut tail| async move {
         loop {
@@ -140,53 +149,73 @@ fn tail(
             if tail.finished {
                 return None;
             }
-            if !tail.first_read {
-                let mut stop = tail.state.stop.clone();
-                let stopping = async move {
-                    if stop
-                        .wait_for(|level| *level >= StopLevel::Drain)
-                        .await
-                        .is_err()
-                    {
-                        // No one can stop the server any more: only the run ends this stream.
-                        std::future::pending::<()>().await;
-                    }
-                };
-                tokio::select! {
-                    _ = tokio::time::sleep(POLL) => {}
-                    _ = stopping => return None,
-                }
-            }
-            tail.first_read = false;
-            match tail
-                .state
-                .store
-                .run_events(&tail.run_id, tail.after, 0)
-                .await
-            {
-                Ok(events) => tail.pending.extend(events),
-                Err(error) => {
-                    tracing::warn!(run = %tail.run_id, %error, "could not read a run's events; ending its stream");
+            if tail.stale {
+                tail.stale = false;
+                if !tail.read().await {
                     return None;
                 }
-            }
-            if !tail.pending.is_empty() {
-                continue;
-            }
-            match tail.state.store.run_get(&tail.run_id).await {
-                Ok(Some(run)) if run.status.is_terminal() => {
-                    let since = *tail.terminal_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= TERMINAL_GRACE {
-                        return None;
-                    }
+                if !tail.pending.is_empty() {
+                    continue;
                 }
-                Ok(Some(_)) => {}
-                Ok(None) => return None,
-                Err(error) => {
-                    tracing::warn!(run = %tail.run_id, %error, "could not read a run; ending its stream");
-                    return None;
+            }
+            let mut stop = tail.state.stop.clone();
+            let stopping = async move {
+                if stop
+                    .wait_for(|level| *level >= StopLevel::Drain)
+                    .await
+                    .is_err()
+                {
+                    // No one can stop the server any more: only the run ends this stream.
+                    std::future::pending::<()>().await;
                 }
+            };
+            // A run seen terminal without its final event gets a grace period for it.
+            let terminal_since = tail.terminal_since;
+            let grace_over = async move {
+                match terminal_since {
+                    Some(since) => tokio::time::sleep_until(since + TERMINAL_GRACE).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let news = tokio::select! {
+                news = news_of(&mut tail.feed, &tail.run_id) => news,
+                _ = stopping => return None,
+                _ = grace_over => return None,
+            };
+            match news {
+                News::Changed => tail.stale = true,
+                News::Closed => return None,
             }
         }
     })
+}
+
+impl Tail {
+    /// Reads the events after the last one sent and, when there are none, the run's
+    /// status. False when the stream must end (the run is gone, the store failed, or the
+    /// run has been terminal for the whole grace period).
+    async fn read(&mut self) -> bool {
+        match self.state.runs.run_events(&self.run_id, self.after, 0).await {
+            Ok(events) => self.pending.extend(events),
+            Err(error) => {
+                tracing::warn!(run = %self.run_id, %error, "could not read a run's events; ending its stream");
+                return false;
+            }
+        }
+        if !self.pending.is_empty() {
+            return true;
+        }
+        match self.state.runs.run_get(&self.run_id).await {
+            Ok(Some(run)) if run.status.is_terminal() => {
+                let since = *self.terminal_since.get_or_insert_with(Instant::now);
+                since.elapsed() < TERMINAL_GRACE
+            }
+            Ok(Some(_)) => true,
+            Ok(None) => false,
+            Err(error) => {
+                tracing::warn!(run = %self.run_id, %error, "could not read a run; ending its stream");
+                false
+            }
+        }
+    }
 }

@@ -14,7 +14,11 @@ pub(super) async fn healthz() -> axum::Json<Value> {
 pub(super) async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Value>, ApiError> {
     // A cheap probe that also takes the write lock: a store locked by another process
     // answers reads (WAL) but not writes, and is not ready.
-    match state.store.ready().await {
+    let ready = match state.root.backend().await {
+        Ok(backend) => backend.ready().await.map_err(anyhow::Error::from),
+        Err(error) => Err(error),
+    };
+    match ready {
         Ok(_) => Ok(axum::Json(json!({ "status": "ready" }))),
         Err(error) => {
             tracing::warn!(%error, "not ready: the store does not answer");

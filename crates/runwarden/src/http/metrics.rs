@@ -9,8 +9,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use runwarden_runtime::{CancelLatencyObserver, RunState, RunStore};
-use runwarden_vault::store::VaultStore;
+use runwarden_runtime::{CancelLatencyObserver, RunState};
 
 use super::AppState;
 use super::error::ApiError;
@@ -129,8 +128,8 @@ fn render(runs: &[(RunState, u64)], calls: &[(String, u64)], metrics: &Metrics) 
 }
 
 pub(super) async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let runs = state.store.run_counts().await?;
-    let calls = VaultStore::audit_counts(&*state.store).await?;
+    let runs = state.runs.run_counts().await?;
+    let calls = state.audit.audit_counts().await?;
     let text = render(&runs, &calls, &state.metrics);
     Ok((
         [(

@@ -23,17 +23,16 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, header};
 use axum::response::IntoResponse;
 use axum::routing::{MethodFilter, MethodRouter, on};
-use runwarden_mcp::SystemClock;
-use runwarden_runtime::{CancelHub, Executor, ExecutorConfig, StopLevel};
-use runwarden_store_sqlite::SqliteStore;
+use runwarden_mcp::CatalogueStore;
+use runwarden_runtime::{Executor, QueueStore, StopLevel};
 use runwarden_vault::Role;
 use runwarden_vault::Vault;
-use runwarden_vault::store::TokenStore;
+use runwarden_vault::store::{TokenStore, VaultStore};
 use tokio::sync::watch;
 
-use crate::cli::Context;
 use crate::cli::run::AgentBuilder;
 use crate::config::Config;
+use crate::root::Root;
 
 pub(crate) use error::ApiError;
 pub(crate) use metrics::Metrics;
@@ -41,13 +40,20 @@ pub(crate) use metrics::Metrics;
 /// The OpenAPI 3.1 document, hand-written and checked in; served as is.
 pub(crate) const OPENAPI: &str = include_str!("../../../../docs/openapi.json");
 
-/// Everything a handler needs; cheap to clone.
+/// Everything a handler needs; cheap to clone. Every store handle is a seam of the
+/// process's one backend, built by the composition root.
 #[derive(Clone)]
 pub(crate) struct AppState {
-    /// Runs, their events and counts.
-    pub(crate) store: Arc<SqliteStore>,
+    /// The process's composition root (the backend's readiness probe).
+    pub(crate) root: Arc<Root>,
+    /// Runs, their events, counts and the queue; its change feed drives live streams (O6).
+    pub(crate) runs: Arc<dyn QueueStore>,
+    /// The imported MCP catalogue and server liveness.
+    pub(crate) catalogue: Arc<dyn CatalogueStore>,
     /// API tokens (only their hashes).
     pub(crate) tokens: Arc<dyn TokenStore>,
+    /// Audit counts for the metrics.
+    pub(crate) audit: Arc<dyn VaultStore>,
     /// The process's one executor: its cancel hub is the one the workers' and the sync
     /// API runs' signals listen to, so an API cancel wakes them at once.
     pub(crate) executor: Arc<Executor>,
@@ -64,38 +70,26 @@ pub(crate) struct AppState {
 }
 
 impl AppState {
-    /// The state of a serving process: one store, one executor (with the queue, so its
-    /// workers share it) whose cancel hub every run of this process listens to, and the
-    /// cancel-latency histogram fed by that executor.
-    pub(crate) async fn new(
-        cx: &Context,
-        stop: watch::Receiver<StopLevel>,
-    ) -> anyhow::Result<Self> {
-        let store = Arc::new(cx.store()?);
-        let settings = &cx.config.worker;
+    /// The state of a serving process, all from its one root: one backend, one executor
+    /// (with the queue, so its workers share it) whose cancel hub every run of this
+    /// process listens to, and the cancel-latency histogram fed by that executor.
+    pub(crate) async fn new(root: Arc<Root>, stop: watch::Receiver<StopLevel>) -> anyhow::Result<Self> {
         let metrics = Arc::new(Metrics::new());
-        let executor_config = ExecutorConfig {
-            lease: settings.lease,
-            heartbeat: settings.heartbeat,
-            ..ExecutorConfig::new("serve")
-        };
-        let executor = Executor::with_queue(
-            store.clone(),
-            Arc::new(CancelHub::new()),
-            Arc::new(SystemClock::default()),
-            executor_config,
-        )
-        .with_cancel_latency(metrics.observer());
-        let agents = Arc::new(AgentBuilder::new(cx, store.clone(), "serve").await?);
+        let executor = root
+            .executor("serve", true, Some(metrics.observer()))
+            .await?;
         Ok(Self {
-            tokens: store.clone(),
-            store,
-            executor: Arc::new(executor),
-            agents,
-            vault: cx.vault().await?,
-            config: Arc::new(cx.config.clone()),
+            runs: root.queue().await?,
+            catalogue: root.catalogue().await?,
+            tokens: root.tokens().await?,
+            audit: root.vault_store().await?,
+            executor,
+            agents: root.agents("serve").await?,
+            vault: root.vault().await?,
+            config: Arc::new(root.config().clone()),
             metrics,
             stop,
+            root,
         })
     }
 }

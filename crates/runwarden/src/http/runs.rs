@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
-use runwarden_runtime::{CancelAnswer, RunFilter, RunState, RunStore};
+use runwarden_runtime::{CancelAnswer, RunFilter, RunState};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -41,7 +41,7 @@ fn now_ms() -> i64 {
 
 /// The run's row as JSON, or `run_not_found`.
 async fn run_view(state: &AppState, id: &str) -> Result<Value, ApiError> {
-    match state.store.run_get(id).await? {
+    match state.runs.run_get(id).await? {
         Some(run) => Ok(run_json(&run)),
         None => Err(ApiError::RunNotFound(id.to_string())),
     }
@@ -59,7 +59,7 @@ pub(super) async fn create(
             // R9: the row is the state; the stored request is all a worker needs.
             let id = uuid::Uuid::now_v7().to_string();
             let run = state
-                .store
+                .runs
                 .run_create(RunCreate {
                     id: id.clone(),
                     agent: body.agent,
@@ -137,7 +137,7 @@ pub(super) async fn list(
     };
     // One more than the page tells whether a next page exists.
     let mut runs = state
-        .store
+        .runs
         .run_list(RunFilter {
             status,
             agent: query.agent.filter(|a| !a.is_empty()),

@@ -1,0 +1,310 @@
+//! The composition root: the one place that builds the store backend and everything above
+//! it (the vault and its egress client, the cancel hub, executors, agents, workers), once
+//! per process, for every command. `serve` therefore runs its API and its workers over one
+//! backend: one SQLite store, one writer, one change feed.
+//!
+//! The backend is chosen by `[store] url` (O3 amended) in [`Backend::open`], the only
+//! place that knows which backends exist. Everything above it sees one [`Store`] and takes
+//! the seam it needs ([`Root::runs`], [`Root::queue`], [`Root::tokens`],
+//! [`Root::catalogue`], [`Root::vault`]).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use runwarden_mcp::{CatalogueStore, SystemClock};
+use runwarden_runtime::{
+    CancelHub, CancelLatencyObserver, Executor, ExecutorConfig, QueueStore, RunStore, Worker,
+    WorkerConfig,
+};
+use runwarden_store_sqlite::{OtherWriters, SqliteStore};
+use runwarden_vault::store::{StoreError, TokenStore, VaultStore};
+use runwarden_vault::{EgressClient, Vault};
+use tokio::sync::OnceCell;
+
+use crate::cli::run::AgentBuilder;
+use crate::config::Config;
+use crate::store_url::StoreUrl;
+
+/// Every seam a backend implements, as one object; [`Root`] upcasts it per seam.
+pub(crate) trait Store: VaultStore + TokenStore + CatalogueStore + QueueStore {}
+
+impl<T> Store for T where T: VaultStore + TokenStore + CatalogueStore + QueueStore {}
+
+/// O6 on SQLite: how often a process looks for commits made by other processes on the same
+/// file. A run enqueued, an event appended or a cancel made elsewhere reaches this
+/// process's live views and workers within this (about half of it on average), plus the
+/// read it triggers. Each look is one `PRAGMA data_version`, a counter in shared memory.
+pub(crate) const OTHER_WRITERS_EVERY: Duration = Duration::from_millis(250);
+
+/// O6: workers are woken by the change feed; this slow look only catches what cannot wake
+/// them (a run requeued with a `retry_at` that has just come due).
+pub(crate) const WORKER_BACKSTOP: Duration = Duration::from_secs(1);
+
+/// The storage backend, opened once per process.
+pub(crate) enum Backend {
+    /// The embedded SQLite file.
+    Sqlite(Arc<SqliteStore>),
+}
+
+/// Why the backend could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BackendError {
+    /// `[store] url` names PostgreSQL, which this build cannot open yet.
+    #[error(
+        "the store URL {url} asks for PostgreSQL, but this build has no PostgreSQL backend yet: use sqlite:PATH (or unset RUNWARDEN_DATABASE_URL) until a build with runwarden-store-postgres"
+    )]
+    NoPostgres {
+        /// The URL with its password replaced.
+        url: String,
+    },
+    /// The store refused to open.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl Backend {
+    /// Opens the configured backend; `create` makes a missing SQLite file (`init`).
+    pub(crate) async fn open(config: &Config, create: bool) -> Result<Self, BackendError> {
+        match &config.store {
+            StoreUrl::Sqlite(path) => {
+                let store = if create {
+                    SqliteStore::open(path)?
+                } else {
+                    SqliteStore::open_existing(path)?
+                };
+                // Files from before they were created private are tightened at open.
+                for note in store.tightened() {
+                    eprintln!("warning: {note}");
+                }
+                Ok(Self::Sqlite(Arc::new(store)))
+            }
+            // The PostgreSQL backend plugs in here, and only here: add a `Postgres` variant
+            // and answer it in `store`, `ready` and `watch_other_writers`:
+            // `Ok(Self::Postgres(Arc::new(PgStore::connect(url.expose()).await?)))`.
+            StoreUrl::Postgres(url) => Err(BackendError::NoPostgres {
+                url: url.to_string(),
+            }),
+        }
+    }
+
+    /// Every seam, as one object.
+    pub(crate) fn store(&self) -> Arc<dyn Store> {
+        match self {
+            Self::Sqlite(store) => store.clone(),
+        }
+    }
+
+    /// `/readyz`: the store answers, writes included.
+    pub(crate) async fn ready(&self) -> Result<(), StoreError> {
+        match self {
+            Self::Sqlite(store) => store.ready().await,
+        }
+    }
+
+    /// O6: changes made by other processes, published as `Change::Resync`. A backend whose
+    /// notifications already cross processes (PostgreSQL's NOTIFY) needs none.
+    fn watch_other_writers(&self) -> Option<OtherWriters> {
+        match self {
+            Self::Sqlite(store) => Some(store.watch_other_writers(OTHER_WRITERS_EVERY)),
+        }
+    }
+}
+
+/// What a process builds once: the backend on first use, the vault and its egress
+/// client on first use, and one cancel hub that every executor of the process shares.
+pub(crate) struct Root {
+    config: Config,
+    backend: OnceCell<Backend>,
+    vault: OnceCell<Arc<Vault>>,
+    egress: OnceCell<Arc<EgressClient>>,
+    /// R6: one hub per process, so a cancel issued here wakes every call of the run here.
+    hub: Arc<CancelHub>,
+    other_writers: Mutex<Option<OtherWriters>>,
+}
+
+impl std::fmt::Debug for Root {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Root")
+            .field("store", &self.config.store)
+            .field("opened", &self.backend.initialized())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Root {
+    /// The root of a process with this configuration; nothing is opened yet.
+    pub(crate) fn new(config: Config) -> Self {
+        Self {
+            config,
+            backend: OnceCell::new(),
+            vault: OnceCell::new(),
+            egress: OnceCell::new(),
+            hub: Arc::new(CancelHub::new()),
+            other_writers: Mutex::new(None),
+        }
+    }
+
+    /// The configuration this root was built from.
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The backend, opened on first use and never again (it must exist: `init` creates
+    /// it). An installation that other users can read is tightened here, with a warning on
+    /// stderr for each file changed.
+    pub(crate) async fn backend(&self) -> anyhow::Result<&Backend> {
+        self.backend
+            .get_or_try_init(|| async {
+                for note in crate::harden::tighten_installation(&self.config) {
+                    eprintln!("warning: {note}");
+                }
+                Backend::open(&self.config, false).await
+            })
+            .await
+            .map_err(anyhow::Error::from)
+    }
+
+    /// Every seam of the one backend.
+    pub(crate) async fn store(&self) -> anyhow::Result<Arc<dyn Store>> {
+        Ok(self.backend().await?.store())
+    }
+
+    /// Runs and their events.
+    pub(crate) async fn runs(&self) -> anyhow::Result<Arc<dyn RunStore>> {
+        Ok(self.store().await?)
+    }
+
+    /// Runs, their events and the queue.
+    pub(crate) async fn queue(&self) -> anyhow::Result<Arc<dyn QueueStore>> {
+        Ok(self.store().await?)
+    }
+
+    /// API tokens.
+    pub(crate) async fn tokens(&self) -> anyhow::Result<Arc<dyn TokenStore>> {
+        Ok(self.store().await?)
+    }
+
+    /// The imported MCP catalogue and server liveness.
+    pub(crate) async fn catalogue(&self) -> anyhow::Result<Arc<dyn CatalogueStore>> {
+        Ok(self.store().await?)
+    }
+
+    /// Sealed secrets and the audit log, under the vault.
+    pub(crate) async fn vault_store(&self) -> anyhow::Result<Arc<dyn VaultStore>> {
+        Ok(self.store().await?)
+    }
+
+    /// The vault, opened once with the configured master key.
+    pub(crate) async fn vault(&self) -> anyhow::Result<Arc<Vault>> {
+        self.vault
+            .get_or_try_init(|| async {
+                let store = self.vault_store().await?;
+                let master = self.config.master_key()?;
+                let vault = Vault::open(store, master, self.config.algorithm)
+                    .await
+                    .context("while opening the vault")?
+                    .with_anchor(&self.config.audit_anchor_file);
+                anyhow::Ok(Arc::new(vault))
+            })
+            .await
+            .cloned()
+    }
+
+    /// The guarded egress client over the vault, built once.
+    pub(crate) async fn egress(&self) -> anyhow::Result<Arc<EgressClient>> {
+        self.egress
+            .get_or_try_init(|| async {
+                anyhow::Ok(Arc::new(EgressClient::new(
+                    self.vault().await?,
+                    self.config.egress()?,
+                )))
+            })
+            .await
+            .cloned()
+    }
+
+    /// The process's cancel hub.
+    #[cfg_attr(not(test), allow(dead_code))] // read by tests; executors get it in `executor`
+    pub(crate) fn hub(&self) -> &Arc<CancelHub> {
+        &self.hub
+    }
+
+    /// An executor on the process's cancel hub. `queued` gives it the queue and the
+    /// `[worker]` lease and heartbeat (workers, `serve`); a synchronous `run` keeps the
+    /// runtime's defaults.
+    pub(crate) async fn executor(
+        &self,
+        owner: &str,
+        queued: bool,
+        cancel_latency: Option<CancelLatencyObserver>,
+    ) -> anyhow::Result<Arc<Executor>> {
+        let clock = Arc::new(SystemClock::default());
+        // R6 (amended): the per-process StatusWatcher is built here, once per root, from
+        // the run store and `self.hub`, and handed to every executor built below.
+        let mut executor = if queued {
+            let settings = &self.config.worker;
+            let config = ExecutorConfig {
+                lease: settings.lease,
+                heartbeat: settings.heartbeat,
+                ..ExecutorConfig::new(owner)
+            };
+            Executor::with_queue(self.queue().await?, self.hub.clone(), clock, config)
+        } else {
+            Executor::new(
+                self.runs().await?,
+                self.hub.clone(),
+                clock,
+                ExecutorConfig::new(owner),
+            )
+        };
+        if let Some(observer) = cancel_latency {
+            executor = executor.with_cancel_latency(observer);
+        }
+        Ok(Arc::new(executor))
+    }
+
+    /// The agents of the configuration, bound to the imported catalogue, with one MCP
+    /// client per server sharing the one egress client.
+    pub(crate) async fn agents(&self, actor: &str) -> anyhow::Result<Arc<AgentBuilder>> {
+        Ok(Arc::new(AgentBuilder::new(
+            &self.config,
+            self.catalogue().await?,
+            self.egress().await?,
+            actor,
+        )))
+    }
+
+    /// A worker over `executor` with the `[worker]` settings, woken by the change feed.
+    pub(crate) async fn worker(
+        &self,
+        executor: Arc<Executor>,
+        agents: Arc<AgentBuilder>,
+        concurrency: usize,
+    ) -> anyhow::Result<Worker> {
+        let settings = &self.config.worker;
+        let config = WorkerConfig {
+            concurrency: concurrency.max(1),
+            poll: WORKER_BACKSTOP,
+            reap_every: settings.reap_every,
+            retry: crate::cli::worker::retry(settings),
+            grace: settings.grace,
+        };
+        Ok(Worker::new(executor, self.queue().await?, agents, config))
+    }
+
+    /// O6: starts (once) what brings other processes' changes to this process's feed.
+    /// Long-lived commands that watch the feed call it: `serve`, `worker`, `events
+    /// --follow`.
+    pub(crate) async fn watch_other_writers(&self) -> anyhow::Result<()> {
+        let backend = self.backend().await?;
+        let mut slot = self
+            .other_writers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = backend.watch_other_writers();
+        }
+        Ok(())
+    }
+}

@@ -224,12 +224,6 @@ impl Root {
             .cloned()
     }
 
-    /// The process's cancel hub.
-    #[cfg_attr(not(test), allow(dead_code))] // read by tests; executors get it in `executor`
-    pub(crate) fn hub(&self) -> &Arc<CancelHub> {
-        &self.hub
-    }
-
     /// An executor on the process's cancel hub. `queued` gives it the queue and the
     /// `[worker]` lease and heartbeat (workers, `serve`); a synchronous `run` keeps the
     /// runtime's defaults.

@@ -163,7 +163,7 @@ pub(crate) enum StoreUrlError {
         scheme: String,
     },
     /// `sqlite:` with nothing after it.
-    #[error("sqlite: needs a file path, as in sqlite:/var/lib/runwarden/runwarden.db")]
+    #[error("sqlite: needs a file path: write sqlite:/var/lib/runwarden/runwarden.db or sqlite:PATH relative to the configuration file")]
     SqliteNoPath,
     /// An in-memory database, which other processes cannot share.
     #[error("an in-memory SQLite database cannot be shared by runwarden's processes: write sqlite:PATH with a file path")]

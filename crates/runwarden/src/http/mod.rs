@@ -219,4 +219,6 @@ async fn openapi() -> impl IntoResponse {
 }
 
 #[cfg(test)]
+mod push_tests;
+#[cfg(test)]
 mod tests;

@@ -32,17 +32,13 @@ async fn fixture() -> Fixture {
     crate::cli::init::create_installation(&config)
         .await
         .unwrap();
-    let cx = Context {
-        config,
-        json: false,
-        server: None,
-    };
+    let root = Arc::new(Root::new(config));
     let (stop_tx, stop) = watch::channel(StopLevel::Run);
-    let state = AppState::new(&cx, stop).await.unwrap();
-    let (operator, _) = token_create(&*state.store, "op", Role::Operator, 0)
+    let state = AppState::new(root, stop).await.unwrap();
+    let (operator, _) = token_create(&*state.tokens, "op", Role::Operator, 0)
         .await
         .unwrap();
-    let (viewer, _) = token_create(&*state.store, "view", Role::Viewer, 0)
+    let (viewer, _) = token_create(&*state.tokens, "view", Role::Viewer, 0)
         .await
         .unwrap();
     Fixture {
@@ -389,7 +385,7 @@ async fn health_needs_no_token_and_readiness_asks_the_store() {
 async fn while_another_process_holds_the_write_lock_writes_answer_503_store_unavailable_and_readyz_is_not_ready()
  {
     let f = fixture().await;
-    let holder = rusqlite::Connection::open(f.state.store.path()).unwrap();
+    let holder = rusqlite::Connection::open(f.state.config.store.sqlite_path().unwrap()).unwrap();
     holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
 
     let (status, body) = f.call("GET", "/readyz", None, None).await;

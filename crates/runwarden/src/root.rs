@@ -8,7 +8,7 @@
 //! the seam it needs ([`Root::runs`], [`Root::queue`], [`Root::tokens`],
 //! [`Root::catalogue`], [`Root::vault`]).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -104,9 +104,9 @@ impl Backend {
 
     /// O6: changes made by other processes, published as `Change::Resync`. A backend whose
     /// notifications already cross processes (PostgreSQL's NOTIFY) needs none.
-    fn watch_other_writers(&self) -> Option<OtherWriters> {
+    async fn watch_other_writers(&self) -> Option<OtherWriters> {
         match self {
-            Self::Sqlite(store) => Some(store.watch_other_writers(OTHER_WRITERS_EVERY)),
+            Self::Sqlite(store) => Some(store.watch_other_writers(OTHER_WRITERS_EVERY).await),
         }
     }
 }
@@ -120,7 +120,7 @@ pub(crate) struct Root {
     egress: OnceCell<Arc<EgressClient>>,
     /// R6: one hub per process, so a cancel issued here wakes every call of the run here.
     hub: Arc<CancelHub>,
-    other_writers: Mutex<Option<OtherWriters>>,
+    other_writers: OnceCell<Option<OtherWriters>>,
 }
 
 impl std::fmt::Debug for Root {
@@ -141,7 +141,7 @@ impl Root {
             vault: OnceCell::new(),
             egress: OnceCell::new(),
             hub: Arc::new(CancelHub::new()),
-            other_writers: Mutex::new(None),
+            other_writers: OnceCell::new(),
         }
     }
 
@@ -292,13 +292,9 @@ impl Root {
     /// --follow`.
     pub(crate) async fn watch_other_writers(&self) -> anyhow::Result<()> {
         let backend = self.backend().await?;
-        let mut slot = self
-            .other_writers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if slot.is_none() {
-            *slot = backend.watch_other_writers();
-        }
+        self.other_writers
+            .get_or_init(|| backend.watch_other_writers())
+            .await;
         Ok(())
     }
 }

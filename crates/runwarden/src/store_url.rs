@@ -87,14 +87,17 @@ pub(crate) struct PostgresUrl {
 
 impl PostgresUrl {
     fn parse(text: &str) -> Result<Self, StoreUrlError> {
-        let parsed = url::Url::parse(text).map_err(|e| StoreUrlError::PostgresInvalid {
+        let parsed = url::Url::parse(text).map_err(|e| match e {
+            url::ParseError::EmptyHost => StoreUrlError::PostgresNoHost,
             // The parser's message never repeats the input, so it cannot carry a password.
-            reason: e.to_string(),
+            e => StoreUrlError::PostgresInvalid {
+                reason: e.to_string(),
+            },
         })?;
         let shown = redact(&parsed);
         let socket_in_query = parsed.query_pairs().any(|(k, _)| k == "host");
         if parsed.host_str().is_none_or(str::is_empty) && !socket_in_query {
-            return Err(StoreUrlError::PostgresNoHost { shown });
+            return Err(StoreUrlError::PostgresNoHost);
         }
         Ok(Self {
             url: text.to_string(),
@@ -178,11 +181,8 @@ pub(crate) enum StoreUrlError {
         reason: String,
     },
     /// A `postgres://` URL with no host (and no `?host=` socket directory).
-    #[error("the PostgreSQL URL {shown} names no host: write postgres://USER@HOST/DATABASE, or ?host=/run/postgresql for a socket")]
-    PostgresNoHost {
-        /// The URL with its password replaced.
-        shown: String,
-    },
+    #[error("the PostgreSQL URL names no host: write postgres://USER@HOST/DATABASE, or add ?host=/run/postgresql for a socket directory")]
+    PostgresNoHost,
 }
 
 impl StoreUrlError {
@@ -257,12 +257,8 @@ mod tests {
             ("sqlite::memory:", StoreUrlError::SqliteMemory),
             ("sqlite://", StoreUrlError::SqliteMemory),
             ("sqlite:rw.db?mode=rwc", StoreUrlError::SqliteQuery),
-            (
-                "postgres://rw@/runwarden",
-                StoreUrlError::PostgresNoHost {
-                    shown: "postgres://rw@/runwarden".into(),
-                },
-            ),
+            ("postgres://rw@/runwarden", StoreUrlError::PostgresNoHost),
+            ("postgres:///runwarden", StoreUrlError::PostgresNoHost),
         ] {
             let error = parse(text).unwrap_err();
             assert_eq!(error, expected, "{text:?}");

@@ -92,6 +92,11 @@ impl Serve {
         }
     }
 
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     fn signal(&self, name: &str) {
         let sent = std::process::Command::new("kill")
             .args([&format!("-{name}"), &self.child.id().to_string()])
@@ -791,6 +796,9 @@ async fn the_cli_gives_the_same_answers_through_a_server_and_on_the_store() {
         vec!["status", completed.as_str()],
         vec!["--json", "events", completed.as_str()],
         vec!["events", completed.as_str()],
+        // O6: through a server, --follow reads the run's Server-Sent Events.
+        vec!["--json", "events", completed.as_str(), "--follow"],
+        vec!["events", completed.as_str(), "--follow"],
         vec!["--json", "status", queued.as_str()],
     ] {
         let (store, server) = both_ways(&sandbox, &serve, &operator, &args).await;

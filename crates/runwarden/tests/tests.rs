@@ -4,6 +4,7 @@
 mod api;
 mod architecture;
 mod audit;
+mod backend;
 mod config;
 mod demo;
 mod effects;

@@ -8,6 +8,9 @@
 //! and, for the queue and the reaper (R3, R9), `runwarden_runtime::queue::QueueStore`.
 //! It is cheap to clone; every call runs on tokio's blocking pool, except the synchronous
 //! run-status probe, which answers at once from a read-only connection of its own (R6).
+//! Its run writes are published on its change feed (O6); what other processes commit to
+//! the same file reaches the feed as a resync through the opt-in
+//! [`SqliteStore::watch_other_writers`].
 //!
 //! ```no_run
 //! use std::sync::Arc;

@@ -29,15 +29,17 @@ impl SqliteStore {
     /// Starts the watch: every `every`, one `PRAGMA data_version` (skipped while nobody
     /// subscribes to the feed), and a [`Change::Resync`] when another connection (another
     /// process, or another `SqliteStore` on the same file) committed since the last look.
-    /// A change made elsewhere therefore reaches this process's feed within `every` (plus
-    /// the wait for the connection). The task holds the store weakly and ends with it.
-    /// Call it from inside a tokio runtime.
-    pub fn watch_other_writers(&self, every: Duration) -> OtherWriters {
+    /// The first look is taken before this returns, so whatever a subscriber reads after
+    /// it is covered: a change committed later reaches the feed within `every` (plus the
+    /// wait for the connection). A look that could not be taken, or skipped for want of
+    /// subscribers, counts as a change. The task holds the store weakly and ends with it.
+    pub async fn watch_other_writers(&self, every: Duration) -> OtherWriters {
+        let mut last = data_version(self).await;
         let store = Arc::downgrade(self.inner());
         let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut last: Option<i64> = None;
+            tick.tick().await; // the first tick is immediate; the first look is taken
             loop {
                 tick.tick().await;
                 let Some(inner) = store.upgrade() else {
@@ -45,20 +47,14 @@ impl SqliteStore {
                 };
                 let store = SqliteStore::from_inner(inner);
                 if store.feed().receivers() == 0 {
-                    // Nobody to tell; a new subscriber reads what it watches after it
-                    // subscribes, so starting over from the next look loses nothing.
+                    // Nobody to tell. A subscriber reads what it watches after it
+                    // subscribes; the next look after a gap reports a change anyway.
                     last = None;
                     continue;
                 }
-                let version = store
-                    .run("reading the data version", |conn| {
-                        conn.query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0))
-                            .map_err(Failure::from)
-                    })
-                    .await;
                 // A failed look is tried again at the next tick; the feed is only a hint.
-                if let Ok(version) = version {
-                    if last.is_some_and(|seen| seen != version) {
+                if let Some(version) = data_version(&store).await {
+                    if last != Some(version) {
                         store.feed().publish(Change::Resync);
                     }
                     last = Some(version);
@@ -67,4 +63,15 @@ impl SqliteStore {
         });
         OtherWriters { task }
     }
+}
+
+/// The write connection's `PRAGMA data_version`, or `None` when it could not be read.
+async fn data_version(store: &SqliteStore) -> Option<i64> {
+    store
+        .run("reading the data version", |conn| {
+            conn.query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0))
+                .map_err(Failure::from)
+        })
+        .await
+        .ok()
 }

@@ -205,8 +205,14 @@ impl Worker {
                 }
                 Ok(None) => {
                     drop(permit);
-                    self.idle(&mut feed, &mut stop, &mut done_rx, &mut running, &mut outcomes)
-                        .await;
+                    self.idle(
+                        &mut feed,
+                        &mut stop,
+                        &mut done_rx,
+                        &mut running,
+                        &mut outcomes,
+                    )
+                    .await;
                 }
                 Err(error) => {
                     drop(permit);
@@ -260,12 +266,7 @@ impl Worker {
             () = ready(feed) => {
                 // Several enqueues in a burst are one wake: the claim loop takes runs
                 // until none is left.
-                loop {
-                    match feed.try_recv() {
-                        Ok(_) | Err(TryRecvError::Lagged(_)) => continue,
-                        Err(TryRecvError::Empty | TryRecvError::Closed) => break,
-                    }
-                }
+                while let Ok(_) | Err(TryRecvError::Lagged(_)) = feed.try_recv() {}
             }
             _ = &mut backstop => {}
             _ = stop.changed() => {}

@@ -126,7 +126,11 @@ fn main() {
     std::fs::write(&config, text).unwrap();
     std::fs::write(dir.path().join("plan.json"), r#"[{"text": "done"}]"#).unwrap();
     let created: Value = serde_json::from_slice(
-        &runwarden(dir.path(), &["--json", "token", "create", "--role", "viewer"]).stdout,
+        &runwarden(
+            dir.path(),
+            &["--json", "token", "create", "--role", "viewer"],
+        )
+        .stdout,
     )
     .unwrap();
     let token = created["token"].as_str().unwrap().to_string();
@@ -140,7 +144,14 @@ fn main() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_runwarden"))
         .arg("--config")
         .arg(&config)
-        .args(["--json", "serve", "--listen", "127.0.0.1:0", "--concurrency", "0"])
+        .args([
+            "--json",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--concurrency",
+            "0",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -106,7 +106,10 @@ impl ApiClient {
     ) -> anyhow::Result<i64> {
         let mut request = self
             .http
-            .get(format!("{}/v1/runs/{run_id}/events?after={after}", self.base))
+            .get(format!(
+                "{}/v1/runs/{run_id}/events?after={after}",
+                self.base
+            ))
             .header("accept", "text/event-stream");
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
@@ -138,8 +141,11 @@ impl ApiClient {
                 if data.is_empty() {
                     continue;
                 }
-                let event: Value = serde_json::from_str(&data.join("\n"))
-                    .with_context(|| format!("the server sent an event that is not JSON while following run {run_id}"))?;
+                let event: Value = serde_json::from_str(&data.join("\n")).with_context(|| {
+                    format!(
+                        "the server sent an event that is not JSON while following run {run_id}"
+                    )
+                })?;
                 after = event["seq"].as_i64().unwrap_or(after);
                 each(&event);
             }

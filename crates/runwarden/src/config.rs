@@ -536,7 +536,9 @@ fn store_url(
     }
     match (section.url, section.sqlite_path) {
         (Some(_), Some(_)) => {
-            bail!("[store] has both url and sqlite_path: keep one (url = \"sqlite:PATH\" says the same as sqlite_path = \"PATH\")")
+            bail!(
+                "[store] has both url and sqlite_path: keep one (url = \"sqlite:PATH\" says the same as sqlite_path = \"PATH\")"
+            )
         }
         (Some(text), None) => StoreUrl::parse(&text, resolve).context("in [store] url"),
         (None, Some(path)) => Ok(StoreUrl::Sqlite(resolve(path))),

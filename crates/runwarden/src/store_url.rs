@@ -154,7 +154,9 @@ pub(crate) enum StoreUrlError {
     #[error("the store URL is empty: {WRITE}")]
     Empty,
     /// A bare path, without `sqlite:`.
-    #[error("the store URL {path:?} has no scheme: write sqlite:{path} for a SQLite file, or postgres://USER@HOST/DATABASE")]
+    #[error(
+        "the store URL {path:?} has no scheme: write sqlite:{path} for a SQLite file, or postgres://USER@HOST/DATABASE"
+    )]
     NoScheme {
         /// What was given (it has no scheme, so no userinfo to hide).
         path: String,
@@ -166,13 +168,19 @@ pub(crate) enum StoreUrlError {
         scheme: String,
     },
     /// `sqlite:` with nothing after it.
-    #[error("sqlite: needs a file path: write sqlite:/var/lib/runwarden/runwarden.db or sqlite:PATH relative to the configuration file")]
+    #[error(
+        "sqlite: needs a file path: write sqlite:/var/lib/runwarden/runwarden.db or sqlite:PATH relative to the configuration file"
+    )]
     SqliteNoPath,
     /// An in-memory database, which other processes cannot share.
-    #[error("an in-memory SQLite database cannot be shared by runwarden's processes: write sqlite:PATH with a file path")]
+    #[error(
+        "an in-memory SQLite database cannot be shared by runwarden's processes: write sqlite:PATH with a file path"
+    )]
     SqliteMemory,
     /// `sqlite:PATH?...`.
-    #[error("sqlite:PATH takes no query parameters: runwarden sets WAL, the busy timeout and the rest itself")]
+    #[error(
+        "sqlite:PATH takes no query parameters: runwarden sets WAL, the busy timeout and the rest itself"
+    )]
     SqliteQuery,
     /// A `postgres://` URL the parser refused.
     #[error("the PostgreSQL URL is not valid ({reason}): {WRITE}")]
@@ -181,7 +189,9 @@ pub(crate) enum StoreUrlError {
         reason: String,
     },
     /// A `postgres://` URL with no host (and no `?host=` socket directory).
-    #[error("the PostgreSQL URL names no host: write postgres://USER@HOST/DATABASE, or add ?host=/run/postgresql for a socket directory")]
+    #[error(
+        "the PostgreSQL URL names no host: write postgres://USER@HOST/DATABASE, or add ?host=/run/postgresql for a socket directory"
+    )]
     PostgresNoHost,
 }
 

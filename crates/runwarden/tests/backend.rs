@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use runwarden_runtime::RunState;
 use runwarden_runtime::queue::{Claim, QueueStore};
 use runwarden_runtime::store::{EventAppend, RunSettle, RunStore};
-use runwarden_runtime::RunState;
 use runwarden_store_sqlite::SqliteStore;
 use serde_json::{Value, json};
 
@@ -22,11 +22,7 @@ fn with_agent() -> Sandbox {
     let mut text = std::fs::read_to_string(sandbox.config()).unwrap();
     text.push_str("\n[agents.a]\nprovider = \"scripted\"\nscript = \"plan.json\"\n");
     std::fs::write(sandbox.config(), text).unwrap();
-    std::fs::write(
-        sandbox.path().join("plan.json"),
-        r#"[{"text": "done"}]"#,
-    )
-    .unwrap();
+    std::fs::write(sandbox.path().join("plan.json"), r#"[{"text": "done"}]"#).unwrap();
     sandbox
 }
 
@@ -35,7 +31,10 @@ fn the_database_url_in_the_environment_overrides_the_file() {
     let sandbox = Sandbox::initialised();
     let elsewhere = sandbox.path().join("elsewhere.db");
     let mut command = sandbox.command(&["status", "no-such-run"]);
-    command.env("RUNWARDEN_DATABASE_URL", format!("sqlite:{}", elsewhere.display()));
+    command.env(
+        "RUNWARDEN_DATABASE_URL",
+        format!("sqlite:{}", elsewhere.display()),
+    );
     sandbox
         .run_command(command)
         .fails()
@@ -57,7 +56,10 @@ fn a_store_url_in_the_file_selects_the_database_relative_to_the_file() {
     let text = std::fs::read_to_string(sandbox.config()).unwrap();
     std::fs::write(
         sandbox.config(),
-        text.replace("[store]\n", "[store]\nurl = \"sqlite:.runwarden/runwarden.db\"\n"),
+        text.replace(
+            "[store]\n",
+            "[store]\nurl = \"sqlite:.runwarden/runwarden.db\"\n",
+        ),
     )
     .unwrap();
     sandbox.run(&["token", "list"]).ok();
@@ -66,10 +68,10 @@ fn a_store_url_in_the_file_selects_the_database_relative_to_the_file() {
         text.replace("[store]\n", "[store]\nurl = \"sqlite:other.db\"\n"),
     )
     .unwrap();
-    sandbox
-        .run(&["token", "list"])
-        .fails()
-        .says(&format!("no database at {}", sandbox.path().join("other.db").display()));
+    sandbox.run(&["token", "list"]).fails().says(&format!(
+        "no database at {}",
+        sandbox.path().join("other.db").display()
+    ));
 }
 
 #[test]
@@ -77,7 +79,10 @@ fn bad_store_urls_are_refused_saying_what_to_write() {
     let sandbox = Sandbox::initialised();
     let text = std::fs::read_to_string(sandbox.config()).unwrap();
     for (url, says) in [
-        ("mysql://rw@db/runwarden", "scheme \"mysql\" are not supported"),
+        (
+            "mysql://rw@db/runwarden",
+            "scheme \"mysql\" are not supported",
+        ),
         ("runwarden.db", "write sqlite:runwarden.db"),
         ("sqlite::memory:", "in-memory"),
         ("", "the store URL is empty"),
@@ -117,7 +122,10 @@ fn a_postgres_url_gets_one_clear_answer_and_its_password_is_never_printed() {
             "this build has no PostgreSQL backend yet",
         ),
         (format!("postgres://rw:{SIGIL}@/runwarden"), "names no host"),
-        (format!("postgresql://rw:{SIGIL}@[::1/runwarden"), "not valid"),
+        (
+            format!("postgresql://rw:{SIGIL}@[::1/runwarden"),
+            "not valid",
+        ),
     ] {
         for args in [
             &["status", "some-run"][..],
@@ -144,9 +152,11 @@ fn descriptors_on(pid: u32, file: &std::path::Path) -> (usize, usize) {
         if std::fs::read_link(entry.path()).ok().as_deref() != Some(file) {
             continue;
         }
-        let info =
-            std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", entry.file_name().to_string_lossy()))
-                .unwrap();
+        let info = std::fs::read_to_string(format!(
+            "/proc/{pid}/fdinfo/{}",
+            entry.file_name().to_string_lossy()
+        ))
+        .unwrap();
         let flags = info
             .lines()
             .find_map(|l| l.strip_prefix("flags:"))
@@ -174,7 +184,10 @@ async fn serve_opens_one_store_with_one_writer_for_the_api_and_its_workers() {
 #[tokio::test(flavor = "multi_thread")]
 async fn events_follow_sees_what_another_process_appends_through_a_resync() {
     let sandbox = with_agent();
-    let run: Value = sandbox.run(&["--json", "enqueue", "--agent", "a", "go"]).ok().json();
+    let run: Value = sandbox
+        .run(&["--json", "enqueue", "--agent", "a", "go"])
+        .ok()
+        .json();
     let run_id = run["run_id"].as_str().unwrap().to_string();
     // This test process is the other process: it claims the run and writes its events.
     let store = SqliteStore::open_existing(sandbox.database()).unwrap();
@@ -184,7 +197,11 @@ async fn events_follow_sees_what_another_process_appends_through_a_resync() {
         lease_until_ms: now + 60_000,
         now_ms: now,
     };
-    store.run_claim(claim).await.unwrap().expect("the run is claimed");
+    store
+        .run_claim(claim)
+        .await
+        .unwrap()
+        .expect("the run is claimed");
     let append = |kind: &str, payload: Value| EventAppend {
         id: run_id.clone(),
         owner: "elsewhere".into(),
@@ -203,7 +220,10 @@ async fn events_follow_sees_what_another_process_appends_through_a_resync() {
     assert_eq!(follow.json().await["seq"], 1);
     let appended = Instant::now();
     store
-        .run_event_append(append("model_response", json!({"round": 1, "text": "done"})))
+        .run_event_append(append(
+            "model_response",
+            json!({"round": 1, "text": "done"}),
+        ))
         .await
         .unwrap();
     let second = follow.json().await;

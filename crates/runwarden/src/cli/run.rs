@@ -18,8 +18,8 @@ use runwarden_vault::EgressClient;
 use serde_json::{Value, json};
 
 use super::Context;
-use crate::live::{News, news_of};
 use crate::config::{AgentConfig, ProviderConfig};
+use crate::live::{News, news_of};
 use crate::output;
 
 /// Exit status of a cancelled run (128 + SIGINT).

@@ -11,6 +11,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::root::{Backend, Store};
+use crate::store_url::StoreUrl;
 use anyhow::{Context as _, bail};
 use clap::Args;
 use runwarden_mcp::{McpClient, Reply, Request, SchemaStatus, SystemClock, build_catalogue};
@@ -19,8 +21,6 @@ use runwarden_runtime::{
     AgentSpec, CancelAnswer, CancelHub, Executor, ExecutorConfig, Observer, Outcome, RunEvent,
     bind_tools, clamp_rounds,
 };
-use crate::root::{Backend, Store};
-use crate::store_url::StoreUrl;
 use runwarden_vault::store::AuditFilter;
 use runwarden_vault::{AuditRow, EgressClient, Vault, VerifyReport};
 use serde_json::{Value, json};

@@ -13,15 +13,15 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
 use runwarden_runtime::{Change, RunEvent, StopLevel};
-use tokio::sync::broadcast;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use super::AppState;
-use crate::live::{News, news_of};
 use super::error::{ApiError, Path, Query};
 use crate::cli::run::{FINAL_KINDS, event_json};
+use crate::live::{News, news_of};
 
 /// After a run is terminal with no final event yet, how long its segment may still
 /// write one before the stream ends anyway.
@@ -195,7 +195,12 @@ impl Tail {
     /// status. False when the stream must end (the run is gone, the store failed, or the
     /// run has been terminal for the whole grace period).
     async fn read(&mut self) -> bool {
-        match self.state.runs.run_events(&self.run_id, self.after, 0).await {
+        match self
+            .state
+            .runs
+            .run_events(&self.run_id, self.after, 0)
+            .await
+        {
             Ok(events) => self.pending.extend(events),
             Err(error) => {
                 tracing::warn!(run = %self.run_id, %error, "could not read a run's events; ending its stream");

@@ -73,7 +73,10 @@ impl AppState {
     /// The state of a serving process, all from its one root: one backend, one executor
     /// (with the queue, so its workers share it) whose cancel hub every run of this
     /// process listens to, and the cancel-latency histogram fed by that executor.
-    pub(crate) async fn new(root: Arc<Root>, stop: watch::Receiver<StopLevel>) -> anyhow::Result<Self> {
+    pub(crate) async fn new(
+        root: Arc<Root>,
+        stop: watch::Receiver<StopLevel>,
+    ) -> anyhow::Result<Self> {
         let metrics = Arc::new(Metrics::new());
         let executor = root
             .executor("serve", true, Some(metrics.observer()))

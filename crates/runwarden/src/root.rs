@@ -4,7 +4,8 @@
 //! backend: one SQLite store, one writer, one change feed.
 //!
 //! The backend is chosen by `[store] url` (O3 amended) in [`Backend::open`], the only
-//! place that knows which backends exist. Everything above it sees one [`Store`] and takes
+//! place that knows which backends exist: SQLite, or PostgreSQL for many nodes on one
+//! database. Everything above it sees one [`Store`] and takes
 //! the seam it needs ([`Root::runs`], [`Root::queue`], [`Root::tokens`],
 //! [`Root::catalogue`], [`Root::vault`]).
 
@@ -17,6 +18,7 @@ use runwarden_runtime::{
     CancelHub, CancelLatencyObserver, Executor, ExecutorConfig, QueueStore, RunStore, Worker,
     WorkerConfig,
 };
+use runwarden_store_postgres::PgStore;
 use runwarden_store_sqlite::{OtherWriters, SqliteStore};
 use runwarden_vault::store::{StoreError, TokenStore, VaultStore};
 use runwarden_vault::{EgressClient, Vault};
@@ -45,27 +47,16 @@ pub(crate) const WORKER_BACKSTOP: Duration = Duration::from_secs(1);
 pub(crate) enum Backend {
     /// The embedded SQLite file.
     Sqlite(Arc<SqliteStore>),
-}
-
-/// Why the backend could not be opened.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum BackendError {
-    /// `[store] url` names PostgreSQL, which this build cannot open yet.
-    #[error(
-        "the store URL {url} asks for PostgreSQL, but this build has no PostgreSQL backend yet: use sqlite:PATH (or unset RUNWARDEN_DATABASE_URL) until a build with runwarden-store-postgres"
-    )]
-    NoPostgres {
-        /// The URL with its password replaced.
-        url: String,
-    },
-    /// The store refused to open.
-    #[error(transparent)]
-    Store(#[from] StoreError),
+    /// A PostgreSQL database (a pool; its NOTIFYs feed the change feed across nodes).
+    Postgres(Arc<PgStore>),
 }
 
 impl Backend {
     /// Opens the configured backend; `create` makes a missing SQLite file (`init`).
-    pub(crate) async fn open(config: &Config, create: bool) -> Result<Self, BackendError> {
+    /// A PostgreSQL database is created by its operator; `PgStore::connect` applies the
+    /// migrations, so `create` changes nothing there. Its errors name the URL with the
+    /// password replaced.
+    pub(crate) async fn open(config: &Config, create: bool) -> Result<Self, StoreError> {
         match &config.store {
             StoreUrl::Sqlite(path) => {
                 let store = if create {
@@ -79,12 +70,9 @@ impl Backend {
                 }
                 Ok(Self::Sqlite(Arc::new(store)))
             }
-            // The PostgreSQL backend plugs in here, and only here: add a `Postgres` variant
-            // and answer it in `store`, `ready` and `watch_other_writers`:
-            // `Ok(Self::Postgres(Arc::new(PgStore::connect(url.expose()).await?)))`.
-            StoreUrl::Postgres(url) => Err(BackendError::NoPostgres {
-                url: url.to_string(),
-            }),
+            StoreUrl::Postgres(url) => Ok(Self::Postgres(Arc::new(
+                PgStore::connect(url.expose()).await?,
+            ))),
         }
     }
 
@@ -92,6 +80,7 @@ impl Backend {
     pub(crate) fn store(&self) -> Arc<dyn Store> {
         match self {
             Self::Sqlite(store) => store.clone(),
+            Self::Postgres(store) => store.clone(),
         }
     }
 
@@ -99,14 +88,16 @@ impl Backend {
     pub(crate) async fn ready(&self) -> Result<(), StoreError> {
         match self {
             Self::Sqlite(store) => store.ready().await,
+            Self::Postgres(store) => store.ready().await,
         }
     }
 
-    /// O6: changes made by other processes, published as `Change::Resync`. A backend whose
-    /// notifications already cross processes (PostgreSQL's NOTIFY) needs none.
+    /// O6: changes made by other processes, published as `Change::Resync`. PostgreSQL
+    /// needs none: its store forwards every node's NOTIFYs to the feed.
     async fn watch_other_writers(&self) -> Option<OtherWriters> {
         match self {
             Self::Sqlite(store) => Some(store.watch_other_writers(OTHER_WRITERS_EVERY).await),
+            Self::Postgres(_) => None,
         }
     }
 }

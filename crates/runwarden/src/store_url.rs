@@ -106,7 +106,6 @@ impl PostgresUrl {
     }
 
     /// The URL with its password, for the PostgreSQL driver alone.
-    #[cfg_attr(not(test), allow(dead_code))] // used when the PostgreSQL backend is wired in
     pub(crate) fn expose(&self) -> &str {
         &self.url
     }

@@ -97,6 +97,11 @@ impl Serve {
         self.child.id()
     }
 
+    /// Where the server listens.
+    pub(crate) fn url(&self) -> String {
+        self.url.clone()
+    }
+
     fn signal(&self, name: &str) {
         let sent = std::process::Command::new("kill")
             .args([&format!("-{name}"), &self.child.id().to_string()])

@@ -1,6 +1,7 @@
 //! The store backend as operators choose it (O3 amended) and what one process opens of it:
-//! `[store] url` and `$RUNWARDEN_DATABASE_URL`, PostgreSQL's answer in this build, the one
-//! writer `serve` holds, and `events --follow` seeing another process's writes (O6).
+//! `[store] url` and `$RUNWARDEN_DATABASE_URL`, a PostgreSQL database shared by a server
+//! and a worker process, the one writer `serve` holds on SQLite, and `events --follow`
+//! seeing another process's writes (O6).
 
 use std::time::{Duration, Instant};
 
@@ -114,12 +115,12 @@ fn bad_store_urls_are_refused_saying_what_to_write() {
 }
 
 #[test]
-fn a_postgres_url_gets_one_clear_answer_and_its_password_is_never_printed() {
+fn a_postgres_url_that_fails_is_named_without_its_password() {
     let sandbox = Sandbox::initialised();
     for (url, says) in [
         (
             format!("postgres://rw:{SIGIL}@127.0.0.1:1/runwarden"),
-            "this build has no PostgreSQL backend yet",
+            "could not be reached",
         ),
         (format!("postgres://rw:{SIGIL}@/runwarden"), "names no host"),
         (
@@ -251,4 +252,61 @@ async fn events_follow_sees_what_another_process_appends_through_a_resync() {
         ended.stdout.iter().any(|l| l.contains("run_completed")),
         "{ended:#?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_and_a_worker_process_share_one_postgres_database() {
+    let cluster = runwarden_testkit::TempCluster::start();
+    let url = cluster.fresh_database().await;
+    let sandbox = Sandbox::empty();
+    std::fs::write(
+        sandbox.config(),
+        format!(
+            "[store]\nurl = \"{url}\"\n\n[agents.a]\nprovider = \"scripted\"\nscript = \"plan.json\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(sandbox.path().join("plan.json"), r#"[{"text": "done"}]"#).unwrap();
+    sandbox.run(&["init"]).ok();
+    assert!(
+        !sandbox.database().exists(),
+        "no SQLite file with a PostgreSQL url"
+    );
+    let token = sandbox
+        .run(&["--json", "token", "create", "--role", "viewer"])
+        .ok()
+        .json()["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let serve = Serve::start(&sandbox, 0).await; // the API alone
+    let mut worker = Live::start(&sandbox, &["--json", "worker", "--concurrency", "1"]);
+    let run: Value = sandbox
+        .run(&["--json", "enqueue", "--agent", "a", "go"])
+        .ok()
+        .json();
+    let run_id = run["run_id"].as_str().unwrap().to_string();
+    // The worker process is woken by the database's notification, not by a poll.
+    let done = worker.json().await;
+    assert_eq!(done["run_id"], run_id.as_str(), "{done}");
+    assert_eq!(done["outcome"], "COMPLETED", "{done}");
+    // The server reads what the worker wrote, from the same database.
+    let mut events = sandbox.command(&["--json", "events", &run_id]);
+    events
+        .env("RUNWARDEN_SERVER", serve.url())
+        .env("RUNWARDEN_TOKEN", &token);
+    let kinds: Vec<String> = sandbox
+        .run_command(events)
+        .ok()
+        .stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(kinds, ["run_started", "model_response", "run_completed"]);
+    sandbox.run(&["audit", "verify"]).ok().says("intact");
 }

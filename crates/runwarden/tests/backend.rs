@@ -285,9 +285,14 @@ async fn a_server_and_a_worker_process_share_one_postgres_database() {
         .run(&["--json", "enqueue", "--agent", "a", "go"])
         .ok()
         .json();
+    let enqueued = Instant::now();
     let run_id = run["run_id"].as_str().unwrap().to_string();
-    // The worker process is woken by the database's notification, not by a poll.
+    // The worker process claims it: woken by the enqueue's NOTIFY (its backstop is 1 s).
     let done = worker.json().await;
+    eprintln!(
+        "enqueued to completed in another process: {:?}",
+        enqueued.elapsed()
+    );
     assert_eq!(done["run_id"], run_id.as_str(), "{done}");
     assert_eq!(done["outcome"], "COMPLETED", "{done}");
     // The server reads what the worker wrote, from the same database.

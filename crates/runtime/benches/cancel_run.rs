@@ -26,12 +26,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use runwarden_mcp::{Effect, McpClient, ServerConfig, SystemClock, ToolCallRequest};
+use runwarden_mcp::{Effect, McpClient, ServerConfig, ToolCallRequest};
 use runwarden_models::{Message, ModelProvider, ModelRequest, Scripted, ToolSpec};
 use runwarden_runtime::store::{EventAppend, FenceMark};
 use runwarden_runtime::{
     AgentSpec, BoundTool, CancelHub, Executor, ExecutorConfig, Observer, Outcome, RunEvent,
-    RunState, RunStore,
+    RunState, RunStore, StatusWatcher, WatcherConfig,
 };
 use runwarden_store_sqlite::SqliteStore;
 use runwarden_testkit::{Dist, HttpRequest, Seen, TestServer, mcp_handler, tool};
@@ -156,10 +156,14 @@ impl Ctx {
         };
         let egress = Arc::new(EgressClient::new(vault, config));
         let store: Arc<dyn RunStore> = Arc::new(sqlite);
-        let executor = Arc::new(Executor::new(
+        let watcher = StatusWatcher::new(
             store.clone(),
             Arc::new(CancelHub::new()),
-            Arc::new(SystemClock::default()),
+            WatcherConfig::default(),
+        );
+        let executor = Arc::new(Executor::new(
+            store.clone(),
+            watcher,
             ExecutorConfig::new("bench"),
         ));
         Self {
@@ -522,7 +526,7 @@ impl Figure {
             Self::ToolStepRead => "tool step (executor, read-only tool)",
             Self::BareMcp => "bare McpClient::call_tool + CancelFlag",
             Self::BareModel => "bare Scripted::complete, no signal",
-            Self::RowRead => "store: run_status_now (one probe read)",
+            Self::RowRead => "store: run_statuses (one run, the R5 probe)",
             Self::EventAppend => "store: run_event_append (one step record)",
             Self::FenceMark => "store: run_fence_mark (one fence stamp)",
             Self::RunWrite => "whole run, write tool (6 model + 5 tool steps)",
@@ -537,7 +541,7 @@ impl Figure {
             Self::ToolStepRead => "tool_step_read_only",
             Self::BareMcp => "bare_mcp_call_tool",
             Self::BareModel => "bare_scripted_complete",
-            Self::RowRead => "store_run_status_now",
+            Self::RowRead => "store_run_statuses_one",
             Self::EventAppend => "store_run_event_append",
             Self::FenceMark => "store_run_fence_mark",
             Self::RunWrite => "run_total_write",
@@ -724,9 +728,12 @@ async fn overhead(ctx: &Ctx) -> Overhead {
             assert!(turn.is_ok(), "the scripted model answers");
 
             let started = Instant::now();
-            let status = ctx.store.run_status_now(&probe_run.id);
+            let status = ctx.store.run_statuses(&[probe_run.id.clone()]).await;
             row_read.push(started.elapsed());
-            assert_eq!(status.ok().flatten(), Some(RunState::Running));
+            assert_eq!(
+                status.ok().and_then(|rows| rows.first().map(|(_, s)| *s)),
+                Some(RunState::Running)
+            );
 
             let now = now_ms();
             let mark = FenceMark {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use runwarden_mcp::{CallGate, Clock, Effect, ToolCallRequest as McpCall, ToolOutcome};
+use runwarden_mcp::{CallGate, Effect, ToolCallRequest as McpCall, ToolOutcome};
 use runwarden_models::{Message, ModelRequest, ToolCallRequest};
 use runwarden_vault::Delivery;
 use runwarden_vault::store::StoreError;
@@ -21,6 +21,7 @@ use crate::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
     RunSettle, RunStore, SettleAnswer,
 };
+use crate::watcher::StatusWatcher;
 
 /// The default lease of an executing segment (R3).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -66,8 +67,9 @@ pub struct Executor {
     store: Arc<dyn RunStore>,
     /// The same store as a queue, for segments of queued runs.
     queue: Option<Arc<dyn QueueStore>>,
+    /// The process's status watcher (R6 amended), shared by every executor in it.
+    watcher: StatusWatcher,
     hub: Arc<CancelHub>,
-    clock: Arc<dyn Clock>,
     config: ExecutorConfig,
     cancel_latency: Option<CancelLatencyObserver>,
 }
@@ -126,18 +128,14 @@ pub struct SegmentOptions {
 }
 
 impl Executor {
-    /// An executor over a store, with the process's cancel hub and a monotonic clock.
-    pub fn new(
-        store: Arc<dyn RunStore>,
-        hub: Arc<CancelHub>,
-        clock: Arc<dyn Clock>,
-        config: ExecutorConfig,
-    ) -> Self {
+    /// An executor over a store, with the process's status watcher (and through it the
+    /// process's cancel hub).
+    pub fn new(store: Arc<dyn RunStore>, watcher: StatusWatcher, config: ExecutorConfig) -> Self {
         Self {
             store,
             queue: None,
-            hub,
-            clock,
+            hub: watcher.hub().clone(),
+            watcher,
             config,
             cancel_latency: None,
         }
@@ -146,19 +144,23 @@ impl Executor {
     /// An executor over a store that is also a queue (workers use this one).
     pub fn with_queue(
         queue: Arc<dyn QueueStore>,
-        hub: Arc<CancelHub>,
-        clock: Arc<dyn Clock>,
+        watcher: StatusWatcher,
         config: ExecutorConfig,
     ) -> Self {
         let store: Arc<dyn RunStore> = queue.clone();
         Self {
             store,
             queue: Some(queue),
-            hub,
-            clock,
+            hub: watcher.hub().clone(),
+            watcher,
             config,
             cancel_latency: None,
         }
+    }
+
+    /// The process's status watcher.
+    pub fn watcher(&self) -> &StatusWatcher {
+        &self.watcher
     }
 
     /// Reports the latency of every in-process cancel that stopped a call in flight.
@@ -224,14 +226,13 @@ impl Executor {
         Ok(answer)
     }
 
-    fn signal(&self, segment: &Segment<'_>) -> RunSignal {
-        RunSignal::new(
-            &segment.run.id,
-            self.store.clone(),
-            self.clock.clone(),
-            &self.hub,
-        )
-        .with_stop(segment.lease_lost.clone())
+    /// R6 (amended): the call's signal, whose first answer is a read made now, before the
+    /// call reaches the vault (and so before any secret is touched).
+    async fn signal(&self, segment: &Segment<'_>) -> RunSignal {
+        self.watcher
+            .signal(&segment.run.id)
+            .await
+            .with_stop(segment.lease_lost.clone())
     }
 
     /// Renews the lease in the background while calls are in flight; a renewal that
@@ -327,8 +328,8 @@ impl Executor {
     }
 
     /// Why the segment stops at a boundary, if it must: a cancel (R5) or a lost lease (R3).
-    fn must_stop(&self, segment: &Segment<'_>) -> Option<Outcome> {
-        if is_run_cancelled(&*self.store, &segment.run.id) {
+    async fn must_stop(&self, segment: &Segment<'_>) -> Option<Outcome> {
+        if is_run_cancelled(&*self.store, &segment.run.id).await {
             Some(Outcome::Cancelled)
         } else if segment.lease_lost.load(Ordering::SeqCst) {
             Some(Outcome::LeaseLost)
@@ -340,7 +341,7 @@ impl Executor {
     /// At a step boundary: stop for a cancel or a lost lease, or hand the run back to the
     /// queue when the worker is draining.
     async fn boundary(&self, segment: &Segment<'_>) -> Option<Outcome> {
-        if let Some(stop) = self.must_stop(segment) {
+        if let Some(stop) = self.must_stop(segment).await {
             return Some(stop);
         }
         let draining = segment
@@ -578,13 +579,13 @@ impl Executor {
                 tools: tools.clone(),
                 correlation: Some(segment.run.correlation.clone()),
             };
-            let signal = self.signal(segment);
+            let signal = self.signal(segment).await;
             let completed = agent.provider.complete(&request, Some(&signal)).await;
             let returned = Instant::now();
             let turn = match completed {
                 Ok(turn) => turn,
                 Err(error) if error.is_cancelled() => {
-                    let stop = self.must_stop(segment).unwrap_or(Outcome::Cancelled);
+                    let stop = self.must_stop(segment).await.unwrap_or(Outcome::Cancelled);
                     self.observe_cancel(segment, returned, stop);
                     let payload = json!({ "round": round, "error": error.to_string() });
                     let _ = self
@@ -699,7 +700,7 @@ impl Executor {
         };
         let is_write = tool.effect.is_write();
         let fence_failure = Arc::new(Mutex::new(None));
-        let signal = self.signal(segment);
+        let signal = self.signal(segment).await;
         let mcp_call = McpCall {
             tool: tool.remote_name.clone(),
             arguments,
@@ -760,7 +761,7 @@ impl Executor {
         }
         if result.outcome == ToolOutcome::Cancelled {
             // M12: the model would read this, but the run itself is what was cancelled.
-            let stop = self.must_stop(segment).unwrap_or(Outcome::Cancelled);
+            let stop = self.must_stop(segment).await.unwrap_or(Outcome::Cancelled);
             self.observe_cancel(segment, returned, stop);
             return Err(stop);
         }
@@ -828,7 +829,7 @@ impl Executor {
     /// Ends the segment after the fence could not be stamped; the write was not sent.
     async fn fence_failed(&self, segment: &Segment<'_>, failure: FenceFailure) -> Outcome {
         match failure {
-            FenceFailure::NoLease => self.must_stop(segment).unwrap_or(Outcome::LeaseLost),
+            FenceFailure::NoLease => self.must_stop(segment).await.unwrap_or(Outcome::LeaseLost),
             FenceFailure::Store(error) => {
                 // Without the mark the write would be unfenced: it was refused (fail
                 // closed). Nothing was sent, so a retry is safe.

@@ -2,10 +2,12 @@
 //! cancellation at step boundaries and in flight, and the write fence.
 //!
 //! An [`Executor`] creates and executes runs held in a [`RunStore`]. Each outbound call
-//! of a run carries a [`RunSignal`] that asks the run row, through the one function
-//! [`is_run_cancelled`], whether the run was cancelled; an operator's cancel through
-//! [`Executor::cancel`] also wakes those signals via the [`CancelHub`]. Outcomes are
-//! values ([`Outcome`]), never errors. The crate contains no SQL.
+//! of a run carries a [`RunSignal`] from the process's one [`StatusWatcher`], which reads
+//! the statuses of every in-flight run in one batched query per interval and answers
+//! "cancelled?" from memory; an operator's cancel through [`Executor::cancel`] wakes the
+//! watcher via the [`CancelHub`], and the store's change feed wakes it for cancels made
+//! elsewhere. [`is_run_cancelled`] is the one definition of cancelled. Outcomes are values
+//! ([`Outcome`]), never errors. The crate contains no SQL.
 //!
 //! ```no_run
 //! # async fn example(executor: runwarden_runtime::Executor, agent: runwarden_runtime::AgentSpec) {
@@ -25,6 +27,7 @@ mod retry;
 mod signal;
 mod state;
 pub mod store;
+mod watcher;
 mod worker;
 
 pub use agent::{
@@ -41,6 +44,7 @@ pub use retry::RetryPolicy;
 pub use signal::{CancelHub, RunSignal, SIGNAL_READ_INTERVAL, is_run_cancelled};
 pub use state::{EFFECT_UNCERTAIN, Outcome, RunState};
 pub use store::{CancelAnswer, Run, RunEvent, RunFilter, RunStore};
+pub use watcher::{DEFAULT_WATCH_INTERVAL, StatusWatcher, WatcherConfig};
 pub use worker::{
     AgentError, AgentSource, OutcomeObserver, StopLevel, Worker, WorkerConfig, WorkerSummary, reap,
 };

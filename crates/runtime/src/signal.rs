@@ -1,26 +1,30 @@
-//! "Is this run cancelled?", answered in one place (R5, R6), and the in-flight signal the
-//! vault asks while a run's call is on the wire.
+//! "Is this run cancelled?", answered in one place (R5, R6), the in-process cancel hub, and
+//! the in-flight signal the vault asks while a run's call is on the wire.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use runwarden_mcp::Clock;
 use runwarden_vault::{CancellationSignal, WakeFuture};
-use tokio::sync::Notify;
 
 use crate::state::RunState;
 use crate::store::RunStore;
+use crate::watcher::{Owner, RunCell, Shared};
 
-/// R6: at most one row read per second per signal.
-pub const SIGNAL_READ_INTERVAL: Duration = Duration::from_secs(1);
+/// R6: the status watcher reads each registered run at most once per interval, by default
+/// one second.
+pub use crate::watcher::DEFAULT_WATCH_INTERVAL as SIGNAL_READ_INTERVAL;
 
 /// The one definition of cancelled: the run row's status is `cancelled`. Fail-soft: a
-/// store error reads as "not cancelled", never as a fabricated cancellation (R5, R6).
-pub fn is_run_cancelled(store: &dyn RunStore, run_id: &str) -> bool {
-    match store.run_status_now(run_id) {
-        Ok(status) => status == Some(RunState::Cancelled),
+/// store error reads as "not cancelled", never as a fabricated cancellation (R5, R6). The
+/// executor's step-boundary probe (R5) asks it; the status watcher applies the same rule to
+/// its batched reads.
+pub async fn is_run_cancelled(store: &dyn RunStore, run_id: &str) -> bool {
+    match store.run_statuses(&[run_id.to_string()]).await {
+        Ok(rows) => rows
+            .iter()
+            .any(|(id, status)| id == run_id && *status == RunState::Cancelled),
         Err(error) => {
             tracing::warn!(run = run_id, %error, "could not read the run's status; treating it as not cancelled");
             false
@@ -28,20 +32,19 @@ pub fn is_run_cancelled(store: &dyn RunStore, run_id: &str) -> bool {
     }
 }
 
-/// In-process wake-ups: a cancel issued through this process (or announced by the store)
-/// wakes the run's signals at once. The row stays the only source of truth; a wake-up
-/// only says "ask now" (R6).
+/// In-process wake-ups: a cancel issued through this process wakes the status watcher,
+/// which re-reads the run at once; the row stays the only source of truth, a wake-up only
+/// says "ask now" (R6).
 #[derive(Debug, Default)]
 pub struct CancelHub {
     runs: Mutex<HashMap<String, Weak<RunWake>>>,
+    /// The watchers to wake (one per process in practice).
+    watchers: Mutex<Vec<Weak<Shared>>>,
 }
 
-/// One run's wake-up: a notification for waiters now, and a generation counter so a
-/// signal that was not waiting at that instant still reads at its next question.
+/// One run's wake-up record while any of its signals is alive.
 #[derive(Debug, Default)]
 struct RunWake {
-    notify: Notify,
-    generation: AtomicU64,
     /// When the last wake-up was issued, so the executor can measure how long a woken
     /// call took to come back (the API's cancel-latency histogram).
     woken_at: Mutex<Option<Instant>>,
@@ -53,19 +56,27 @@ impl CancelHub {
         Self::default()
     }
 
-    /// The run's wake-up, shared by all its signals while any is alive.
+    /// A watcher to wake from now on.
+    pub(crate) fn attach(&self, watcher: Weak<Shared>) {
+        let mut watchers = self.watchers.lock().unwrap_or_else(|p| p.into_inner());
+        watchers.retain(|w| w.strong_count() > 0);
+        watchers.push(watcher);
+    }
+
+    /// The run's wake-up record, shared by all its signals while any is alive.
     fn subscribe(&self, run_id: &str) -> Arc<RunWake> {
         let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
         runs.retain(|_, weak| weak.strong_count() > 0);
-        if let Some(notify) = runs.get(run_id).and_then(Weak::upgrade) {
-            return notify;
+        if let Some(wake) = runs.get(run_id).and_then(Weak::upgrade) {
+            return wake;
         }
         let wake = Arc::new(RunWake::default());
         runs.insert(run_id.to_string(), Arc::downgrade(&wake));
         wake
     }
 
-    /// Wakes every signal of the run (after the cancel's row update committed).
+    /// Wakes every signal of the run (after the cancel's row update committed, or when
+    /// the segment lost its lease): the watcher re-reads the run at once and its calls ask.
     pub fn wake(&self, run_id: &str) {
         let wake = self
             .runs
@@ -75,8 +86,16 @@ impl CancelHub {
             .and_then(Weak::upgrade);
         if let Some(wake) = wake {
             *wake.woken_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-            wake.generation.fetch_add(1, Ordering::SeqCst);
-            wake.notify.notify_waiters();
+        }
+        let watchers: Vec<Arc<Shared>> = self
+            .watchers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for watcher in watchers {
+            watcher.wake_run(run_id);
         }
     }
 
@@ -93,26 +112,20 @@ impl CancelHub {
     }
 }
 
-#[derive(Debug, Default)]
-struct SignalState {
-    last_read: Option<Duration>,
-    cancelled: bool,
-    /// The wake generation the last read saw; a newer one makes the next question read.
-    seen_generation: u64,
-}
-
-/// The signal of one outbound call of one run (R6). Reads the row through
-/// [`is_run_cancelled`]: the first question always reads; then at most one read per
-/// second; fail-soft; monotonic (once true, true forever and no more reads); a wake-up
-/// from the [`CancelHub`] makes the next question read at once.
+/// The signal of one outbound call of one run (R6 amended), made by
+/// [`StatusWatcher::signal`](crate::StatusWatcher::signal). `is_cancelled` answers from the
+/// watcher's memory: it never blocks and never touches the store. Its first answer comes
+/// from a read made after the call asked; it is fail-soft and monotonic (once true, true
+/// forever). `woken` resolves when the watcher has news for the run, so the vault needs no
+/// fast poll.
 pub struct RunSignal {
     run_id: String,
-    store: Arc<dyn RunStore>,
-    clock: Arc<dyn Clock>,
-    wake: Arc<RunWake>,
+    cell: Arc<RunCell>,
+    /// Keeps the watcher alive while the call is in flight, and deregisters on drop.
+    owner: Arc<Owner>,
+    _wake: Arc<RunWake>,
     /// Set when the segment lost its lease: the call must stop as if cancelled (R3).
     stop: Option<Arc<AtomicBool>>,
-    state: Mutex<SignalState>,
 }
 
 impl std::fmt::Debug for RunSignal {
@@ -124,60 +137,49 @@ impl std::fmt::Debug for RunSignal {
 }
 
 impl RunSignal {
-    /// A signal for one call of `run_id`.
-    pub fn new(
+    pub(crate) fn new(
         run_id: &str,
-        store: Arc<dyn RunStore>,
-        clock: Arc<dyn Clock>,
+        cell: Arc<RunCell>,
+        owner: Arc<Owner>,
         hub: &CancelHub,
     ) -> Self {
         Self {
             run_id: run_id.to_string(),
-            store,
-            clock,
-            wake: hub.subscribe(run_id),
+            cell,
+            owner,
+            _wake: hub.subscribe(run_id),
             stop: None,
-            state: Mutex::default(),
         }
     }
 
-    /// Also stops the call when `stop` turns true (a lost lease).
+    /// Also stops the call when `stop` turns true (a lost lease); whoever sets it wakes the
+    /// run through the [`CancelHub`] so the call asks at once.
     pub fn with_stop(mut self, stop: Arc<AtomicBool>) -> Self {
         self.stop = Some(stop);
         self
     }
 }
 
+impl Drop for RunSignal {
+    fn drop(&mut self) {
+        self.owner.shared().deregister(&self.run_id);
+    }
+}
+
 impl CancellationSignal for RunSignal {
     fn is_cancelled(&self) -> bool {
-        if self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
-            return true;
-        }
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if state.cancelled {
-            return true; // monotonic: no more reads
-        }
-        let now = self.clock.now();
-        let generation = self.wake.generation.load(Ordering::SeqCst);
-        let due = match state.last_read {
-            None => true, // the first question always reads
-            Some(last) => {
-                generation != state.seen_generation
-                    || now.saturating_sub(last) >= SIGNAL_READ_INTERVAL
-            }
-        };
-        if !due {
-            return false;
-        }
-        state.last_read = Some(now);
-        state.seen_generation = generation;
-        state.cancelled = is_run_cancelled(&*self.store, &self.run_id);
-        state.cancelled
+        // R6 (amended): from memory only; the watcher did the reading.
+        self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) || self.cell.cancelled()
     }
 
     fn woken(&self) -> WakeFuture<'_> {
-        // The generation, not this future, carries the news; this only says "ask now".
-        Box::pin(self.wake.notify.notified())
+        Box::pin(self.cell.notify.notified())
+    }
+
+    /// The watcher wakes the call whenever the answer may have changed: a cancel seen in
+    /// the row, or a hub wake-up (which also announces a lost lease).
+    fn wakes(&self) -> bool {
+        true
     }
 }
 

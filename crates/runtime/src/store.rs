@@ -199,13 +199,10 @@ pub trait RunStore: Send + Sync + 'static {
     /// One run.
     async fn run_get(&self, id: &str) -> Result<Option<Run>, StoreError>;
 
-    /// The run's status, read now. Synchronous on purpose: the in-flight signal asks it
-    /// from inside the vault's tick (R6), so it must be cheap and must not wait behind
-    /// writers (SQLite answers from a WAL read connection of its own).
-    fn run_status_now(&self, id: &str) -> Result<Option<RunState>, StoreError>;
-
-    /// R6 (amended): the statuses of several runs in one query (the status watcher's
-    /// batched refresh). Ids with no run are left out; the order is unspecified.
+    /// R5, R6 (amended): the statuses of several runs in one query: the status watcher's
+    /// batched refresh and the step-boundary probe (one id). Ids with no run are left out;
+    /// the order is unspecified. It should not wait behind writers (SQLite answers from a
+    /// WAL read connection of its own), since the first question of every call waits on it.
     async fn run_statuses(&self, ids: &[String]) -> Result<Vec<(String, RunState)>, StoreError>;
 
     /// O6: the store's change feed. Every write that commits publishes what it changed

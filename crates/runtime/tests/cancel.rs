@@ -93,7 +93,8 @@ async fn a_cancel_through_this_process_tears_down_a_stalled_write_and_keeps_the_
 }
 
 #[tokio::test]
-async fn a_cancel_written_by_another_process_is_seen_by_polling_within_about_a_second() {
+async fn a_cancel_written_by_another_process_is_seen_by_the_periodic_refresh_within_about_a_second()
+{
     let f = fixture().await;
     let mut server = TestServer::start(mcp_handler(vec![tool("create")], &["create"])).await;
     let plan = json!([{"tool_calls": [{"name": "srv__create", "arguments": {}}]}]);
@@ -106,13 +107,54 @@ async fn a_cancel_written_by_another_process_is_seen_by_polling_within_about_a_s
     let task = tokio::spawn(async move { executor.execute(&task_run, &agent, "go", None).await });
     wait_for_tools_call(&mut server).await;
 
-    // Straight to the row, as `runwarden cancel` in another process does: no wake-up.
+    // Straight to the row, as `runwarden cancel` in another process on the same SQLite
+    // file does: no hub, nothing on this process's change feed.
+    let other = f.other_process();
     let issued = Instant::now();
-    f.store.inner.run_cancel(&run.id, 0).await.unwrap();
+    other.run_cancel(&run.id, 0).await.unwrap();
     server.next_close(WAIT).await;
     assert!(
         issued.elapsed() < Duration::from_secs(3),
         "poll-only took {:?}",
+        issued.elapsed()
+    );
+    assert_eq!(
+        tokio::time::timeout(WAIT, task).await.unwrap().unwrap(),
+        Outcome::Cancelled
+    );
+}
+
+#[tokio::test]
+async fn a_cancel_announced_by_another_node_tears_down_a_call_in_flight_at_once() {
+    let f = fixture().await;
+    let mut server = TestServer::start(mcp_handler(vec![tool("create")], &["create"])).await;
+    let plan = json!([{"tool_calls": [{"name": "srv__create", "arguments": {}}]}]);
+    let agent = f.agent(
+        plan,
+        vec![f.tool(&server.url("/mcp"), "create", Effect::NonIdempotentWrite)],
+    );
+    let run = f.executor.create_sync("helper", "go").await.unwrap();
+    let (executor, task_run) = (f.executor.clone(), run.clone());
+    let task = tokio::spawn(async move { executor.execute(&task_run, &agent, "go", None).await });
+    wait_for_tools_call(&mut server).await;
+
+    // Another node writes the row and its NOTIFY reaches this process's change feed; this
+    // process never cancelled anything (R6 amended).
+    f.other_process().run_cancel(&run.id, 0).await.unwrap();
+    let issued = Instant::now();
+    f.store
+        .inner
+        .change_feed()
+        .publish(runwarden_runtime::Change::Status {
+            run_id: run.id.clone(),
+            status: RunState::Cancelled,
+        });
+    server.next_close(WAIT).await;
+    // Generous bound: woken, this takes milliseconds; the periodic refresh alone takes up
+    // to a second and the backstop tick another.
+    assert!(
+        issued.elapsed() < Duration::from_millis(500),
+        "took {:?}",
         issued.elapsed()
     );
     assert_eq!(
@@ -175,12 +217,7 @@ async fn a_call_whose_run_is_already_cancelled_is_refused_before_send() {
     let run = f.executor.create_sync("helper", "go").await.unwrap();
     f.executor.cancel(&run.id).await.unwrap();
     let tool = f.tool(&server.url("/mcp"), "create", Effect::NonIdempotentWrite);
-    let signal = runwarden_runtime::RunSignal::new(
-        &run.id,
-        f.store.clone(),
-        Arc::new(runwarden_mcp::SystemClock::default()),
-        &f.hub,
-    );
+    let signal = f.watcher.signal(&run.id).await;
     let call = runwarden_mcp::ToolCallRequest {
         tool: "create".into(),
         arguments: Default::default(),

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use runwarden_mcp::{Effect, SystemClock};
+use runwarden_mcp::Effect;
 use runwarden_runtime::queue::{Claim, QueueStore, Requeue, Rescue, Rescued};
 use runwarden_runtime::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
@@ -20,7 +20,7 @@ use runwarden_runtime::store::{
 };
 use runwarden_runtime::{
     CancelHub, DeadLetter, EFFECT_UNCERTAIN, Executor, ExecutorConfig, Outcome, RequeueAnswer,
-    RetryPolicy, RunState, RunStore, SegmentOptions,
+    RetryPolicy, RunState, RunStore, SegmentOptions, StatusWatcher, WatcherConfig,
 };
 use runwarden_store_sqlite::SqliteStore;
 use runwarden_testkit::{HttpRequest, TestServer, mcp_handler, tool};
@@ -66,13 +66,11 @@ struct Faulty {
 
 impl Faulty {
     /// Counts a call and says what it does.
-    fn strike(&self, method: &'static str, is_async: bool) -> Strike {
-        if is_async {
-            let n = self.async_calls.fetch_add(1, Ordering::SeqCst) + 1;
-            if self.crash_at == Some(n) {
-                self.crashed.notify_one();
-                return Strike::Crash;
-            }
+    fn strike(&self, method: &'static str) -> Strike {
+        let n = self.async_calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.crash_at == Some(n) {
+            self.crashed.notify_one();
+            return Strike::Crash;
         }
         let mut calls = self.calls.lock().unwrap();
         let n = calls.entry(method).or_default();
@@ -93,17 +91,13 @@ impl Faulty {
 }
 
 /// Runs `$call` on the inner store unless the fault strikes before it; strikes after it
-/// by dropping its answer; a crash never returns (async calls only).
+/// by dropping its answer; a crash never returns.
 macro_rules! faulty {
     ($self:ident, $method:literal, $call:expr) => {{
-        let strike = $self.strike($method, true);
+        let strike = $self.strike($method);
         if strike == Strike::Crash {
             return std::future::pending().await;
         }
-        faulty!(@run $self, $method, strike, $call)
-    }};
-    (sync $self:ident, $method:literal, $call:expr) => {{
-        let strike = $self.strike($method, false);
         faulty!(@run $self, $method, strike, $call)
     }};
     (@run $self:ident, $method:literal, $strike:ident, $call:expr) => {{
@@ -126,11 +120,10 @@ impl RunStore for Faulty {
     async fn run_get(&self, id: &str) -> Result<Option<Run>, StoreError> {
         faulty!(self, "run_get", self.inner.run_get(id).await)
     }
-    fn run_status_now(&self, id: &str) -> Result<Option<RunState>, StoreError> {
-        faulty!(sync self, "run_status_now", self.inner.run_status_now(id))
-    }
     async fn run_statuses(&self, ids: &[String]) -> Result<Vec<(String, RunState)>, StoreError> {
-        self.inner.run_statuses(ids).await
+        // Both the status watcher's reads (the first question of every call) and the
+        // step-boundary probe (R5) come here: a fault must read as "not cancelled".
+        faulty!(self, "run_statuses", self.inner.run_statuses(ids).await)
     }
     fn change_feed(&self) -> &runwarden_runtime::ChangeFeed {
         self.inner.change_feed()
@@ -261,7 +254,7 @@ const METHODS: [&str; 10] = [
     "audit_append",
     "audit_append_many",
     "run_get",
-    "run_status_now",
+    "run_statuses",
     "run_heartbeat",
     "run_fence_mark",
     "run_event_append",
@@ -339,12 +332,18 @@ async fn trial(
         heartbeat: Duration::from_millis(40),
         ..ExecutorConfig::new("faults")
     };
-    let executor = Executor::with_queue(
-        store.clone(),
-        Arc::new(CancelHub::new()),
-        Arc::new(SystemClock::default()),
-        config,
-    );
+    // The process's status watcher reads through the faulty store too. A crash kills the
+    // process, watcher and all (it may be the watcher's read that never returns): the next
+    // segment runs in a new one.
+    let process = || {
+        let watcher = StatusWatcher::new(
+            store.clone(),
+            Arc::new(CancelHub::new()),
+            WatcherConfig::default(),
+        );
+        Executor::with_queue(store.clone(), watcher, config.clone())
+    };
+    let mut executor = process();
     let client = Arc::new(runwarden_mcp::McpClient::new(
         runwarden_mcp::ServerConfig::new("srv", server.url("/mcp")),
         egress.clone(),
@@ -412,10 +411,16 @@ async fn trial(
             executor.execute_with(&run, &agent, "go", None, &options),
         );
         // A crash drops the segment where it stands, as kill -9 would.
-        tokio::select! {
+        let crashed = tokio::select! {
             biased;
-            _ = store.crashed.notified() => {}
-            outcome = segment => outcomes.push(outcome.expect("a segment ends")),
+            _ = store.crashed.notified() => true,
+            outcome = segment => {
+                outcomes.push(outcome.expect("a segment ends"));
+                false
+            }
+        };
+        if crashed {
+            executor = process();
         }
     }
     let audit_rows = vault

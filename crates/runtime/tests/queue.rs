@@ -5,13 +5,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use runwarden_mcp::{Effect, SystemClock};
+use runwarden_mcp::Effect;
 use runwarden_models::OpenAiCompatible;
 use runwarden_runtime::queue::{Claim, QueueStore};
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
 use runwarden_runtime::{
     AgentError, AgentSource, AgentSpec, CancelAnswer, CancelHub, Executor, ExecutorConfig, Outcome,
-    RetryPolicy, RunState, RunStore, SegmentOptions, StopLevel, Worker, WorkerConfig, reap,
+    RetryPolicy, RunState, RunStore, SegmentOptions, StatusWatcher, StopLevel, WatcherConfig,
+    Worker, WorkerConfig, reap,
 };
 use runwarden_store_sqlite::SqliteStore;
 use runwarden_testkit::{Reply, TestServer, mcp_handler, tool};
@@ -48,12 +49,13 @@ fn queue_executor(store: &SqliteStore, lease: Duration, heartbeat: Duration) -> 
         heartbeat,
         ..ExecutorConfig::new("worker")
     };
-    Arc::new(Executor::with_queue(
-        Arc::new(store.clone()),
+    let store: Arc<SqliteStore> = Arc::new(store.clone());
+    let watcher = StatusWatcher::new(
+        store.clone(),
         Arc::new(CancelHub::new()),
-        Arc::new(SystemClock::default()),
-        config,
-    ))
+        WatcherConfig::default(),
+    );
+    Arc::new(Executor::with_queue(store, watcher, config))
 }
 
 async fn claim(store: &SqliteStore, executor: &Executor) -> runwarden_runtime::Run {

@@ -1,5 +1,6 @@
 //! Fixtures for the runtime tests: a real SQLite store behind a thin wrapper that counts
-//! (and, when told, fails) probe reads and step records; a vault; MCP servers on 127.0.0.1.
+//! (and, when told, fails or holds) status reads and step records; a vault; MCP servers on
+//! 127.0.0.1.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -8,14 +9,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use runwarden_mcp::{Clock, Effect, McpClient, ServerConfig, SystemClock};
+use runwarden_mcp::{Effect, McpClient, ServerConfig};
 use runwarden_models::{ModelProvider, Scripted, ToolSpec};
 use runwarden_runtime::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, Run, RunCreate, RunEvent, RunSettle,
     SettleAnswer,
 };
 use runwarden_runtime::{
-    AgentSpec, BoundTool, CancelHub, Executor, ExecutorConfig, RunState, RunStore,
+    AgentSpec, BoundTool, CancelHub, Executor, ExecutorConfig, RunState, RunStore, StatusWatcher,
+    WatcherConfig,
 };
 use runwarden_store_sqlite::SqliteStore;
 use runwarden_vault::store::{AuditFilter, StoreError};
@@ -24,10 +26,20 @@ use serde_json::json;
 
 pub const WAIT: Duration = Duration::from_secs(10);
 
-/// The real store, counting probe reads, failing them or tool-step records on demand.
+/// The real store, counting status reads (each one batched query), failing them or
+/// tool-step records on demand.
 pub struct Instrumented {
     pub inner: SqliteStore,
-    pub probe_reads: AtomicUsize,
+    /// Batched status queries (`run_statuses` calls), whatever their size.
+    pub status_reads: AtomicUsize,
+    /// The ids of the largest one.
+    pub largest_read: AtomicUsize,
+    /// Announces every status query as it starts.
+    pub read_started: tokio::sync::Notify,
+    /// Gets a permit each time a status query has read the store (before it answers).
+    pub read_done: tokio::sync::Notify,
+    /// Held by a test to keep status queries from answering after they read.
+    pub hold_answers: tokio::sync::Mutex<()>,
     pub fail_probes: AtomicBool,
     pub fail_tool_steps: AtomicBool,
     /// Event kinds whose appends fail (a full disk, a locked database).
@@ -42,18 +54,20 @@ impl RunStore for Instrumented {
     async fn run_get(&self, id: &str) -> Result<Option<Run>, StoreError> {
         self.inner.run_get(id).await
     }
-    fn run_status_now(&self, id: &str) -> Result<Option<RunState>, StoreError> {
-        self.probe_reads.fetch_add(1, Ordering::SeqCst);
+    async fn run_statuses(&self, ids: &[String]) -> Result<Vec<(String, RunState)>, StoreError> {
+        self.status_reads.fetch_add(1, Ordering::SeqCst);
+        self.largest_read.fetch_max(ids.len(), Ordering::SeqCst);
+        self.read_started.notify_waiters();
         if self.fail_probes.load(Ordering::SeqCst) {
             return Err(StoreError::new(
                 "reading a run's status",
                 "injected failure",
             ));
         }
-        self.inner.run_status_now(id)
-    }
-    async fn run_statuses(&self, ids: &[String]) -> Result<Vec<(String, RunState)>, StoreError> {
-        self.inner.run_statuses(ids).await
+        let read = self.inner.run_statuses(ids).await;
+        self.read_done.notify_one();
+        drop(self.hold_answers.lock().await);
+        read
     }
     fn change_feed(&self) -> &runwarden_runtime::ChangeFeed {
         self.inner.change_feed()
@@ -108,14 +122,16 @@ pub struct Fixture {
     pub vault: Arc<Vault>,
     pub egress: Arc<EgressClient>,
     pub hub: Arc<CancelHub>,
+    pub watcher: StatusWatcher,
     pub executor: Arc<Executor>,
 }
 
 pub async fn fixture() -> Fixture {
-    fixture_with_clock(Arc::new(SystemClock::default())).await
+    fixture_with(WatcherConfig::default()).await
 }
 
-pub async fn fixture_with_clock(clock: Arc<dyn Clock>) -> Fixture {
+/// A fixture whose status watcher refreshes as `config` says.
+pub async fn fixture_with(config: WatcherConfig) -> Fixture {
     let runwarden_testkit::LoopbackVault {
         dir,
         store: inner,
@@ -124,16 +140,20 @@ pub async fn fixture_with_clock(clock: Arc<dyn Clock>) -> Fixture {
     } = runwarden_testkit::loopback_vault().await;
     let store = Arc::new(Instrumented {
         inner,
-        probe_reads: AtomicUsize::new(0),
+        status_reads: AtomicUsize::new(0),
+        largest_read: AtomicUsize::new(0),
+        read_started: tokio::sync::Notify::new(),
+        read_done: tokio::sync::Notify::new(),
+        hold_answers: tokio::sync::Mutex::new(()),
         fail_probes: AtomicBool::new(false),
         fail_tool_steps: AtomicBool::new(false),
         fail_kinds: std::sync::Mutex::new(Vec::new()),
     });
     let hub = Arc::new(CancelHub::new());
+    let watcher = StatusWatcher::new(store.clone(), hub.clone(), config);
     let executor = Arc::new(Executor::new(
         store.clone(),
-        hub.clone(),
-        clock,
+        watcher.clone(),
         ExecutorConfig::new("test"),
     ));
     Fixture {
@@ -142,6 +162,7 @@ pub async fn fixture_with_clock(clock: Arc<dyn Clock>) -> Fixture {
         vault,
         egress,
         hub,
+        watcher,
         executor,
     }
 }
@@ -213,6 +234,17 @@ impl Fixture {
             };
             assert!(self.store.run_event_append(append).await.unwrap().is_some());
         }
+    }
+
+    /// A second handle on the same database file, as another process (or node) has: its
+    /// writes reach the row but publish nothing on this store's change feed.
+    pub fn other_process(&self) -> SqliteStore {
+        SqliteStore::open(self.dir.path().join("runwarden.db")).unwrap()
+    }
+
+    /// Status queries made so far.
+    pub fn status_reads(&self) -> usize {
+        self.store.status_reads.load(Ordering::SeqCst)
     }
 
     /// Every event kind of a run, in order.

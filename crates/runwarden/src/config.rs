@@ -729,6 +729,7 @@ impl Config {
             connect_timeout: self.connect_timeout,
             default_timeout: self.timeout,
             tick: MAX_TICK,
+            backstop_tick: runwarden_vault::DEFAULT_BACKSTOP_TICK,
         })
     }
 }

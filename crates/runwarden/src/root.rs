@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use runwarden_mcp::{CatalogueStore, SystemClock};
+use runwarden_mcp::CatalogueStore;
 use runwarden_runtime::{
-    CancelHub, CancelLatencyObserver, Executor, ExecutorConfig, QueueStore, RunStore, Worker,
-    WorkerConfig,
+    CancelHub, CancelLatencyObserver, Executor, ExecutorConfig, QueueStore, RunStore,
+    StatusWatcher, WatcherConfig, Worker, WorkerConfig,
 };
 use runwarden_store_postgres::PgStore;
 use runwarden_store_sqlite::{OtherWriters, SqliteStore};
@@ -111,6 +111,8 @@ pub(crate) struct Root {
     egress: OnceCell<Arc<EgressClient>>,
     /// R6: one hub per process, so a cancel issued here wakes every call of the run here.
     hub: Arc<CancelHub>,
+    /// R6 (amended): one status watcher per process, shared by every executor.
+    watcher: OnceCell<StatusWatcher>,
     other_writers: OnceCell<Option<OtherWriters>>,
 }
 
@@ -132,6 +134,7 @@ impl Root {
             vault: OnceCell::new(),
             egress: OnceCell::new(),
             hub: Arc::new(CancelHub::new()),
+            watcher: OnceCell::new(),
             other_writers: OnceCell::new(),
         }
     }
@@ -224,9 +227,19 @@ impl Root {
         queued: bool,
         cancel_latency: Option<CancelLatencyObserver>,
     ) -> anyhow::Result<Arc<Executor>> {
-        let clock = Arc::new(SystemClock::default());
-        // R6 (amended): the per-process StatusWatcher is built here, once per root, from
-        // the run store and `self.hub`, and handed to every executor built below.
+        // R6 (amended): the per-process StatusWatcher, built once per root from the run
+        // store and `self.hub`, is handed to every executor built here.
+        let watcher = self
+            .watcher
+            .get_or_try_init(|| async {
+                anyhow::Ok(StatusWatcher::new(
+                    self.runs().await?,
+                    self.hub.clone(),
+                    WatcherConfig::default(),
+                ))
+            })
+            .await?
+            .clone();
         let mut executor = if queued {
             let settings = &self.config.worker;
             let config = ExecutorConfig {
@@ -234,14 +247,9 @@ impl Root {
                 heartbeat: settings.heartbeat,
                 ..ExecutorConfig::new(owner)
             };
-            Executor::with_queue(self.queue().await?, self.hub.clone(), clock, config)
+            Executor::with_queue(self.queue().await?, watcher, config)
         } else {
-            Executor::new(
-                self.runs().await?,
-                self.hub.clone(),
-                clock,
-                ExecutorConfig::new(owner),
-            )
+            Executor::new(self.runs().await?, watcher, ExecutorConfig::new(owner))
         };
         if let Some(observer) = cancel_latency {
             executor = executor.with_cancel_latency(observer);

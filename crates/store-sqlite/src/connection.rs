@@ -1,6 +1,6 @@
 //! `SqliteStore`: one SQLite connection behind a mutex, opened with the pragmas that let
 //! several processes share the file, and a runner that moves each call off the runtime;
-//! plus a second, read-only connection for the synchronous run-status probe (SPEC R6).
+//! plus a second, read-only connection for the status watcher's batched reads (SPEC R6).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -26,9 +26,10 @@ pub(crate) struct Inner {
     /// What opening changed about the files' modes, for the operator's warning.
     tightened: Vec<String>,
     conn: Mutex<Connection>,
-    /// R6: the in-flight signal reads a run's status from inside the vault's tick. A WAL
-    /// reader of its own never waits behind `conn`'s mutex or its transactions.
-    probe: Mutex<Connection>,
+    /// R6: the status watcher's batched reads (and the step-boundary probe), which every
+    /// call's first question waits on. A WAL reader of its own never waits behind `conn`'s
+    /// mutex, the write gate or a writer's transactions.
+    probe: Arc<Mutex<Connection>>,
     /// Two permits: one call runs on `conn` while the next waits ready on its mutex; the
     /// rest queue here as cheap futures rather than as blocked threads of tokio's pool. A
     /// burst (a thousand cancelled calls writing their audit rows at once) otherwise wakes
@@ -100,7 +101,7 @@ impl SqliteStore {
                 path: path.to_path_buf(),
                 tightened,
                 conn: Mutex::new(conn),
-                probe: Mutex::new(probe),
+                probe: Arc::new(Mutex::new(probe)),
                 gate: Arc::new(tokio::sync::Semaphore::new(2)),
                 feed: runwarden_runtime::ChangeFeed::new(),
             }),
@@ -165,20 +166,30 @@ impl SqliteStore {
             .map_err(|e| StoreError::new(operation, format!("the store task failed: {e}")))?
     }
 
-    /// Runs `work` at once on the calling thread with the read-only probe connection. For
-    /// short single-row reads only (R6); it never touches the write connection's mutex.
-    pub(crate) fn probe<T>(
+    /// Runs `work` with the read-only probe connection on tokio's blocking pool, outside
+    /// the write gate. For short reads only (R5, R6); it never touches the write
+    /// connection's mutex.
+    pub(crate) async fn probe<T, F>(
         &self,
         operation: &'static str,
-        work: impl FnOnce(&Connection) -> Result<T, Failure>,
-    ) -> Result<T, StoreError> {
-        let conn = self.inner.probe.lock().map_err(|_| {
-            StoreError::new(
-                operation,
-                "the probe connection was poisoned by an earlier panic: restart the process",
-            )
-        })?;
-        work(&conn).map_err(|e| e.into_store_error(operation))
+        work: F,
+    ) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
+    {
+        let probe = Arc::clone(&self.inner.probe);
+        let task = tokio::task::spawn_blocking(move || {
+            let conn = probe.lock().map_err(|_| {
+                StoreError::new(
+                    operation,
+                    "the probe connection was poisoned by an earlier panic: restart the process",
+                )
+            })?;
+            work(&conn).map_err(|e| e.into_store_error(operation))
+        });
+        task.await
+            .map_err(|e| StoreError::new(operation, format!("the store task failed: {e}")))?
     }
 }
 

@@ -109,26 +109,15 @@ impl RunStore for SqliteStore {
         .await
     }
 
-    fn run_status_now(&self, id: &str) -> Result<Option<RunState>, StoreError> {
-        // R6: answered on the read-only probe connection, on this thread, so the vault's
-        // tick never waits behind the write connection's mutex or a writer's transaction.
-        self.probe(READING_STATUS, |conn| {
-            let status: Option<String> = conn
-                .prepare_cached("SELECT status FROM runs WHERE id = ?1")?
-                .query_row([id], |row| row.get(0))
-                .optional()?;
-            status.map(|text| parse_status(id, &text)).transpose()
-        })
-    }
-
     async fn run_statuses(&self, ids: &[String]) -> Result<Vec<(String, RunState)>, StoreError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
         let ids = ids.to_vec();
         // R6 (amended): one query for every run the watcher follows, however many calls
-        // are in flight. `json_each` takes the whole list as one parameter.
-        self.run(READING_STATUS, move |conn| {
+        // are in flight. `json_each` takes the whole list as one parameter. It runs on the
+        // read-only probe connection, so the watcher never queues behind the writer.
+        self.probe(READING_STATUS, move |conn| {
             let list =
                 serde_json::to_string(&ids).map_err(|e| StoreError::new(READING_STATUS, e))?;
             let mut stmt = conn.prepare_cached(

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use runwarden_runtime::RunState;
 use runwarden_runtime::store::{CancelAnswer, EventAppend, NewRunStatus, RunCreate, RunStore};
 use runwarden_store_sqlite::SqliteStore;
+use runwarden_vault::store::StoreError;
 use serde_json::json;
 
 use crate::common::TempDb;
@@ -44,10 +45,16 @@ fn event(id: &str) -> EventAppend {
     }
 }
 
-/// Asks the probe and returns its answer with how long it took.
-fn timed_status(store: &SqliteStore, id: &str) -> (Option<RunState>, Duration) {
+/// One run's status through the batched read.
+async fn status_of(store: &SqliteStore, id: &str) -> Result<Option<RunState>, StoreError> {
+    let rows = store.run_statuses(&[id.to_string()]).await?;
+    Ok(rows.into_iter().find(|(r, _)| r == id).map(|(_, s)| s))
+}
+
+/// Asks the batched read and returns its answer with how long it took.
+async fn timed_status(store: &SqliteStore, id: &str) -> (Option<RunState>, Duration) {
     let started = Instant::now();
-    let status = store.run_status_now(id).unwrap();
+    let status = status_of(store, id).await.unwrap();
     (status, started.elapsed())
 }
 
@@ -58,7 +65,7 @@ async fn the_sqlite_store_passes_the_run_conformance_suite() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn status_now_answers_while_another_connection_holds_a_write_transaction() {
+async fn the_status_read_answers_while_another_connection_holds_a_write_transaction() {
     let db = TempDb::new();
     let store = db.open();
     store.run_create(running("probe-1")).await.unwrap();
@@ -70,7 +77,7 @@ async fn status_now_answers_while_another_connection_holds_a_write_transaction()
             [],
         )
         .unwrap();
-    let (status, took) = timed_status(&store, "probe-1");
+    let (status, took) = timed_status(&store, "probe-1").await;
     assert!(
         took < PROBE_BOUND,
         "R6: the probe waited {took:?} behind a writer"
@@ -82,13 +89,13 @@ async fn status_now_answers_while_another_connection_holds_a_write_transaction()
     );
     writer.execute_batch("COMMIT").unwrap();
     assert_eq!(
-        store.run_status_now("probe-1").unwrap(),
+        status_of(&store, "probe-1").await.unwrap(),
         Some(RunState::Cancelled)
     );
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn status_now_does_not_wait_behind_the_stores_own_writer() {
+async fn the_status_read_does_not_wait_behind_the_stores_own_writer() {
     let db = TempDb::new();
     let store = db.open();
     store.run_create(running("probe-2")).await.unwrap();
@@ -112,7 +119,7 @@ async fn status_now_does_not_wait_behind_the_stores_own_writer() {
             "the cancel never took the write connection"
         );
     }
-    let (status, took) = timed_status(&store, "probe-2");
+    let (status, took) = timed_status(&store, "probe-2").await;
     assert!(
         took < PROBE_BOUND,
         "R6: the probe waited {took:?} behind the store's writer"
@@ -126,7 +133,7 @@ async fn status_now_does_not_wait_behind_the_stores_own_writer() {
         }
     );
     assert_eq!(
-        store.run_status_now("probe-2").unwrap(),
+        status_of(&store, "probe-2").await.unwrap(),
         Some(RunState::Cancelled)
     );
 }
@@ -144,7 +151,7 @@ async fn a_cancel_from_another_process_is_seen_by_the_probe_at_once() {
         }
     );
     assert_eq!(
-        worker.run_status_now("cross-1").unwrap(),
+        status_of(&worker, "cross-1").await.unwrap(),
         Some(RunState::Cancelled),
         "R6: the row is the only source of truth, whoever wrote it"
     );
@@ -195,7 +202,7 @@ async fn an_unknown_stored_status_is_a_corrupt_error_not_a_panic() {
         .execute("UPDATE runs SET status = 'paused'", [])
         .unwrap();
     let errors = [
-        store.run_status_now("damaged-1").unwrap_err(),
+        status_of(&store, "damaged-1").await.unwrap_err(),
         store.run_get("damaged-1").await.unwrap_err(),
         store.run_cancel("damaged-1", 1).await.unwrap_err(),
     ];

@@ -48,6 +48,7 @@ pub async fn exercise_run_store(store: Arc<dyn RunStore>) {
     settle_by_a_lost_owner_changes_nothing(s).await;
 
     status_now_reads_the_current_status(s).await;
+    statuses_of_many_runs_come_back_in_one_call_without_the_missing_ones(s).await;
 
     the_list_is_newest_first_filtered_and_paged_by_cursor(s).await;
     counts_follow_every_transition(s).await;
@@ -163,13 +164,21 @@ async fn settled(store: &dyn RunStore, params: RunSettle) -> SettleAnswer {
     store.run_settle(params).await.expect("run_settle")
 }
 
-fn status_now(store: &dyn RunStore, id: &str) -> Option<RunState> {
-    store.run_status_now(id).expect("run_status_now")
+/// One run's status through the batched read (R5's probe asks it with one id).
+async fn status_now(store: &dyn RunStore, id: &str) -> Option<RunState> {
+    let rows = store
+        .run_statuses(&[id.to_string()])
+        .await
+        .expect("run_statuses");
+    assert!(rows.len() <= 1, "one id, at most one row: {rows:?}");
+    rows.into_iter()
+        .find(|(row_id, _)| row_id == id)
+        .map(|(_, status)| status)
 }
 
 async fn an_unknown_run_is_absent(store: &dyn RunStore) {
     assert_eq!(store.run_get("no-such-run").await.unwrap(), None);
-    assert_eq!(status_now(store, "no-such-run"), None);
+    assert_eq!(status_now(store, "no-such-run").await, None);
     assert!(
         store
             .run_events("no-such-run", 0, 0)
@@ -205,7 +214,7 @@ async fn a_synchronous_run_is_claimed_at_birth(store: &dyn RunStore) {
         expected,
         "the stored row is the returned run"
     );
-    assert_eq!(status_now(store, "sync-1"), Some(RunState::Running));
+    assert_eq!(status_now(store, "sync-1").await, Some(RunState::Running));
     assert!(
         seqs(store, "sync-1").await.is_empty(),
         "a new run has no events"
@@ -236,7 +245,7 @@ async fn a_queued_run_has_no_owner_and_keeps_its_request(store: &dyn RunStore) {
     );
     assert_eq!(created.correlation, "corr-queued-1");
     assert_eq!(get(store, "queued-1").await, created);
-    assert_eq!(status_now(store, "queued-1"), Some(RunState::Queued));
+    assert_eq!(status_now(store, "queued-1").await, Some(RunState::Queued));
 }
 
 async fn a_run_id_is_used_once(store: &dyn RunStore) {
@@ -285,7 +294,7 @@ async fn cancel_moves_any_non_terminal_run_and_drops_the_request(store: &dyn Run
             after.claimed_by, before.claimed_by,
             "the owner is kept so it can record its boundary step"
         );
-        assert_eq!(status_now(store, id), Some(RunState::Cancelled));
+        assert_eq!(status_now(store, id).await, Some(RunState::Cancelled));
     }
 }
 
@@ -752,20 +761,46 @@ async fn settle_by_a_lost_owner_changes_nothing(store: &dyn RunStore) {
 }
 
 async fn status_now_reads_the_current_status(store: &dyn RunStore) {
-    assert_eq!(status_now(store, "status-1"), None);
+    assert_eq!(status_now(store, "status-1").await, None);
     create(store, queued("status-1")).await;
-    assert_eq!(status_now(store, "status-1"), Some(RunState::Queued));
+    assert_eq!(status_now(store, "status-1").await, Some(RunState::Queued));
     cancel(store, "status-1", T0 + 1).await;
     assert_eq!(
-        status_now(store, "status-1"),
+        status_now(store, "status-1").await,
         Some(RunState::Cancelled),
         "R6: the probe sees a cancel as soon as it is committed"
     );
 
     create(store, running("status-2")).await;
-    assert_eq!(status_now(store, "status-2"), Some(RunState::Running));
+    assert_eq!(status_now(store, "status-2").await, Some(RunState::Running));
     settled(store, settle("status-2", OWNER, RunState::Failed)).await;
-    assert_eq!(status_now(store, "status-2"), Some(RunState::Failed));
+    assert_eq!(status_now(store, "status-2").await, Some(RunState::Failed));
+}
+
+async fn statuses_of_many_runs_come_back_in_one_call_without_the_missing_ones(
+    store: &dyn RunStore,
+) {
+    // R6 (amended): the watcher's batched refresh.
+    assert!(store.run_statuses(&[]).await.unwrap().is_empty());
+    let mut ids = Vec::new();
+    let mut expected = Vec::new();
+    for n in 0..300 {
+        let id = format!("batch-{n}");
+        if n % 3 == 0 {
+            create(store, running(&id)).await;
+            expected.push((id.clone(), RunState::Running));
+        } else if n % 3 == 1 {
+            create(store, running(&id)).await;
+            cancel(store, &id, T0 + 1).await;
+            expected.push((id.clone(), RunState::Cancelled));
+        }
+        // n % 3 == 2: no such run; it is left out of the answer.
+        ids.push(id);
+    }
+    let mut rows = store.run_statuses(&ids).await.unwrap();
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(rows, expected);
 }
 
 async fn the_list_is_newest_first_filtered_and_paged_by_cursor(store: &dyn RunStore) {

@@ -23,9 +23,16 @@ use crate::vault::{Vault, now_ms};
 /// The default cap on a response body: 2 MiB (SPEC M5).
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 2 * 1024 * 1024;
 
-/// The longest the vault waits between two questions to a signal while a call is in
-/// flight (SPEC V6).
+/// The longest the vault waits between two questions to a signal that cannot wake while a
+/// call is in flight (SPEC V6).
 pub const MAX_TICK: Duration = Duration::from_millis(100);
+
+/// The default backstop tick for a signal that wakes ([`CancellationSignal::wakes`]): news
+/// arrives by the wake-up, and this slow poll only covers a wake-up that never came.
+pub const DEFAULT_BACKSTOP_TICK: Duration = Duration::from_secs(1);
+
+/// The longest backstop tick the client accepts.
+pub const MAX_BACKSTOP_TICK: Duration = Duration::from_secs(5);
 
 /// The grace the wall-clock backstop adds on top of the connect and total timeouts.
 const BACKSTOP_GRACE: Duration = Duration::from_secs(5);
@@ -257,8 +264,13 @@ pub struct EgressConfig {
     pub connect_timeout: Duration,
     /// The total bound of a request that sets none.
     pub default_timeout: Duration,
-    /// How often a signal is asked while a call is in flight; at most [`MAX_TICK`].
+    /// How often a signal that cannot wake is asked while a call is in flight; at most
+    /// [`MAX_TICK`].
     pub tick: Duration,
+    /// How often a signal that wakes is asked besides its wake-ups; at least `tick`, at
+    /// most [`MAX_BACKSTOP_TICK`]. Idle in-flight calls cost one timer wake-up each per
+    /// backstop tick, so this is what 10,000 idle calls cost.
+    pub backstop_tick: Duration,
 }
 
 impl Default for EgressConfig {
@@ -268,6 +280,7 @@ impl Default for EgressConfig {
             connect_timeout: Duration::from_secs(10),
             default_timeout: Duration::from_secs(30),
             tick: MAX_TICK,
+            backstop_tick: DEFAULT_BACKSTOP_TICK,
         }
     }
 }
@@ -434,6 +447,7 @@ impl EgressClient {
         resolver: Arc<dyn Resolver>,
     ) -> Self {
         config.tick = config.tick.clamp(Duration::from_millis(1), MAX_TICK);
+        config.backstop_tick = config.backstop_tick.clamp(config.tick, MAX_BACKSTOP_TICK);
         let pins: PinTable = Arc::default();
         let http = reqwest::Client::builder()
             .no_proxy() // V4: never a proxy from the environment
@@ -785,18 +799,31 @@ impl EgressClient {
                 _ = &mut deadline => Driven::Backstop,
             };
         };
-        let start = tokio::time::Instant::now() + self.config.tick;
-        let mut tick = tokio::time::interval_at(start, self.config.tick);
+        // V6: a signal that cannot wake is polled every tick (100 ms at most); one that
+        // wakes is asked when woken, and the slow backstop tick only covers a lost wake-up.
+        let period = if signal.wakes() {
+            self.config.backstop_tick
+        } else {
+            self.config.tick
+        };
+        let start = tokio::time::Instant::now() + period;
+        let mut tick = tokio::time::interval_at(start, period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut wake = signal.woken();
+        // A change between the pre-flight question and the line above woke no future: the
+        // first pass asks once, right after the transfer was first polled, so that change
+        // is not left to the backstop.
+        let mut first = signal.wakes();
         loop {
             let woken = tokio::select! {
                 biased;
                 result = &mut transfer => return Driven::Done(result),
                 _ = &mut deadline => return Driven::Backstop,
+                _ = std::future::ready(()), if first => false,
                 _ = &mut wake => true,
                 _ = tick.tick() => false,
             };
+            first = false;
             if woken {
                 wake = signal.woken();
             }

@@ -15,11 +15,11 @@ use crate::root::{Backend, Store};
 use crate::store_url::StoreUrl;
 use anyhow::{Context as _, bail};
 use clap::Args;
-use runwarden_mcp::{McpClient, Reply, Request, SchemaStatus, SystemClock, build_catalogue};
+use runwarden_mcp::{McpClient, Reply, Request, SchemaStatus, build_catalogue};
 use runwarden_models::Scripted;
 use runwarden_runtime::{
     AgentSpec, CancelAnswer, CancelHub, Executor, ExecutorConfig, Observer, Outcome, RunEvent,
-    bind_tools, clamp_rounds,
+    StatusWatcher, WatcherConfig, bind_tools, clamp_rounds,
 };
 use runwarden_vault::store::AuditFilter;
 use runwarden_vault::{AuditRow, EgressClient, Vault, VerifyReport};
@@ -244,10 +244,14 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
     let at = install(dir, &server.url).await?;
     let imported = import(&at).await?;
     let agent = agent(&at).await?;
-    let executor = Arc::new(Executor::new(
+    let watcher = StatusWatcher::new(
         at.store.clone(),
         Arc::new(CancelHub::new()),
-        Arc::new(SystemClock::default()),
+        WatcherConfig::default(),
+    );
+    let executor = Arc::new(Executor::new(
+        at.store.clone(),
+        watcher,
         ExecutorConfig::new("demo"),
     ));
     let start = Instant::now();

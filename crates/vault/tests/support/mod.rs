@@ -272,6 +272,7 @@ async fn try_build(
         connect_timeout: Duration::from_secs(5),
         default_timeout: Duration::from_secs(20),
         tick,
+        ..EgressConfig::default()
     };
     let client = Arc::new(EgressClient::with_resolver(vault.clone(), config, resolver));
     Ok(Fixture {

@@ -3,15 +3,17 @@
 //! Everything runs on 127.0.0.1: MCP servers from `runwarden-testkit` on their own
 //! one-worker runtime (so the close instants they record are not queued behind the
 //! client's tasks), one executor over a SQLite file in a temporary directory (runs, run
-//! events and the vault's audit rows), the vault's egress with its default 100 ms tick.
+//! events and the vault's audit rows), the vault's egress with its default ticks (100 ms
+//! for a signal that cannot wake, 1 s backstop for the run's signal, which wakes), and the
+//! process's one status watcher (refresh every second).
 //!
 //! Cancel latency: a scripted agent calls a non-idempotent MCP tool that never answers;
 //! once the server holds the `tools/call`, the run is cancelled. A sample is the instant
 //! the server sees that connection close minus the instant the cancel returned (the row
 //! update committed). "woken" cancels with `Executor::cancel` (row update + in-process
-//! wake-up); "poll-only" writes the row with `RunStore::run_cancel` alone, as another
-//! process would, so the run's signal notices at its next throttled read (at most one per
-//! second) on a vault tick. Poll-only trials run 100 at a time, each run on its own server
+//! wake-up); "poll-only" writes the row with `RunStore::run_cancel` on a second handle of
+//! the same file, as another process would (nothing reaches this process's hub or change
+//! feed), so the status watcher finds it at its next periodic refresh (once per second). Poll-only trials run 100 at a time, each run on its own server
 //! and cancelled at its own random offset, so 200 trials of about a second take seconds.
 //! Every trial checks the outcome (CANCELLED), the row (cancelled, `pending_effect` kept)
 //! and that the write was sent once.
@@ -134,6 +136,8 @@ fn is_tools_call(request: &HttpRequest) -> bool {
 struct Ctx {
     executor: Arc<Executor>,
     store: Arc<dyn RunStore>,
+    /// A second handle on the same file: another process's cancel.
+    other: Arc<dyn RunStore>,
     egress: Arc<EgressClient>,
     servers: Handle,
 }
@@ -141,6 +145,8 @@ struct Ctx {
 impl Ctx {
     async fn open(dir: &Path, servers: Handle) -> Self {
         let sqlite = SqliteStore::open(dir.join("runwarden.db")).expect("the SQLite store opens");
+        let other: Arc<dyn RunStore> =
+            Arc::new(SqliteStore::open(dir.join("runwarden.db")).expect("a second handle opens"));
         let vault = Arc::new(
             Vault::open(
                 Arc::new(sqlite.clone()),
@@ -169,6 +175,7 @@ impl Ctx {
         Self {
             executor,
             store,
+            other,
             egress,
             servers,
         }
@@ -285,7 +292,7 @@ async fn cancel_trial(ctx: Ctx, mode: Mode, offset: Duration) -> Trial {
     tokio::time::sleep(offset).await;
     let answer = match mode {
         Mode::Woken => ctx.executor.cancel(&run.id).await,
-        Mode::PollOnly => ctx.store.run_cancel(&run.id, now_ms()).await,
+        Mode::PollOnly => ctx.other.run_cancel(&run.id, now_ms()).await,
     };
     let returned = Instant::now();
     match answer {
@@ -459,7 +466,7 @@ async fn cancel_latency(ctx: &Ctx) -> Vec<CancelFigure> {
 fn print_cancel(figures: &[CancelFigure]) {
     println!();
     println!(
-        "Run cancel latency: cancel returned -> the MCP server sees the tools/call connection close (non-idempotent write, vault tick 100 ms, signal throttle 1 s)"
+        "Run cancel latency: cancel returned -> the MCP server sees the tools/call connection close (non-idempotent write, status watcher refresh 1 s, backstop tick 1 s)"
     );
     println!();
     println!(
@@ -728,7 +735,7 @@ async fn overhead(ctx: &Ctx) -> Overhead {
             assert!(turn.is_ok(), "the scripted model answers");
 
             let started = Instant::now();
-            let status = ctx.store.run_statuses(&[probe_run.id.clone()]).await;
+            let status = ctx.store.run_statuses(std::slice::from_ref(&probe_run.id)).await;
             row_read.push(started.elapsed());
             assert_eq!(
                 status.ok().and_then(|rows| rows.first().map(|(_, s)| *s)),

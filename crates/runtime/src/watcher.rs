@@ -213,7 +213,8 @@ pub struct StatusWatcher {
 }
 
 impl StatusWatcher {
-    /// Starts the watcher's task on the current tokio runtime (so call it inside one).
+    /// Starts the watcher's task on the current tokio runtime. Call it inside one (every
+    /// command of the binary builds it in its async entry): tokio panics otherwise.
     /// `store` is read for statuses and its change feed is followed; `hub` wakes it for
     /// cancels issued in this process.
     pub fn new(store: Arc<dyn RunStore>, hub: Arc<CancelHub>, config: WatcherConfig) -> Self {
@@ -286,11 +287,13 @@ async fn watch(shared: Arc<Shared>, feed: broadcast::Receiver<Change>, interval:
         if shared.closed.load(Ordering::SeqCst) {
             return;
         }
+        // The periodic refresh comes before the kicks: calls starting all the time must
+        // not starve it (it is ready once per interval, so it cannot starve them).
         let full = tokio::select! {
             biased;
             _ = shared.stop.notified() => return,
-            _ = shared.kick.notified() => false,
             _ = tick.tick() => true,
+            _ = shared.kick.notified() => false,
             change = recv(&mut feed) => {
                 if !on_change(&shared, &mut feed, change) {
                     continue;

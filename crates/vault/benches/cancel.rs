@@ -8,7 +8,9 @@
 //! gives one signal per outbound call); once the server holds all N requests, every flag is
 //! flipped in one loop, and each sample is the instant the server saw a connection close
 //! minus the instant the loop began. "tick-only" flips with `cancel_quietly` (the vault sees
-//! it at its next 100 ms tick); "wake-up" flips with `cancel` (the vault is woken).
+//! it at its next tick: a flag wakes, so that is the 1 s backstop tick, and the flip's
+//! random phase covers only the first 100 ms of it); "wake-up" flips with `cancel` (the
+//! vault is woken).
 //!
 //! Overhead: sequential POSTs of a small JSON body, every variant interleaved in each
 //! iteration so drift hits them alike, warm-up discarded.

@@ -62,15 +62,16 @@ async fn flipping_the_signal_mid_transfer_closes_the_connection_and_returns_in_f
 }
 
 #[tokio::test]
-async fn without_a_wake_the_tick_alone_ends_the_transfer() {
+async fn a_wake_that_never_comes_is_covered_by_the_backstop_tick() {
     let flag = CancelFlag::new();
     let (f, mut server, call) = stalled_call(flag.clone()).await;
     let flipped = Instant::now();
     flag.cancel_quietly();
     let closed = server.next_close(WAIT).await;
-    // Generous bound: the tick is 100 ms; this only catches a tick that stopped working.
+    // Generous bound: a flag wakes, so the vault only polls it on the 1 s backstop tick;
+    // this catches a backstop that stopped working.
     assert!(
-        closed.duration_since(flipped) < Duration::from_secs(2),
+        closed.duration_since(flipped) < Duration::from_secs(3),
         "took {:?}",
         closed.duration_since(flipped)
     );
@@ -112,6 +113,32 @@ async fn a_signal_already_true_on_entry_reads_no_secret_and_opens_no_connection(
         (row.event.action.as_str(), row.event.status),
         (action::HTTP_CALL_CANCELLED_BEFORE_SEND, 0)
     );
+}
+
+/// A signal that cannot wake: the vault must poll it.
+#[derive(Clone, Default)]
+struct Unwakeable(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl CancellationSignal for Unwakeable {
+    fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[tokio::test]
+async fn a_signal_that_cannot_wake_is_still_asked_every_100_ms() {
+    let signal = Unwakeable::default();
+    let (_f, mut server, call) = stalled_call(signal.clone()).await;
+    let flipped = Instant::now();
+    signal.0.store(true, Ordering::SeqCst);
+    let closed = server.next_close(WAIT).await;
+    // V6: the 100 ms tick stays for signals without a wake-up; well under the 1 s backstop.
+    let took = closed.duration_since(flipped);
+    assert!(took < Duration::from_millis(600), "took {took:?}");
+    assert!(matches!(
+        call.await.unwrap(),
+        Err(EgressError::CancelledInFlight { .. })
+    ));
 }
 
 /// A flag that reports every question the vault asks, so a test can line up with a tick.

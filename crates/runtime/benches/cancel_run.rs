@@ -735,7 +735,10 @@ async fn overhead(ctx: &Ctx) -> Overhead {
             assert!(turn.is_ok(), "the scripted model answers");
 
             let started = Instant::now();
-            let status = ctx.store.run_statuses(std::slice::from_ref(&probe_run.id)).await;
+            let status = ctx
+                .store
+                .run_statuses(std::slice::from_ref(&probe_run.id))
+                .await;
             row_read.push(started.elapsed());
             assert_eq!(
                 status.ok().and_then(|rows| rows.first().map(|(_, s)| *s)),

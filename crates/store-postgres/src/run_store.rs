@@ -14,7 +14,6 @@ use runwarden_runtime::store::{
 };
 use runwarden_runtime::{ChangeFeed, RunState};
 use runwarden_vault::store::StoreError;
-use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio_postgres::{GenericClient, Row};
 
 use crate::PgStore;
@@ -106,26 +105,6 @@ impl RunStore for PgStore {
             read_run(&**client, id, false).await
         })
         .await
-    }
-
-    fn run_status_now(&self, id: &str) -> Result<Option<RunState>, StoreError> {
-        // An interim for the synchronous seam the status watcher replaces: it parks this
-        // worker thread (block_in_place) while the async read runs, which only a
-        // multi-thread runtime allows; anywhere else it answers an error, read fail-soft
-        // by the runtime as "not cancelled" (R6).
-        let handle = Handle::try_current().map_err(|_| {
-            StoreError::new(
-                READING_STATUS,
-                "the PostgreSQL store answers run_status_now only on a tokio runtime: use run_statuses",
-            )
-        })?;
-        if handle.runtime_flavor() != RuntimeFlavor::MultiThread {
-            return Err(StoreError::new(
-                READING_STATUS,
-                "the PostgreSQL store answers run_status_now only on a multi-thread tokio runtime: use run_statuses",
-            ));
-        }
-        tokio::task::block_in_place(|| handle.block_on(self.status_of(id)))
     }
 
     async fn run_statuses(&self, ids: &[String]) -> Result<Vec<(String, RunState)>, StoreError> {
@@ -431,17 +410,6 @@ impl RunStore for PgStore {
                     })
                 })
                 .collect()
-        })
-        .await
-    }
-}
-
-impl PgStore {
-    /// R5, R6: one run's status, read now on a pooled connection.
-    async fn status_of(&self, id: &str) -> Result<Option<RunState>, StoreError> {
-        self.with(READING_STATUS, async {
-            let client = self.client().await?;
-            read_status(&**client, id, false).await
         })
         .await
     }

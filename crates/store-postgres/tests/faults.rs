@@ -96,13 +96,6 @@ async fn a_password_in_the_url_never_appears_in_debug() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn run_status_now_reads_through_the_pool_on_a_multi_thread_runtime() {
-    let db = TestDb::new().await;
-    let store = db.node().await;
-    assert_eq!(store.run_status_now("no-such-run").unwrap(), None);
-}
-
 /// A pool of one connection held by a slow caller: the next call waits the configured
 /// bound and fails with a retryable fault, instead of hanging.
 #[tokio::test(flavor = "multi_thread")]

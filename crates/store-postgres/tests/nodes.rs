@@ -399,3 +399,51 @@ async fn a_cancel_on_one_node_is_announced_on_another_within_milliseconds() {
         dist.pct(99.0)
     );
 }
+
+/// R6 (amended): a cancel written on node A reaches a call watched on node B through
+/// NOTIFY, at once. B's watcher refreshes only hourly here, so nothing but the
+/// notification can wake it, and B's process never cancelled anything.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_on_one_node_wakes_a_call_watched_on_another_at_once() {
+    use runwarden_runtime::{CancelAnswer, CancelHub, StatusWatcher, WatcherConfig};
+    use runwarden_vault::CancellationSignal;
+
+    let db = TestDb::new().await;
+    let (a, b) = (db.node().await, db.node().await);
+    let id = "watched-across-nodes".to_string();
+    a.run_create(RunCreate {
+        id: id.clone(),
+        agent: "helper".into(),
+        correlation: id.clone(),
+        request: None,
+        status: NewRunStatus::Running {
+            owner: "node-b".into(),
+            lease_until_ms: now_ms() + 30_000,
+        },
+        now_ms: now_ms(),
+    })
+    .await
+    .unwrap();
+    let watcher = StatusWatcher::new(
+        b.clone(),
+        Arc::new(CancelHub::new()),
+        WatcherConfig {
+            interval: Duration::from_secs(3600),
+        },
+    );
+    let signal = watcher.signal(&id).await;
+    assert!(!signal.is_cancelled());
+    let woken = signal.woken();
+    let issued = std::time::Instant::now();
+    assert!(matches!(
+        a.run_cancel(&id, now_ms()).await.unwrap(),
+        CancelAnswer::Cancelled { .. }
+    ));
+    tokio::time::timeout(Duration::from_secs(10), woken)
+        .await
+        .expect("node A's NOTIFY wakes the call on node B");
+    let took = issued.elapsed();
+    assert!(signal.is_cancelled(), "the row, read on B, says cancelled");
+    // Generous bound: a notification takes milliseconds; the refresh would take an hour.
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+}

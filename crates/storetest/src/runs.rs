@@ -48,7 +48,6 @@ pub async fn exercise_run_store(store: Arc<dyn RunStore>) {
     settle_by_a_lost_owner_changes_nothing(s).await;
 
     status_now_reads_the_current_status(s).await;
-    statuses_of_many_runs_come_back_in_one_call_without_the_missing_ones(s).await;
 
     the_list_is_newest_first_filtered_and_paged_by_cursor(s).await;
     counts_follow_every_transition(s).await;
@@ -775,32 +774,6 @@ async fn status_now_reads_the_current_status(store: &dyn RunStore) {
     assert_eq!(status_now(store, "status-2").await, Some(RunState::Running));
     settled(store, settle("status-2", OWNER, RunState::Failed)).await;
     assert_eq!(status_now(store, "status-2").await, Some(RunState::Failed));
-}
-
-async fn statuses_of_many_runs_come_back_in_one_call_without_the_missing_ones(
-    store: &dyn RunStore,
-) {
-    // R6 (amended): the watcher's batched refresh.
-    assert!(store.run_statuses(&[]).await.unwrap().is_empty());
-    let mut ids = Vec::new();
-    let mut expected = Vec::new();
-    for n in 0..300 {
-        let id = format!("batch-{n}");
-        if n % 3 == 0 {
-            create(store, running(&id)).await;
-            expected.push((id.clone(), RunState::Running));
-        } else if n % 3 == 1 {
-            create(store, running(&id)).await;
-            cancel(store, &id, T0 + 1).await;
-            expected.push((id.clone(), RunState::Cancelled));
-        }
-        // n % 3 == 2: no such run; it is left out of the answer.
-        ids.push(id);
-    }
-    let mut rows = store.run_statuses(&ids).await.unwrap();
-    rows.sort_by(|a, b| a.0.cmp(&b.0));
-    expected.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(rows, expected);
 }
 
 async fn the_list_is_newest_first_filtered_and_paged_by_cursor(store: &dyn RunStore) {

@@ -64,10 +64,6 @@ impl RunStore for Counting {
         self.count();
         self.inner.run_get(id).await
     }
-    fn run_status_now(&self, id: &str) -> Result<Option<RunState>, StoreError> {
-        self.count();
-        self.inner.run_status_now(id)
-    }
     async fn run_statuses(&self, ids: &[String]) -> Result<Vec<(String, RunState)>, StoreError> {
         self.count();
         self.inner.run_statuses(ids).await

@@ -13,8 +13,13 @@ use runwarden_vault::store::StoreError;
 use serde_json::{Value, json};
 
 use crate::agent::{AgentSpec, BoundTool};
-use crate::queue::{DeadLetter, QueueStore, Requeue, RequeueAnswer};
-use crate::retry::RetryPolicy;
+use crate::events::{
+    EffectUncertain, EventBody, EventDecodeError, Leg, ModelCancelled, ModelFailed, ModelResponse,
+    RunEnded, RunRequeued, RunResumed, RunStarted, RunStopped, StepOutcome, ToolExecuted,
+};
+use crate::queue::{DeadLetter, QueueStore, RequeueAnswer};
+use crate::requeue::{apply_held, decide_held};
+use crate::retry::{RequeueCause, RetryDecision, RetryPolicy};
 use crate::signal::{CancelHub, RunSignal, is_run_cancelled};
 use crate::state::{EFFECT_UNCERTAIN, Outcome, RunState};
 use crate::store::{
@@ -275,11 +280,11 @@ impl Executor {
     async fn record(
         &self,
         segment: &Segment<'_>,
-        kind: &str,
-        payload: Value,
+        body: EventBody,
         clear_fence: bool,
         round: Option<u32>,
     ) -> Recorded {
+        let (kind, payload) = (body.kind(), body.to_payload());
         let time_ms = now_ms();
         let append = EventAppend {
             id: segment.run.id.clone(),
@@ -313,11 +318,11 @@ impl Executor {
     async fn record_soft(
         &self,
         segment: &Segment<'_>,
-        kind: &str,
-        payload: Value,
+        body: EventBody,
         round: Option<u32>,
     ) -> Option<()> {
-        match self.record(segment, kind, payload, false, round).await {
+        let kind = body.kind();
+        match self.record(segment, body, false, round).await {
             Recorded::Stored => Some(()),
             Recorded::LostRun => None,
             Recorded::Failed(error) => {
@@ -354,7 +359,7 @@ impl Executor {
                 self.requeue(
                     segment,
                     "the worker stopped; the run goes back to the queue".into(),
-                    false,
+                    RequeueCause::Drain,
                 )
                 .await,
             );
@@ -368,7 +373,7 @@ impl Executor {
     async fn fail(&self, segment: &Segment<'_>, reason: String, retryable: bool) -> Outcome {
         match (&segment.options.retry, retryable) {
             (None, _) => self.settle(segment, RunState::Failed, reason).await,
-            (Some(_), true) => self.requeue(segment, reason, true).await,
+            (Some(_), true) => self.requeue(segment, reason, RequeueCause::Failure).await,
             (Some(_), false) => {
                 let reason = format!("{}: {reason}", DeadLetter::NotRetryable.as_str());
                 match self.settle(segment, RunState::Failed, reason).await {
@@ -379,40 +384,40 @@ impl Executor {
         }
     }
 
-    /// Puts the run back in the queue (or dead-letters it, as the store decides).
-    async fn requeue(&self, segment: &Segment<'_>, reason: String, counts: bool) -> Outcome {
+    /// Puts the run back in the queue, or dead-letters it, as the retry policy decides on
+    /// the run read now (R9); the store applies the decision with a guard that re-checks
+    /// what was read. The step says which: `run_requeued`, or `run_failed` for a dead
+    /// letter (the run's end is in the log like any other).
+    async fn requeue(&self, segment: &Segment<'_>, reason: String, cause: RequeueCause) -> Outcome {
         let Some(queue) = self.queue.clone() else {
             return self.settle(segment, RunState::Failed, reason).await;
         };
         let policy = segment.options.retry.unwrap_or_default();
-        let delay = if counts {
-            policy.random_delay(segment.run.requeue_count)
-        } else {
-            Duration::ZERO
+        let owner = &self.config.owner;
+        let decided = match decide_held(&*queue, &policy, &segment.run.id, owner, cause).await {
+            Ok(Ok(decided)) => decided,
+            Ok(Err(answer)) => return requeue_outcome(answer),
+            Err(error) => {
+                // The row stays running; its lease runs out and the reaper decides (R9).
+                tracing::error!(run = %segment.run.id, %error, "could not read the run to requeue it");
+                return Outcome::Failed;
+            }
         };
-        let now = now_ms();
-        let payload = json!({ "reason": reason, "counts": counts, "retry_in_ms": ms(delay) });
-        if self
-            .record(segment, "run_requeued", payload, false, None)
-            .await
-            .is_lost()
-        {
+        let body = match decided.decision {
+            RetryDecision::Requeue { retry_at_ms } => EventBody::RunRequeued(RunRequeued {
+                reason: reason.clone(),
+                counts: cause.counts(),
+                retry_in_ms: u64::try_from(retry_at_ms.saturating_sub(decided.now_ms)).unwrap_or(0),
+            }),
+            RetryDecision::DeadLetter(_) => EventBody::RunFailed(RunEnded {
+                reason: decided.reason(&reason),
+            }),
+        };
+        if self.record(segment, body, false, None).await.is_lost() {
             return Outcome::LeaseLost;
         }
-        let requeue = Requeue {
-            id: segment.run.id.clone(),
-            owner: self.config.owner.clone(),
-            reason,
-            retry_at_ms: now + ms(delay),
-            counts,
-            max_requeues: policy.max_requeues,
-            now_ms: now,
-        };
-        match queue.run_requeue(requeue).await {
-            Ok(RequeueAnswer::Requeued { .. }) => Outcome::Requeued,
-            Ok(RequeueAnswer::DeadLettered(_)) => Outcome::DeadLettered,
-            Ok(RequeueAnswer::AlreadyCancelled) => Outcome::Cancelled,
-            Ok(RequeueAnswer::LeaseLost) => Outcome::LeaseLost,
+        match apply_held(&*queue, &decided, owner, &reason).await {
+            Ok(answer) => requeue_outcome(answer),
             Err(error) => {
                 // The row stays running; its lease runs out and the reaper decides (R9).
                 tracing::error!(run = %segment.run.id, %error, "could not requeue the run");
@@ -423,16 +428,15 @@ impl Executor {
 
     /// Records the terminal step, then settles the row.
     async fn settle(&self, segment: &Segment<'_>, status: RunState, reason: String) -> Outcome {
-        let kind = if status == RunState::Completed {
-            "run_completed"
-        } else {
-            "run_failed"
+        let ended = RunEnded {
+            reason: reason.clone(),
         };
-        if self
-            .record(segment, kind, json!({ "reason": reason }), false, None)
-            .await
-            .is_lost()
-        {
+        let body = if status == RunState::Completed {
+            EventBody::RunCompleted(ended)
+        } else {
+            EventBody::RunFailed(ended)
+        };
+        if self.record(segment, body, false, None).await.is_lost() {
             return Outcome::LeaseLost;
         }
         self.settle_row(segment, status, reason).await
@@ -504,38 +508,43 @@ impl Executor {
                 return Outcome::Failed;
             }
         };
-        let progress = Progress::replay(prompt, &history);
+        let progress = match Progress::replay(prompt, &history) {
+            Ok(progress) => progress,
+            Err(error) => {
+                // An event this binary cannot read: resuming on a guess could repeat a
+                // write or drop a step, so the run fails with the event named. A damaged
+                // log does not heal on retry.
+                tracing::error!(run = %run.id, %error, "could not read the run's history");
+                let reason = format!("the run's history could not be read: {error}");
+                return self.fail(&segment, reason, false).await;
+            }
+        };
         if let Some((status, reason)) = progress.terminal.clone() {
             // R8: the run's end is in the log but the row was not settled (a crash in
             // between): settle from the log, call nothing, write no second terminal step.
             return self.settle_row(&segment, status, reason).await;
         }
-        let (kind, payload) = if history.is_empty() {
-            (
-                "run_started",
-                json!({ "agent": agent.name, "prompt": prompt, "owner": self.config.owner }),
-            )
+        let body = if history.is_empty() {
+            EventBody::RunStarted(RunStarted {
+                agent: agent.name.clone(),
+                prompt: prompt.to_string(),
+                owner: self.config.owner.clone(),
+            })
         } else {
-            let attempt = run.requeue_count + 1;
-            (
-                "run_resumed",
-                json!({ "owner": self.config.owner, "from_round": progress.round, "attempt": attempt }),
-            )
+            EventBody::RunResumed(RunResumed {
+                owner: self.config.owner.clone(),
+                from_round: progress.round,
+                attempt: run.requeue_count + 1,
+            })
         };
-        if self
-            .record_soft(&segment, kind, payload, None)
-            .await
-            .is_none()
-        {
+        if self.record_soft(&segment, body, None).await.is_none() {
             return Outcome::LeaseLost;
         }
         let outcome = self.rounds(&segment, progress).await;
         if matches!(outcome, Outcome::Cancelled) {
             // The cancel already won the row: mark the stop for readers, settle nothing.
-            let stopped = json!({ "outcome": outcome.as_str() });
-            let _ = self
-                .record(&segment, "run_stopped", stopped, false, None)
-                .await;
+            let stopped = EventBody::RunStopped(RunStopped { outcome });
+            let _ = self.record(&segment, stopped, false, None).await;
         }
         outcome
     }
@@ -587,19 +596,21 @@ impl Executor {
                 Err(error) if error.is_cancelled() => {
                     let stop = self.must_stop(segment).await.unwrap_or(Outcome::Cancelled);
                     self.observe_cancel(segment, returned, stop);
-                    let payload = json!({ "round": round, "error": error.to_string() });
-                    let _ = self
-                        .record_soft(segment, "model_cancelled", payload, Some(round))
-                        .await;
+                    let body = EventBody::ModelCancelled(ModelCancelled {
+                        round,
+                        error: error.to_string(),
+                    });
+                    let _ = self.record_soft(segment, body, Some(round)).await;
                     return stop;
                 }
                 Err(error) => {
-                    let payload = json!({ "round": round, "error": error.to_string(), "retryable": error.is_retryable(), "delivery": error.delivery().as_str() });
-                    if self
-                        .record_soft(segment, "model_failed", payload, Some(round))
-                        .await
-                        .is_none()
-                    {
+                    let body = EventBody::ModelFailed(ModelFailed {
+                        round,
+                        error: error.to_string(),
+                        retryable: error.is_retryable(),
+                        delivery: error.delivery(),
+                    });
+                    if self.record_soft(segment, body, Some(round)).await.is_none() {
                         return Outcome::LeaseLost;
                     }
                     return self
@@ -611,12 +622,12 @@ impl Executor {
                         .await;
                 }
             };
-            let payload =
-                json!({ "round": round, "text": turn.text, "tool_calls": turn.tool_calls });
-            match self
-                .record(segment, "model_response", payload, false, Some(round))
-                .await
-            {
+            let body = EventBody::ModelResponse(ModelResponse {
+                round,
+                text: turn.text.clone(),
+                tool_calls: turn.tool_calls.clone(),
+            });
+            match self.record(segment, body, false, Some(round)).await {
                 Recorded::Stored => {}
                 Recorded::LostRun => return Outcome::LeaseLost,
                 Recorded::Failed(error) if !turn.tool_calls.is_empty() => {
@@ -684,16 +695,16 @@ impl Executor {
             .find(|t| t.spec.name == call.name)
         else {
             let text = format!("no tool named {:?} is offered to this agent", call.name);
-            let payload = json!({ "round": round, "call_id": call.id, "tool": call.name, "outcome": "refused", "text": text });
-            self.record_soft(segment, "tool_executed", payload, None)
+            let body = EventBody::ToolExecuted(ToolExecuted::refused(round, call, &text));
+            self.record_soft(segment, body, None)
                 .await
                 .ok_or(Outcome::LeaseLost)?;
             return Ok(answer(text, true));
         };
         let Value::Object(arguments) = call.arguments.clone() else {
             let text = "the tool's arguments must be a JSON object".to_string();
-            let payload = json!({ "round": round, "call_id": call.id, "tool": call.name, "outcome": "refused", "text": text });
-            self.record_soft(segment, "tool_executed", payload, None)
+            let body = EventBody::ToolExecuted(ToolExecuted::refused(round, call, &text));
+            self.record_soft(segment, body, None)
                 .await
                 .ok_or(Outcome::LeaseLost)?;
             return Ok(answer(text, true));
@@ -720,34 +731,56 @@ impl Executor {
         }
         let result = outcome.result;
         let label = match result.outcome {
-            ToolOutcome::Succeeded => "succeeded",
-            ToolOutcome::ToolError => "tool_error",
-            ToolOutcome::Failed => "failed",
-            ToolOutcome::Cancelled => "cancelled",
+            ToolOutcome::Succeeded => StepOutcome::Succeeded,
+            ToolOutcome::ToolError => StepOutcome::ToolError,
+            ToolOutcome::Failed => StepOutcome::Failed,
+            ToolOutcome::Cancelled => StepOutcome::Cancelled,
         };
         // R11: a write that may have reached the server without an answer keeps its fence
         // and its step says so; nothing guesses that it did not run.
         let uncertain = is_write && result.delivery == Delivery::MaybeDelivered;
-        let mut payload = json!({
-            "round": round, "call_id": call.id, "tool": call.name, "remote": tool.remote_name,
-            "server": tool.client.server().name, "effect": tool.effect.as_str(), "outcome": label,
-            "delivery": result.delivery.as_str(), "sent": result.sent(), "text": result.text,
-        });
-        let kind = if uncertain {
-            let legs: Vec<Value> = outcome
+        let body = if uncertain {
+            let legs = outcome
                 .legs
                 .iter()
-                .map(|l| json!({ "method": l.method, "answered": l.answered, "audit_id": l.audit_id, "millis": l.elapsed.as_millis() as u64 }))
+                .map(|l| Leg {
+                    method: l.method.clone(),
+                    answered: l.answered,
+                    audit_id: l.audit_id,
+                    millis: u64::try_from(l.elapsed.as_millis()).unwrap_or(u64::MAX),
+                })
                 .collect();
-            payload["request_id"] = json!(outcome.request_id);
-            payload["legs"] = Value::Array(legs);
-            "effect_uncertain"
+            EventBody::EffectUncertain(EffectUncertain {
+                round,
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                remote: tool.remote_name.clone(),
+                server: tool.client.server().name.clone(),
+                effect: tool.effect,
+                outcome: label,
+                delivery: result.delivery,
+                sent: result.sent(),
+                text: result.text.clone(),
+                request_id: outcome.request_id,
+                legs,
+            })
         } else {
-            "tool_executed"
+            EventBody::ToolExecuted(ToolExecuted {
+                round,
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                remote: Some(tool.remote_name.clone()),
+                server: Some(tool.client.server().name.clone()),
+                effect: Some(tool.effect),
+                outcome: label,
+                delivery: Some(result.delivery),
+                sent: Some(result.sent()),
+                text: result.text.clone(),
+            })
         };
         // R7: recording an answered (or unsent) write clears the fence in the same update.
         let clear_fence = is_write && !uncertain;
-        match self.record(segment, kind, payload, clear_fence, None).await {
+        match self.record(segment, body, clear_fence, None).await {
             Recorded::Stored => {}
             Recorded::LostRun => return Err(Outcome::LeaseLost),
             Recorded::Failed(error) if is_write => {
@@ -888,7 +921,9 @@ struct Progress {
 }
 
 impl Progress {
-    fn replay(prompt: &str, history: &[RunEvent]) -> Self {
+    /// Rebuilds where the run stands. An event that cannot be read is an error naming the
+    /// run and its sequence: nothing is guessed (a guess could repeat a write).
+    fn replay(prompt: &str, history: &[RunEvent]) -> Result<Self, EventDecodeError> {
         let user = Message::User {
             text: prompt.to_string(),
         };
@@ -901,46 +936,64 @@ impl Progress {
             terminal: None,
         };
         for event in history {
-            let p = &event.payload;
-            let reason = || p["reason"].as_str().unwrap_or_default().to_string();
-            match event.kind.as_str() {
-                "model_response" => {
-                    let calls: Vec<ToolCallRequest> =
-                        serde_json::from_value(p["tool_calls"].clone()).unwrap_or_default();
-                    progress.round = p["round"].as_u64().map_or(progress.round + 1, |r| r as u32);
-                    let text = p["text"].as_str().map(str::to_string);
-                    if calls.is_empty() {
-                        progress.final_answer = Some(text.clone().unwrap_or_default());
+            let body = EventBody::decode(&event.run_id, event.seq, &event.kind, &event.payload)?;
+            match body {
+                EventBody::ModelResponse(step) => {
+                    progress.round = step.round;
+                    if step.tool_calls.is_empty() {
+                        progress.final_answer = Some(step.text.clone().unwrap_or_default());
                     }
                     progress.messages.push(Message::Assistant {
-                        text,
-                        tool_calls: calls.clone(),
+                        text: step.text,
+                        tool_calls: step.tool_calls.clone(),
                     });
-                    progress.unanswered = calls;
+                    progress.unanswered = step.tool_calls;
                 }
-                "tool_executed" | "effect_uncertain" => {
-                    let call_id = p["call_id"].as_str().unwrap_or_default();
-                    let tool = p["tool"].as_str().unwrap_or_default();
-                    let text = p["text"].as_str().unwrap_or_default();
-                    progress.unanswered.retain(|c| c.id != call_id);
-                    if event.kind == "effect_uncertain"
-                        && p["effect"] == Effect::NonIdempotentWrite.as_str()
-                    {
-                        progress.uncertain_write = Some(uncertain_reason(tool, text));
+                EventBody::ToolExecuted(step) => {
+                    progress.answered(&step.call_id, step.tool, step.text, step.outcome);
+                }
+                EventBody::EffectUncertain(step) => {
+                    if step.effect == Effect::NonIdempotentWrite {
+                        progress.uncertain_write = Some(uncertain_reason(&step.tool, &step.text));
                     }
-                    progress.messages.push(Message::Tool {
-                        call_id: call_id.to_string(),
-                        name: tool.to_string(),
-                        content: text.to_string(),
-                        is_error: p["outcome"] != "succeeded",
-                    });
+                    progress.answered(&step.call_id, step.tool, step.text, step.outcome);
                 }
-                "run_completed" => progress.terminal = Some((RunState::Completed, reason())),
-                "run_failed" => progress.terminal = Some((RunState::Failed, reason())),
-                _ => {}
+                EventBody::RunCompleted(end) => {
+                    progress.terminal = Some((RunState::Completed, end.reason));
+                }
+                EventBody::RunFailed(end) => {
+                    progress.terminal = Some((RunState::Failed, end.reason));
+                }
+                EventBody::RunStarted(_)
+                | EventBody::RunResumed(_)
+                | EventBody::ModelCancelled(_)
+                | EventBody::ModelFailed(_)
+                | EventBody::RunRequeued(_)
+                | EventBody::RunStopped(_) => {}
             }
         }
-        progress
+        Ok(progress)
+    }
+
+    /// A tool call of the last turn has its result in the log.
+    fn answered(&mut self, call_id: &str, tool: String, text: String, outcome: StepOutcome) {
+        self.unanswered.retain(|c| c.id != call_id);
+        self.messages.push(Message::Tool {
+            call_id: call_id.to_string(),
+            name: tool,
+            content: text,
+            is_error: outcome != StepOutcome::Succeeded,
+        });
+    }
+}
+
+/// What a requeue's answer means for the segment.
+fn requeue_outcome(answer: RequeueAnswer) -> Outcome {
+    match answer {
+        RequeueAnswer::Requeued { .. } => Outcome::Requeued,
+        RequeueAnswer::DeadLettered(_) => Outcome::DeadLettered,
+        RequeueAnswer::AlreadyCancelled => Outcome::Cancelled,
+        RequeueAnswer::LeaseLost => Outcome::LeaseLost,
     }
 }
 

@@ -20,9 +20,11 @@
 #![deny(missing_docs)]
 
 mod agent;
+pub mod events;
 mod executor;
 pub mod feed;
 pub mod queue;
+mod requeue;
 mod retry;
 mod signal;
 mod state;
@@ -34,17 +36,19 @@ pub use agent::{
     AgentSpec, BoundTool, DEFAULT_MAX_ROUNDS, MAX_ROUNDS_LIMIT, bind_tools, clamp_rounds,
     pattern_matches,
 };
+pub use events::{EventBody, EventDecodeError};
 pub use executor::{
     CancelLatencyObserver, DEFAULT_HEARTBEAT, DEFAULT_LEASE, Executor, ExecutorConfig, Observer,
     SegmentOptions,
 };
 pub use feed::{Change, ChangeFeed};
 pub use queue::{DeadLetter, QueueStore, RequeueAnswer};
-pub use retry::RetryPolicy;
+pub use requeue::{REAP_LIMIT, reap, reap_at};
+pub use retry::{RequeueCause, RetryDecision, RetryPolicy};
 pub use signal::{CancelHub, RunSignal, SIGNAL_READ_INTERVAL, is_run_cancelled};
 pub use state::{EFFECT_UNCERTAIN, Outcome, RunState};
 pub use store::{CancelAnswer, Run, RunEvent, RunFilter, RunStore};
 pub use watcher::{DEFAULT_WATCH_INTERVAL, StatusWatcher, WatcherConfig};
 pub use worker::{
-    AgentError, AgentSource, OutcomeObserver, StopLevel, Worker, WorkerConfig, WorkerSummary, reap,
+    AgentError, AgentSource, OutcomeObserver, StopLevel, Worker, WorkerConfig, WorkerSummary,
 };

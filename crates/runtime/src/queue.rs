@@ -3,10 +3,13 @@
 //!
 //! Every transition is one guarded update whose affected-row count decides, re-checking
 //! its condition inside the update (a heartbeat that lands first wins over the reaper).
+//! The retry decision itself is the runtime's ([`crate::RetryPolicy::decide`]); the store
+//! applies it.
 
 use async_trait::async_trait;
 use runwarden_vault::store::StoreError;
 
+use crate::retry::RetryDecision;
 use crate::store::{Run, RunStore};
 
 /// Why a run was failed for good (R9). Written at the start of its termination reason.
@@ -43,21 +46,25 @@ pub struct Claim {
     pub now_ms: i64,
 }
 
-/// Parameters of [`QueueStore::run_requeue`].
+/// Parameters of [`QueueStore::run_requeue_apply`]: a decision the runtime took on the
+/// run as it read it, and what it read, for the guard to re-check.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Requeue {
+pub struct RequeueApply {
     /// The run.
     pub id: String,
-    /// The segment that must hold the lease.
+    /// The segment that must hold the lease (R3).
     pub owner: String,
-    /// Why (kept as the termination reason while queued).
+    /// The `requeue_count` the decision read; the guard re-checks it.
+    pub requeue_count: u32,
+    /// The `pending_effect` the decision read; the guard re-checks it.
+    pub pending_effect: Option<String>,
+    /// What to do.
+    pub decision: RetryDecision,
+    /// The termination reason to store: why it was requeued, or for a dead letter the
+    /// reason starting with its [`DeadLetter`] code.
     pub reason: String,
-    /// When the next attempt may start.
-    pub retry_at_ms: i64,
-    /// True when this requeue spends the budget (a failure); false for a graceful stop.
+    /// A requeue that spends the budget raises `requeue_count` by one.
     pub counts: bool,
-    /// The budget: a counting requeue beyond it dead-letters instead (R9).
-    pub max_requeues: u32,
     /// Now.
     pub now_ms: i64,
 }
@@ -78,18 +85,24 @@ pub enum RequeueAnswer {
     LeaseLost,
 }
 
-/// Parameters of [`QueueStore::run_rescue_many`].
+/// Parameters of [`QueueStore::run_rescue_apply`]: the reaper's decision about one stale
+/// run, and what it read, for the guard to re-check.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rescue {
-    /// Runs whose lease expired before this instant are stale.
+pub struct RescueApply {
+    /// The run.
+    pub id: String,
+    /// The segment that held the lease when it was read (the guard re-checks it).
+    pub owner: Option<String>,
+    /// The `requeue_count` the decision read; a requeue raises it by one.
+    pub requeue_count: u32,
+    /// The `pending_effect` the decision read.
+    pub pending_effect: Option<String>,
+    /// What to do.
+    pub decision: RetryDecision,
+    /// The termination reason to store.
+    pub reason: String,
+    /// Now: the lease must still have expired before this instant.
     pub now_ms: i64,
-    /// The requeue budget (shared with retries of failures).
-    pub max_requeues: u32,
-    /// The first retry's delay; each requeue doubles it (no jitter: the store is
-    /// deterministic).
-    pub backoff_base_ms: i64,
-    /// At most this many runs per call.
-    pub limit: u32,
 }
 
 /// What the reaper did with one stale run.
@@ -103,20 +116,32 @@ pub struct Rescued {
 
 /// Storage for the queue. Backends implement it with [`RunStore`]; every backend runs
 /// `runwarden-storetest`'s queue checks.
+///
+/// The store decides nothing about retries: the runtime reads the run, decides with
+/// [`RetryPolicy::decide`](crate::RetryPolicy::decide), and hands the store the decision to
+/// apply with one guarded statement whose guard re-checks what the decision read, so a
+/// race (a cancel, a heartbeat, another reaper) loses cleanly.
 #[async_trait]
 pub trait QueueStore: RunStore {
     /// R3: claims the oldest due queued run with a guarded `queued -> running` update that
     /// sets the owner and lease; exactly one claimant wins a run. `None` when none is due.
     async fn run_claim(&self, params: Claim) -> Result<Option<Run>, StoreError>;
 
-    /// R9: puts a running run held by `owner` back in the queue (owner cleared). A
-    /// counting requeue beyond the budget, a run without a stored request, or a run with a
-    /// fenced NON_IDEMPOTENT_WRITE is dead-lettered instead (status failed, the reason
-    /// starting with the [`DeadLetter`] code).
-    async fn run_requeue(&self, params: Requeue) -> Result<RequeueAnswer, StoreError>;
+    /// R9: applies a segment's decision to a running run held by `owner` with the
+    /// `requeue_count` and `pending_effect` it read: back to the queue (owner and lease
+    /// cleared, due at `retry_at_ms`) or failed for good (`pending_effect` kept). When the
+    /// guard matches nothing: [`RequeueAnswer::AlreadyCancelled`] if a cancel won the row,
+    /// [`RequeueAnswer::LeaseLost`] otherwise; nothing changes.
+    async fn run_requeue_apply(&self, params: RequeueApply) -> Result<RequeueAnswer, StoreError>;
 
-    /// R9: every running run whose lease expired before `now_ms`, oldest lease first, is
-    /// requeued (budget permitting, request stored, no fenced non-idempotent write) or
-    /// dead-lettered. Staleness is re-checked inside each update.
-    async fn run_rescue_many(&self, params: Rescue) -> Result<Vec<Rescued>, StoreError>;
+    /// R9: running runs whose lease expired before `now_ms`, oldest lease first, at most
+    /// `limit`.
+    async fn run_stale(&self, now_ms: i64, limit: u32) -> Result<Vec<Run>, StoreError>;
+
+    /// R9: applies the reaper's decision to one run if it is still running, still stale
+    /// at `now_ms`, and still held by the same owner with the same `requeue_count` and
+    /// `pending_effect` (a heartbeat that lands first wins). A requeue raises
+    /// `requeue_count` by one; a dead letter keeps `pending_effect`. False means skipped:
+    /// the row changed since it was read, and nothing changed now.
+    async fn run_rescue_apply(&self, params: RescueApply) -> Result<bool, StoreError>;
 }

@@ -12,8 +12,9 @@ use tokio::sync::{Semaphore, watch};
 use crate::agent::AgentSpec;
 use crate::executor::{Executor, SegmentOptions, now_ms};
 use crate::feed::Change;
-use crate::queue::{Claim, QueueStore, Requeue, RequeueAnswer, Rescue, Rescued};
-use crate::retry::RetryPolicy;
+use crate::queue::{Claim, QueueStore, RequeueAnswer};
+use crate::requeue::{apply_held, decide_held, reap};
+use crate::retry::{RequeueCause, RetryPolicy};
 use crate::state::{Outcome, RunState};
 use crate::store::{Run, RunSettle};
 
@@ -126,20 +127,6 @@ async fn ready(feed: &mut broadcast::Receiver<Change>) {
             Err(RecvError::Closed) => std::future::pending::<()>().await,
         }
     }
-}
-
-/// One reaper pass (R9): requeue or dead-letter every run whose lease expired.
-pub async fn reap(
-    queue: &dyn QueueStore,
-    retry: &RetryPolicy,
-) -> Result<Vec<Rescued>, runwarden_vault::store::StoreError> {
-    let rescue = Rescue {
-        now_ms: now_ms(),
-        max_requeues: retry.max_requeues,
-        backoff_base_ms: retry.base.as_millis() as i64,
-        limit: 100,
-    };
-    queue.run_rescue_many(rescue).await
 }
 
 impl Worker {
@@ -330,19 +317,25 @@ impl Worker {
     /// many open files). It goes back to the queue after a backoff, without spending the
     /// budget: the run did nothing, so it must not be dead-lettered for the environment.
     async fn hand_back(&self, run: &Run, problem: String) -> Outcome {
-        let delay = self.config.retry.random_delay(run.requeue_count);
-        tracing::warn!(run = %run.id, %problem, retry_in_ms = delay.as_millis() as u64, "the run's agent cannot be built now; back to the queue");
-        let now = now_ms();
-        let requeue = Requeue {
-            id: run.id.clone(),
-            owner: self.executor.owner().to_string(),
-            reason: format!("waiting to retry: {problem}"),
-            retry_at_ms: now + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX / 2),
-            counts: false,
-            max_requeues: self.config.retry.max_requeues,
-            now_ms: now,
+        let owner = self.executor.owner();
+        let why = format!("waiting to retry: {problem}");
+        let answer = match decide_held(
+            &*self.queue,
+            &self.config.retry,
+            &run.id,
+            owner,
+            RequeueCause::Unavailable,
+        )
+        .await
+        {
+            Ok(Ok(decided)) => {
+                tracing::warn!(run = %run.id, %problem, decision = ?decided.decision, "the run's agent cannot be built now; back to the queue");
+                apply_held(&*self.queue, &decided, owner, &why).await
+            }
+            Ok(Err(answer)) => Ok(answer),
+            Err(error) => Err(error),
         };
-        match self.queue.run_requeue(requeue).await {
+        match answer {
             Ok(RequeueAnswer::Requeued { .. }) => Outcome::Requeued,
             Ok(RequeueAnswer::DeadLettered(_)) => Outcome::DeadLettered,
             Ok(RequeueAnswer::AlreadyCancelled) => Outcome::Cancelled,

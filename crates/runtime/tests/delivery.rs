@@ -326,7 +326,10 @@ async fn a_run_whose_final_answer_is_stored_settles_from_the_log_without_calling
     f.prior(
         &run.id,
         &[
-            ("run_started", json!({"agent": "helper", "prompt": "go"})),
+            (
+                "run_started",
+                json!({"agent": "helper", "prompt": "go", "owner": "test-earlier"}),
+            ),
             (
                 "model_response",
                 json!({"round": 1, "text": "the answer", "tool_calls": []}),
@@ -356,7 +359,10 @@ async fn a_run_whose_end_is_stored_settles_from_the_log_and_writes_no_second_ter
         let f = fixture().await;
         let run = f.executor.create_sync("helper", "go").await.unwrap();
         let steps = [
-            ("run_started", json!({"agent": "helper", "prompt": "go"})),
+            (
+                "run_started",
+                json!({"agent": "helper", "prompt": "go", "owner": "test-earlier"}),
+            ),
             (
                 "model_response",
                 json!({"round": 1, "text": "the answer", "tool_calls": []}),
@@ -388,14 +394,14 @@ async fn a_resumed_run_whose_non_idempotent_write_is_uncertain_fails_without_sen
     f.prior(
         &run.id,
         &[
-            ("run_started", json!({"agent": "helper", "prompt": "go"})),
+            ("run_started", json!({"agent": "helper", "prompt": "go", "owner": "test-earlier"})),
             (
                 "model_response",
                 json!({"round": 1, "text": null, "tool_calls": calls}),
             ),
             (
                 "effect_uncertain",
-                json!({"round": 1, "call_id": "c1", "tool": "srv__create", "effect": "non_idempotent_write", "outcome": "failed", "text": "the stream ended"}),
+                json!({"round": 1, "call_id": "c1", "tool": "srv__create", "remote": "create", "server": "srv", "effect": "non_idempotent_write", "outcome": "failed", "delivery": "maybe_delivered", "sent": true, "text": "the stream ended", "request_id": 2, "legs": [{"method": "tools/call", "answered": false, "audit_id": 5, "millis": 3}]}),
             ),
         ],
     )

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use runwarden_mcp::Effect;
-use runwarden_runtime::queue::{Claim, QueueStore, Requeue, Rescue, Rescued};
+use runwarden_runtime::queue::{Claim, QueueStore, RequeueApply, RescueApply};
 use runwarden_runtime::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
     RunFilter, RunSettle, SettleAnswer,
@@ -183,11 +183,18 @@ impl QueueStore for Faulty {
     async fn run_claim(&self, params: Claim) -> Result<Option<Run>, StoreError> {
         self.inner.run_claim(params).await
     }
-    async fn run_requeue(&self, params: Requeue) -> Result<RequeueAnswer, StoreError> {
-        faulty!(self, "run_requeue", self.inner.run_requeue(params).await)
+    async fn run_requeue_apply(&self, params: RequeueApply) -> Result<RequeueAnswer, StoreError> {
+        faulty!(
+            self,
+            "run_requeue_apply",
+            self.inner.run_requeue_apply(params).await
+        )
     }
-    async fn run_rescue_many(&self, params: Rescue) -> Result<Vec<Rescued>, StoreError> {
-        self.inner.run_rescue_many(params).await
+    async fn run_stale(&self, now_ms: i64, limit: u32) -> Result<Vec<Run>, StoreError> {
+        self.inner.run_stale(now_ms, limit).await
+    }
+    async fn run_rescue_apply(&self, params: RescueApply) -> Result<bool, StoreError> {
+        self.inner.run_rescue_apply(params).await
     }
 }
 
@@ -263,7 +270,7 @@ const METHODS: [&str; 10] = [
     "run_event_append",
     "run_settle",
     "run_events",
-    "run_requeue",
+    "run_requeue_apply",
 ];
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -400,13 +407,9 @@ async fn trial(
     // Each pass moves the clock a lease further, so backoffs are due and leases expired.
     for pass in 1..=8i64 {
         let later = now() + pass * 2 * LEASE.as_millis() as i64;
-        let rescue = Rescue {
-            now_ms: later,
-            max_requeues: retry.max_requeues,
-            backoff_base_ms: 1,
-            limit: 10,
-        };
-        inner.run_rescue_many(rescue).await.unwrap();
+        runwarden_runtime::reap_at(&inner, &retry, later, 10, None)
+            .await
+            .unwrap();
         // A second later than the reaper's clock, so its backoff is due.
         let claim = Claim {
             owner: executor.owner().into(),

@@ -319,7 +319,10 @@ async fn a_resumed_run_never_repeats_a_recorded_write_and_finishes_what_was_not_
     // An earlier segment asked for a write and a read, recorded the write, then died.
     f.prior(
         &run.id,
-        &[("run_started", json!({"agent": "helper", "prompt": "go"}))],
+        &[(
+            "run_started",
+            json!({"agent": "helper", "prompt": "go", "owner": "test-earlier"}),
+        )],
     )
     .await;
     let calls = json!([{"id": "call-1-1", "name": "srv__create", "arguments": {}}, {"id": "call-1-2", "name": "srv__search", "arguments": {}}]);

@@ -6,6 +6,7 @@ mod support;
 mod bind;
 mod cancel;
 mod delivery;
+mod events;
 mod faults;
 mod queue;
 mod runs;

@@ -1,24 +1,23 @@
-//! `QueueStore` for PostgreSQL: a worker's claim of a queued run (SPEC R3), the requeue
-//! after a retryable failure or a graceful stop, and the reaper's rescue of stale runs (R9).
+//! `QueueStore` for PostgreSQL: a worker's claim of a queued run (SPEC R3), and applying the
+//! runtime's retry decisions: a segment's requeue or dead letter, and the reaper's rescue
+//! of stale runs (R9).
 //!
 //! A claim is one statement: the oldest due queued row is picked `FOR UPDATE SKIP LOCKED`
 //! and moved to `running` by the same UPDATE, so claimants on every node take different
-//! rows without waiting for each other and each run has exactly one winner. Where the
-//! answer depends on the row (a requeue that dead-letters, a rescue), the row is locked
-//! with `SELECT ... FOR UPDATE` and changed by a guarded UPDATE in the same transaction.
+//! rows without waiting for each other and each run has exactly one winner. The store
+//! decides nothing about retries: each apply is one UPDATE whose guard re-checks what the
+//! runtime's decision read (owner, `running`, staleness, the requeue count, the pending
+//! effect), so a heartbeat, a cancel or another reaper on any node that lands first wins
+//! and the late decision changes nothing.
 
 use async_trait::async_trait;
-use runwarden_mcp::Effect;
-use runwarden_runtime::RunState;
-use runwarden_runtime::queue::{
-    Claim, DeadLetter, QueueStore, Requeue, RequeueAnswer, Rescue, Rescued,
-};
+use runwarden_runtime::queue::{Claim, QueueStore, RequeueAnswer, RequeueApply, RescueApply};
 use runwarden_runtime::store::Run;
+use runwarden_runtime::{RetryDecision, RunState};
 use runwarden_vault::store::StoreError;
 
 use crate::PgStore;
-use crate::failure::{Failure, finish};
-use crate::run_store::{RUN_COLUMNS, read_run, run_row};
+use crate::run_store::{RUN_COLUMNS, run_row};
 
 const REQUEUEING: &str = "requeueing a run";
 
@@ -54,223 +53,154 @@ impl QueueStore for PgStore {
         .await
     }
 
-    async fn run_requeue(&self, params: Requeue) -> Result<RequeueAnswer, StoreError> {
+    async fn run_requeue_apply(&self, params: RequeueApply) -> Result<RequeueAnswer, StoreError> {
         self.with(REQUEUEING, async {
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            let result = async {
-                let Some(run) = read_run(&*tx, &params.id, true).await? else {
-                    return Ok(RequeueAnswer::LeaseLost);
-                };
-                if run.status == RunState::Cancelled {
-                    // R4: cancelled is terminal; no retry path takes it.
-                    return Ok(RequeueAnswer::AlreadyCancelled);
-                }
-                if run.status != RunState::Running || run.claimed_by.as_deref() != Some(&params.owner)
-                {
-                    // R3: only the segment holding the lease may requeue the run.
-                    return Ok(RequeueAnswer::LeaseLost);
-                }
-                let (changed, answer) = match decide(&run, params.counts, params.max_requeues) {
-                    None => {
-                        let requeue_count = run.requeue_count.saturating_add(u32::from(params.counts));
-                        let changed = tx
-                            .execute(
-                                "UPDATE runs SET status = 'queued', claimed_by = NULL, lease_expires_ms = NULL,
-                                     retry_at_ms = $1, termination_reason = $2,
-                                     requeue_count = requeue_count + $3, updated_ms = $4
-                                 WHERE id = $5 AND status = 'running' AND claimed_by = $6",
-                                &[
-                                    &params.retry_at_ms,
-                                    &params.reason,
-                                    &i64::from(params.counts),
-                                    &params.now_ms,
-                                    &params.id,
-                                    &params.owner,
-                                ],
-                            )
-                            .await?;
-                        (changed, RequeueAnswer::Requeued { requeue_count })
-                    }
-                    Some(code) => {
-                        let reason = format!("{}: {}", code.as_str(), params.reason);
-                        // R7: pending_effect stays, so the record shows the write that was in flight.
-                        let changed = tx
-                            .execute(
-                                "UPDATE runs SET status = 'failed', termination_reason = $1, updated_ms = $2
-                                 WHERE id = $3 AND status = 'running' AND claimed_by = $4",
-                                &[&reason, &params.now_ms, &params.id, &params.owner],
-                            )
-                            .await?;
-                        (changed, RequeueAnswer::DeadLettered(code))
-                    }
-                };
-                if changed != 1 {
-                    return Err(StoreError::new(
-                        REQUEUEING,
-                        format!(
-                            "run {} changed inside the requeue's transaction: retry the requeue",
-                            params.id
-                        ),
-                    )
-                    .into());
-                }
-                Ok(answer)
-            }
-            .await;
-            finish(tx, result).await
-        })
-        .await
-    }
-
-    async fn run_rescue_many(&self, params: Rescue) -> Result<Vec<Rescued>, StoreError> {
-        self.with("rescuing stale runs", async {
-            let stale: Vec<String> = {
-                let client = self.client().await?;
-                let rows = client
-                    .query(
-                        "SELECT id FROM runs WHERE status = 'running' AND lease_expires_ms < $1
-                         ORDER BY lease_expires_ms, id LIMIT $2",
-                        &[&params.now_ms, &i64::from(params.limit)],
-                    )
-                    .await?;
-                rows.iter()
-                    .map(|row| row.try_get(0))
-                    .collect::<Result<_, _>>()?
-            };
-            let mut rescued = Vec::new();
-            for id in stale {
-                if let Some(action) = self.rescue_one(&id, &params).await? {
-                    rescued.push(Rescued { id, action });
-                }
-            }
-            Ok(rescued)
-        })
-        .await
-    }
-}
-
-impl PgStore {
-    /// Requeues or dead-letters one run if it is still stale, in a transaction of its own;
-    /// `None` when a heartbeat, a settle or a cancel got there first (nothing changed).
-    async fn rescue_one(
-        &self,
-        id: &str,
-        params: &Rescue,
-    ) -> Result<Option<RequeueAnswer>, Failure> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let result = async {
-            let Some(run) = read_run(&*tx, id, true).await? else {
-                return Ok(None);
-            };
-            let stale = run.status == RunState::Running
-                && run
-                    .lease_expires_ms
-                    .is_some_and(|until| until < params.now_ms);
-            if !stale {
-                return Ok(None);
-            }
-            let old_owner = run.claimed_by.as_deref();
-            let who = old_owner.unwrap_or("no segment");
-            // R9: staleness and the owner are re-checked inside each update, so a heartbeat
-            // that landed first (a renewed lease) wins over the reaper.
-            let (changed, action) = match decide(&run, true, params.max_requeues) {
-                None => {
-                    let retry_at_ms = params
-                        .now_ms
-                        .saturating_add(backoff(params.backoff_base_ms, run.requeue_count));
-                    let changed = tx
+            let client = self.client().await?;
+            let requeue_count = i64::from(params.requeue_count);
+            // R9: the guard is what the decision read: the owner holds the lease of a
+            // running run with the same requeue count and pending effect.
+            let changed = match params.decision {
+                RetryDecision::Requeue { retry_at_ms } => {
+                    client
                         .execute(
-                            "UPDATE runs SET status = 'queued', claimed_by = NULL, lease_expires_ms = NULL,
-                                 retry_at_ms = $1, termination_reason = $2,
-                                 requeue_count = requeue_count + 1, updated_ms = $3
-                             WHERE id = $4 AND status = 'running' AND lease_expires_ms < $3
-                                 AND claimed_by IS NOT DISTINCT FROM $5",
+                            "UPDATE runs SET status = 'queued', claimed_by = NULL,
+                                 lease_expires_ms = NULL, retry_at_ms = $5,
+                                 termination_reason = $6, requeue_count = requeue_count + $7,
+                                 updated_ms = $8
+                             WHERE id = $1 AND status = 'running' AND claimed_by = $2
+                                 AND requeue_count = $3
+                                 AND pending_effect IS NOT DISTINCT FROM $4",
                             &[
+                                &params.id,
+                                &params.owner,
+                                &requeue_count,
+                                &params.pending_effect,
                                 &retry_at_ms,
-                                &format!("the lease of {who} expired"),
+                                &params.reason,
+                                &i64::from(params.counts),
                                 &params.now_ms,
-                                &id,
-                                &old_owner,
                             ],
                         )
-                        .await?;
-                    let requeue_count = run.requeue_count.saturating_add(1);
-                    (changed, RequeueAnswer::Requeued { requeue_count })
+                        .await?
                 }
-                Some(code) => {
-                    let why = match code {
-                        DeadLetter::FencedWrite => format!(
-                            "the lease of {who} expired while a {} was in flight; it may have run, \
-                             so the run is never retried",
-                            Effect::NonIdempotentWrite.as_str()
-                        ),
-                        DeadLetter::NotRetryable => format!(
-                            "the lease of {who} expired and the run has no stored request to retry from"
-                        ),
-                        DeadLetter::RetriesExhausted => format!(
-                            "the lease of {who} expired after {} requeues (at most {})",
-                            run.requeue_count, params.max_requeues
-                        ),
-                    };
-                    // R7: pending_effect stays, so the record shows the write that was in flight.
-                    let changed = tx
+                // R7: pending_effect stays, so the record shows the write that was in flight.
+                RetryDecision::DeadLetter(_) => {
+                    client
                         .execute(
-                            "UPDATE runs SET status = 'failed', termination_reason = $1, updated_ms = $2
-                             WHERE id = $3 AND status = 'running' AND lease_expires_ms < $2
-                                 AND claimed_by IS NOT DISTINCT FROM $4",
+                            "UPDATE runs SET status = 'failed', termination_reason = $5,
+                                 updated_ms = $6
+                             WHERE id = $1 AND status = 'running' AND claimed_by = $2
+                                 AND requeue_count = $3
+                                 AND pending_effect IS NOT DISTINCT FROM $4",
                             &[
-                                &format!("{}: {why}", code.as_str()),
+                                &params.id,
+                                &params.owner,
+                                &requeue_count,
+                                &params.pending_effect,
+                                &params.reason,
                                 &params.now_ms,
-                                &id,
-                                &old_owner,
                             ],
                         )
-                        .await?;
-                    (changed, RequeueAnswer::DeadLettered(code))
+                        .await?
                 }
             };
-            if changed != 1 {
-                return Ok(None);
+            if changed == 1 {
+                return Ok(match params.decision {
+                    RetryDecision::Requeue { .. } => RequeueAnswer::Requeued {
+                        requeue_count: params
+                            .requeue_count
+                            .saturating_add(u32::from(params.counts)),
+                    },
+                    RetryDecision::DeadLetter(code) => RequeueAnswer::DeadLettered(code),
+                });
             }
-            Ok(Some(action))
-        }
-        .await;
-        finish(tx, result).await
+            let status: Option<String> = client
+                .query_opt("SELECT status FROM runs WHERE id = $1", &[&params.id])
+                .await?
+                .map(|row| row.try_get(0))
+                .transpose()?;
+            Ok(if status.as_deref() == Some(RunState::Cancelled.as_str()) {
+                // R4: no retry path takes a cancelled run.
+                RequeueAnswer::AlreadyCancelled
+            } else {
+                RequeueAnswer::LeaseLost
+            })
+        })
+        .await
     }
-}
 
-/// R9: why a run held by its segment may not go back to the queue; `None` means requeue.
-fn decide(run: &Run, counts: bool, max_requeues: u32) -> Option<DeadLetter> {
-    if run.pending_effect.as_deref() == Some(Effect::NonIdempotentWrite.as_str()) {
-        // R9: the write may have run; it is never retried, whatever the budget. An
-        // idempotent write may run again, so it does not stop a requeue.
-        Some(DeadLetter::FencedWrite)
-    } else if run.request.is_none() {
-        Some(DeadLetter::NotRetryable)
-    } else if counts && run.requeue_count >= max_requeues {
-        Some(DeadLetter::RetriesExhausted)
-    } else {
-        None
+    async fn run_stale(&self, now_ms: i64, limit: u32) -> Result<Vec<Run>, StoreError> {
+        self.with("finding stale runs", async {
+            let client = self.client().await?;
+            let rows = client
+                .query(
+                    &format!(
+                        "SELECT {RUN_COLUMNS} FROM runs
+                         WHERE status = 'running' AND lease_expires_ms < $1
+                         ORDER BY lease_expires_ms, id LIMIT $2"
+                    ),
+                    &[&now_ms, &i64::from(limit)],
+                )
+                .await?;
+            rows.iter().map(run_row).collect()
+        })
+        .await
     }
-}
 
-/// R9: `base * 2^requeues`, saturating; no jitter, so the store stays deterministic.
-fn backoff(base_ms: i64, requeues: u32) -> i64 {
-    let factor = 2_i64.checked_pow(requeues).unwrap_or(i64::MAX);
-    base_ms.max(0).saturating_mul(factor)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_per_requeue_and_saturates() {
-        assert_eq!(backoff(100, 0), 100);
-        assert_eq!(backoff(100, 3), 800);
-        assert_eq!(backoff(100, u32::MAX), i64::MAX);
-        assert_eq!(backoff(-5, 2), 0, "a negative base means no delay");
+    async fn run_rescue_apply(&self, params: RescueApply) -> Result<bool, StoreError> {
+        self.with("rescuing a stale run", async {
+            let client = self.client().await?;
+            let requeue_count = i64::from(params.requeue_count);
+            // R9: still stale, still held by the same owner with the same count and fence:
+            // a heartbeat (or a fence, which renews the lease) that landed first wins.
+            let changed = match params.decision {
+                RetryDecision::Requeue { retry_at_ms } => {
+                    client
+                        .execute(
+                            "UPDATE runs SET status = 'queued', claimed_by = NULL,
+                                 lease_expires_ms = NULL, retry_at_ms = $6,
+                                 termination_reason = $7, requeue_count = requeue_count + 1,
+                                 updated_ms = $2
+                             WHERE id = $1 AND status = 'running' AND lease_expires_ms < $2
+                                 AND claimed_by IS NOT DISTINCT FROM $3
+                                 AND requeue_count = $4
+                                 AND pending_effect IS NOT DISTINCT FROM $5",
+                            &[
+                                &params.id,
+                                &params.now_ms,
+                                &params.owner,
+                                &requeue_count,
+                                &params.pending_effect,
+                                &retry_at_ms,
+                                &params.reason,
+                            ],
+                        )
+                        .await?
+                }
+                // R7: pending_effect stays, so the record shows the write that was in flight.
+                RetryDecision::DeadLetter(_) => {
+                    client
+                        .execute(
+                            "UPDATE runs SET status = 'failed', termination_reason = $6,
+                                 updated_ms = $2
+                             WHERE id = $1 AND status = 'running' AND lease_expires_ms < $2
+                                 AND claimed_by IS NOT DISTINCT FROM $3
+                                 AND requeue_count = $4
+                                 AND pending_effect IS NOT DISTINCT FROM $5",
+                            &[
+                                &params.id,
+                                &params.now_ms,
+                                &params.owner,
+                                &requeue_count,
+                                &params.pending_effect,
+                                &params.reason,
+                            ],
+                        )
+                        .await?
+                }
+            };
+            Ok(changed == 1)
+        })
+        .await
     }
 }

@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use runwarden_runtime::queue::{Claim, QueueStore, Requeue, RequeueAnswer};
+use runwarden_runtime::RetryDecision;
+use runwarden_runtime::queue::{Claim, QueueStore, RequeueAnswer, RequeueApply};
 use runwarden_runtime::store::{EventAppend, NewRunStatus, RunCreate, RunStore};
 use runwarden_runtime::{Change, RunState};
 use runwarden_vault::audit::{AuditEvent, action};
@@ -293,9 +294,9 @@ async fn appenders_on_two_nodes_never_share_an_event_sequence() {
     assert_eq!(stored, expected);
 }
 
-/// A call that locks a row and answers without changing it (a refused requeue) releases
-/// the lock before it answers: the very next claim, on another pooled connection, finds
-/// the run instead of skipping it as locked.
+/// A call that answers without changing a row (a refused requeue: its guard matched
+/// nothing) holds no lock after it answers: the very next claim, on another pooled
+/// connection, finds the run instead of skipping it as locked.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_call_releases_its_row_lock_before_it_answers() {
     let db = TestDb::new().await;
@@ -315,13 +316,14 @@ async fn a_refused_call_releases_its_row_lock_before_it_answers() {
             .await
             .unwrap();
         let refused = store
-            .run_requeue(Requeue {
+            .run_requeue_apply(RequeueApply {
                 id: id.clone(),
                 owner: "not-the-owner".into(),
+                requeue_count: 0,
+                pending_effect: None,
+                decision: RetryDecision::Requeue { retry_at_ms: t0 },
                 reason: "test".into(),
-                retry_at_ms: t0,
                 counts: true,
-                max_requeues: 3,
                 now_ms: t0,
             })
             .await

@@ -1,20 +1,19 @@
-//! `QueueStore` for SQLite: a worker's claim of a queued run (SPEC R3), the requeue after a
-//! retryable failure or a graceful stop, and the reaper's rescue of stale runs (R9).
+//! `QueueStore` for SQLite: a worker's claim of a queued run (SPEC R3), and applying the
+//! runtime's retry decisions: a segment's requeue or dead letter, and the reaper's rescue
+//! of stale runs (R9).
 //!
 //! Every transition is one guarded UPDATE whose affected-row count decides, so a claim
-//! race across processes has exactly one winner and a heartbeat that lands first wins over
-//! the reaper. Where the answer depends on the row (a requeue that dead-letters, a rescue),
-//! the read and the guarded update share one `BEGIN IMMEDIATE` transaction.
+//! race across processes has exactly one winner. The store decides nothing about retries:
+//! each apply's guard re-checks what the runtime's decision read (owner, `running`,
+//! staleness, the requeue count, the pending effect), so a heartbeat, a cancel or another
+//! reaper that lands first wins and the late decision changes nothing.
 
 use async_trait::async_trait;
-use runwarden_mcp::Effect;
-use runwarden_runtime::RunState;
-use runwarden_runtime::queue::{
-    Claim, DeadLetter, QueueStore, Requeue, RequeueAnswer, Rescue, Rescued,
-};
+use runwarden_runtime::queue::{Claim, QueueStore, RequeueAnswer, RequeueApply, RescueApply};
 use runwarden_runtime::store::Run;
+use runwarden_runtime::{RetryDecision, RunState};
 use runwarden_vault::store::StoreError;
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::SqliteStore;
 use crate::failure::Failure;
@@ -28,6 +27,7 @@ const CLAIM_CANDIDATES: i64 = 8;
 const CLAIM_ROUNDS: usize = 4;
 
 const REQUEUEING: &str = "requeueing a run";
+const RESCUING: &str = "rescuing a stale run";
 
 #[async_trait]
 impl QueueStore for SqliteStore {
@@ -41,25 +41,43 @@ impl QueueStore for SqliteStore {
         Ok(run)
     }
 
-    async fn run_requeue(&self, params: Requeue) -> Result<RequeueAnswer, StoreError> {
+    async fn run_requeue_apply(&self, params: RequeueApply) -> Result<RequeueAnswer, StoreError> {
         let run_id = params.id.clone();
         let answer = self
-            .run(REQUEUEING, move |conn| requeue(conn, &params))
+            .run(REQUEUEING, move |conn| requeue_apply(conn, &params))
             .await?;
         publish_requeue(self, &run_id, answer);
         Ok(answer)
     }
 
-    async fn run_rescue_many(&self, params: Rescue) -> Result<Vec<Rescued>, StoreError> {
-        let rescued = self
-            .run("rescuing stale runs", move |conn| {
-                rescue_many(conn, &params)
-            })
+    async fn run_stale(&self, now_ms: i64, limit: u32) -> Result<Vec<Run>, StoreError> {
+        self.run("finding stale runs", move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {RUN_COLUMNS} FROM runs WHERE status = 'running' AND lease_expires_ms < ?1
+                 ORDER BY lease_expires_ms, id LIMIT ?2"
+            ))?;
+            let rows = stmt
+                .query_map(params![now_ms, i64::from(limit)], run_columns)?
+                .collect::<Result<Vec<_>, _>>()?;
+            rows.into_iter().map(run_row).collect()
+        })
+        .await
+    }
+
+    async fn run_rescue_apply(&self, params: RescueApply) -> Result<bool, StoreError> {
+        let run_id = params.id.clone();
+        let decision = params.decision;
+        let applied = self
+            .run(RESCUING, move |conn| rescue_apply(conn, &params))
             .await?;
-        for one in &rescued {
-            publish_requeue(self, &one.id, one.action);
+        if applied {
+            let status = match decision {
+                RetryDecision::Requeue { .. } => RunState::Queued,
+                RetryDecision::DeadLetter(_) => RunState::Failed,
+            };
+            publish_status(self.feed(), &run_id, status);
         }
-        Ok(rescued)
+        Ok(applied)
     }
 }
 
@@ -111,209 +129,112 @@ fn claim(conn: &Connection, params: &Claim) -> Result<Option<Run>, Failure> {
     Ok(None)
 }
 
-/// R9: back to the queue, or dead-lettered, decided on the row read inside the transaction.
-fn requeue(conn: &mut Connection, params: &Requeue) -> Result<RequeueAnswer, Failure> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let Some(run) = read_run(&tx, &params.id)? else {
-        return Ok(RequeueAnswer::LeaseLost);
-    };
-    if run.status == RunState::Cancelled {
-        // R4: cancelled is terminal; no retry path takes it.
-        return Ok(RequeueAnswer::AlreadyCancelled);
-    }
-    if run.status != RunState::Running || run.claimed_by.as_deref() != Some(&params.owner) {
-        // R3: only the segment holding the lease may requeue the run.
-        return Ok(RequeueAnswer::LeaseLost);
-    }
-    let (changed, answer) = match decide(&run, params.counts, params.max_requeues) {
-        None => {
-            let requeue_count = run.requeue_count.saturating_add(u32::from(params.counts));
-            let changed = tx.execute(
-                "UPDATE runs SET status = 'queued', claimed_by = NULL, lease_expires_ms = NULL,
-                     retry_at_ms = ?1, termination_reason = ?2,
-                     requeue_count = requeue_count + ?3, updated_ms = ?4
-                 WHERE id = ?5 AND status = 'running' AND claimed_by = ?6",
+/// R9: applies a segment's decision, guarded by what it read: the owner holds the lease
+/// of a running run with the same requeue count and pending effect. When the guard
+/// matches nothing, the row says whether a cancel won (R4) or the lease is lost (R3).
+fn requeue_apply(conn: &Connection, params: &RequeueApply) -> Result<RequeueAnswer, Failure> {
+    const GUARD: &str = "id = ?1 AND status = 'running' AND claimed_by = ?2
+        AND requeue_count = ?3 AND pending_effect IS ?4";
+    let (changed, answer) = match params.decision {
+        RetryDecision::Requeue { retry_at_ms } => {
+            let counts = u32::from(params.counts);
+            let changed = conn.execute(
+                &format!(
+                    "UPDATE runs SET status = 'queued', claimed_by = NULL, lease_expires_ms = NULL,
+                         retry_at_ms = ?5, termination_reason = ?6,
+                         requeue_count = requeue_count + ?7, updated_ms = ?8
+                     WHERE {GUARD}"
+                ),
                 params![
-                    params.retry_at_ms,
-                    params.reason,
-                    i64::from(params.counts),
-                    params.now_ms,
                     params.id,
-                    params.owner
-                ],
-            )?;
-            (changed, RequeueAnswer::Requeued { requeue_count })
-        }
-        Some(code) => {
-            let reason = format!("{}: {}", code.as_str(), params.reason);
-            // R7: pending_effect stays, so the record shows the write that was in flight.
-            let changed = tx.execute(
-                "UPDATE runs SET status = 'failed', termination_reason = ?1, updated_ms = ?2
-                 WHERE id = ?3 AND status = 'running' AND claimed_by = ?4",
-                params![reason, params.now_ms, params.id, params.owner],
-            )?;
-            (changed, RequeueAnswer::DeadLettered(code))
-        }
-    };
-    if changed != 1 {
-        return Err(StoreError::new(
-            REQUEUEING,
-            format!(
-                "run {} changed inside the requeue's transaction: retry the requeue",
-                params.id
-            ),
-        )
-        .into());
-    }
-    tx.commit()?;
-    Ok(answer)
-}
-
-/// R9: every stale running run, oldest lease first, each in a transaction of its own.
-fn rescue_many(conn: &mut Connection, params: &Rescue) -> Result<Vec<Rescued>, Failure> {
-    let stale = conn
-        .prepare_cached(
-            "SELECT id FROM runs WHERE status = 'running' AND lease_expires_ms < ?1
-             ORDER BY lease_expires_ms, id LIMIT ?2",
-        )?
-        .query_map(params![params.now_ms, i64::from(params.limit)], |row| {
-            row.get::<_, String>(0)
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut rescued = Vec::new();
-    for id in stale {
-        if let Some(action) = rescue_one(conn, &id, params)? {
-            rescued.push(Rescued { id, action });
-        }
-    }
-    Ok(rescued)
-}
-
-/// Requeues or dead-letters one run if it is still stale; `None` when a heartbeat, a
-/// settle or a cancel got there first (nothing changed).
-fn rescue_one(
-    conn: &mut Connection,
-    id: &str,
-    params: &Rescue,
-) -> Result<Option<RequeueAnswer>, Failure> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let Some(run) = read_run(&tx, id)? else {
-        return Ok(None);
-    };
-    let stale = run.status == RunState::Running
-        && run
-            .lease_expires_ms
-            .is_some_and(|until| until < params.now_ms);
-    if !stale {
-        return Ok(None);
-    }
-    let old_owner = run.claimed_by.as_deref();
-    let who = old_owner.unwrap_or("no segment");
-    // R9: staleness and the owner are re-checked inside each update, so a heartbeat that
-    // landed first (a renewed lease) wins over the reaper.
-    let (changed, action) = match decide(&run, true, params.max_requeues) {
-        None => {
-            let retry_at_ms = params
-                .now_ms
-                .saturating_add(backoff(params.backoff_base_ms, run.requeue_count));
-            let changed = tx.execute(
-                "UPDATE runs SET status = 'queued', claimed_by = NULL, lease_expires_ms = NULL,
-                     retry_at_ms = ?1, termination_reason = ?2,
-                     requeue_count = requeue_count + 1, updated_ms = ?3
-                 WHERE id = ?4 AND status = 'running' AND lease_expires_ms < ?3
-                     AND claimed_by IS ?5",
-                params![
+                    params.owner,
+                    params.requeue_count,
+                    params.pending_effect,
                     retry_at_ms,
-                    format!("the lease of {who} expired"),
-                    params.now_ms,
-                    id,
-                    old_owner
+                    params.reason,
+                    counts,
+                    params.now_ms
                 ],
             )?;
-            let requeue_count = run.requeue_count.saturating_add(1);
+            let requeue_count = params.requeue_count.saturating_add(counts);
             (changed, RequeueAnswer::Requeued { requeue_count })
         }
-        Some(code) => {
-            let why = match code {
-                DeadLetter::FencedWrite => format!(
-                    "the lease of {who} expired while a {} was in flight; it may have run, \
-                     so the run is never retried",
-                    Effect::NonIdempotentWrite.as_str()
-                ),
-                DeadLetter::NotRetryable => format!(
-                    "the lease of {who} expired and the run has no stored request to retry from"
-                ),
-                DeadLetter::RetriesExhausted => format!(
-                    "the lease of {who} expired after {} requeues (at most {})",
-                    run.requeue_count, params.max_requeues
-                ),
-            };
+        RetryDecision::DeadLetter(code) => {
             // R7: pending_effect stays, so the record shows the write that was in flight.
-            let changed = tx.execute(
-                "UPDATE runs SET status = 'failed', termination_reason = ?1, updated_ms = ?2
-                 WHERE id = ?3 AND status = 'running' AND lease_expires_ms < ?2
-                     AND claimed_by IS ?4",
+            let changed = conn.execute(
+                &format!(
+                    "UPDATE runs SET status = 'failed', termination_reason = ?5, updated_ms = ?6
+                     WHERE {GUARD}"
+                ),
                 params![
-                    format!("{}: {why}", code.as_str()),
-                    params.now_ms,
-                    id,
-                    old_owner
+                    params.id,
+                    params.owner,
+                    params.requeue_count,
+                    params.pending_effect,
+                    params.reason,
+                    params.now_ms
                 ],
             )?;
             (changed, RequeueAnswer::DeadLettered(code))
         }
     };
-    if changed != 1 {
-        return Ok(None);
+    if changed == 1 {
+        return Ok(answer);
     }
-    tx.commit()?;
-    Ok(Some(action))
-}
-
-/// R9: why a run held by its segment may not go back to the queue; `None` means requeue.
-fn decide(run: &Run, counts: bool, max_requeues: u32) -> Option<DeadLetter> {
-    if run.pending_effect.as_deref() == Some(Effect::NonIdempotentWrite.as_str()) {
-        // R9: the write may have run; it is never retried, whatever the budget. An
-        // idempotent write may run again, so it does not stop a requeue.
-        Some(DeadLetter::FencedWrite)
-    } else if run.request.is_none() {
-        Some(DeadLetter::NotRetryable)
-    } else if counts && run.requeue_count >= max_requeues {
-        Some(DeadLetter::RetriesExhausted)
-    } else {
-        None
-    }
-}
-
-/// R9: `base * 2^requeues`, saturating; no jitter, so the store stays deterministic.
-fn backoff(base_ms: i64, requeues: u32) -> i64 {
-    let factor = 2_i64.checked_pow(requeues).unwrap_or(i64::MAX);
-    base_ms.max(0).saturating_mul(factor)
-}
-
-/// Run `id` inside the caller's transaction.
-fn read_run(conn: &Connection, id: &str) -> Result<Option<Run>, Failure> {
-    let columns = conn
+    let status: Option<String> = conn
         .query_row(
-            &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"),
-            [id],
-            run_columns,
+            "SELECT status FROM runs WHERE id = ?1",
+            [&params.id],
+            |row| row.get(0),
         )
         .optional()?;
-    columns.map(run_row).transpose()
+    Ok(if status.as_deref() == Some(RunState::Cancelled.as_str()) {
+        // R4: no retry path takes a cancelled run.
+        RequeueAnswer::AlreadyCancelled
+    } else {
+        RequeueAnswer::LeaseLost
+    })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_per_requeue_and_saturates() {
-        assert_eq!(backoff(100, 0), 100);
-        assert_eq!(backoff(100, 1), 200);
-        assert_eq!(backoff(100, 3), 800);
-        assert_eq!(backoff(100, 62), i64::MAX);
-        assert_eq!(backoff(100, u32::MAX), i64::MAX);
-        assert_eq!(backoff(-5, 2), 0, "a negative base means no delay");
-    }
+/// R9: applies the reaper's decision to one run if it is still stale and unchanged since
+/// it was read; false when a heartbeat, a settle, a cancel or another reaper got there
+/// first (nothing changed).
+fn rescue_apply(conn: &Connection, params: &RescueApply) -> Result<bool, Failure> {
+    const GUARD: &str = "id = ?1 AND status = 'running' AND lease_expires_ms < ?2
+        AND claimed_by IS ?3 AND requeue_count = ?4 AND pending_effect IS ?5";
+    let changed = match params.decision {
+        RetryDecision::Requeue { retry_at_ms } => conn.execute(
+            &format!(
+                "UPDATE runs SET status = 'queued', claimed_by = NULL, lease_expires_ms = NULL,
+                     retry_at_ms = ?6, termination_reason = ?7,
+                     requeue_count = requeue_count + 1, updated_ms = ?2
+                 WHERE {GUARD}"
+            ),
+            params![
+                params.id,
+                params.now_ms,
+                params.owner,
+                params.requeue_count,
+                params.pending_effect,
+                retry_at_ms,
+                params.reason
+            ],
+        )?,
+        // R7: pending_effect stays, so the record shows the write that was in flight.
+        RetryDecision::DeadLetter(_) => conn.execute(
+            &format!(
+                "UPDATE runs SET status = 'failed', termination_reason = ?6, updated_ms = ?2
+                 WHERE {GUARD}"
+            ),
+            params![
+                params.id,
+                params.now_ms,
+                params.owner,
+                params.requeue_count,
+                params.pending_effect,
+                params.reason
+            ],
+        )?,
+    };
+    Ok(changed == 1)
 }

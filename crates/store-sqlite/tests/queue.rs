@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use runwarden_runtime::RunState;
-use runwarden_runtime::queue::{Claim, QueueStore, Rescue};
+use runwarden_runtime::queue::{Claim, QueueStore};
 use runwarden_runtime::store::{Heartbeat, NewRunStatus, RunCreate, RunStore};
+use runwarden_runtime::{RetryPolicy, reap_at};
 use runwarden_store_sqlite::SqliteStore;
 use serde_json::json;
 
@@ -105,7 +106,10 @@ async fn a_heartbeat_committed_by_another_connection_wins_over_the_reaper() {
         .unwrap()
         .unwrap();
     assert_eq!(claimed.id, "beat-1");
-    // The reaper's process sees the lease run out; the worker's heartbeat lands first.
+    // The reaper's process reads the run as stale and decides; then the worker's heartbeat
+    // lands before the reaper applies its decision.
+    let stale = reaper.run_stale(1_000, 10).await.unwrap();
+    assert_eq!(stale.len(), 1, "the reaper sees the lease run out");
     let renewed = worker
         .run_heartbeat(Heartbeat {
             id: "beat-1".into(),
@@ -116,15 +120,32 @@ async fn a_heartbeat_committed_by_another_connection_wins_over_the_reaper() {
         .await
         .unwrap();
     assert!(renewed);
-    let rescue = Rescue {
+    let policy = RetryPolicy::default();
+    let decision = policy.decide(
+        &stale[0],
+        runwarden_runtime::RequeueCause::LeaseExpired,
+        1_000,
+        0.5,
+    );
+    let late = runwarden_runtime::queue::RescueApply {
+        id: "beat-1".into(),
+        owner: stale[0].claimed_by.clone(),
+        requeue_count: stale[0].requeue_count,
+        pending_effect: stale[0].pending_effect.clone(),
+        decision,
+        reason: "the lease of worker-a expired".into(),
         now_ms: 1_000,
-        max_requeues: 3,
-        backoff_base_ms: 100,
-        limit: 10,
     };
     assert!(
-        reaper.run_rescue_many(rescue).await.unwrap().is_empty(),
+        !reaper.run_rescue_apply(late).await.unwrap(),
         "R9: staleness is re-checked against the committed row"
+    );
+    assert!(
+        reap_at(&reaper, &policy, 1_000, 10, None)
+            .await
+            .unwrap()
+            .is_empty(),
+        "R9: a fresh pass finds nothing stale"
     );
     let run = reaper.run_get("beat-1").await.unwrap().unwrap();
     assert_eq!(run.status, RunState::Running);

@@ -2,21 +2,27 @@
 //! dead-letter (R9), the reaper's rescue of stale runs and its race with a heartbeat (R9),
 //! and what a cancel (R4) and a lost lease (R3) mean for both.
 //!
+//! The store decides nothing about retries: as in the runtime, each check reads the run,
+//! decides with [`RetryPolicy::decide`], and hands the store the decision to apply. So the
+//! checks prove both that the store applies what it is told and that its guard re-checks
+//! what the decision read: a decision made on a row that changed since changes nothing.
+//!
 //! Claims and rescues look at every row of the store, so each check retires the runs it
 //! leaves behind (a cancel: a cancelled run is never claimed or rescued) and the next check
 //! starts from a store with nothing queued and nothing running.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use runwarden_mcp::Effect;
 use runwarden_runtime::queue::{
-    Claim, DeadLetter, QueueStore, Requeue, RequeueAnswer, Rescue, Rescued,
+    Claim, DeadLetter, QueueStore, RequeueAnswer, RequeueApply, RescueApply, Rescued,
 };
 use runwarden_runtime::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunSettle,
     SettleAnswer,
 };
-use runwarden_runtime::{Change, RunState};
+use runwarden_runtime::{Change, RequeueCause, RetryDecision, RetryPolicy, RunState, reap_at};
 use serde_json::json;
 use tokio::sync::broadcast;
 
@@ -53,6 +59,9 @@ pub async fn exercise_queue_store(store: Arc<dyn QueueStore>) {
     the_reaper_takes_at_most_limit_runs_oldest_lease_first(s).await;
     the_reaper_leaves_fresh_leases_alone(s).await;
     a_heartbeat_that_lands_first_wins_over_the_reaper(s).await;
+    a_requeue_decided_on_a_row_that_changed_since_changes_nothing(s).await;
+    a_rescue_decided_on_a_row_that_changed_since_is_skipped(s).await;
+    two_reapers_deciding_on_one_stale_run_apply_exactly_once(&store).await;
     the_reaper_never_touches_a_cancelled_run(s).await;
     the_old_owner_cannot_append_after_the_reaper_took_the_run(s).await;
 
@@ -118,6 +127,20 @@ async fn claim_expecting(store: &dyn QueueStore, id: &str, now_ms: i64) -> Run {
     run
 }
 
+/// A segment's requeue in these checks. The runtime's policy decides on the row as read;
+/// the due time of a requeue is fixed (`retry_at_ms`) so the checks can claim at a known
+/// instant (the policy's backoff has its own tests in the runtime, and the reaper's is
+/// checked here through [`reap_at`]).
+struct Requeue {
+    id: String,
+    owner: String,
+    reason: String,
+    retry_at_ms: i64,
+    counts: bool,
+    max_requeues: u32,
+    now_ms: i64,
+}
+
 fn requeue(id: &str, owner: &str, counts: bool, max_requeues: u32) -> Requeue {
     Requeue {
         id: id.into(),
@@ -130,8 +153,46 @@ fn requeue(id: &str, owner: &str, counts: bool, max_requeues: u32) -> Requeue {
     }
 }
 
+/// Reads the run, decides with the runtime's policy, and applies the decision.
 async fn requeued(store: &dyn QueueStore, params: Requeue) -> RequeueAnswer {
-    store.run_requeue(params).await.expect("run_requeue")
+    let policy = RetryPolicy {
+        max_requeues: params.max_requeues,
+        ..RetryPolicy::default()
+    };
+    let cause = if params.counts {
+        RequeueCause::Failure
+    } else {
+        RequeueCause::Drain
+    };
+    let read = store.run_get(&params.id).await.expect("run_get");
+    let decision = match &read {
+        Some(run) => policy.decide(run, cause, params.now_ms, 1.0),
+        None => RetryDecision::Requeue { retry_at_ms: 0 },
+    };
+    let (decision, reason) = match decision {
+        RetryDecision::Requeue { .. } => (
+            RetryDecision::Requeue {
+                retry_at_ms: params.retry_at_ms,
+            },
+            params.reason,
+        ),
+        RetryDecision::DeadLetter(code) => {
+            (decision, format!("{}: {}", code.as_str(), params.reason))
+        }
+    };
+    store
+        .run_requeue_apply(RequeueApply {
+            id: params.id,
+            owner: params.owner,
+            requeue_count: read.as_ref().map_or(0, |r| r.requeue_count),
+            pending_effect: read.and_then(|r| r.pending_effect),
+            decision,
+            reason,
+            counts: params.counts,
+            now_ms: params.now_ms,
+        })
+        .await
+        .expect("run_requeue_apply")
 }
 
 async fn fence(store: &dyn QueueStore, id: &str, owner: &str, effect: Effect, until: i64) {
@@ -148,6 +209,16 @@ async fn fence(store: &dyn QueueStore, id: &str, owner: &str, effect: Effect, un
     assert!(marked, "the owner may mark its fence");
 }
 
+/// One reaper pass in these checks: the runtime's [`reap_at`] with a 100 ms base and full
+/// jitter, so the delays are exactly 100, 200, 400, ... ms.
+#[derive(Clone)]
+struct Rescue {
+    now_ms: i64,
+    max_requeues: u32,
+    backoff_base_ms: u64,
+    limit: u32,
+}
+
 fn rescue(now_ms: i64, max_requeues: u32) -> Rescue {
     Rescue {
         now_ms,
@@ -158,10 +229,14 @@ fn rescue(now_ms: i64, max_requeues: u32) -> Rescue {
 }
 
 async fn rescued(store: &dyn QueueStore, params: Rescue) -> Vec<Rescued> {
-    store
-        .run_rescue_many(params)
+    let policy = RetryPolicy {
+        max_requeues: params.max_requeues,
+        base: Duration::from_millis(params.backoff_base_ms),
+        max: Duration::from_secs(3_600),
+    };
+    reap_at(store, &policy, params.now_ms, params.limit, Some(1.0))
         .await
-        .expect("run_rescue_many")
+        .expect("a reaper pass")
 }
 
 fn event(id: &str, owner: &str) -> EventAppend {
@@ -898,6 +973,186 @@ async fn the_old_owner_cannot_append_after_the_reaper_took_the_run(store: &dyn Q
         store.run_settle(settle("taken-1", OTHER)).await.unwrap(),
         SettleAnswer::Settled
     );
+}
+
+async fn a_requeue_decided_on_a_row_that_changed_since_changes_nothing(store: &dyn QueueStore) {
+    // The requeue count moved: the reaper took the run and the same owner claimed it again.
+    create(store, running("stale-read-count", OWNER, T0 + 100)).await;
+    let read = get(store, "stale-read-count").await;
+    let policy = RetryPolicy::default();
+    let decision = policy.decide(&read, RequeueCause::Failure, T0 + 10, 0.5);
+    assert!(matches!(decision, RetryDecision::Requeue { .. }));
+    assert_eq!(rescued(store, rescue(T0 + 1_000, BUDGET)).await.len(), 1);
+    claim_expecting(store, "stale-read-count", T0 + 9_000).await;
+    let held = get(store, "stale-read-count").await;
+    assert_eq!(held.requeue_count, 1);
+    let late = RequeueApply {
+        id: read.id.clone(),
+        owner: OWNER.into(),
+        requeue_count: read.requeue_count,
+        pending_effect: read.pending_effect.clone(),
+        decision,
+        reason: "the model answered 503".into(),
+        counts: true,
+        now_ms: T0 + 9_010,
+    };
+    assert_eq!(
+        store.run_requeue_apply(late).await.unwrap(),
+        RequeueAnswer::LeaseLost,
+        "R9: the guard re-checks the requeue count the decision read"
+    );
+    assert_eq!(get(store, "stale-read-count").await, held);
+
+    // The pending effect moved: a non-idempotent write was fenced after the read, so a
+    // requeue decided before it must not put the run back.
+    create(store, running("stale-read-fence", OWNER, T0 + LEASE)).await;
+    let read = get(store, "stale-read-fence").await;
+    let decision = policy.decide(&read, RequeueCause::Failure, T0 + 10, 0.5);
+    fence(
+        store,
+        "stale-read-fence",
+        OWNER,
+        Effect::NonIdempotentWrite,
+        T0 + LEASE,
+    )
+    .await;
+    let fenced = get(store, "stale-read-fence").await;
+    let late = RequeueApply {
+        id: read.id.clone(),
+        owner: OWNER.into(),
+        requeue_count: read.requeue_count,
+        pending_effect: read.pending_effect.clone(),
+        decision,
+        reason: "the model answered 503".into(),
+        counts: true,
+        now_ms: T0 + 20,
+    };
+    assert_eq!(
+        store.run_requeue_apply(late).await.unwrap(),
+        RequeueAnswer::LeaseLost,
+        "R9: a fenced write is never requeued on a decision that did not see the fence"
+    );
+    assert_eq!(get(store, "stale-read-fence").await, fenced);
+    retire(store, &["stale-read-count", "stale-read-fence"]).await;
+}
+
+async fn a_rescue_decided_on_a_row_that_changed_since_is_skipped(store: &dyn QueueStore) {
+    let policy = RetryPolicy::default();
+    let late = |run: &Run, now_ms: i64| RescueApply {
+        id: run.id.clone(),
+        owner: run.claimed_by.clone(),
+        requeue_count: run.requeue_count,
+        pending_effect: run.pending_effect.clone(),
+        decision: policy.decide(run, RequeueCause::LeaseExpired, now_ms, 0.5),
+        reason: "the lease expired".into(),
+        now_ms,
+    };
+    // Settled after the reaper read it.
+    create(store, running("rescue-settled", OWNER, T0 + 100)).await;
+    let stale = store.run_stale(T0 + 1_000, 100).await.unwrap();
+    assert_eq!(
+        stale.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["rescue-settled"],
+        "R9: the one expired lease"
+    );
+    assert_eq!(
+        stale[0],
+        get(store, "rescue-settled").await,
+        "the whole row"
+    );
+    let renewed = store
+        .run_heartbeat(Heartbeat {
+            id: "rescue-settled".into(),
+            owner: OWNER.into(),
+            lease_until_ms: T0 + 900 + LEASE,
+            now_ms: T0 + 900,
+        })
+        .await
+        .unwrap();
+    assert!(renewed);
+    assert_eq!(
+        store
+            .run_settle(settle("rescue-settled", OWNER))
+            .await
+            .unwrap(),
+        SettleAnswer::Settled
+    );
+    let done = get(store, "rescue-settled").await;
+    assert!(
+        !store
+            .run_rescue_apply(late(&stale[0], T0 + 1_000))
+            .await
+            .unwrap(),
+        "R9: a settled run is not rescued"
+    );
+    assert_eq!(get(store, "rescue-settled").await, done);
+
+    // Fenced by its (slow) owner after the read: the lease was renewed and the mark moved.
+    create(store, running("rescue-fenced-late", OWNER, T0 + 100)).await;
+    let stale = store.run_stale(T0 + 1_000, 100).await.unwrap();
+    assert_eq!(stale.len(), 1);
+    fence(
+        store,
+        "rescue-fenced-late",
+        OWNER,
+        Effect::NonIdempotentWrite,
+        T0 + 1_000,
+    )
+    .await;
+    let expired_again = T0 + 2_000;
+    let fenced = get(store, "rescue-fenced-late").await;
+    assert!(
+        !store
+            .run_rescue_apply(late(&stale[0], expired_again))
+            .await
+            .unwrap(),
+        "R9: a requeue decided before the fence never lands after it"
+    );
+    assert_eq!(get(store, "rescue-fenced-late").await, fenced);
+    assert_eq!(
+        rescued(store, rescue(expired_again, BUDGET)).await,
+        [Rescued {
+            id: "rescue-fenced-late".into(),
+            action: RequeueAnswer::DeadLettered(DeadLetter::FencedWrite)
+        }],
+        "a fresh read sees the fence and dead-letters"
+    );
+}
+
+async fn two_reapers_deciding_on_one_stale_run_apply_exactly_once(store: &Arc<dyn QueueStore>) {
+    const REAPERS: usize = 8;
+    create(&**store, running("reaped-once", OWNER, T0 + 100)).await;
+    let read = store.run_stale(T0 + 1_000, 100).await.unwrap();
+    assert_eq!(read.len(), 1);
+    let mut tasks = Vec::new();
+    for n in 0..REAPERS {
+        let (store, run) = (Arc::clone(store), read[0].clone());
+        tasks.push(tokio::spawn(async move {
+            let policy = RetryPolicy::default();
+            let apply = RescueApply {
+                id: run.id.clone(),
+                owner: run.claimed_by.clone(),
+                requeue_count: run.requeue_count,
+                pending_effect: run.pending_effect.clone(),
+                decision: policy.decide(&run, RequeueCause::LeaseExpired, T0 + 1_000, 0.5),
+                reason: format!("reaper {n}: the lease expired"),
+                now_ms: T0 + 1_000,
+            };
+            store
+                .run_rescue_apply(apply)
+                .await
+                .expect("run_rescue_apply")
+        }));
+    }
+    let mut applied = 0;
+    for task in tasks {
+        applied += usize::from(task.await.expect("a reaper panicked"));
+    }
+    assert_eq!(applied, 1, "R9: one stale run is rescued exactly once");
+    let back = get(&**store, "reaped-once").await;
+    assert_eq!(back.status, RunState::Queued);
+    assert_eq!(back.requeue_count, 1, "the budget is spent once");
+    retire(&**store, &["reaped-once"]).await;
 }
 
 /// How long a published change may take to arrive (PostgreSQL's NOTIFY crosses a

@@ -1,6 +1,6 @@
 //! V8: how far a request got, as a fact the vault reports with every outcome.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Whether a request may have reached the server (SPEC V8).
 ///
@@ -8,7 +8,8 @@ use serde::Serialize;
 /// Layers above carry the value up unchanged or make it *less* certain; none may turn
 /// [`MaybeDelivered`](Self::MaybeDelivered) into [`NotSent`](Self::NotSent), because that
 /// is how a write that reached the server gets made twice.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+// Deserialize: the runtime reads a step's delivery back from its durable event (R11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Delivery {
     /// Provably nothing of the request reached the server: refused, cancelled before

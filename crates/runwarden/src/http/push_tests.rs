@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use runwarden_runtime::queue::{Claim, Requeue, Rescue, Rescued};
+use runwarden_runtime::queue::{Claim, RequeueApply, RescueApply};
 use runwarden_runtime::store::{
     EventAppend, FenceMark, Heartbeat, NewRunStatus, RunCreate, RunSettle, SettleAnswer,
 };
@@ -120,13 +120,17 @@ impl QueueStore for Counting {
         }
         claimed
     }
-    async fn run_requeue(&self, params: Requeue) -> Result<RequeueAnswer, StoreError> {
+    async fn run_requeue_apply(&self, params: RequeueApply) -> Result<RequeueAnswer, StoreError> {
         self.count();
-        self.inner.run_requeue(params).await
+        self.inner.run_requeue_apply(params).await
     }
     /// Not counted: the reaper's pass (R9) runs on its own timer, idle or not.
-    async fn run_rescue_many(&self, params: Rescue) -> Result<Vec<Rescued>, StoreError> {
-        self.inner.run_rescue_many(params).await
+    async fn run_stale(&self, now_ms: i64, limit: u32) -> Result<Vec<Run>, StoreError> {
+        self.inner.run_stale(now_ms, limit).await
+    }
+    /// Not counted, like [`run_stale`](Self::run_stale).
+    async fn run_rescue_apply(&self, params: RescueApply) -> Result<bool, StoreError> {
+        self.inner.run_rescue_apply(params).await
     }
 }
 

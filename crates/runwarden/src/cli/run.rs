@@ -10,6 +10,7 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use runwarden_mcp::{CatalogueStore, McpClient};
 use runwarden_models::{Anthropic, ModelProvider, OpenAiCompatible, Scripted};
+use runwarden_runtime::events::{EventBody, EventDecodeError, is_final_kind};
 use runwarden_runtime::{
     AgentError, AgentSource, AgentSpec, CancelAnswer, Outcome, RunEvent, RunState, bind_tools,
     clamp_rounds,
@@ -158,11 +159,11 @@ impl AgentSource for AgentBuilder {
     }
 }
 
-/// One event as a line for people.
+/// One event as a line for people, rendered from its typed body. An event this binary
+/// cannot read (a newer kind, a damaged payload) is still shown, raw, with why: a viewer
+/// never hides a row.
 pub(crate) fn event_line(event: &RunEvent) -> String {
-    let p = &event.payload;
-    let text = |v: &Value| -> String {
-        let s = v.as_str().unwrap_or_default();
+    let text = |s: &str| -> String {
         let line = s.lines().next().unwrap_or_default();
         if line.chars().count() > 120 {
             format!("{}…", line.chars().take(119).collect::<String>())
@@ -170,39 +171,59 @@ pub(crate) fn event_line(event: &RunEvent) -> String {
             line.to_string()
         }
     };
-    let round = p["round"]
-        .as_u64()
+    let body = match EventBody::decode(&event.run_id, event.seq, &event.kind, &event.payload) {
+        Ok(body) => body,
+        Err(EventDecodeError::UnknownKind { .. }) => {
+            return format!("[{}] {}: {}", event.seq, event.kind, event.payload);
+        }
+        Err(error) => return format!("[{}] {}: unreadable ({error})", event.seq, event.kind),
+    };
+    let round = body
+        .round()
         .map(|r| format!("round {r}: "))
         .unwrap_or_default();
-    let body = match event.kind.as_str() {
-        "run_started" => format!("started: agent {}", text(&p["agent"])),
-        "model_response" => match p["tool_calls"].as_array().filter(|c| !c.is_empty()) {
-            Some(calls) => {
-                let names: Vec<&str> = calls.iter().filter_map(|c| c["name"].as_str()).collect();
-                format!("model asked for {}", names.join(", "))
-            }
-            None => format!("model answered: {}", text(&p["text"])),
-        },
-        "model_failed" => format!("model call failed: {}", text(&p["error"])),
-        "model_cancelled" => format!("model call cancelled: {}", text(&p["error"])),
-        "tool_executed" => format!(
+    let line = match &body {
+        EventBody::RunStarted(e) => format!("started: agent {}", text(&e.agent)),
+        EventBody::RunResumed(e) => {
+            format!(
+                "resumed: attempt {} after round {}",
+                e.attempt, e.from_round
+            )
+        }
+        EventBody::ModelResponse(e) if !e.tool_calls.is_empty() => {
+            let names: Vec<&str> = e.tool_calls.iter().map(|c| c.name.as_str()).collect();
+            format!("model asked for {}", names.join(", "))
+        }
+        EventBody::ModelResponse(e) => {
+            format!(
+                "model answered: {}",
+                text(e.text.as_deref().unwrap_or_default())
+            )
+        }
+        EventBody::ModelFailed(e) => format!("model call failed: {}", text(&e.error)),
+        EventBody::ModelCancelled(e) => format!("model call cancelled: {}", text(&e.error)),
+        EventBody::ToolExecuted(e) => format!(
             "tool {} {}: {}",
-            text(&p["tool"]),
-            text(&p["outcome"]),
-            text(&p["text"])
+            text(&e.tool),
+            e.outcome.as_str(),
+            text(&e.text)
         ),
-        "effect_uncertain" => format!(
+        EventBody::EffectUncertain(e) => format!(
             "tool {} {}, effect uncertain (the call may have reached the server): {}",
-            text(&p["tool"]),
-            text(&p["outcome"]),
-            text(&p["text"])
+            text(&e.tool),
+            e.outcome.as_str(),
+            text(&e.text)
         ),
-        "run_completed" => format!("completed: {}", text(&p["reason"])),
-        "run_failed" => format!("failed: {}", text(&p["reason"])),
-        "run_stopped" => format!("stopped: {}", text(&p["outcome"])),
-        other => format!("{other}: {p}"),
+        EventBody::RunRequeued(e) => format!(
+            "requeued (retry in {} ms): {}",
+            e.retry_in_ms,
+            text(&e.reason)
+        ),
+        EventBody::RunCompleted(e) => format!("completed: {}", text(&e.reason)),
+        EventBody::RunFailed(e) => format!("failed: {}", text(&e.reason)),
+        EventBody::RunStopped(e) => format!("stopped: {}", e.outcome.as_str()),
     };
-    format!("[{}] {round}{body}", event.seq)
+    format!("[{}] {round}{line}", event.seq)
 }
 
 /// One event as JSON for machines (`--json`): one object per line, with the run id.
@@ -389,9 +410,6 @@ pub(crate) async fn status(cx: &Context, args: RunIdArgs) -> anyhow::Result<Exit
     Ok(ExitCode::SUCCESS)
 }
 
-/// Event kinds after which a run writes nothing more.
-pub(crate) const FINAL_KINDS: [&str; 3] = ["run_completed", "run_failed", "run_stopped"];
-
 /// The inverse of [`event_json`].
 fn event_from_json(event: &Value) -> RunEvent {
     let time_ms = event["time"]
@@ -438,7 +456,7 @@ async fn events_from_server(
         after = server
             .follow(&args.run_id, after, |event| {
                 let event = event_from_json(event);
-                saw_final |= FINAL_KINDS.contains(&event.kind.as_str());
+                saw_final |= is_final_kind(&event.kind);
                 print_event(cx.json, &event);
             })
             .await?;
@@ -474,7 +492,7 @@ async fn events_from_store(cx: &Context, args: EventsArgs) -> anyhow::Result<Exi
         for event in &events {
             print_event(cx.json, event);
             after = event.seq;
-            saw_final |= FINAL_KINDS.contains(&event.kind.as_str());
+            saw_final |= is_final_kind(&event.kind);
         }
         if !args.follow || saw_final {
             return Ok(ExitCode::SUCCESS);
@@ -507,3 +525,43 @@ async fn events_from_store(cx: &Context, args: EventsArgs) -> anyhow::Result<Exi
 /// After a run is terminal with no final event yet, how long its segment may still write
 /// one before `events --follow` stops anyway.
 const TERMINAL_GRACE: Duration = Duration::from_secs(3);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: &str, payload: Value) -> RunEvent {
+        RunEvent {
+            run_id: "r-1".into(),
+            seq: 3,
+            kind: kind.into(),
+            payload,
+            time_ms: 0,
+        }
+    }
+
+    #[test]
+    fn each_event_is_rendered_from_its_type_and_an_unreadable_one_is_shown_with_why() {
+        let requeued =
+            json!({"reason": "the model answered 503", "counts": true, "retry_in_ms": 1500});
+        assert_eq!(
+            event_line(&event("run_requeued", requeued)),
+            "[3] requeued (retry in 1500 ms): the model answered 503"
+        );
+        let refused = json!({"round": 2, "call_id": "c", "tool": "srv__x", "outcome": "refused", "text": "no tool named \"srv__x\""});
+        assert_eq!(
+            event_line(&event("tool_executed", refused)),
+            "[3] round 2: tool srv__x refused: no tool named \"srv__x\""
+        );
+        let damaged = event_line(&event("run_failed", json!({"why": "?"})));
+        assert!(
+            damaged.starts_with("[3] run_failed: unreadable (event 3 (run_failed) of run r-1"),
+            "{damaged}"
+        );
+        assert_eq!(
+            event_line(&event("cancel_issued", json!({"at": 1}))),
+            "[3] cancel_issued: {\"at\":1}",
+            "a kind the runtime does not write (the demo's timeline) is shown raw"
+        );
+    }
+}

@@ -13,6 +13,7 @@ use axum::http::header::ACCEPT;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
+use runwarden_runtime::events::is_final_kind;
 use runwarden_runtime::{Change, RunEvent, StopLevel};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -21,7 +22,7 @@ use tokio::time::Instant;
 
 use super::AppState;
 use super::error::{ApiError, Path, Query};
-use crate::cli::run::{FINAL_KINDS, event_json};
+use crate::cli::run::event_json;
 use crate::live::{News, news_of};
 
 /// After a run is terminal with no final event yet, how long its segment may still
@@ -141,7 +142,7 @@ fn tail(
         loop {
             if let Some(event) = tail.pending.pop_front() {
                 tail.after = event.seq;
-                if FINAL_KINDS.contains(&event.kind.as_str()) {
+                if is_final_kind(&event.kind) {
                     tail.finished = true;
                     tail.pending.clear(); // a run writes nothing after its final event
                 }

@@ -90,6 +90,17 @@ fn code(body: &Value) -> &str {
 }
 
 #[test]
+fn the_openapi_document_lists_exactly_the_event_kinds_the_runtime_writes() {
+    let doc: Value = serde_json::from_str(OPENAPI).expect("docs/openapi.json is JSON");
+    let kinds = &doc["components"]["schemas"]["Event"]["properties"]["kind"]["enum"];
+    assert_eq!(
+        kinds,
+        &json!(runwarden_runtime::events::EVENT_KINDS),
+        "docs/openapi.json's Event.kind enum is the runtime's list"
+    );
+}
+
+#[test]
 fn the_openapi_document_describes_exactly_the_routes_of_the_router() {
     let doc: Value = serde_json::from_str(OPENAPI).expect("docs/openapi.json is JSON");
     assert_eq!(doc["openapi"], "3.1.0");

@@ -7,7 +7,10 @@
 //! "cancelled?" from memory; an operator's cancel through [`Executor::cancel`] wakes the
 //! watcher via the [`CancelHub`], and the store's change feed wakes it for cancels made
 //! elsewhere. [`is_run_cancelled`] is the one definition of cancelled. Outcomes are values
-//! ([`Outcome`]), never errors. The crate contains no SQL.
+//! ([`Outcome`]), never errors. Each step is stored as a typed, versioned [`EventBody`],
+//! and resumption refuses an event it cannot read. Whether a run goes back to the queue or
+//! is dead-lettered is decided here ([`RetryPolicy::decide`]); a [`QueueStore`] only
+//! applies the decision under a guard. The crate contains no SQL.
 //!
 //! ```no_run
 //! # async fn example(executor: runwarden_runtime::Executor, agent: runwarden_runtime::AgentSpec) {

@@ -178,10 +178,16 @@ async fn retries_stop_at_the_requeue_cap_with_retries_exhausted() {
         ]
     );
     let row = store.run_get(&id).await.unwrap().unwrap();
-    assert!(
-        row.termination_reason
-            .unwrap()
-            .starts_with("RETRIES_EXHAUSTED")
+    let reason = row.termination_reason.unwrap();
+    assert!(reason.starts_with("RETRIES_EXHAUSTED"));
+    let events = store.run_events(&id, 0, 0).await.unwrap();
+    let requeued = events.iter().filter(|e| e.kind == "run_requeued").count();
+    assert_eq!(requeued, 3, "one run_requeued step per requeue");
+    let last = events.last().unwrap();
+    assert_eq!(
+        (last.kind.as_str(), last.payload["reason"].as_str()),
+        ("run_failed", Some(reason.as_str())),
+        "the dead letter is the run's end in its log, with the row's reason"
     );
 }
 

@@ -138,7 +138,7 @@ impl Api {
     }
 
     /// One request; the status and the body (JSON when it parses, else a string).
-    async fn call(
+    pub(crate) async fn call(
         &self,
         method: &str,
         path: &str,
@@ -429,20 +429,25 @@ async fn pages_of_runs_cover_every_run_once_newest_first() {
 
 /// One Server-Sent Event as the stream carried it.
 #[derive(Debug, Clone, PartialEq)]
-struct SseEvent {
-    id: i64,
-    kind: String,
-    data: Value,
+pub(crate) struct SseEvent {
+    pub(crate) id: i64,
+    pub(crate) kind: String,
+    pub(crate) data: Value,
 }
 
 /// Reads an event stream: events as they are complete, `None` when the stream ends.
-struct SseReader {
+pub(crate) struct SseReader {
     response: reqwest::Response,
     buffer: String,
 }
 
 impl SseReader {
-    async fn open(api: &Api, run_id: &str, token: &str, last_event_id: Option<i64>) -> Self {
+    pub(crate) async fn open(
+        api: &Api,
+        run_id: &str,
+        token: &str,
+        last_event_id: Option<i64>,
+    ) -> Self {
         let mut request = api
             .http
             .get(format!("{}/v1/runs/{run_id}/events", api.base))
@@ -464,7 +469,7 @@ impl SseReader {
         }
     }
 
-    async fn next(&mut self) -> Option<SseEvent> {
+    pub(crate) async fn next(&mut self) -> Option<SseEvent> {
         loop {
             while let Some(end) = self.buffer.find("\n\n") {
                 let block: String = self.buffer.drain(..end + 2).collect();

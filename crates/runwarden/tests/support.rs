@@ -36,6 +36,28 @@ impl Sandbox {
         sandbox
     }
 
+    /// A directory after `runwarden init` on the store at `url` (e.g. a PostgreSQL database
+    /// of `TempCluster`), which its config then names in `[store] url`, so every command
+    /// run here, and every node started here, uses that store (O3 amended).
+    pub(crate) fn initialised_on(url: &str) -> Self {
+        let sandbox = Self::empty();
+        let mut init = sandbox.command(&["init"]);
+        init.env("RUNWARDEN_DATABASE_URL", url);
+        sandbox.run_command(init).ok();
+        let text = std::fs::read_to_string(sandbox.config()).expect("init wrote the config");
+        assert!(
+            text.contains("\n[store]\n"),
+            "the template changed:\n{text}"
+        );
+        let text = text.replace("\n[store]\n", &format!("\n[store]\nurl = \"{url}\"\n"));
+        std::fs::write(sandbox.config(), text).expect("the config is writable");
+        assert!(
+            !sandbox.database().exists(),
+            "no SQLite file with another store"
+        );
+        sandbox
+    }
+
     pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }

@@ -13,6 +13,7 @@ mod hardening;
 mod init;
 mod json;
 mod mcp;
+mod nodes;
 mod rotate;
 mod run;
 mod secret;

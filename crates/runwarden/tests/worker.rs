@@ -20,9 +20,9 @@ use crate::support::Live as Child;
 use crate::support::{Ended, Sandbox, runwarden};
 
 /// A bound on a step that should take milliseconds; it only fails a hung test.
-const WAIT: Duration = Duration::from_secs(10);
+pub(crate) const WAIT: Duration = Duration::from_secs(10);
 /// Short leases so a dead worker's run is recoverable within about a second.
-const WORKER_SETTINGS: &str = "lease_seconds = 1.0\nheartbeat_seconds = 0.3\nreap_seconds = 0.2\nretry_base_seconds = 0.05\ngrace_seconds = 20\n";
+pub(crate) const WORKER_SETTINGS: &str = "lease_seconds = 1.0\nheartbeat_seconds = 0.3\nreap_seconds = 0.2\nretry_base_seconds = 0.05\ngrace_seconds = 20\n";
 /// Makes each worker log what its reaper did, so a test can wait for that line.
 const REAPER_LOG: &str = "runwarden_runtime::worker=info";
 /// How many kill -9 trials the write test repeats.
@@ -32,7 +32,7 @@ const TRIALS: usize = 20;
 /// `create` whose argument starts with `answer`, the database lock the server took before
 /// answering it (so the worker cannot record the answer).
 #[derive(Clone, Default)]
-struct Calls(
+pub(crate) struct Calls(
     Arc<Mutex<BTreeMap<String, usize>>>,
     Arc<Mutex<Option<LockHold>>>,
 );
@@ -41,12 +41,12 @@ struct Calls(
 type LockHold = (PathBuf, Option<rusqlite::Connection>);
 
 impl Calls {
-    fn of(&self, tool: &str, q: &str) -> usize {
+    pub(crate) fn of(&self, tool: &str, q: &str) -> usize {
         let calls = self.0.lock().expect("not poisoned");
         calls.get(&format!("{tool} {q}")).copied().unwrap_or(0)
     }
 
-    fn total(&self, tool: &str) -> usize {
+    pub(crate) fn total(&self, tool: &str) -> usize {
         let calls = self.0.lock().expect("not poisoned");
         let prefix = format!("{tool} ");
         calls
@@ -59,8 +59,8 @@ impl Calls {
 
 /// An MCP server with three tools that counts every `tools/call` before it answers:
 /// `create` (a non-idempotent write) never answers, so a call to it is in flight until the
-/// client goes away, except `create({"q": "answer..."})`, which takes the database's write
-/// lock and then answers; `search` (read-only) stalls on its first call for each argument and
+/// client goes away, except `create({"q": "answer..."})`, which answers (after taking the
+/// SQLite database's write lock when [`Calls`] names a database to lock); `search` (read-only) stalls on its first call for each argument and
 /// answers the later ones; `lookup` (read-only) answers at once.
 fn counting_server(calls: Calls) -> impl Fn(&HttpRequest) -> Reply + Send + Sync + 'static {
     let answer = mcp_handler(vec![tool("create"), tool("search"), tool("lookup")], &[]);
@@ -94,14 +94,14 @@ fn counting_server(calls: Calls) -> impl Fn(&HttpRequest) -> Reply + Send + Sync
 }
 
 /// One installation: a sandbox whose agents use the counting server `srv`.
-struct Install {
-    sandbox: Arc<Sandbox>,
-    server: TestServer,
-    calls: Calls,
+pub(crate) struct Install {
+    pub(crate) sandbox: Arc<Sandbox>,
+    pub(crate) server: TestServer,
+    pub(crate) calls: Calls,
 }
 
 /// A plan with one tool call `srv__<tool>({"q": q})`, then a final answer.
-fn call_then_answer(tool: &str, q: &str) -> Value {
+pub(crate) fn call_then_answer(tool: &str, q: &str) -> Value {
     json!([
         {"tool_calls": [{"name": format!("srv__{tool}"), "arguments": {"q": q}}]},
         {"text": "done"}
@@ -110,7 +110,7 @@ fn call_then_answer(tool: &str, q: &str) -> Value {
 
 /// `n` agents `<name>K`, each calling `create({"q": "<q> K"})` once, so the server counts
 /// per run.
-fn write_agents(name: &str, q: &str, n: usize) -> Vec<(String, Value)> {
+pub(crate) fn write_agents(name: &str, q: &str, n: usize) -> Vec<(String, Value)> {
     (0..n)
         .map(|k| {
             (
@@ -126,13 +126,22 @@ fn answer_at_once() -> Value {
     json!([{"text": "done"}])
 }
 
-/// An initialised sandbox with short leases, the counting server imported as `srv`
-/// (`search` and `lookup` declared read-only), agent `quick` answering at once, and one
-/// scripted agent per `(name, plan)`.
+/// An initialised sandbox (SQLite) with short leases, the counting server imported as
+/// `srv` (`search` and `lookup` declared read-only), agent `quick` answering at once, and
+/// one scripted agent per `(name, plan)`.
 async fn install(agents: &[(String, Value)]) -> Install {
+    install_in(Sandbox::initialised(), WORKER_SETTINGS, agents).await
+}
+
+/// [`install`] in an initialised `sandbox` (whichever store it names), with the
+/// `[worker]` settings `worker_settings` in place of the template's lease and heartbeat.
+pub(crate) async fn install_in(
+    sandbox: Sandbox,
+    worker_settings: &str,
+    agents: &[(String, Value)],
+) -> Install {
     let calls = Calls::default();
     let mut server = TestServer::start(counting_server(calls.clone())).await;
-    let sandbox = Sandbox::initialised();
     sandbox.allow_loopback();
     let mut text = std::fs::read_to_string(sandbox.config()).unwrap();
     for template_line in ["lease_seconds = 30 ", "heartbeat_seconds = 10 "] {
@@ -147,7 +156,7 @@ async fn install(agents: &[(String, Value)]) -> Install {
         text.contains("\n[worker]\n"),
         "the template changed:\n{text}"
     );
-    text = text.replace("\n[worker]\n", &format!("\n[worker]\n{WORKER_SETTINGS}"));
+    text = text.replace("\n[worker]\n", &format!("\n[worker]\n{worker_settings}"));
     text.push_str(&format!(
         "\n[mcp.servers.srv]\nurl = \"{}\"\n\n[mcp.servers.srv.tools.search]\neffect = \"read_only\"\n\n[mcp.servers.srv.tools.lookup]\neffect = \"read_only\"\n",
         server.url("/mcp")
@@ -175,7 +184,7 @@ async fn install(agents: &[(String, Value)]) -> Install {
 }
 
 /// `enqueue`; the run id it printed.
-async fn enqueue(sandbox: &Arc<Sandbox>, agent: &str, prompt: &str) -> String {
+pub(crate) async fn enqueue(sandbox: &Arc<Sandbox>, agent: &str, prompt: &str) -> String {
     let out = runwarden(sandbox, &["enqueue", "--agent", agent, prompt])
         .await
         .ok();
@@ -185,7 +194,7 @@ async fn enqueue(sandbox: &Arc<Sandbox>, agent: &str, prompt: &str) -> String {
 }
 
 /// `status --json`.
-async fn status(sandbox: &Arc<Sandbox>, id: &str) -> Value {
+pub(crate) async fn status(sandbox: &Arc<Sandbox>, id: &str) -> Value {
     runwarden(sandbox, &["--json", "status", id])
         .await
         .ok()
@@ -193,7 +202,7 @@ async fn status(sandbox: &Arc<Sandbox>, id: &str) -> Value {
 }
 
 /// `events --json`, one object per line.
-async fn events(sandbox: &Arc<Sandbox>, id: &str) -> Vec<Value> {
+pub(crate) async fn events(sandbox: &Arc<Sandbox>, id: &str) -> Vec<Value> {
     runwarden(sandbox, &["--json", "events", id])
         .await
         .ok()
@@ -204,13 +213,13 @@ async fn events(sandbox: &Arc<Sandbox>, id: &str) -> Vec<Value> {
         .collect()
 }
 
-fn kinds(events: &[Value]) -> Vec<&str> {
+pub(crate) fn kinds(events: &[Value]) -> Vec<&str> {
     events.iter().map(|e| e["kind"].as_str().unwrap()).collect()
 }
 
 /// Waits until the wall clock is past the lease expiry `status` reported. The reaper
 /// compares `lease_expires < now`, so a few milliseconds past it the run is stale.
-async fn past_lease_expiry(status: &Value) {
+pub(crate) async fn past_lease_expiry(status: &Value) {
     let text = status["lease_expires"]
         .as_str()
         .unwrap_or_else(|| panic!("a running run has a lease: {status:#}"));
@@ -224,7 +233,7 @@ async fn past_lease_expiry(status: &Value) {
 }
 
 /// Waits until the server holds the `tools/call` of `tool` with argument `q`.
-async fn until_call_is_held(server: &mut TestServer, tool: &str, q: &str) {
+pub(crate) async fn until_call_is_held(server: &mut TestServer, tool: &str, q: &str) {
     loop {
         let request = server.next_request(WAIT).await;
         let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
@@ -239,7 +248,7 @@ async fn until_call_is_held(server: &mut TestServer, tool: &str, q: &str) {
 
 impl Child {
     /// `runwarden --json worker [--concurrency N]`, its reaper logging what it recovers.
-    fn worker(sandbox: &Sandbox, concurrency: Option<usize>) -> Self {
+    pub(crate) fn worker(sandbox: &Sandbox, concurrency: Option<usize>) -> Self {
         let concurrency = concurrency.map(|n| n.to_string());
         let mut args = vec!["--json", "worker"];
         if let Some(n) = &concurrency {
@@ -251,7 +260,7 @@ impl Child {
     }
 
     /// Reads outcome lines until the one for `run_id`; returns it and the lines before it.
-    async fn outcome_of(&mut self, run_id: &str) -> (Value, Vec<Value>) {
+    pub(crate) async fn outcome_of(&mut self, run_id: &str) -> (Value, Vec<Value>) {
         let mut before = Vec::new();
         loop {
             let line = self.json().await;
@@ -263,7 +272,7 @@ impl Child {
     }
 
     /// Reads stderr until a line containing every one of `needles`.
-    async fn until_stderr(&mut self, needles: &[&str]) -> String {
+    pub(crate) async fn until_stderr(&mut self, needles: &[&str]) -> String {
         loop {
             let line = tokio::time::timeout(WAIT, self.stderr.recv())
                 .await
@@ -276,7 +285,7 @@ impl Child {
     }
 
     /// SIGTERM on a worker with nothing running: it exits at once, successfully.
-    async fn stop_idle(&mut self) -> Ended {
+    pub(crate) async fn stop_idle(&mut self) -> Ended {
         let since = Instant::now();
         self.signal("TERM");
         let ended = self.ended(since, Duration::from_secs(2)).await;
@@ -286,7 +295,7 @@ impl Child {
 }
 
 /// The worker's closing summary, the last stdout line of `--json worker`.
-fn summary(ended: &Ended) -> Value {
+pub(crate) fn summary(ended: &Ended) -> Value {
     let last = ended.stdout.last().unwrap_or_else(|| panic!("{ended:#?}"));
     let summary: Value = serde_json::from_str(last).unwrap();
     assert_eq!(summary["stopped"], true, "{ended:#?}");

@@ -1,20 +1,24 @@
-//! Measures queued-run throughput of `runwarden worker` processes (1, 4 and 16 slots on one
-//! SQLite file) and the time from `kill -9` of a worker to its run being requeued (read-only
-//! call in flight) or dead-lettered (non-idempotent write in flight); run:
-//! `cargo bench -p runwarden --bench workers [-- --json]`.
+//! Measures queued-run throughput of `runwarden worker` processes (1, 4 and 16 slots in
+//! one process, and 1, 2 and 4 processes of 4 slots) on one SQLite file and on one
+//! PostgreSQL database, and the time from `kill -9` of a worker to its run being requeued
+//! (read-only call in flight) or dead-lettered (non-idempotent write in flight); run:
+//! `cargo bench -p runwarden --bench workers [-- --json] [throughput|recovery]`.
 //!
 //! Everything is the real release binary (`CARGO_BIN_EXE_runwarden`, which Cargo sets for
 //! benches as for integration tests) run as child processes in a scratch installation,
 //! against an MCP server from `runwarden-testkit` on 127.0.0.1, on its own one-worker
-//! runtime so the workers' load does not queue its answers.
+//! runtime so the workers' load does not queue its answers. PostgreSQL is the shared test
+//! server when `RUNWARDEN_TEST_PG_URL` names one, else a cluster in a temporary directory
+//! (`runwarden_testkit::TempCluster`), removed at the end.
 //!
-//! Throughput: 200 runs are enqueued (`runwarden enqueue`, one process each; the enqueue
-//! latency is reported too), then the worker processes start together. A scripted agent
-//! (instant) calls an instant read-only MCP tool once and then answers. "runs/s" is 200
-//! divided by the time from spawning the workers to the 200th outcome line (process start
-//! included); "steady runs/s" is 199 over first to last outcome line. Each layout is
-//! measured three times; the table shows the median and the range, and the ratio of the
-//! median to one slot's, measured in the same run.
+//! Throughput: [`RUNS`] runs are enqueued (`runwarden enqueue`, one process each, four at
+//! a time; the enqueue latency is reported too), then the worker processes start together.
+//! A scripted agent (instant) calls an instant read-only MCP tool once and then answers.
+//! "runs/s" is the runs divided by the time from spawning the workers to the last outcome
+//! line (process start included); "steady runs/s" is one run fewer over first to last
+//! outcome line. Each layout is measured three times; the table shows the median and the
+//! range, and the ratio of the median to one slot's on the same store, measured in the
+//! same run; a second table puts the two stores side by side.
 //!
 //! Recovery: lease 1 s, heartbeat 0.3 s, reaper every 0.2 s. A victim worker (one slot)
 //! claims a run whose tool call the server holds; a standby worker is up and has completed
@@ -116,20 +120,49 @@ impl Server {
     }
 }
 
-/// A scratch installation: `runwarden init`, loopback admitted, the server imported as
-/// `srv`, and the agents `instant` (lookup, then answer), `reader` (search, then answer),
-/// `writer` (create, then answer) and `quick` (answers at once).
+/// Where an installation keeps its runs.
+enum Store {
+    /// The embedded default: one SQLite file in the data directory.
+    Sqlite,
+    /// A database of a PostgreSQL server (O3 amended), by URL.
+    Postgres(String),
+}
+
+impl Store {
+    fn name(&self) -> &'static str {
+        match self {
+            Store::Sqlite => "SQLite",
+            Store::Postgres(_) => "PostgreSQL",
+        }
+    }
+}
+
+/// A scratch installation on `store`: `runwarden init`, loopback admitted, the server
+/// imported as `srv`, and the agents `instant` (lookup, then answer), `reader` (search,
+/// then answer), `writer` (create, then answer) and `quick` (answers at once).
 struct Install {
     dir: tempfile::TempDir,
 }
 
 impl Install {
-    fn new(server: &mut Server, worker_settings: &str) -> Self {
+    fn new(server: &mut Server, worker_settings: &str, store: &Store) -> Self {
         let install = Self {
             dir: tempfile::tempdir().expect("a temporary directory"),
         };
-        install.ok(&["init"]);
+        let mut init = install.command(&["init"]);
+        if let Store::Postgres(url) = store {
+            init.env("RUNWARDEN_DATABASE_URL", url);
+        }
+        let out = init.output().expect("the binary runs");
+        assert!(
+            out.status.success(),
+            "runwarden init failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let mut text = std::fs::read_to_string(install.config()).expect("init wrote the config");
+        if let Store::Postgres(url) = store {
+            text = text.replace("\n[store]\n", &format!("\n[store]\nurl = \"{url}\"\n"));
+        }
         text = text.replace("\nallow = []\n", "\nallow = [\"127.0.0.1\"]\n");
         let template: Vec<String> = text
             .lines()
@@ -470,62 +503,99 @@ fn main() {
 }
 
 fn throughput_table(server: &mut Server, json_out: bool) {
+    // A PostgreSQL server for the second half: the shared test cluster when
+    // RUNWARDEN_TEST_PG_URL names one, else one in a temporary directory, removed on exit.
+    let cluster = runwarden_testkit::TempCluster::start();
+    let url = server.runtime.block_on(cluster.fresh_database());
+    let stores = [Store::Sqlite, Store::Postgres(url)];
     println!(
-        "## Queued-run throughput ({RUNS} runs, instant scripted agent + instant read-only tool, SQLite)\n"
+        "## Queued-run throughput ({RUNS} runs, instant scripted agent + instant read-only tool)\n"
     );
-    println!("| layout | slots | runs/s (median of {REPS}) | range | steady runs/s | vs 1 slot |");
-    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
-    let install = Install::new(server, THROUGHPUT_SETTINGS);
-    let mut enqueue_ms = Vec::new();
-    let mut baseline = None;
-    for (processes, slots) in [(1, 1), (1, 4), (1, 16), (4, 4)] {
-        let mut rates = Vec::new();
-        let mut steady = Vec::new();
-        for _ in 0..REPS {
-            let (rate, steady_rate, enqueues) = throughput(&install, processes, slots);
-            rates.push(rate);
-            steady.push(steady_rate);
-            enqueue_ms.extend(enqueues);
+    println!(
+        "| store | layout | slots | runs/s (median of {REPS}) | range | steady runs/s | vs 1 slot |"
+    );
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    let mut side_by_side: Vec<(usize, Vec<f64>)> = Vec::new();
+    for store in &stores {
+        let install = Install::new(server, THROUGHPUT_SETTINGS, store);
+        let mut enqueue_ms = Vec::new();
+        let mut baseline = None;
+        let layouts: &[(usize, usize)] = match store {
+            Store::Sqlite => &[(1, 1), (1, 4), (1, 16), (2, 4), (4, 4)],
+            Store::Postgres(_) => &[(1, 1), (1, 4), (2, 4), (4, 4)],
+        };
+        for &(processes, slots) in layouts {
+            let mut rates = Vec::new();
+            let mut steady = Vec::new();
+            for _ in 0..REPS {
+                let (rate, steady_rate, enqueues) = throughput(&install, processes, slots);
+                rates.push(rate);
+                steady.push(steady_rate);
+                enqueue_ms.extend(enqueues);
+            }
+            let (rates, steady) = (sorted(rates), sorted(steady));
+            let median = rates[REPS / 2];
+            let base = *baseline.get_or_insert(median);
+            if slots == 4 {
+                match side_by_side.iter_mut().find(|(p, _)| *p == processes) {
+                    Some((_, row)) => row.push(median),
+                    None => side_by_side.push((processes, vec![median])),
+                }
+            }
+            let layout = format!(
+                "{processes} process{} x {slots}",
+                if processes > 1 { "es" } else { "" }
+            );
+            println!(
+                "| {} | {layout} | {} | {median:.0} | {:.0}-{:.0} | {:.0} | {:.2}x |",
+                store.name(),
+                processes * slots,
+                rates[0],
+                rates[REPS - 1],
+                steady[REPS / 2],
+                median / base
+            );
+            if json_out {
+                println!(
+                    "{}",
+                    json!({"bench": "workers", "figure": "throughput", "store": store.name(),
+                           "processes": processes, "slots": slots,
+                           "runs": RUNS, "runs_per_s_median": median, "runs_per_s_min": rates[0],
+                           "runs_per_s_max": rates[REPS - 1], "steady_runs_per_s_median": steady[REPS / 2],
+                           "ratio_vs_1_slot": median / base})
+                );
+            }
         }
-        let (rates, steady) = (sorted(rates), sorted(steady));
-        let median = rates[REPS / 2];
-        let base = *baseline.get_or_insert(median);
-        let layout = format!(
-            "{processes} process{} x {slots}",
-            if processes > 1 { "es" } else { "" }
-        );
+        let enqueue_ms = sorted(enqueue_ms);
         println!(
-            "| {layout} | {} | {median:.0} | {:.0}-{:.0} | {:.0} | {:.2}x |",
-            processes * slots,
-            rates[0],
-            rates[REPS - 1],
-            steady[REPS / 2],
-            median / base
+            "| {} | `runwarden enqueue` (a whole process) | | p50 {:.1} ms | p99 {:.1} ms | {} calls | |",
+            store.name(),
+            percentile(&enqueue_ms, 50.0),
+            percentile(&enqueue_ms, 99.0),
+            enqueue_ms.len()
         );
         if json_out {
             println!(
                 "{}",
-                json!({"bench": "workers", "figure": "throughput", "processes": processes, "slots": slots,
-                       "runs": RUNS, "runs_per_s_median": median, "runs_per_s_min": rates[0],
-                       "runs_per_s_max": rates[REPS - 1], "steady_runs_per_s_median": steady[REPS / 2],
-                       "ratio_vs_1_slot": median / base})
+                json!({"bench": "workers", "figure": "enqueue_process_ms", "store": store.name(),
+                       "samples": enqueue_ms.len(),
+                       "p50": percentile(&enqueue_ms, 50.0), "p99": percentile(&enqueue_ms, 99.0)})
             );
         }
     }
-    let enqueue_ms = sorted(enqueue_ms);
-    println!(
-        "\n`runwarden enqueue` (a whole process): p50 {:.1} ms, p99 {:.1} ms over {} calls\n",
-        percentile(&enqueue_ms, 50.0),
-        percentile(&enqueue_ms, 99.0),
-        enqueue_ms.len()
-    );
-    if json_out {
-        println!(
-            "{}",
-            json!({"bench": "workers", "figure": "enqueue_process_ms", "samples": enqueue_ms.len(),
-                   "p50": percentile(&enqueue_ms, 50.0), "p99": percentile(&enqueue_ms, 99.0)})
-        );
+    println!("\nWorker processes of 4 slots each, runs/s (median of {REPS}), same run:\n");
+    println!("| worker processes | SQLite | PostgreSQL | PostgreSQL / SQLite |");
+    println!("| ---: | ---: | ---: | ---: |");
+    for (processes, row) in &side_by_side {
+        if let [sqlite, postgres] = row[..] {
+            println!(
+                "| {processes} | {sqlite:.0} | {postgres:.0} | {:.2}x |",
+                postgres / sqlite
+            );
+        }
     }
+    println!();
+    drop(cluster);
 }
 
 fn recovery_table(server: &mut Server, json_out: bool) {
@@ -538,7 +608,7 @@ fn recovery_table(server: &mut Server, json_out: bool) {
         "| call in flight | action | p50 ms | max ms | lease left at kill p50 ms | reaper after expiry max ms | kill -> completed p50 ms |"
     );
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
-    let install = Install::new(server, RECOVERY_SETTINGS);
+    let install = Install::new(server, RECOVERY_SETTINGS, &Store::Sqlite);
     for (agent, call, action) in [
         ("reader", "read-only", "requeued"),
         (

@@ -82,6 +82,7 @@ lease_seconds = 30          # a dead worker's run is recovered within this
 heartbeat_seconds = 10      # leases are renewed in the background, calls in flight too
 concurrency = 4
 max_requeues = 3            # retries of retryable failures and stale reclaims, together
+# status_refresh_seconds = 1 # re-read runs with a call in flight (cancels also wake them)
 
 # The HTTP API (`runwarden serve`) against slow or idle clients.
 # [serve]
@@ -168,6 +169,7 @@ struct WorkerSection {
     retry_base_seconds: Option<f64>,
     reap_seconds: Option<f64>,
     grace_seconds: Option<f64>,
+    status_refresh_seconds: Option<f64>,
 }
 
 /// `[worker]`: leases, heartbeats, concurrency, retries (R3, R9).
@@ -180,6 +182,10 @@ pub(crate) struct WorkerSettings {
     pub(crate) retry_base: Duration,
     pub(crate) reap_every: Duration,
     pub(crate) grace: Duration,
+    /// R6 (amended): how often the process's status watcher re-reads every run with a
+    /// call in flight (one batched query). Cancels announced by this process, by
+    /// PostgreSQL's NOTIFY or by another process on the SQLite file arrive sooner.
+    pub(crate) status_refresh: Duration,
 }
 
 fn worker_settings(section: WorkerSection) -> anyhow::Result<WorkerSettings> {
@@ -223,7 +229,21 @@ fn worker_settings(section: WorkerSection) -> anyhow::Result<WorkerSettings> {
             "[worker] grace_seconds",
             section.grace_seconds.unwrap_or(30.0),
         )?,
+        status_refresh: status_refresh(section.status_refresh_seconds)?,
     })
+}
+
+/// `[worker] status_refresh_seconds`: 1 s by default (R6: at most one read per second per
+/// call), between 0.05 s and 60 s.
+fn status_refresh(value: Option<f64>) -> anyhow::Result<Duration> {
+    let refresh = seconds("[worker] status_refresh_seconds", value.unwrap_or(1.0))?;
+    if !(Duration::from_millis(50)..=Duration::from_secs(60)).contains(&refresh) {
+        bail!(
+            "[worker] status_refresh_seconds must be between 0.05 and 60, not {}",
+            refresh.as_secs_f64()
+        );
+    }
+    Ok(refresh)
 }
 
 #[derive(Debug, Deserialize)]
@@ -759,6 +779,30 @@ mod tests {
             dir.path().join(".runwarden/audit.anchor"),
             "V7: the anchor defaults to <data_dir>/audit.anchor"
         );
+    }
+
+    #[test]
+    fn the_status_refresh_defaults_to_a_second_and_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.toml");
+        std::fs::write(&path, TEMPLATE).unwrap();
+        let config = Config::load(&path).unwrap();
+        assert_eq!(
+            config.worker.status_refresh,
+            Duration::from_secs(1),
+            "R6: at most one read per second per call by default"
+        );
+        std::fs::write(&path, "[worker]\nstatus_refresh_seconds = 60\n").unwrap();
+        let config = Config::load(&path).unwrap();
+        assert_eq!(config.worker.status_refresh, Duration::from_secs(60));
+        for bad in ["0.01", "61"] {
+            std::fs::write(&path, format!("[worker]\nstatus_refresh_seconds = {bad}\n")).unwrap();
+            let error = format!("{:#}", Config::load(&path).unwrap_err());
+            assert!(
+                error.contains("status_refresh_seconds must be between 0.05 and 60"),
+                "{error}"
+            );
+        }
     }
 
     #[test]

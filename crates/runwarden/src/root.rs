@@ -235,7 +235,9 @@ impl Root {
                 anyhow::Ok(StatusWatcher::new(
                     self.runs().await?,
                     self.hub.clone(),
-                    WatcherConfig::default(),
+                    WatcherConfig {
+                        interval: self.config.worker.status_refresh,
+                    },
                 ))
             })
             .await?

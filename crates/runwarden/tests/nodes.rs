@@ -31,6 +31,9 @@ const LONG_LEASES: &str = "lease_seconds = 30.0\nheartbeat_seconds = 10.0\n";
 /// per-process status watcher) in milliseconds, or else from its own read of the row,
 /// made at most once a second (R6). Only a cancel that never arrives fails this.
 const CROSS_NODE: Duration = Duration::from_secs(5);
+/// The watchers' periodic refresh far beyond `CROSS_NODE`: a call on another node can only
+/// learn of a cancel in time through PostgreSQL's NOTIFY (R6 amended, O6).
+const NOTIFY_ONLY: &str = "status_refresh_seconds = 60.0\n";
 
 /// A fresh database on the test cluster and an installation on it (see `install_in`).
 /// The cluster is returned so it outlives the nodes; drop it last.
@@ -224,7 +227,11 @@ async fn a_cancel_through_the_api_of_one_node_tears_down_a_call_in_flight_on_ano
             mut server,
             calls,
         },
-    ) = on_postgres(WORKER_SETTINGS, &[("writer".to_string(), plan)]).await;
+    ) = on_postgres(
+        &format!("{WORKER_SETTINGS}{NOTIFY_ONLY}"),
+        &[("writer".to_string(), plan)],
+    )
+    .await;
     let operator = token(&sandbox, "operator").await;
     // Node A serves the API with no worker slot: it claims nothing, so the run is on B.
     let serve = Serve::start(&sandbox, 0).await;

@@ -4,45 +4,19 @@
 //!
 //! Run: `cargo bench -p runwarden --bench api_cancel` (add `-- --json` for JSON lines).
 
+mod common;
+
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use runwarden_testkit::{Dist, Seen, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 
+use common::{KillOnDrop, runwarden};
+
 const TRIALS: usize = 100;
 const WAIT: Duration = Duration::from_secs(20);
-
-fn runwarden(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_runwarden"));
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("RUNWARDEN_") {
-            command.env_remove(name);
-        }
-    }
-    let output = command
-        .arg("--config")
-        .arg(dir.join("runwarden.toml"))
-        .args(args)
-        .output()
-        .expect("the binary runs");
-    assert!(
-        output.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
-
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn main() {
     let json_output = std::env::args().any(|a| a == "--json");
@@ -88,9 +62,7 @@ fn main() {
     .unwrap();
     let token = created["token"].as_str().unwrap().to_string();
 
-    let mut child = Command::new(env!("CARGO_BIN_EXE_runwarden"))
-        .arg("--config")
-        .arg(&config)
+    let mut child = common::command(&config, &[])
         .args(["--json", "serve", "--listen", "127.0.0.1:0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -100,7 +72,7 @@ fn main() {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut ready)
         .unwrap();
-    let _serve = Serve(child);
+    let _serve = KillOnDrop(child);
     let url = serde_json::from_str::<Value>(&ready).unwrap()["url"]
         .as_str()
         .unwrap()

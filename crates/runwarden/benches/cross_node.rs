@@ -19,6 +19,8 @@
 //! `RUNWARDEN_TEST_PG_URL` names one, else a cluster in a temporary directory
 //! (`runwarden_testkit::TempCluster`), removed at the end.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -27,7 +29,6 @@ use std::time::{Duration, Instant};
 use runwarden_testkit::{Dist, Seen, TempCluster, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_runwarden");
 const DEFAULT_TRIALS: usize = 100;
 /// A bound on a step that should take milliseconds; it only fails a hung benchmark.
 const WAIT: Duration = Duration::from_secs(20);
@@ -100,18 +101,8 @@ impl Install {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(BIN);
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("RUNWARDEN_") {
-                command.env_remove(name);
-            }
-        }
-        command
-            .arg("--config")
-            .arg(self.config())
-            .args(args)
-            .current_dir(self.path())
-            .stdin(Stdio::null());
+        let mut command = common::command(&self.config(), args);
+        command.current_dir(self.path());
         command
     }
 

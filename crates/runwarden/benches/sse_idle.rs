@@ -7,45 +7,19 @@
 //! Run: `cargo bench -p runwarden --bench sse_idle` (add `-- --json` for JSON lines,
 //! `-- --streams 3000` for another count).
 
+mod common;
+
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use runwarden_testkit::Dist;
 use serde_json::{Value, json};
 
+use common::{KillOnDrop, runwarden};
+
 const WINDOW: Duration = Duration::from_secs(5);
 const GETS: usize = 200;
-
-fn runwarden(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_runwarden"));
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("RUNWARDEN_") {
-            command.env_remove(name);
-        }
-    }
-    let output = command
-        .arg("--config")
-        .arg(dir.join("runwarden.toml"))
-        .args(args)
-        .output()
-        .expect("the binary runs");
-    assert!(
-        output.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
-
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// User plus system CPU time of a process so far, from `/proc/PID/stat`.
 fn cpu_time(pid: u32) -> Duration {
@@ -141,9 +115,7 @@ fn main() {
     let run_id = enqueued["run_id"].as_str().unwrap().to_string();
 
     // No worker slots: the run stays queued and its streams stay idle.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_runwarden"))
-        .arg("--config")
-        .arg(&config)
+    let mut child = common::command(&config, &[])
         .args([
             "--json",
             "serve",
@@ -161,7 +133,7 @@ fn main() {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut ready)
         .unwrap();
-    let _serve = Serve(child);
+    let _serve = KillOnDrop(child);
     let url = serde_json::from_str::<Value>(&ready).unwrap()["url"]
         .as_str()
         .unwrap()

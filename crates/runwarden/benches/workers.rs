@@ -28,6 +28,8 @@
 //! the end state: read-only completed with 2 attempts; the write failed `FENCED_WRITE` with
 //! its `pending_effect` kept and exactly one `tools/call` on the server.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -38,7 +40,6 @@ use std::time::{Duration, Instant};
 use runwarden_testkit::{HttpRequest, Reply, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_runwarden");
 /// Runs per throughput measurement.
 const RUNS: usize = 400;
 /// Threads running `runwarden enqueue` at once while the queue is filled.
@@ -209,18 +210,8 @@ impl Install {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(BIN);
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("RUNWARDEN_") {
-                command.env_remove(name);
-            }
-        }
-        command
-            .arg("--config")
-            .arg(self.config())
-            .args(args)
-            .current_dir(self.path())
-            .stdin(Stdio::null());
+        let mut command = common::command(&self.config(), args);
+        command.current_dir(self.path());
         command
     }
 

@@ -1,0 +1,51 @@
+//! What the binary's benches share: the binary run with a clean environment, and a child
+//! process that is killed when dropped.
+
+#![allow(dead_code)] // each bench uses some of these
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+
+/// The release binary under measurement (Cargo sets this for benches too).
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_runwarden");
+
+/// The binary with `--config CONFIG` and `args`, none of the caller's `RUNWARDEN_*`
+/// variables (a developer's own settings must not leak into a figure), stdin closed.
+pub(crate) fn command(config: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("RUNWARDEN_") {
+            command.env_remove(name);
+        }
+    }
+    command
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .stdin(Stdio::null());
+    command
+}
+
+/// Runs the binary of the installation in `dir` to its end; it must succeed.
+pub(crate) fn runwarden(dir: &Path, args: &[&str]) -> Output {
+    let output = command(&dir.join("runwarden.toml"), args)
+        .output()
+        .expect("the binary runs");
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// A child process (a `serve`, a worker) killed and reaped when dropped, so a failed
+/// bench leaves nothing running.
+pub(crate) struct KillOnDrop(pub(crate) Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

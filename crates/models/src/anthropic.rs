@@ -9,7 +9,9 @@ use serde_json::{Map, Value, json};
 
 use crate::call::{self, DEFAULT_TIMEOUT};
 use crate::error::ModelError;
-use crate::provider::{Message, ModelProvider, ModelRequest, ModelTurn, ToolCallRequest};
+use crate::provider::{
+    FinishReason, Message, ModelProvider, ModelRequest, ModelTurn, ToolCallRequest,
+};
 
 /// The public Anthropic API root.
 pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
@@ -175,6 +177,12 @@ fn parse_turn(answer: &Value) -> Result<ModelTurn, ModelError> {
     Ok(ModelTurn {
         text: (!text.is_empty()).then_some(text),
         tool_calls,
+        // L4, L5: why it stopped and what it used, when the server says.
+        finish: answer
+            .get("stop_reason")
+            .and_then(Value::as_str)
+            .map(|r| FinishReason::from(r.to_string())),
+        usage: call::usage(answer, "input_tokens", "output_tokens"),
     })
 }
 

@@ -121,6 +121,15 @@ pub(crate) fn arguments_object(value: Value) -> Option<Value> {
     }
 }
 
+/// L5: `usage.{input}` and `usage.{output}` of an answer, when both are there.
+pub(crate) fn usage(answer: &Value, input: &str, output: &str) -> Option<crate::provider::Usage> {
+    let usage = answer.get("usage")?;
+    Some(crate::provider::Usage {
+        input_tokens: usage.get(input)?.as_u64()?,
+        output_tokens: usage.get(output)?.as_u64()?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

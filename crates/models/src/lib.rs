@@ -45,5 +45,7 @@ pub use anthropic::{ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic, DEFAULT_MA
 pub use call::{DEFAULT_TIMEOUT, MAX_RESPONSE_BYTES};
 pub use error::ModelError;
 pub use openai::OpenAiCompatible;
-pub use provider::{Message, ModelProvider, ModelRequest, ModelTurn, ToolCallRequest, ToolSpec};
+pub use provider::{
+    FinishReason, Message, ModelProvider, ModelRequest, ModelTurn, ToolCallRequest, ToolSpec, Usage,
+};
 pub use scripted::Scripted;

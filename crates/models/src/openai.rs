@@ -9,7 +9,10 @@ use serde_json::{Map, Value, json};
 
 use crate::call::{self, DEFAULT_TIMEOUT};
 use crate::error::ModelError;
-use crate::provider::{Message, ModelProvider, ModelRequest, ModelTurn, ToolCallRequest};
+
+use crate::provider::{
+    FinishReason, Message, ModelProvider, ModelRequest, ModelTurn, ToolCallRequest,
+};
 
 /// A model behind `POST {base_url}/chat/completions`, reached through the vault (L1).
 ///
@@ -145,7 +148,16 @@ fn parse_turn(answer: &Value) -> Result<ModelTurn, ModelError> {
             ));
         }
     };
-    Ok(ModelTurn { text, tool_calls })
+    Ok(ModelTurn {
+        text,
+        tool_calls,
+        // L4, L5: why it stopped and what it used, when the server says.
+        finish: answer
+            .pointer("/choices/0/finish_reason")
+            .and_then(Value::as_str)
+            .map(|r| FinishReason::from(r.to_string())),
+        usage: call::usage(answer, "prompt_tokens", "completion_tokens"),
+    })
 }
 
 fn parse_tool_call(n: usize, call: &Value) -> Result<ToolCallRequest, ModelError> {

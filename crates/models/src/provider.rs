@@ -78,6 +78,87 @@ pub struct ModelTurn {
     pub text: Option<String>,
     /// Tool calls, if any; none means the model is done.
     pub tool_calls: Vec<ToolCallRequest>,
+    /// Why the model stopped (L4), when the server said; a truncated turn
+    /// ([`FinishReason::Length`]) is never a final answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish: Option<FinishReason>,
+    /// The tokens this call used (L5), when the server said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+impl ModelTurn {
+    /// A turn with text and tool calls and nothing said about why it ended or its usage
+    /// (a scripted turn).
+    pub fn new(text: Option<String>, tool_calls: Vec<ToolCallRequest>) -> Self {
+        Self {
+            text,
+            tool_calls,
+            finish: None,
+            usage: None,
+        }
+    }
+}
+
+/// Why a model stopped generating (L4), as the API said it, normalised across providers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum FinishReason {
+    /// A natural end (`stop`, `end_turn`, `stop_sequence`).
+    Stop,
+    /// The model asked for tools (`tool_calls`, `tool_use`).
+    ToolCalls,
+    /// The output limit cut the answer (`length`, `max_tokens`).
+    Length,
+    /// A content filter stopped it (`content_filter`).
+    ContentFilter,
+    /// The model refused (`refusal`).
+    Refusal,
+    /// Anything else, as the server named it.
+    Other(String),
+}
+
+impl FinishReason {
+    /// The stable name stored in events (`stop`, `tool_calls`, `length`, ...).
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Stop => "stop",
+            Self::ToolCalls => "tool_calls",
+            Self::Length => "length",
+            Self::ContentFilter => "content_filter",
+            Self::Refusal => "refusal",
+            Self::Other(name) => name,
+        }
+    }
+}
+
+impl From<String> for FinishReason {
+    /// Both providers' names: OpenAI's `finish_reason` and Anthropic's `stop_reason`.
+    fn from(name: String) -> Self {
+        match name.as_str() {
+            "stop" | "end_turn" | "stop_sequence" => Self::Stop,
+            "tool_calls" | "tool_use" | "function_call" => Self::ToolCalls,
+            "length" | "max_tokens" => Self::Length,
+            "content_filter" => Self::ContentFilter,
+            "refusal" => Self::Refusal,
+            _ => Self::Other(name),
+        }
+    }
+}
+
+impl From<FinishReason> for String {
+    fn from(reason: FinishReason) -> Self {
+        reason.as_str().to_string()
+    }
+}
+
+/// Tokens one model call used (L5).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Generated tokens.
+    pub output_tokens: u64,
 }
 
 /// A model provider. Every call goes through the vault's egress with the caller's signal

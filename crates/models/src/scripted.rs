@@ -171,6 +171,8 @@ impl ModelProvider for Scripted {
                     arguments: call.arguments.clone(),
                 })
                 .collect(),
+            finish: None,
+            usage: None,
         })
     }
 }

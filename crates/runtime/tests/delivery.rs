@@ -315,6 +315,8 @@ impl ModelProvider for Counting {
         Ok(ModelTurn {
             text: Some("asked again".into()),
             tool_calls: vec![],
+            finish: None,
+            usage: None,
         })
     }
 }

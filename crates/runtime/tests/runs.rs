@@ -171,6 +171,8 @@ impl ModelProvider for Usurper {
                 name: "srv__create".into(),
                 arguments: json!({}),
             }],
+            finish: None,
+            usage: None,
         })
     }
 }

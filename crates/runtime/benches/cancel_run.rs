@@ -219,6 +219,8 @@ fn agent(plan: &Value, tools: Vec<BoundTool>) -> AgentSpec {
         max_rounds: 20,
         provider: Arc::new(Scripted::from_json(&plan.to_string()).expect("a valid plan")),
         tools,
+        max_tokens: None,
+        budgets: runwarden_runtime::Budgets::default(),
     }
 }
 

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use runwarden_mcp::{CatalogueEntry, Effect, McpClient, SchemaStatus};
 use runwarden_models::{ModelProvider, ToolSpec};
 
+use crate::budget::Budgets;
+
 /// The default round limit (R2).
 pub const DEFAULT_MAX_ROUNDS: u32 = 20;
 /// The most rounds an agent may be configured with; larger values are clamped (R2).
@@ -45,6 +47,11 @@ pub struct AgentSpec {
     pub provider: Arc<dyn ModelProvider>,
     /// The tools on offer.
     pub tools: Vec<BoundTool>,
+    /// The output limit per model call the provider was built with (L5), named in a
+    /// `MODEL_TRUNCATED` reason; `None` when the provider's own default applies.
+    pub max_tokens: Option<u32>,
+    /// The agent's budgets per run (R13); a run's request may only lower them.
+    pub budgets: Budgets,
 }
 
 impl std::fmt::Debug for AgentSpec {

@@ -8,7 +8,7 @@
 //! binary that does not know `N` refuses the event instead of misreading it.
 
 use runwarden_mcp::Effect;
-use runwarden_models::ToolCallRequest;
+use runwarden_models::{FinishReason, ToolCallRequest, Usage};
 use runwarden_vault::Delivery;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -52,8 +52,24 @@ pub struct ModelResponse {
     pub round: u32,
     /// The model's text, if any (stored as `null` when none).
     pub text: Option<String>,
-    /// The tool calls it asked for; none means this is the final answer.
+    /// The tool calls it asked for; none means this is the final answer (unless the turn
+    /// was truncated, L4).
     pub tool_calls: Vec<ToolCallRequest>,
+    /// Why the model stopped (L4), when the server said; absent in version-1 payloads
+    /// written before it was recorded, and then not written, so they stay byte-identical.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish: Option<FinishReason>,
+    /// The tokens the call used (L5), when the server said; absent like `finish`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+impl ModelResponse {
+    /// L4: the output limit cut this turn, so it is neither a final answer nor a source of
+    /// tool calls to run.
+    pub fn is_truncated(&self) -> bool {
+        self.finish == Some(FinishReason::Length)
+    }
 }
 
 /// `model_cancelled`: the model call of a round was cancelled in flight.
@@ -446,6 +462,21 @@ fn describe(error: &serde_json::Error) -> String {
     }
 }
 
+/// L5: the tokens a run used, summed over the model steps of its log (computed at read
+/// time, so every store backend answers the same). Steps that recorded no usage count
+/// nothing; an unreadable step is skipped, never guessed.
+pub fn usage_of(events: &[crate::store::RunEvent]) -> Usage {
+    events
+        .iter()
+        .filter(|e| e.kind == "model_response")
+        .filter_map(|e| e.payload.get("usage"))
+        .filter_map(|u| serde_json::from_value::<Usage>(u.clone()).ok())
+        .fold(Usage::default(), |sum, u| Usage {
+            input_tokens: sum.input_tokens.saturating_add(u.input_tokens),
+            output_tokens: sum.output_tokens.saturating_add(u.output_tokens),
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -472,6 +503,18 @@ mod tests {
                     name: "srv__create".into(),
                     arguments: json!({"q": "printer"}),
                 }],
+                finish: None,
+                usage: None,
+            }),
+            EventBody::ModelResponse(ModelResponse {
+                round: 2,
+                text: Some("half an ans".into()),
+                tool_calls: Vec::new(),
+                finish: Some(FinishReason::Length),
+                usage: Some(Usage {
+                    input_tokens: 120,
+                    output_tokens: 10,
+                }),
             }),
             EventBody::ModelCancelled(ModelCancelled {
                 round: 1,
@@ -529,7 +572,8 @@ mod tests {
                 outcome: Outcome::Cancelled,
             }),
         ];
-        let kinds: Vec<&str> = bodies.iter().map(EventBody::kind).collect();
+        let mut kinds: Vec<&str> = bodies.iter().map(EventBody::kind).collect();
+        kinds.dedup();
         assert_eq!(kinds, EVENT_KINDS, "one variant per kind, none forgotten");
         for body in bodies {
             let payload = body.to_payload();
@@ -541,6 +585,47 @@ mod tests {
             let back = EventBody::decode("r", 1, body.kind(), &payload).unwrap();
             assert_eq!(back, body);
         }
+    }
+
+    #[test]
+    fn a_model_step_names_its_finish_reason_and_usage_only_when_known() {
+        let step = ModelResponse {
+            round: 1,
+            text: Some("cut".into()),
+            tool_calls: Vec::new(),
+            finish: Some(FinishReason::Length),
+            usage: Some(Usage {
+                input_tokens: 7,
+                output_tokens: 10,
+            }),
+        };
+        let payload = EventBody::ModelResponse(step.clone()).to_payload();
+        assert_eq!(payload["finish"], json!("length"));
+        assert_eq!(
+            payload["usage"],
+            json!({"input_tokens": 7, "output_tokens": 10})
+        );
+        assert!(step.is_truncated());
+        let filtered = EventBody::ModelResponse(ModelResponse {
+            finish: Some(FinishReason::ContentFilter),
+            ..step
+        })
+        .to_payload();
+        assert_eq!(filtered["finish"], json!("content_filter"));
+        let unknown = EventBody::decode(
+            "r",
+            1,
+            "model_response",
+            &json!({"round": 1, "text": null, "tool_calls": [], "finish": "pause_turn"}),
+        )
+        .unwrap();
+        let EventBody::ModelResponse(unknown) = unknown else {
+            panic!("a model step decodes as one");
+        };
+        assert_eq!(
+            unknown.finish,
+            Some(FinishReason::Other("pause_turn".into()))
+        );
     }
 
     #[test]

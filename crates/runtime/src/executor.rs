@@ -7,12 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use runwarden_mcp::{CallGate, Effect, ToolCallRequest as McpCall, ToolOutcome};
-use runwarden_models::{Message, ModelRequest, ToolCallRequest};
+use runwarden_models::{FinishReason, Message, ModelRequest, ToolCallRequest};
 use runwarden_vault::Delivery;
 use runwarden_vault::store::StoreError;
 use serde_json::{Value, json};
 
 use crate::agent::{AgentSpec, BoundTool};
+use crate::budget::{BudgetStop, Budgets};
 use crate::events::{
     EffectUncertain, EventBody, EventDecodeError, Leg, ModelCancelled, ModelFailed, ModelResponse,
     RunEnded, RunRequeued, RunResumed, RunStarted, RunStopped, StepOutcome, ToolExecuted,
@@ -21,7 +22,7 @@ use crate::queue::{DeadLetter, QueueStore, RequeueAnswer};
 use crate::requeue::{apply_held, decide_held};
 use crate::retry::{RequeueCause, RetryDecision, RetryPolicy};
 use crate::signal::{CancelHub, RunSignal, is_run_cancelled};
-use crate::state::{EFFECT_UNCERTAIN, Outcome, RunState};
+use crate::state::{EFFECT_UNCERTAIN, MODEL_NO_ANSWER, MODEL_TRUNCATED, Outcome, RunState};
 use crate::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
     RunSettle, RunStore, SettleAnswer,
@@ -104,13 +105,21 @@ enum Recorded {
     Failed(StoreError),
 }
 
-/// Stops the heartbeat task when the segment ends, however it ends.
+/// Stops a background task of the segment (the heartbeat, the wall-clock budget timer)
+/// when the segment ends, however it ends.
 struct HeartbeatGuard(tokio::task::JoinHandle<()>);
 
 impl Drop for HeartbeatGuard {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// What a run has spent of its budgets (R13), from its log and this segment's steps.
+#[derive(Debug, Default, Clone, Copy)]
+struct Spent {
+    output_tokens: u64,
+    tool_calls: u32,
 }
 
 /// One executing segment's context.
@@ -120,6 +129,11 @@ struct Segment<'a> {
     observer: Option<Observer>,
     lease_lost: Arc<AtomicBool>,
     options: &'a SegmentOptions,
+    /// The budgets in force: the agent's, lowered by the run's request (R13).
+    budgets: Budgets,
+    /// Set when a budget runs out; every call's signal carries it (R13).
+    budget: Arc<BudgetStop>,
+    spent: Mutex<Spent>,
 }
 
 /// How a segment of a queued run behaves beyond a synchronous one.
@@ -204,6 +218,18 @@ impl Executor {
 
     /// R3: a synchronous run claims its row at birth.
     pub async fn create_sync(&self, agent: &str, prompt: &str) -> Result<Run, StoreError> {
+        self.create_sync_with(agent, prompt, &Budgets::default())
+            .await
+    }
+
+    /// [`create_sync`](Self::create_sync) with the run's own budgets (R13), stored with its
+    /// request; the caller checked them against the agent's.
+    pub async fn create_sync_with(
+        &self,
+        agent: &str,
+        prompt: &str,
+        budgets: &Budgets,
+    ) -> Result<Run, StoreError> {
         let id = uuid::Uuid::now_v7().to_string();
         let now = now_ms();
         self.store
@@ -211,7 +237,7 @@ impl Executor {
                 id: id.clone(),
                 agent: agent.to_string(),
                 correlation: id,
-                request: Some(json!({ "prompt": prompt })),
+                request: Some(run_request(prompt, budgets)),
                 status: NewRunStatus::Running {
                     owner: self.config.owner.clone(),
                     lease_until_ms: now + ms(self.config.lease),
@@ -238,6 +264,78 @@ impl Executor {
             .signal(&segment.run.id)
             .await
             .with_stop(segment.lease_lost.clone())
+            // R13: a budget that runs out stops the call like a cancel.
+            .with_stop(segment.budget.flag())
+    }
+
+    /// R13: the wall-clock budget, measured from the run's creation: a timer that trips
+    /// the budget stop and wakes the run's calls at once, as a cancel would.
+    fn wall_timer(&self, segment: &Segment<'_>) -> Option<HeartbeatGuard> {
+        let seconds = segment.budgets.max_wall_seconds?;
+        let deadline_ms = segment
+            .run
+            .created_ms
+            .saturating_add(i64::try_from(seconds.saturating_mul(1_000)).unwrap_or(i64::MAX));
+        let what = format!("max_wall_seconds = {seconds}");
+        let left = deadline_ms.saturating_sub(now_ms());
+        if left <= 0 {
+            segment.budget.trip(what);
+            return None;
+        }
+        let (budget, hub, id) = (
+            segment.budget.clone(),
+            self.hub.clone(),
+            segment.run.id.clone(),
+        );
+        Some(HeartbeatGuard(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(left.unsigned_abs())).await;
+            budget.trip(what);
+            hub.wake(&id);
+        })))
+    }
+
+    /// R13: counts a model step's output tokens; going over the total trips the budget.
+    fn spend_tokens(&self, segment: &Segment<'_>, output_tokens: u64) {
+        let mut spent = segment.spent.lock().unwrap_or_else(|p| p.into_inner());
+        spent.output_tokens = spent.output_tokens.saturating_add(output_tokens);
+        if let Some(max) = segment.budgets.max_output_tokens_total {
+            if spent.output_tokens > max {
+                segment.budget.trip(format!(
+                    "max_output_tokens_total = {max} (the run used {})",
+                    spent.output_tokens
+                ));
+            }
+        }
+    }
+
+    /// R13: before a model call, a spent output-token total leaves nothing for it.
+    fn tokens_left(&self, segment: &Segment<'_>) {
+        let spent = segment.spent.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(max) = segment.budgets.max_output_tokens_total {
+            if spent.output_tokens >= max {
+                segment.budget.trip(format!(
+                    "max_output_tokens_total = {max} (the run used {})",
+                    spent.output_tokens
+                ));
+            }
+        }
+    }
+
+    /// R13: counts a tool call before it is made; `false` (and the budget tripped) when
+    /// the run may make no more.
+    fn take_tool_call(&self, segment: &Segment<'_>) -> bool {
+        let mut spent = segment.spent.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(max) = segment.budgets.max_tool_calls {
+            if spent.tool_calls >= max {
+                segment.budget.trip(format!(
+                    "max_tool_calls = {max} (the run made {})",
+                    spent.tool_calls
+                ));
+                return false;
+            }
+        }
+        spent.tool_calls = spent.tool_calls.saturating_add(1);
+        true
     }
 
     /// Renews the lease in the background while calls are in flight; a renewal that
@@ -332,12 +430,16 @@ impl Executor {
         }
     }
 
-    /// Why the segment stops at a boundary, if it must: a cancel (R5) or a lost lease (R3).
+    /// Why the segment stops at a boundary, if it must: a cancel (R5), a lost lease (R3),
+    /// or a budget that ran out (R13), which settles the run as failed with
+    /// `BUDGET_EXCEEDED` (never retried; a write's fence stays as after a cancel).
     async fn must_stop(&self, segment: &Segment<'_>) -> Option<Outcome> {
         if is_run_cancelled(&*self.store, &segment.run.id).await {
             Some(Outcome::Cancelled)
         } else if segment.lease_lost.load(Ordering::SeqCst) {
             Some(Outcome::LeaseLost)
+        } else if let Some(reason) = segment.budget.reason() {
+            Some(self.settle(segment, RunState::Failed, reason).await)
         } else {
             None
         }
@@ -492,12 +594,21 @@ impl Executor {
     ) -> Outcome {
         let lease_lost = Arc::new(AtomicBool::new(false));
         let _heartbeat = self.heartbeat(run, lease_lost.clone());
+        // R13: the request's budgets were checked against the agent's when it was taken;
+        // the lower of the two applies, so a request stored before an agent lowered its
+        // own cannot raise it.
+        let budgets = agent
+            .budgets
+            .lowered_by(&Budgets::from_request(run.request.as_ref()));
         let segment = Segment {
             run,
             agent,
             observer,
             lease_lost,
             options,
+            budgets,
+            budget: Arc::default(),
+            spent: Mutex::default(),
         };
         let history = match self.store.run_events(&run.id, 0, 0).await {
             Ok(history) => history,
@@ -508,7 +619,7 @@ impl Executor {
                 return Outcome::Failed;
             }
         };
-        let progress = match Progress::replay(prompt, &history) {
+        let progress = match Progress::replay(prompt, &history, agent.max_tokens) {
             Ok(progress) => progress,
             Err(error) => {
                 // An event this binary cannot read: resuming on a guess could repeat a
@@ -540,6 +651,8 @@ impl Executor {
         if self.record_soft(&segment, body, None).await.is_none() {
             return Outcome::LeaseLost;
         }
+        *segment.spent.lock().unwrap_or_else(|p| p.into_inner()) = progress.spent;
+        let _wall = self.wall_timer(&segment);
         let outcome = self.rounds(&segment, progress).await;
         if matches!(outcome, Outcome::Cancelled) {
             // The cancel already won the row: mark the stop for readers, settle nothing.
@@ -557,10 +670,16 @@ impl Executor {
             unanswered,
             final_answer,
             uncertain_write,
+            unusable_turn: unusable_last_turn,
             terminal: _,
+            spent: _,
         } = progress;
         if let Some(reason) = uncertain_write {
             // R11: a non-idempotent write whose effect is unknown is never re-sent.
+            return self.settle(segment, RunState::Failed, reason).await;
+        }
+        if let Some(reason) = unusable_last_turn {
+            // L4: the stored last turn was cut (or empty): it fails the run on resume too.
             return self.settle(segment, RunState::Failed, reason).await;
         }
         if let Some(text) = final_answer {
@@ -579,6 +698,7 @@ impl Executor {
             }
         }
         for round in last_round + 1..=agent.max_rounds {
+            self.tokens_left(segment);
             if let Some(stop) = self.boundary(segment).await {
                 return stop;
             }
@@ -594,13 +714,15 @@ impl Executor {
             let turn = match completed {
                 Ok(turn) => turn,
                 Err(error) if error.is_cancelled() => {
-                    let stop = self.must_stop(segment).await.unwrap_or(Outcome::Cancelled);
-                    self.observe_cancel(segment, returned, stop);
+                    // The step goes first: a budget stop settles the run, and nothing may
+                    // follow the terminal step in the log.
                     let body = EventBody::ModelCancelled(ModelCancelled {
                         round,
                         error: error.to_string(),
                     });
                     let _ = self.record_soft(segment, body, Some(round)).await;
+                    let stop = self.must_stop(segment).await.unwrap_or(Outcome::Cancelled);
+                    self.observe_cancel(segment, returned, stop);
                     return stop;
                 }
                 Err(error) => {
@@ -622,15 +744,19 @@ impl Executor {
                         .await;
                 }
             };
-            let body = EventBody::ModelResponse(ModelResponse {
+            let step = ModelResponse {
                 round,
                 text: turn.text.clone(),
                 tool_calls: turn.tool_calls.clone(),
-            });
+                finish: turn.finish.clone(),
+                usage: turn.usage,
+            };
+            let unusable = unusable_turn(&step, agent.max_tokens);
+            let body = EventBody::ModelResponse(step);
             match self.record(segment, body, false, Some(round)).await {
                 Recorded::Stored => {}
                 Recorded::LostRun => return Outcome::LeaseLost,
-                Recorded::Failed(error) if !turn.tool_calls.is_empty() => {
+                Recorded::Failed(error) if !turn.tool_calls.is_empty() && unusable.is_none() => {
                     // R8 (amended): a tool call runs only if the step that asked for it is
                     // durable, or a resumed run would replay the turn and call it again.
                     return self
@@ -646,6 +772,12 @@ impl Executor {
                     tracing::warn!(run = %segment.run.id, %error, "could not record the model's final step; settling with its text");
                 }
             }
+            if let Some(reason) = unusable {
+                // L4: a cut turn is never a final answer and its tool calls never run;
+                // the same request would be cut again, so it is not retried.
+                return self.settle(segment, RunState::Failed, reason).await;
+            }
+            self.spend_tokens(segment, turn.usage.map_or(0, |u| u.output_tokens));
             if let Some(stop) = self.boundary(segment).await {
                 return stop; // R5: the boundary step is stored; stop without settling
             }
@@ -709,6 +841,10 @@ impl Executor {
                 .ok_or(Outcome::LeaseLost)?;
             return Ok(answer(text, true));
         };
+        if !self.take_tool_call(segment) {
+            // R13: counted before the call; the budget's stop settles the run.
+            return Err(self.must_stop(segment).await.unwrap_or(Outcome::Failed));
+        }
         let is_write = tool.effect.is_write();
         let fence_failure = Arc::new(Mutex::new(None));
         let signal = self.signal(segment).await;
@@ -904,6 +1040,40 @@ fn uncertain_reason(tool: &str, text: &str) -> String {
     )
 }
 
+/// L4: why a recorded model turn cannot be acted upon, as the run's termination reason:
+/// a turn cut by the output limit (never a final answer, its tool calls never run), or a
+/// turn with neither text nor tool calls that the model ended for a reason other than a
+/// natural stop (`content_filter`, `refusal`, an unknown one), which is no answer either.
+fn unusable_turn(step: &ModelResponse, max_tokens: Option<u32>) -> Option<String> {
+    let finish = step.finish.as_ref()?;
+    if *finish == FinishReason::Length {
+        let limit =
+            max_tokens.map_or_else(|| "the provider's default".to_string(), |n| n.to_string());
+        return Some(format!(
+            "{MODEL_TRUNCATED}: the model hit its output limit (max_tokens = {limit}); raise max_tokens for the agent or ask for a shorter answer"
+        ));
+    }
+    let empty = step.tool_calls.is_empty() && step.text.as_deref().is_none_or(str::is_empty);
+    let natural = matches!(finish, FinishReason::Stop | FinishReason::ToolCalls);
+    (empty && !natural).then(|| {
+        format!(
+            "{MODEL_NO_ANSWER}: the model ended its turn with finish reason {:?} and gave no answer",
+            finish.as_str()
+        )
+    })
+}
+
+/// The stored request of a run: its prompt, and its budgets when it has any (R13), so a
+/// requeued or resumed run keeps them. Without budgets it is the shape stored before they
+/// existed.
+pub fn run_request(prompt: &str, budgets: &Budgets) -> Value {
+    let mut request = json!({ "prompt": prompt });
+    if !budgets.is_empty() {
+        request[crate::budget::REQUEST_BUDGETS_FIELD] = json!(budgets);
+    }
+    request
+}
+
 /// Where a run stands, rebuilt from its stored events.
 struct Progress {
     /// The conversation so far.
@@ -916,6 +1086,10 @@ struct Progress {
     final_answer: Option<String>,
     /// Why the run must fail: a non-idempotent write's effect is unknown (R11).
     uncertain_write: Option<String>,
+    /// Why the run must fail: its last model turn was cut or empty (L4).
+    unusable_turn: Option<String>,
+    /// What the run spent so far (R13).
+    spent: Spent,
     /// The run's end, when its terminal step is stored.
     terminal: Option<(RunState, String)>,
 }
@@ -923,7 +1097,11 @@ struct Progress {
 impl Progress {
     /// Rebuilds where the run stands. An event that cannot be read is an error naming the
     /// run and its sequence: nothing is guessed (a guess could repeat a write).
-    fn replay(prompt: &str, history: &[RunEvent]) -> Result<Self, EventDecodeError> {
+    fn replay(
+        prompt: &str,
+        history: &[RunEvent],
+        max_tokens: Option<u32>,
+    ) -> Result<Self, EventDecodeError> {
         let user = Message::User {
             text: prompt.to_string(),
         };
@@ -933,13 +1111,25 @@ impl Progress {
             unanswered: Vec::new(),
             final_answer: None,
             uncertain_write: None,
+            unusable_turn: None,
             terminal: None,
+            spent: Spent::default(),
         };
         for event in history {
             let body = EventBody::decode(&event.run_id, event.seq, &event.kind, &event.payload)?;
             match body {
                 EventBody::ModelResponse(step) => {
                     progress.round = step.round;
+                    progress.spent.output_tokens = progress
+                        .spent
+                        .output_tokens
+                        .saturating_add(step.usage.map_or(0, |u| u.output_tokens));
+                    if let Some(reason) = unusable_turn(&step, max_tokens) {
+                        // L4: neither an answer nor tool calls to finish.
+                        progress.unusable_turn = Some(reason);
+                        progress.unanswered = Vec::new();
+                        continue;
+                    }
                     if step.tool_calls.is_empty() {
                         progress.final_answer = Some(step.text.clone().unwrap_or_default());
                     }
@@ -950,9 +1140,13 @@ impl Progress {
                     progress.unanswered = step.tool_calls;
                 }
                 EventBody::ToolExecuted(step) => {
+                    if step.outcome != StepOutcome::Refused {
+                        progress.spent.tool_calls = progress.spent.tool_calls.saturating_add(1);
+                    }
                     progress.answered(&step.call_id, step.tool, step.text, step.outcome);
                 }
                 EventBody::EffectUncertain(step) => {
+                    progress.spent.tool_calls = progress.spent.tool_calls.saturating_add(1);
                     if step.effect == Effect::NonIdempotentWrite {
                         progress.uncertain_write = Some(uncertain_reason(&step.tool, &step.text));
                     }

@@ -23,6 +23,7 @@
 #![deny(missing_docs)]
 
 mod agent;
+mod budget;
 pub mod events;
 mod executor;
 pub mod feed;
@@ -39,17 +40,18 @@ pub use agent::{
     AgentSpec, BoundTool, DEFAULT_MAX_ROUNDS, MAX_ROUNDS_LIMIT, bind_tools, clamp_rounds,
     pattern_matches,
 };
-pub use events::{EventBody, EventDecodeError};
+pub use budget::{BUDGET_EXCEEDED, BudgetAboveAgent, Budgets, REQUEST_BUDGETS_FIELD};
+pub use events::{EventBody, EventDecodeError, usage_of};
 pub use executor::{
     CancelLatencyObserver, DEFAULT_HEARTBEAT, DEFAULT_LEASE, Executor, ExecutorConfig, Observer,
-    SegmentOptions,
+    SegmentOptions, run_request,
 };
 pub use feed::{Change, ChangeFeed};
 pub use queue::{DeadLetter, QueueStore, RequeueAnswer};
 pub use requeue::{REAP_LIMIT, reap, reap_at};
 pub use retry::{RequeueCause, RetryDecision, RetryPolicy};
 pub use signal::{CancelHub, RunSignal, SIGNAL_READ_INTERVAL, is_run_cancelled};
-pub use state::{EFFECT_UNCERTAIN, Outcome, RunState};
+pub use state::{EFFECT_UNCERTAIN, MODEL_NO_ANSWER, MODEL_TRUNCATED, Outcome, RunState};
 pub use store::{CancelAnswer, Run, RunEvent, RunFilter, RunStore};
 pub use watcher::{DEFAULT_WATCH_INTERVAL, StatusWatcher, WatcherConfig};
 pub use worker::{

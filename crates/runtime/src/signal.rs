@@ -124,8 +124,9 @@ pub struct RunSignal {
     /// Keeps the watcher alive while the call is in flight, and deregisters on drop.
     owner: Arc<Owner>,
     _wake: Arc<RunWake>,
-    /// Set when the segment lost its lease: the call must stop as if cancelled (R3).
-    stop: Option<Arc<AtomicBool>>,
+    /// Set when the segment lost its lease (R3) or a budget ran out (R13): the call must
+    /// stop as if cancelled.
+    stops: Vec<Arc<AtomicBool>>,
 }
 
 impl std::fmt::Debug for RunSignal {
@@ -148,14 +149,15 @@ impl RunSignal {
             cell,
             owner,
             _wake: hub.subscribe(run_id),
-            stop: None,
+            stops: Vec::new(),
         }
     }
 
-    /// Also stops the call when `stop` turns true (a lost lease); whoever sets it wakes the
-    /// run through the [`CancelHub`] so the call asks at once.
+    /// Also stops the call when `stop` turns true (a lost lease, a budget run out); whoever
+    /// sets it wakes the run through the [`CancelHub`] so the call asks at once. Several
+    /// stops may be added; any one of them stops the call.
     pub fn with_stop(mut self, stop: Arc<AtomicBool>) -> Self {
-        self.stop = Some(stop);
+        self.stops.push(stop);
         self
     }
 }
@@ -169,7 +171,7 @@ impl Drop for RunSignal {
 impl CancellationSignal for RunSignal {
     fn is_cancelled(&self) -> bool {
         // R6 (amended): from memory only; the watcher did the reading.
-        self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) || self.cell.cancelled()
+        self.stops.iter().any(|s| s.load(Ordering::SeqCst)) || self.cell.cancelled()
     }
 
     fn woken(&self) -> WakeFuture<'_> {

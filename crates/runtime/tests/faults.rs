@@ -381,6 +381,8 @@ async fn trial(
             effect,
             client,
         }],
+        max_tokens: None,
+        budgets: runwarden_runtime::Budgets::default(),
     };
     let id = uuid::Uuid::now_v7().to_string();
     inner

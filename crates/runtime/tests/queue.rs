@@ -307,6 +307,8 @@ async fn a_worker_claims_every_queued_run_exactly_once_and_completes_them() {
         max_rounds: 5,
         provider: Arc::new(runwarden_models::Scripted::from_json(&plan.to_string()).unwrap()),
         tools: vec![tool.clone()],
+        max_tokens: None,
+        budgets: runwarden_runtime::Budgets::default(),
     };
     let agents = Arc::new(Agents {
         fixture_agent: std::sync::Mutex::new(Some(Box::new(build))),

@@ -217,6 +217,8 @@ impl Fixture {
             max_rounds: 20,
             provider,
             tools,
+            max_tokens: None,
+            budgets: runwarden_runtime::Budgets::default(),
         }
     }
 

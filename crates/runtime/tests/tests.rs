@@ -4,6 +4,7 @@
 mod support;
 
 mod bind;
+mod budget;
 mod cancel;
 mod delivery;
 mod events;

@@ -193,6 +193,8 @@ async fn agent(at: &Installation) -> anyhow::Result<AgentSpec> {
         max_rounds: clamp_rounds(config.max_rounds),
         provider: Arc::new(provider),
         tools,
+        max_tokens: None,
+        budgets: runwarden_runtime::Budgets::default(),
     })
 }
 

@@ -154,13 +154,18 @@ impl ApiClient {
     }
 
     /// `POST /v1/runs` with mode queued.
-    pub(crate) async fn enqueue(&self, agent: &str, prompt: &str) -> anyhow::Result<Value> {
-        let answer = self
-            .post(
-                "/v1/runs",
-                json!({ "agent": agent, "prompt": prompt, "mode": "queued" }),
-            )
-            .await?;
+    pub(crate) async fn enqueue(
+        &self,
+        agent: &str,
+        prompt: &str,
+        budgets: &runwarden_runtime::Budgets,
+    ) -> anyhow::Result<Value> {
+        let mut body = json!({ "agent": agent, "prompt": prompt, "mode": "queued" });
+        // R13: only the budgets asked for travel; the server checks them.
+        if let (Value::Object(fields), Some(body)) = (json!(budgets), body.as_object_mut()) {
+            body.extend(fields);
+        }
+        let answer = self.post("/v1/runs", body).await?;
         self.expect(answer).await
     }
 }

@@ -74,6 +74,11 @@ timeout_seconds = 30
 # tools = ["tickets__search", "tickets__create", "files__*"]
 # max_rounds = 20
 # timeout_seconds = 120                # per model call
+# max_tokens = 4096                    # output limit per model call (the default)
+# max_output_tokens_total = 50000      # budgets per run (R13); a run request may only lower them
+# max_wall_seconds = 600               # from the run's creation
+# max_tool_calls = 50
+# (provider = "anthropic" may leave out api_key_secret for a server that needs no key)
 # (provider = "scripted" takes script = "plan.json" instead of model and key)
 
 # Workers (`runwarden worker`, `runwarden serve`) for queued runs.
@@ -260,7 +265,14 @@ struct AgentSection {
     script: Option<PathBuf>,
     timeout_seconds: Option<f64>,
     max_tokens: Option<u32>,
+    max_output_tokens_total: Option<u64>,
+    max_wall_seconds: Option<u64>,
+    max_tool_calls: Option<u32>,
 }
+
+/// L5: the output limit per model call of an agent that sets none; a server's own default
+/// may be unlimited (llama-server generates until its context is full).
+pub(crate) const DEFAULT_MAX_TOKENS: u32 = 4_096;
 
 /// Which model an agent talks to (L1, L2).
 #[derive(Debug, Clone)]
@@ -270,14 +282,15 @@ pub(crate) enum ProviderConfig {
         base_url: String,
         model: String,
         api_key: Option<SecretName>,
-        max_tokens: Option<u32>,
+        max_tokens: u32,
     },
-    /// Anthropic Messages.
+    /// Anthropic Messages; a server that needs no key (a local one) takes none, and then
+    /// nothing is placed.
     Anthropic {
         base_url: String,
         model: String,
-        api_key: SecretName,
-        max_tokens: Option<u32>,
+        api_key: Option<SecretName>,
+        max_tokens: u32,
     },
     /// A plan replayed from a JSON file.
     Scripted { script: PathBuf },
@@ -292,6 +305,20 @@ pub(crate) struct AgentConfig {
     pub(crate) tools: Vec<String>,
     pub(crate) max_rounds: Option<u32>,
     pub(crate) timeout: Duration,
+    /// R13: the agent's budgets per run.
+    pub(crate) budgets: runwarden_runtime::Budgets,
+}
+
+impl ProviderConfig {
+    /// The output limit per call the provider is built with (L5), if it has one.
+    pub(crate) fn max_tokens(&self) -> Option<u32> {
+        match self {
+            Self::OpenAi { max_tokens, .. } | Self::Anthropic { max_tokens, .. } => {
+                Some(*max_tokens)
+            }
+            Self::Scripted { .. } => None,
+        }
+    }
 }
 
 fn agent(
@@ -312,6 +339,20 @@ fn agent(
             )
         })
     };
+    let max_tokens = |n: Option<u32>| -> anyhow::Result<u32> {
+        match n {
+            Some(0) => {
+                bail!("{at}: max_tokens must be at least 1 (the default is {DEFAULT_MAX_TOKENS})")
+            }
+            Some(n) => Ok(n),
+            None => Ok(DEFAULT_MAX_TOKENS), // L5
+        }
+    };
+    let budgets = runwarden_runtime::Budgets {
+        max_output_tokens_total: section.max_output_tokens_total,
+        max_wall_seconds: section.max_wall_seconds,
+        max_tool_calls: section.max_tool_calls,
+    };
     let provider = match section.provider.as_str() {
         "openai" => ProviderConfig::OpenAi {
             base_url: section
@@ -320,7 +361,7 @@ fn agent(
                 .unwrap_or_else(|| "https://api.openai.com/v1".into()),
             model: model(section.model.clone())?,
             api_key: secret(section.api_key_secret.clone())?,
-            max_tokens: section.max_tokens,
+            max_tokens: max_tokens(section.max_tokens)?,
         },
         "anthropic" => ProviderConfig::Anthropic {
             base_url: section
@@ -328,10 +369,8 @@ fn agent(
                 .clone()
                 .unwrap_or_else(|| "https://api.anthropic.com/v1".into()),
             model: model(section.model.clone())?,
-            api_key: secret(section.api_key_secret.clone())?.with_context(|| {
-                format!("{at}: provider \"anthropic\" needs api_key_secret = \"NAME\"")
-            })?,
-            max_tokens: section.max_tokens,
+            api_key: secret(section.api_key_secret.clone())?,
+            max_tokens: max_tokens(section.max_tokens)?,
         },
         "scripted" => ProviderConfig::Scripted {
             script: resolve(section.script.clone().with_context(|| {
@@ -348,6 +387,7 @@ fn agent(
         system: section.system,
         tools: section.tools,
         max_rounds: section.max_rounds,
+        budgets,
         timeout: seconds(
             &format!("{at} timeout_seconds"),
             section.timeout_seconds.unwrap_or(120.0),
@@ -757,6 +797,28 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn model_agents_get_a_default_max_tokens_budgets_and_anthropic_needs_no_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.toml");
+        let text = format!(
+            "{TEMPLATE}\n[agents.local]\nprovider = \"anthropic\"\nmodel = \"m\"\nbase_url = \"http://127.0.0.1:1/v1\"\nmax_tool_calls = 3\nmax_wall_seconds = 60\n\n[agents.cut]\nprovider = \"openai\"\nmodel = \"m\"\nmax_tokens = 64\n"
+        );
+        std::fs::write(&path, text).unwrap();
+        let config = Config::load(&path).unwrap();
+        let local = config.agent("local").unwrap();
+        // L5: a server's own default may be unlimited, so an agent always sends one.
+        assert_eq!(local.provider.max_tokens(), Some(DEFAULT_MAX_TOKENS));
+        assert!(matches!(
+            &local.provider,
+            ProviderConfig::Anthropic { api_key: None, .. }
+        ));
+        assert_eq!(local.budgets.max_tool_calls, Some(3));
+        assert_eq!(local.budgets.max_wall_seconds, Some(60));
+        assert_eq!(local.budgets.max_output_tokens_total, None);
+        assert_eq!(config.agent("cut").unwrap().provider.max_tokens(), Some(64));
+    }
 
     #[test]
     fn the_template_parses_and_paths_are_relative_to_the_file() {

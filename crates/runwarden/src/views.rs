@@ -1,6 +1,6 @@
 //! Wire shapes shared by the CLI's `--json` output and the HTTP API, so both say the same.
 
-use runwarden_runtime::Run;
+use runwarden_runtime::{Run, RunEvent, usage_of};
 use serde_json::{Value, json};
 
 use crate::output;
@@ -21,4 +21,17 @@ pub(crate) fn run_json(run: &Run) -> Value {
         "created": output::time(run.created_ms),
         "updated": output::time(run.updated_ms),
     })
+}
+
+/// A run with its token usage (L5), summed from its model steps at read time so every
+/// store backend answers the same: `runwarden status`, `GET /v1/runs/{id}`, a finished
+/// synchronous run. Lists leave it out (it costs a read of each run's events).
+pub(crate) fn run_json_with_usage(run: &Run, events: &[RunEvent]) -> Value {
+    let usage = usage_of(events);
+    let mut view = run_json(run);
+    view["usage"] = json!({
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+    });
+    view
 }

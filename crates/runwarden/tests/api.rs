@@ -22,7 +22,7 @@ const IN_PROCESS: Duration = Duration::from_secs(1);
 /// An initialised sandbox admitting 127.0.0.1 with MCP server `srv` at `mcp` (its tools
 /// imported; default effect, a non-idempotent write; a bearer secret holding [`SIGIL`])
 /// and agent `a` replaying `plan` with the tools `srv__*`.
-async fn install(mcp: &TestServer, plan: Value) -> Arc<Sandbox> {
+pub(crate) async fn install(mcp: &TestServer, plan: Value) -> Arc<Sandbox> {
     let sandbox = Sandbox::initialised();
     sandbox.allow_loopback();
     sandbox.put("srv-token", SIGIL);

@@ -218,7 +218,8 @@ async fn run_json_prints_one_object_per_event_each_with_the_run_id() {
     assert_eq!(
         summary[0],
         json!({"run_id": run_id, "outcome": "COMPLETED", "status": "completed",
-               "termination_reason": "Ticket created.", "pending_effect": null})
+               "termination_reason": "Ticket created.", "pending_effect": null,
+               "usage": {"input_tokens": 0, "output_tokens": 0}})
     );
     // What was printed as it happened is what was persisted. The time is left out: the
     // live line is stamped when it is printed, not with the stored event's time.

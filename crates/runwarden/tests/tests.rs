@@ -5,6 +5,7 @@ mod api;
 mod architecture;
 mod audit;
 mod backend;
+mod budgets;
 mod config;
 mod demo;
 mod effects;

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use clap::Args;
 use runwarden_mcp::{CatalogueStore, McpClient};
-use runwarden_models::{Anthropic, ModelProvider, OpenAiCompatible, Scripted};
+use runwarden_models::{Anthropic, ModelProvider, OpenAiCompatible, Scripted, Usage};
 use runwarden_runtime::events::{EventBody, EventDecodeError, is_final_kind};
 use runwarden_runtime::{
-    AgentError, AgentSource, AgentSpec, CancelAnswer, Outcome, RunEvent, RunState, bind_tools,
-    clamp_rounds,
+    AgentError, AgentSource, AgentSpec, Budgets, CancelAnswer, Outcome, RunEvent, RunState,
+    bind_tools, clamp_rounds, usage_of,
 };
 use runwarden_vault::EgressClient;
 use serde_json::{Value, json};
@@ -33,6 +33,43 @@ pub(crate) struct RunArgs {
     agent: String,
     /// What to ask the agent.
     prompt: String,
+    #[command(flatten)]
+    budgets: BudgetArgs,
+}
+
+/// R13: a run's own budgets; each may only lower its agent's.
+#[derive(Debug, Args)]
+pub(crate) struct BudgetArgs {
+    /// Output tokens the run may generate, summed over its model calls.
+    #[arg(long)]
+    max_output_tokens: Option<u64>,
+    /// Seconds the run may take, from its creation.
+    #[arg(long)]
+    max_wall_seconds: Option<u64>,
+    /// Tool calls the run may make.
+    #[arg(long)]
+    max_tool_calls: Option<u32>,
+}
+
+impl BudgetArgs {
+    /// The budgets asked for, unchecked (a server checks them against its configuration).
+    pub(crate) fn asked(&self) -> Budgets {
+        Budgets {
+            max_output_tokens_total: self.max_output_tokens,
+            max_wall_seconds: self.max_wall_seconds,
+            max_tool_calls: self.max_tool_calls,
+        }
+    }
+
+    /// The budgets asked for, checked against the agent's (R13: only lower).
+    pub(crate) fn checked(&self, agent: &AgentConfig) -> anyhow::Result<Budgets> {
+        let budgets = self.asked();
+        agent
+            .budgets
+            .check_request(&budgets)
+            .with_context(|| format!("agent {}: leave the flag out or lower it", agent.name))?;
+        Ok(budgets)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -64,7 +101,7 @@ fn provider(
         } => Arc::new(OpenAiCompatible {
             api_key: api_key.clone(),
             timeout: agent.timeout,
-            max_tokens: *max_tokens,
+            max_tokens: Some(*max_tokens),
             ..OpenAiCompatible::new(egress.clone(), base_url.clone(), model.clone())
         }),
         ProviderConfig::Anthropic {
@@ -73,12 +110,18 @@ fn provider(
             api_key,
             max_tokens,
         } => {
-            let mut provider = Anthropic::new(egress.clone(), model.clone(), api_key.clone());
+            // The configuration takes no key for a key-less server; the provider still
+            // needs one until it learns to place none.
+            let api_key = api_key.clone().with_context(|| {
+                format!(
+                    "agent {}: this build's Anthropic provider needs api_key_secret = \"NAME\"",
+                    agent.name
+                )
+            })?;
+            let mut provider = Anthropic::new(egress.clone(), model.clone(), api_key);
             provider.base_url = base_url.clone();
             provider.timeout = agent.timeout;
-            if let Some(max) = max_tokens {
-                provider.max_tokens = *max;
-            }
+            provider.max_tokens = *max_tokens;
             Arc::new(provider)
         }
         ProviderConfig::Scripted { script } => Arc::new(
@@ -138,6 +181,8 @@ impl AgentBuilder {
             max_rounds: clamp_rounds(config.max_rounds),
             provider: provider(config, &self.egress)?,
             tools,
+            max_tokens: config.provider.max_tokens(),
+            budgets: config.budgets,
         })
     }
 }
@@ -246,9 +291,10 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
     super::signals::on_interrupt(move || on_ctrl_c.notify_one());
     let executor = cx.root.executor("run", false, None).await?;
     let agents = cx.root.agents("run").await?;
+    let budgets = args.budgets.checked(cx.config.agent(&args.agent)?)?;
     let agent = agents.build(&args.agent).await?;
     let run = executor
-        .create_sync(&agent.name, &args.prompt)
+        .create_sync_with(&agent.name, &args.prompt, &budgets)
         .await
         .context("while creating the run")?;
     if !cx.json {
@@ -277,15 +323,28 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
         .run_get(&run.id)
         .await?
         .context("the run vanished")?;
+    // L5: the run's usage, summed from its stored model steps.
+    let usage = match executor.store().run_events(&run.id, 0, 0).await {
+        Ok(events) => usage_of(&events),
+        Err(error) => {
+            tracing::warn!(run = %run.id, %error, "could not read the run's events to sum its usage");
+            Usage::default()
+        }
+    };
     let summary = json!({
         "run_id": run.id, "outcome": outcome.as_str(), "status": final_row.status.as_str(),
         "termination_reason": final_row.termination_reason, "pending_effect": final_row.pending_effect,
+        "usage": { "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens },
     });
     output::emit(cx.json, &summary, || {
         let mut text = format!("run {} {}", run.id, outcome.as_str());
         if let Some(reason) = &final_row.termination_reason {
             text.push_str(&format!(": {reason}"));
         }
+        text.push_str(&format!(
+            " ({} input, {} output tokens)",
+            usage.input_tokens, usage.output_tokens
+        ));
         if outcome == Outcome::Cancelled {
             let since = cancelled_at
                 .lock()
@@ -355,7 +414,8 @@ async fn run_report(cx: &Context, run_id: &str) -> anyhow::Result<Value> {
             let Some(run) = store.run_get(run_id).await? else {
                 bail!("no run with id {run_id}");
             };
-            Ok(crate::views::run_json(&run))
+            let events = store.run_events(run_id, 0, 0).await?;
+            Ok(crate::views::run_json_with_usage(&run, &events))
         }
     }
 }
@@ -376,6 +436,12 @@ fn status_text(report: &Value) -> String {
         "\n  rounds {}, attempts {}",
         report["rounds"], report["attempts"]
     ));
+    if let Some(usage) = report.get("usage") {
+        text.push_str(&format!(
+            "\n  tokens {} input, {} output",
+            usage["input_tokens"], usage["output_tokens"]
+        ));
+    }
     let finished = report["status"]
         .as_str()
         .and_then(RunState::parse)

@@ -21,6 +21,8 @@ pub(crate) struct EnqueueArgs {
     agent: String,
     /// What to ask the agent.
     prompt: String,
+    #[command(flatten)]
+    budgets: super::run::BudgetArgs,
 }
 
 #[derive(Debug, Args)]
@@ -41,13 +43,16 @@ pub(crate) fn retry(settings: &WorkerSettings) -> RetryPolicy {
 /// The row is the state: the stored request is all a worker needs (R9).
 pub(crate) async fn enqueue(cx: &Context, args: EnqueueArgs) -> anyhow::Result<ExitCode> {
     if let Some(server) = &cx.server {
-        let run = server.enqueue(&args.agent, &args.prompt).await?;
+        // The server checks the budgets against its own configuration of the agent.
+        let run = server
+            .enqueue(&args.agent, &args.prompt, &args.budgets.asked())
+            .await?;
         let report = json!({ "run_id": run["run_id"], "status": run["status"] });
         let id = run["run_id"].as_str().unwrap_or_default().to_string();
         output::emit(cx.json, &report, || id);
         return Ok(ExitCode::SUCCESS);
     }
-    cx.config.agent(&args.agent)?;
+    let budgets = args.budgets.checked(cx.config.agent(&args.agent)?)?;
     let store = cx.store().await?;
     let id = uuid::Uuid::now_v7().to_string();
     let run = store
@@ -55,7 +60,7 @@ pub(crate) async fn enqueue(cx: &Context, args: EnqueueArgs) -> anyhow::Result<E
             id: id.clone(),
             agent: args.agent.clone(),
             correlation: id.clone(),
-            request: Some(json!({ "prompt": args.prompt })),
+            request: Some(runwarden_runtime::run_request(&args.prompt, &budgets)),
             status: NewRunStatus::Queued,
             now_ms: chrono::Utc::now().timestamp_millis(),
         })

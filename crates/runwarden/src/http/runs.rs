@@ -6,13 +6,13 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
-use runwarden_runtime::{CancelAnswer, RunFilter, RunState};
+use runwarden_runtime::{Budgets, CancelAnswer, RunFilter, RunState, run_request};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::AppState;
 use super::error::{ApiError, Json, Path, Query};
-use crate::views::run_json;
+use crate::views::{run_json, run_json_with_usage};
 
 /// How `POST /v1/runs` runs the agent.
 #[derive(Debug, Default, Deserialize, PartialEq, Eq)]
@@ -33,6 +33,10 @@ pub(crate) struct CreateRun {
     prompt: String,
     #[serde(default)]
     mode: Mode,
+    /// R13: the run's own budgets; each may only lower the agent's.
+    max_output_tokens_total: Option<u64>,
+    max_wall_seconds: Option<u64>,
+    max_tool_calls: Option<u32>,
 }
 
 fn now_ms() -> i64 {
@@ -42,7 +46,10 @@ fn now_ms() -> i64 {
 /// The run's row as JSON, or `run_not_found`.
 async fn run_view(state: &AppState, id: &str) -> Result<Value, ApiError> {
     match state.runs.run_get(id).await? {
-        Some(run) => Ok(run_json(&run)),
+        Some(run) => {
+            let events = state.runs.run_events(id, 0, 0).await?;
+            Ok(run_json_with_usage(&run, &events))
+        }
         None => Err(ApiError::RunNotFound(id.to_string())),
     }
 }
@@ -51,9 +58,19 @@ pub(super) async fn create(
     State(state): State<AppState>,
     Json(body): Json<CreateRun>,
 ) -> Result<Response, ApiError> {
-    if !state.config.agents.contains_key(&body.agent) {
+    let Some(agent) = state.config.agents.get(&body.agent) else {
         return Err(ApiError::AgentNotFound(body.agent));
-    }
+    };
+    let budgets = Budgets {
+        max_output_tokens_total: body.max_output_tokens_total,
+        max_wall_seconds: body.max_wall_seconds,
+        max_tool_calls: body.max_tool_calls,
+    };
+    // R13: a request may only lower its agent's budgets.
+    agent
+        .budgets
+        .check_request(&budgets)
+        .map_err(|e| ApiError::InvalidRequest(format!("agent {}: {e}", body.agent)))?;
     match body.mode {
         Mode::Queued => {
             // R9: the row is the state; the stored request is all a worker needs.
@@ -64,13 +81,15 @@ pub(super) async fn create(
                     id: id.clone(),
                     agent: body.agent,
                     correlation: id,
-                    request: Some(json!({ "prompt": body.prompt })),
+                    request: Some(run_request(&body.prompt, &budgets)),
                     status: NewRunStatus::Queued,
                     now_ms: now_ms(),
                 })
                 .await
                 .context("while storing a queued run")?;
-            Ok((StatusCode::ACCEPTED, axum::Json(run_json(&run))).into_response())
+            // A new run has no steps: its usage is zero, in the shape a read answers.
+            let view = run_json_with_usage(&run, &[]);
+            Ok((StatusCode::ACCEPTED, axum::Json(view)).into_response())
         }
         Mode::Sync => {
             let agent = state.agents.build(&body.agent).await.map_err(|e| {
@@ -81,7 +100,7 @@ pub(super) async fn create(
             })?;
             let run = state
                 .executor
-                .create_sync(&agent.name, &body.prompt)
+                .create_sync_with(&agent.name, &body.prompt, &budgets)
                 .await
                 .context("while creating a synchronous run")?;
             // The run belongs to the process, not to the request: if the client goes away

@@ -70,14 +70,14 @@ impl Budgets {
             ),
         ];
         for (name, asked, allowed) in pairs {
-            if let (Some(asked), Some(allowed)) = (asked, allowed) {
-                if asked > allowed {
-                    return Err(BudgetAboveAgent {
-                        name,
-                        asked,
-                        allowed,
-                    });
-                }
+            if let (Some(asked), Some(allowed)) = (asked, allowed)
+                && asked > allowed
+            {
+                return Err(BudgetAboveAgent {
+                    name,
+                    asked,
+                    allowed,
+                });
             }
         }
         Ok(())

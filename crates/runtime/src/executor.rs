@@ -298,26 +298,26 @@ impl Executor {
     fn spend_tokens(&self, segment: &Segment<'_>, output_tokens: u64) {
         let mut spent = segment.spent.lock().unwrap_or_else(|p| p.into_inner());
         spent.output_tokens = spent.output_tokens.saturating_add(output_tokens);
-        if let Some(max) = segment.budgets.max_output_tokens_total {
-            if spent.output_tokens > max {
-                segment.budget.trip(format!(
-                    "max_output_tokens_total = {max} (the run used {})",
-                    spent.output_tokens
-                ));
-            }
+        if let Some(max) = segment.budgets.max_output_tokens_total
+            && spent.output_tokens > max
+        {
+            segment.budget.trip(format!(
+                "max_output_tokens_total = {max} (the run used {})",
+                spent.output_tokens
+            ));
         }
     }
 
     /// R13: before a model call, a spent output-token total leaves nothing for it.
     fn tokens_left(&self, segment: &Segment<'_>) {
         let spent = segment.spent.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(max) = segment.budgets.max_output_tokens_total {
-            if spent.output_tokens >= max {
-                segment.budget.trip(format!(
-                    "max_output_tokens_total = {max} (the run used {})",
-                    spent.output_tokens
-                ));
-            }
+        if let Some(max) = segment.budgets.max_output_tokens_total
+            && spent.output_tokens >= max
+        {
+            segment.budget.trip(format!(
+                "max_output_tokens_total = {max} (the run used {})",
+                spent.output_tokens
+            ));
         }
     }
 
@@ -325,14 +325,14 @@ impl Executor {
     /// the run may make no more.
     fn take_tool_call(&self, segment: &Segment<'_>) -> bool {
         let mut spent = segment.spent.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(max) = segment.budgets.max_tool_calls {
-            if spent.tool_calls >= max {
-                segment.budget.trip(format!(
-                    "max_tool_calls = {max} (the run made {})",
-                    spent.tool_calls
-                ));
-                return false;
-            }
+        if let Some(max) = segment.budgets.max_tool_calls
+            && spent.tool_calls >= max
+        {
+            segment.budget.trip(format!(
+                "max_tool_calls = {max} (the run made {})",
+                spent.tool_calls
+            ));
+            return false;
         }
         spent.tool_calls = spent.tool_calls.saturating_add(1);
         true

@@ -1046,7 +1046,7 @@ fn uncertain_reason(tool: &str, text: &str) -> String {
 /// natural stop (`content_filter`, `refusal`, an unknown one), which is no answer either.
 fn unusable_turn(step: &ModelResponse, max_tokens: Option<u32>) -> Option<String> {
     let finish = step.finish.as_ref()?;
-    if *finish == FinishReason::Length {
+    if step.is_truncated() {
         let limit =
             max_tokens.map_or_else(|| "the provider's default".to_string(), |n| n.to_string());
         return Some(format!(

@@ -1,7 +1,7 @@
 //! L4, L5, R13 end to end: a truncated turn fails the run, usage is recorded and summed,
 //! and each budget ends the run `BUDGET_EXCEEDED` through the same signal as a cancel.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -14,7 +14,6 @@ use runwarden_runtime::{Budgets, Outcome, RunState, RunStore, run_request, usage
 use runwarden_testkit::{TestServer, mcp_handler, tool};
 use runwarden_vault::CancellationSignal;
 use serde_json::json;
-use std::sync::Arc;
 
 use crate::support::{Fixture, WAIT, fixture};
 

@@ -471,6 +471,7 @@ mod tests {
                     id: "c1".into(),
                     name: "srv__create".into(),
                     arguments: json!({"q": "printer"}),
+                    invalid_arguments: None,
                 }],
             }),
             EventBody::ModelCancelled(ModelCancelled {

@@ -61,6 +61,9 @@ pub struct StreamAssembler {
     progress: Option<Progress>,
     /// How much of the body has been fed.
     seen: usize,
+    /// Reading what the body's end left unterminated: a line that does not parse there
+    /// was cut, not malformed.
+    at_end: bool,
 }
 
 impl std::fmt::Debug for StreamAssembler {
@@ -91,6 +94,7 @@ impl StreamAssembler {
             failure: None,
             progress,
             seen: 0,
+            at_end: false,
         }
     }
 
@@ -120,6 +124,7 @@ impl StreamAssembler {
     /// The turn, once the whole body (`body`, the same bytes fed before) has been read.
     pub fn finish(mut self, body: &[u8]) -> Result<ModelTurn, ModelError> {
         if !self.done && self.failure.is_none() {
+            self.at_end = true;
             let mut framer = std::mem::take(&mut self.framer);
             framer.finish(body, |event| self.event(event));
         }
@@ -209,6 +214,15 @@ impl StreamAssembler {
         self.done || self.failure.is_some()
     }
 
+    /// An event whose data is not JSON: malformed, unless it is what a cut left.
+    fn not_json(&mut self) {
+        if !self.at_end {
+            self.failure = Some(ModelError::Malformed(
+                "a streamed event's data is not JSON".into(),
+            ));
+        }
+    }
+
     fn delta(&mut self) {
         self.deltas += 1;
         if let Some(progress) = &self.progress {
@@ -222,9 +236,7 @@ impl StreamAssembler {
             return;
         }
         let Ok(chunk) = serde_json::from_str::<Value>(&event.data) else {
-            self.failure = Some(ModelError::Malformed(
-                "a streamed chunk is not JSON".into(),
-            ));
+            self.not_json();
             return;
         };
         if let Some(error) = chunk.get("error") {
@@ -321,9 +333,7 @@ impl StreamAssembler {
 
     fn anthropic(&mut self, event: Event) {
         let Ok(message) = serde_json::from_str::<Value>(&event.data) else {
-            self.failure = Some(ModelError::Malformed(
-                "a streamed event is not JSON".into(),
-            ));
+            self.not_json();
             return;
         };
         let kind = message

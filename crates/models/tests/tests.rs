@@ -8,3 +8,4 @@ mod echo;
 mod failures;
 mod openai;
 mod scripted;
+mod stream;

@@ -9,10 +9,10 @@ use serde_json::{Map, Value, json};
 
 use crate::call::{self, Answer, DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT};
 use crate::error::ModelError;
-use crate::stream::StreamApi;
 use crate::provider::{
     FinishReason, Message, ModelProvider, ModelRequest, ModelTurn, ToolCallRequest,
 };
+use crate::stream::StreamApi;
 
 /// The public Anthropic API root.
 pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";

@@ -59,9 +59,11 @@ pub(crate) async fn send(
         feeder.lock().map_or(true, |mut a| a.feed(body))
     }));
     let response = checked(egress.send(request, signal).await.map_err(from_egress)?)?;
-    let streamed = response
-        .header("content-type")
-        .is_some_and(|t| t.trim_start().to_ascii_lowercase().starts_with("text/event-stream"));
+    let streamed = response.header("content-type").is_some_and(|t| {
+        t.trim_start()
+            .to_ascii_lowercase()
+            .starts_with("text/event-stream")
+    });
     if !streamed {
         return json(&response).map(Answer::Json);
     }
@@ -210,7 +212,10 @@ pub(crate) fn arguments_from_value(value: Value) -> (Value, Option<String>) {
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
     };
-    (Value::Null, Some(format!("expected a JSON object, got {kind}")))
+    (
+        Value::Null,
+        Some(format!("expected a JSON object, got {kind}")),
+    )
 }
 
 /// L5: `usage.{input}` and `usage.{output}` of an answer, when both are there.

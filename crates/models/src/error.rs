@@ -78,9 +78,7 @@ impl ModelError {
                 Delivery::MaybeDelivered
             }
             Self::Egress(e) => e.delivery(),
-            Self::Status { .. } | Self::Malformed(_) | Self::Provider { .. } => {
-                Delivery::Answered
-            }
+            Self::Status { .. } | Self::Malformed(_) | Self::Provider { .. } => Delivery::Answered,
         }
     }
 

@@ -54,5 +54,5 @@ pub use provider::{
     FinishReason, Message, ModelProvider, ModelRequest, ModelTurn, Progress, ToolCallRequest,
     ToolSpec, Usage,
 };
-pub use stream::{StreamApi, StreamAssembler};
 pub use scripted::Scripted;
+pub use stream::{StreamApi, StreamAssembler};

@@ -68,7 +68,9 @@ impl Framer {
             return;
         }
         if self.line_start < body.len() {
-            let line = body[self.line_start..].strip_suffix(b"\r").unwrap_or(&body[self.line_start..]);
+            let line = body[self.line_start..]
+                .strip_suffix(b"\r")
+                .unwrap_or(&body[self.line_start..]);
             self.line_start = body.len();
             if let Some(event) = self.line(line)
                 && dispatch(event)
@@ -143,13 +145,23 @@ mod tests {
 
     #[test]
     fn crlf_lone_cr_comments_and_multi_line_data_are_framed() {
-        let events = all(&[b": keep-alive\r\nevent: a\r\ndata: 1\r\ndata: 2\r\n\r\ndata:x\r\rdata: y\n\n"]);
+        let events =
+            all(&[b": keep-alive\r\nevent: a\r\ndata: 1\r\ndata: 2\r\n\r\ndata:x\r\rdata: y\n\n"]);
         assert_eq!(
             events,
             [
-                Event { name: Some("a".into()), data: "1\n2".into() },
-                Event { name: None, data: "x".into() },
-                Event { name: None, data: "y".into() },
+                Event {
+                    name: Some("a".into()),
+                    data: "1\n2".into()
+                },
+                Event {
+                    name: None,
+                    data: "x".into()
+                },
+                Event {
+                    name: None,
+                    data: "y".into()
+                },
             ]
         );
     }

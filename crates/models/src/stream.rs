@@ -246,9 +246,14 @@ impl StreamAssembler {
         // L5: the usage chunk (`stream_options.include_usage`); a server that sends usage
         // on every chunk is read by its last.
         if let Some(usage) = chunk.get("usage").filter(|u| !u.is_null()) {
-            self.input_tokens = usage.get("prompt_tokens").and_then(Value::as_u64).or(self.input_tokens);
-            self.output_tokens =
-                usage.get("completion_tokens").and_then(Value::as_u64).or(self.output_tokens);
+            self.input_tokens = usage
+                .get("prompt_tokens")
+                .and_then(Value::as_u64)
+                .or(self.input_tokens);
+            self.output_tokens = usage
+                .get("completion_tokens")
+                .and_then(Value::as_u64)
+                .or(self.output_tokens);
         }
         let Some(choice) = chunk.pointer("/choices/0") else {
             return;
@@ -289,13 +294,17 @@ impl StreamAssembler {
     fn openai_fragment(&mut self, fragment: &Value) -> bool {
         let id = fragment.get("id").and_then(Value::as_str).unwrap_or("");
         let slot = match fragment.get("index").and_then(Value::as_u64) {
-            Some(index) => self.calls.iter().position(|c| c.index == index).unwrap_or_else(|| {
-                self.calls.push(PartialCall {
-                    index,
-                    ..PartialCall::default()
-                });
-                self.calls.len() - 1
-            }),
+            Some(index) => self
+                .calls
+                .iter()
+                .position(|c| c.index == index)
+                .unwrap_or_else(|| {
+                    self.calls.push(PartialCall {
+                        index,
+                        ..PartialCall::default()
+                    });
+                    self.calls.len() - 1
+                }),
             // No index (a few local servers): a new id starts a new call, else the last.
             None => match self.calls.last() {
                 Some(last) if id.is_empty() || last.id == id => self.calls.len() - 1,
@@ -369,7 +378,11 @@ impl StreamAssembler {
                         self.blocks.push(Block::Tool(PartialCall {
                             index,
                             id: block.get("id").and_then(Value::as_str).unwrap_or("").into(),
-                            name: block.get("name").and_then(Value::as_str).unwrap_or("").into(),
+                            name: block
+                                .get("name")
+                                .and_then(Value::as_str)
+                                .unwrap_or("")
+                                .into(),
                             arguments: String::new(),
                             start_input: input,
                         }));
@@ -389,7 +402,10 @@ impl StreamAssembler {
                         !text.is_empty()
                     }
                     Some("input_json_delta") => {
-                        let json = delta.get("partial_json").and_then(Value::as_str).unwrap_or("");
+                        let json = delta
+                            .get("partial_json")
+                            .and_then(Value::as_str)
+                            .unwrap_or("");
                         if let Some(Block::Tool(call)) = self.block(index) {
                             call.arguments.push_str(json);
                         }
@@ -403,7 +419,10 @@ impl StreamAssembler {
                 }
             }
             "message_delta" => {
-                if let Some(reason) = message.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                if let Some(reason) = message
+                    .pointer("/delta/stop_reason")
+                    .and_then(Value::as_str)
+                {
                     self.finish = Some(FinishReason::from(reason.to_string()));
                 }
                 if let Some(usage) = message.get("usage") {

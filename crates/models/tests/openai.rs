@@ -88,7 +88,10 @@ async fn openai_without_a_key_sends_no_authorization_and_omits_empty_tools() {
     assert_eq!(seen.header("authorization"), None);
     let body = body_of(&seen);
     assert!(body.get("tools").is_none(), "{body}");
-    assert_eq!(body["max_tokens"], 4096, "L5: the default cap is sent: {body}");
+    assert_eq!(
+        body["max_tokens"], 4096,
+        "L5: the default cap is sent: {body}"
+    );
     assert_eq!(
         body["messages"],
         json!([{"role": "user", "content": "Hello"}])
@@ -152,7 +155,11 @@ async fn openai_invalid_json_arguments_are_marked_for_a_tool_error_not_a_failed_
     let turn = model.complete(&hello(), None).await.unwrap();
     let call = &turn.tool_calls[0];
     assert_eq!(call.name, "tickets__create");
-    assert_eq!(call.arguments, serde_json::Value::Null, "L4: never a silent {{}}");
+    assert_eq!(
+        call.arguments,
+        serde_json::Value::Null,
+        "L4: never a silent {{}}"
+    );
     assert!(
         call.invalid_arguments
             .as_deref()

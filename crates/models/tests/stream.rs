@@ -165,7 +165,10 @@ fn a_truncated_stream_says_length_and_marks_its_unfinished_arguments() {
         assert_eq!(call.arguments, Value::Null, "{name}: never a silent {{}}");
         let why = call.invalid_arguments.as_deref().unwrap();
         assert!(why.contains("EOF while parsing"), "{name}: {why}");
-        assert!(!why.contains("unfin"), "{name}: the model's text stays out: {why}");
+        assert!(
+            !why.contains("unfin"),
+            "{name}: the model's text stays out: {why}"
+        );
     }
 }
 
@@ -206,7 +209,10 @@ fn an_error_event_is_a_provider_error_that_stops_reading() {
     ] {
         let stream = fixture(name);
         let mut assembler = StreamAssembler::new(api_of(name), None);
-        assert!(assembler.feed(&stream), "{name}: the error ends the reading");
+        assert!(
+            assembler.feed(&stream),
+            "{name}: the error ends the reading"
+        );
         match assembler.finish(&stream).unwrap_err() {
             error @ ModelError::Provider { .. } => {
                 assert!(error.to_string().contains(kind), "{name}: {error}");

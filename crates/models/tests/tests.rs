@@ -9,3 +9,4 @@ mod failures;
 mod openai;
 mod scripted;
 mod stream;
+mod streaming;

@@ -7,24 +7,23 @@ use async_trait::async_trait;
 use runwarden_vault::{CancellationSignal, Credential, EgressClient, Placement, SecretName};
 use serde_json::{Map, Value, json};
 
-use crate::call::{self, DEFAULT_TIMEOUT};
+use crate::call::{self, Answer, DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT};
 use crate::error::ModelError;
 use crate::provider::{
     FinishReason, Message, ModelProvider, ModelRequest, ModelTurn, ToolCallRequest,
 };
+use crate::stream::StreamApi;
 
 /// The public Anthropic API root.
 pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
 
-/// The API version every call names.
+/// The API version calls name unless [`Anthropic::version`] says otherwise.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
-
-/// `max_tokens` when the caller sets none; the Messages API requires one.
-pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
 /// A Claude model behind `POST {base_url}/messages`, reached through the vault (L1).
 ///
-/// The API key is a vault secret placed as the `x-api-key` header by the vault.
+/// The API key is a vault secret placed as the `x-api-key` header by the vault; a server
+/// that wants none (llama.cpp) leaves `api_key` empty and no credential is placed.
 #[derive(Debug, Clone)]
 pub struct Anthropic {
     /// The only way out (V3-V7).
@@ -33,25 +32,73 @@ pub struct Anthropic {
     pub base_url: String,
     /// The model name sent with every call.
     pub model: String,
-    /// The vault secret holding the API key.
-    pub api_key: SecretName,
-    /// `max_tokens` of every call.
+    /// The vault secret holding the API key, if the server wants one.
+    pub api_key: Option<SecretName>,
+    /// `max_tokens` of every call (the API requires one).
     pub max_tokens: u32,
     /// The total bound of one call.
     pub timeout: Duration,
+    /// Stream the answer (L3, the default): a cancel closes the stream and the server
+    /// stops generating. False for a server that cannot stream.
+    pub stream: bool,
+    /// The `anthropic-version` header, [`ANTHROPIC_VERSION`] by default.
+    pub version: String,
 }
 
 impl Anthropic {
-    /// A provider on the public API with the default token cap and timeout.
-    pub fn new(egress: Arc<EgressClient>, model: impl Into<String>, api_key: SecretName) -> Self {
+    /// A streaming provider on the public API with the default token cap and timeout.
+    /// `api_key` takes a [`SecretName`] or an `Option` of one (none places no credential).
+    pub fn new(
+        egress: Arc<EgressClient>,
+        model: impl Into<String>,
+        api_key: impl Into<Option<SecretName>>,
+    ) -> Self {
         Self {
             egress,
             base_url: ANTHROPIC_BASE_URL.into(),
             model: model.into(),
-            api_key,
+            api_key: api_key.into(),
             max_tokens: DEFAULT_MAX_TOKENS,
             timeout: DEFAULT_TIMEOUT,
+            stream: true,
+            version: ANTHROPIC_VERSION.into(),
         }
+    }
+
+    /// The API root.
+    pub fn base_url(mut self, base_url: impl Into<String>) -> Self {
+        self.base_url = base_url.into();
+        self
+    }
+
+    /// The vault secret of the API key; none places no credential.
+    pub fn api_key(mut self, api_key: Option<SecretName>) -> Self {
+        self.api_key = api_key;
+        self
+    }
+
+    /// `max_tokens` of every call; none means [`DEFAULT_MAX_TOKENS`] (L5).
+    pub fn max_tokens(mut self, max_tokens: Option<u32>) -> Self {
+        self.max_tokens = max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+        self
+    }
+
+    /// Whether answers stream (L3); true unless the server cannot.
+    pub fn stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// The `anthropic-version` header.
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = version.into();
+        self
+    }
+
+    /// The total bound of one call.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
     }
 
     /// The Messages body for a request.
@@ -60,6 +107,7 @@ impl Anthropic {
             "model": self.model,
             "max_tokens": self.max_tokens,
             "messages": wire_messages(&request.messages),
+            "stream": self.stream,
         });
         if let Some(system) = &request.system {
             body["system"] = json!(system);
@@ -94,7 +142,7 @@ fn wire_messages(messages: &[Message]) -> Vec<Value> {
                 let mut blocks: Vec<Value> =
                     text.as_deref().and_then(text_block).into_iter().collect();
                 blocks.extend(tool_calls.iter().map(|call| {
-                    json!({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments})
+                    json!({"type": "tool_use", "id": call.id, "name": call.name, "input": call.echoed_arguments()})
                 }));
                 ("assistant", blocks)
             }
@@ -159,15 +207,13 @@ fn parse_turn(answer: &Value) -> Result<ModelTurn, ModelError> {
                     .get("input")
                     .cloned()
                     .unwrap_or(Value::Object(Map::new()));
-                let arguments = call::arguments_object(input).ok_or_else(|| {
-                    ModelError::Malformed(format!(
-                        "the input of tool call {name:?} is not a JSON object"
-                    ))
-                })?;
+                // L4: an input that is not an object is marked for a tool error.
+                let (arguments, invalid_arguments) = call::arguments_from_value(input);
                 tool_calls.push(ToolCallRequest {
                     id: id.to_string(),
                     name: name.to_string(),
                     arguments,
+                    invalid_arguments,
                 });
             }
             _ => {}
@@ -193,23 +239,31 @@ impl ModelProvider for Anthropic {
         request: &ModelRequest,
         signal: Option<&dyn CancellationSignal>,
     ) -> Result<ModelTurn, ModelError> {
-        let egress_request = call::model_request(
+        let mut egress_request = call::model_request(
             call::endpoint(&self.base_url, "messages"),
             &self.body(request),
             self.timeout,
             format!("model anthropic {}", self.model),
             request.correlation.as_deref(),
+            self.stream,
         )
-        .header("anthropic-version", ANTHROPIC_VERSION)
-        .credential(Credential {
-            secret: self.api_key.clone(),
-            placement: Placement::Header {
-                name: "x-api-key".into(),
-                prefix: None,
-            },
-        });
-        let answer = call::send_json(&self.egress, egress_request, signal).await?;
-        parse_turn(&answer)
+        .header("anthropic-version", self.version.as_str());
+        if let Some(secret) = &self.api_key {
+            egress_request = egress_request.credential(Credential {
+                secret: secret.clone(),
+                placement: Placement::Header {
+                    name: "x-api-key".into(),
+                    prefix: None,
+                },
+            });
+        }
+        let stream = self
+            .stream
+            .then(|| (StreamApi::Anthropic, request.progress.clone()));
+        match call::send(&self.egress, egress_request, signal, stream).await? {
+            Answer::Json(answer) => parse_turn(&answer),
+            Answer::Streamed(turn) => Ok(turn),
+        }
     }
 }
 

@@ -1,5 +1,7 @@
-//! One model call through the vault: send, map the vault's errors, read the JSON answer.
+//! One model call through the vault: send, map the vault's errors, read the JSON answer
+//! or assemble the streamed one.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use runwarden_vault::{
@@ -8,6 +10,12 @@ use runwarden_vault::{
 use serde_json::Value;
 
 use crate::error::ModelError;
+use crate::provider::{ModelTurn, Progress};
+use crate::stream::{StreamApi, StreamAssembler};
+
+/// `max_tokens` when the agent sets none (L5); the Messages API requires one, and a local
+/// server's default is often unlimited.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
 /// The most of a model's answer that is read: 8 MiB.
 pub const MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
@@ -20,17 +28,76 @@ pub(crate) fn endpoint(base_url: &str, path: &str) -> String {
     format!("{}/{path}", base_url.trim_end_matches('/'))
 }
 
+/// A 2xx answer: a JSON document, or a turn assembled from its event stream.
+pub(crate) enum Answer {
+    Json(Value),
+    Streamed(ModelTurn),
+}
+
 /// Sends one model call through the vault's egress with the caller's signal (L1) and
-/// hands back the parsed JSON of a 2xx answer.
+/// hands back a 2xx answer.
+///
+/// With `stream`, the body is fed to a [`StreamAssembler`] as it arrives, and the vault
+/// stops reading at the terminal event (L3); a cancel drops the open stream, so the server
+/// sees the close and stops generating. A server that answers JSON anyway is read as JSON.
 ///
 /// The request already names its credential; the vault places it (V3), so no key ever
 /// passes through this crate.
-pub(crate) async fn send_json(
+pub(crate) async fn send(
+    egress: &EgressClient,
+    request: EgressRequest,
+    signal: Option<&dyn CancellationSignal>,
+    stream: Option<(StreamApi, Option<Progress>)>,
+) -> Result<Answer, ModelError> {
+    let Some((api, progress)) = stream else {
+        return send_json(egress, request, signal).await.map(Answer::Json);
+    };
+    let assembler = Arc::new(Mutex::new(StreamAssembler::new(api, progress)));
+    let feeder = assembler.clone();
+    // The vault calls this in the task that awaits `send`, so the lock is never contended.
+    let request = request.complete_when(Box::new(move |body| {
+        feeder.lock().map_or(true, |mut a| a.feed(body))
+    }));
+    let response = checked(egress.send(request, signal).await.map_err(from_egress)?)?;
+    let streamed = response.header("content-type").is_some_and(|t| {
+        t.trim_start()
+            .to_ascii_lowercase()
+            .starts_with("text/event-stream")
+    });
+    if !streamed {
+        return json(&response).map(Answer::Json);
+    }
+    let assembler = Arc::try_unwrap(assembler)
+        .ok()
+        .and_then(|m| m.into_inner().ok())
+        .filter(|a| a.fed() == response.body.len())
+        .filter(|_| memchr::memmem::find(&response.body, REDACTED).is_none());
+    // V9: the assembler read the body before the vault scrubbed it. When the scrubber cut
+    // something (its mark is in the body, or the length changed), the turn is assembled
+    // again from what the vault returned, so a secret the server echoed never gets in.
+    let assembler = assembler.unwrap_or_else(|| {
+        let mut again = StreamAssembler::new(api, None);
+        again.feed(&response.body);
+        again
+    });
+    assembler.finish(&response.body).map(Answer::Streamed)
+}
+
+/// What the vault's scrubber puts in place of a secret (V9).
+const REDACTED: &[u8] = b"[redacted]";
+
+/// Sends a non-streamed call and parses its JSON answer.
+async fn send_json(
     egress: &EgressClient,
     request: EgressRequest,
     signal: Option<&dyn CancellationSignal>,
 ) -> Result<Value, ModelError> {
-    let response = egress.send(request, signal).await.map_err(from_egress)?;
+    let response = checked(egress.send(request, signal).await.map_err(from_egress)?)?;
+    json(&response)
+}
+
+/// A 2xx answer read whole, or the error it stands for.
+fn checked(response: EgressResponse) -> Result<EgressResponse, ModelError> {
     if !response.is_success() {
         return Err(ModelError::Status {
             status: response.status,
@@ -43,6 +110,10 @@ pub(crate) async fn send_json(
             MAX_RESPONSE_BYTES / (1024 * 1024)
         )));
     }
+    Ok(response)
+}
+
+fn json(response: &EgressResponse) -> Result<Value, ModelError> {
     // The parser's message names a line and column, never the body's text.
     serde_json::from_slice(&response.body)
         .map_err(|e| ModelError::Malformed(format!("the answer is not JSON: {e}")))
@@ -56,10 +127,16 @@ pub(crate) fn model_request(
     timeout: Duration,
     reason: String,
     correlation: Option<&str>,
+    stream: bool,
 ) -> EgressRequest {
+    let accept = if stream {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
     let request = EgressRequest::new(runwarden_vault::Method::Post, url)
         .header("content-type", "application/json")
-        .header("accept", "application/json")
+        .header("accept", accept)
         .body(body.to_string().into_bytes())
         .timeout(timeout)
         .max_response_bytes(MAX_RESPONSE_BYTES)
@@ -111,14 +188,34 @@ pub(crate) fn one_line(text: &str) -> String {
     }
 }
 
-/// An arguments value as an object: `null` reads as `{}`, anything else not an object is
-/// refused by the caller.
-pub(crate) fn arguments_object(value: Value) -> Option<Value> {
-    match value {
-        Value::Null => Some(Value::Object(Default::default())),
-        Value::Object(_) => Some(value),
-        _ => None,
+/// L4: a tool call's arguments as an object, or `null` and why not. Empty text and
+/// `null` read as `{}`; text that is not JSON, or JSON that is not an object, is marked
+/// (the model gets a tool error), never replaced by `{}` and never a failed turn. The
+/// message is the parser's (a position), never the text.
+pub(crate) fn arguments_from_text(text: &str) -> (Value, Option<String>) {
+    if text.trim().is_empty() {
+        return (Value::Object(Default::default()), None);
     }
+    match serde_json::from_str::<Value>(text) {
+        Ok(value) => arguments_from_value(value),
+        Err(e) => (Value::Null, Some(e.to_string())),
+    }
+}
+
+/// An arguments value as an object, or `null` and why not.
+pub(crate) fn arguments_from_value(value: Value) -> (Value, Option<String>) {
+    let kind = match &value {
+        Value::Null => return (Value::Object(Default::default()), None),
+        Value::Object(_) => return (value, None),
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+    };
+    (
+        Value::Null,
+        Some(format!("expected a JSON object, got {kind}")),
+    )
 }
 
 /// L5: `usage.{input}` and `usage.{output}` of an answer, when both are there.

@@ -26,6 +26,22 @@ pub enum ModelError {
     /// The answer could not be understood.
     #[error("the model provider's answer is malformed: {0}")]
     Malformed(String),
+    /// The answer's stream ended before its terminal event (`data: [DONE]`,
+    /// `message_stop`): the model may have generated, been charged for and said more than
+    /// arrived, so nothing of it is used (L3, V8: `maybe_delivered`).
+    #[error("the model's answer stream was cut short: {detail}")]
+    Incomplete {
+        /// How far it got (bytes and deltas), never the text.
+        detail: String,
+    },
+    /// The provider reported an error inside a streamed answer (an `error` event).
+    #[error("the model provider reported an error mid-stream ({kind}): {message}")]
+    Provider {
+        /// The provider's error type (`overloaded_error`, `api_error`, ...).
+        kind: String,
+        /// The provider's message, one line, at most 200 characters.
+        message: String,
+    },
     /// The scripted plan has no turn left, or is invalid.
     #[error("the scripted plan: {0}")]
     Script(String),
@@ -43,6 +59,12 @@ impl ModelError {
                     | EgressError::Transport { .. }
                     | EgressError::Backstop { .. }
             ),
+            // A cut stream is a transport failure by another name.
+            Self::Incomplete { .. } => true,
+            Self::Provider { kind, .. } => matches!(
+                kind.as_str(),
+                "overloaded_error" | "api_error" | "rate_limit_error" | "server_error"
+            ),
             _ => false,
         }
     }
@@ -52,9 +74,11 @@ impl ModelError {
     pub fn delivery(&self) -> Delivery {
         match self {
             Self::Cancelled { in_flight: false } | Self::Script(_) => Delivery::NotSent,
-            Self::Cancelled { in_flight: true } => Delivery::MaybeDelivered,
+            Self::Cancelled { in_flight: true } | Self::Incomplete { .. } => {
+                Delivery::MaybeDelivered
+            }
             Self::Egress(e) => e.delivery(),
-            Self::Status { .. } | Self::Malformed(_) => Delivery::Answered,
+            Self::Status { .. } | Self::Malformed(_) | Self::Provider { .. } => Delivery::Answered,
         }
     }
 

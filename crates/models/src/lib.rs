@@ -8,6 +8,8 @@
 //! - [`OpenAiCompatible`] speaks chat completions (OpenAI, Ollama, vLLM, llama.cpp server
 //!   and the rest); its API key is a vault secret placed as a bearer token.
 //! - [`Anthropic`] speaks the Messages API; its key goes in `x-api-key`.
+//! - Both stream their answers by default (L3): a [`StreamAssembler`] reads the event
+//!   stream as it arrives, so a cancel closes the stream and the server stops generating.
 //! - [`Scripted`] replays a JSON plan with no network, for demos and tests.
 //!
 //! No provider ever holds a key: each names a vault secret and the vault places it on the
@@ -25,6 +27,7 @@
 //!     messages: vec![Message::User { text: "Say hello.".into() }],
 //!     tools: Vec::new(),
 //!     correlation: Some("run-1".into()),
+//!     progress: None,
 //! };
 //! let stop = CancelFlag::new();
 //! let turn = model.complete(&request, Some(&stop)).await?;
@@ -40,12 +43,16 @@ mod error;
 mod openai;
 mod provider;
 mod scripted;
+mod sse;
+mod stream;
 
-pub use anthropic::{ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic, DEFAULT_MAX_TOKENS};
-pub use call::{DEFAULT_TIMEOUT, MAX_RESPONSE_BYTES};
+pub use anthropic::{ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic};
+pub use call::{DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT, MAX_RESPONSE_BYTES};
 pub use error::ModelError;
 pub use openai::OpenAiCompatible;
 pub use provider::{
-    FinishReason, Message, ModelProvider, ModelRequest, ModelTurn, ToolCallRequest, ToolSpec, Usage,
+    FinishReason, Message, ModelProvider, ModelRequest, ModelTurn, Progress, ToolCallRequest,
+    ToolSpec, Usage,
 };
 pub use scripted::Scripted;
+pub use stream::{StreamApi, StreamAssembler};

@@ -7,8 +7,9 @@ use async_trait::async_trait;
 use runwarden_vault::{CancellationSignal, Credential, EgressClient, Placement, SecretName};
 use serde_json::{Map, Value, json};
 
-use crate::call::{self, DEFAULT_TIMEOUT};
+use crate::call::{self, Answer, DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT};
 use crate::error::ModelError;
+use crate::stream::StreamApi;
 
 use crate::provider::{
     FinishReason, Message, ModelProvider, ModelRequest, ModelTurn, ToolCallRequest,
@@ -30,12 +31,15 @@ pub struct OpenAiCompatible {
     pub api_key: Option<SecretName>,
     /// The total bound of one call.
     pub timeout: Duration,
-    /// `max_tokens`, when set.
+    /// `max_tokens`; [`DEFAULT_MAX_TOKENS`] is sent when unset (L5).
     pub max_tokens: Option<u32>,
+    /// Stream the answer (L3, the default): a cancel closes the stream and the server
+    /// stops generating. False for a server that cannot stream.
+    pub stream: bool,
 }
 
 impl OpenAiCompatible {
-    /// A provider with no key, the default timeout and no token cap.
+    /// A streaming provider with no key, the default timeout and the default token cap.
     pub fn new(
         egress: Arc<EgressClient>,
         base_url: impl Into<String>,
@@ -48,7 +52,32 @@ impl OpenAiCompatible {
             api_key: None,
             timeout: DEFAULT_TIMEOUT,
             max_tokens: None,
+            stream: true,
         }
+    }
+
+    /// The vault secret of the API key; none places no credential.
+    pub fn api_key(mut self, api_key: Option<SecretName>) -> Self {
+        self.api_key = api_key;
+        self
+    }
+
+    /// `max_tokens` of every call; none sends [`DEFAULT_MAX_TOKENS`] (L5).
+    pub fn max_tokens(mut self, max_tokens: Option<u32>) -> Self {
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    /// Whether answers stream (L3); true unless the server cannot.
+    pub fn stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// The total bound of one call.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
     }
 
     /// The chat completions body for a request.
@@ -58,7 +87,11 @@ impl OpenAiCompatible {
             messages.push(json!({"role": "system", "content": system}));
         }
         messages.extend(request.messages.iter().map(wire_message));
-        let mut body = json!({"model": self.model, "messages": messages, "stream": false});
+        let mut body = json!({"model": self.model, "messages": messages, "stream": self.stream});
+        if self.stream {
+            // L5: the usage arrives in a last chunk only when asked for.
+            body["stream_options"] = json!({"include_usage": true});
+        }
         if !request.tools.is_empty() {
             let tools: Vec<Value> = request
                 .tools
@@ -73,9 +106,8 @@ impl OpenAiCompatible {
                 .collect();
             body["tools"] = Value::Array(tools);
         }
-        if let Some(max_tokens) = self.max_tokens {
-            body["max_tokens"] = json!(max_tokens);
-        }
+        // L5: a local server's default is often unlimited.
+        body["max_tokens"] = json!(self.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS));
         body
     }
 }
@@ -93,7 +125,7 @@ fn wire_message(message: &Message) -> Value {
                             "id": call.id,
                             "type": "function",
                             // The API carries arguments as a JSON string, not an object.
-                            "function": {"name": call.name, "arguments": call.arguments.to_string()},
+                            "function": {"name": call.name, "arguments": call.echoed_arguments().to_string()},
                         })
                     })
                     .collect();
@@ -174,28 +206,20 @@ fn parse_tool_call(n: usize, call: &Value) -> Result<ToolCallRequest, ModelError
         .and_then(Value::as_str)
         .filter(|id| !id.is_empty())
         .map_or_else(|| format!("call-{}", n + 1), str::to_string);
-    let arguments = match call.pointer("/function/arguments") {
-        None | Some(Value::Null) => Value::Object(Map::new()),
-        Some(Value::String(text)) if text.trim().is_empty() => Value::Object(Map::new()),
-        // Invalid arguments are refused rather than replaced by `{}`: running a tool with
-        // arguments the model did not mean is worse than failing the turn.
-        Some(Value::String(text)) => serde_json::from_str(text).map_err(|e| {
-            ModelError::Malformed(format!(
-                "the arguments of tool call {name:?} are not valid JSON: {e}"
-            ))
-        })?,
+    // L4: arguments that are not a JSON object are marked, never replaced by `{}` (running
+    // a tool with arguments the model did not mean) and never a failed turn: the model
+    // reads a tool error and may try again.
+    let (arguments, invalid_arguments) = match call.pointer("/function/arguments") {
+        None => (Value::Object(Map::new()), None),
+        Some(Value::String(text)) => call::arguments_from_text(text),
         // Tolerated: a server that sends the object itself.
-        Some(other) => other.clone(),
+        Some(other) => call::arguments_from_value(other.clone()),
     };
-    let arguments = call::arguments_object(arguments).ok_or_else(|| {
-        ModelError::Malformed(format!(
-            "the arguments of tool call {name:?} are not a JSON object"
-        ))
-    })?;
     Ok(ToolCallRequest {
         id,
         name: name.to_string(),
         arguments,
+        invalid_arguments,
     })
 }
 
@@ -212,6 +236,7 @@ impl ModelProvider for OpenAiCompatible {
             self.timeout,
             format!("model openai {}", self.model),
             request.correlation.as_deref(),
+            self.stream,
         );
         if let Some(secret) = &self.api_key {
             egress_request = egress_request.credential(Credential {
@@ -219,8 +244,13 @@ impl ModelProvider for OpenAiCompatible {
                 placement: Placement::Bearer,
             });
         }
-        let answer = call::send_json(&self.egress, egress_request, signal).await?;
-        parse_turn(&answer)
+        let stream = self
+            .stream
+            .then(|| (StreamApi::OpenAi, request.progress.clone()));
+        match call::send(&self.egress, egress_request, signal, stream).await? {
+            Answer::Json(answer) => parse_turn(&answer),
+            Answer::Streamed(turn) => Ok(turn),
+        }
     }
 }
 
@@ -229,21 +259,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn invalid_tool_arguments_are_malformed_naming_the_tool() {
+    fn invalid_tool_arguments_are_marked_without_their_text_and_the_turn_stands() {
         let answer = json!({"choices": [{"message": {"content": null, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "tickets__create", "arguments": "{\"title\": "}}
+            {"id": "c1", "type": "function", "function": {"name": "tickets__create", "arguments": "{\"title\": \"sec"}}
         ]}}]});
-        let error = parse_turn(&answer).unwrap_err();
-        assert!(matches!(error, ModelError::Malformed(_)));
-        assert!(error.to_string().contains("tickets__create"), "{error}");
+        let turn = parse_turn(&answer).unwrap();
+        let call = &turn.tool_calls[0];
+        assert_eq!(call.arguments, Value::Null, "L4: never a silent {{}}");
+        let why = call.invalid_arguments.as_deref().unwrap();
+        assert!(why.contains("line 1 column"), "{why}");
+        assert!(!why.contains("sec"), "the model's text stays out: {why}");
     }
 
     #[test]
-    fn arguments_that_are_not_an_object_are_malformed() {
+    fn arguments_that_are_not_an_object_are_marked() {
         let answer = json!({"choices": [{"message": {"tool_calls": [
             {"id": "c1", "function": {"name": "t", "arguments": "[1, 2]"}}
         ]}}]});
-        assert!(matches!(parse_turn(&answer), Err(ModelError::Malformed(_))));
+        let turn = parse_turn(&answer).unwrap();
+        assert_eq!(
+            turn.tool_calls[0].invalid_arguments.as_deref(),
+            Some("expected a JSON object, got an array")
+        );
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! The provider seam: one model turn from a conversation, through the vault, cancellable.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use runwarden_vault::CancellationSignal;
 use serde::{Deserialize, Serialize};
@@ -25,8 +27,69 @@ pub struct ToolCallRequest {
     pub id: String,
     /// The tool's local name.
     pub name: String,
-    /// The arguments object (an object even when the model sent none).
+    /// The arguments object (an object even when the model sent none), or `null` when
+    /// they could not be read (see `invalid_arguments`).
     pub arguments: Value,
+    /// Set when the model's arguments were not a JSON object (not valid JSON, or JSON of
+    /// another type): the parser's message, such as `EOF while parsing an object at line 1
+    /// column 12` (positions only, never the model's text). `arguments` is then `null`.
+    /// The call is not to be run: the model gets a tool error ("arguments were not valid
+    /// JSON: ...") and may try again (L4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalid_arguments: Option<String>,
+}
+
+impl ToolCallRequest {
+    /// A call with valid arguments.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
+        Self {
+            id: id.into(),
+            name: name.into(),
+            arguments,
+            invalid_arguments: None,
+        }
+    }
+
+    /// The arguments as the API's history wants them echoed: an object, `{}` for
+    /// arguments that could not be read (the tool error that follows says why).
+    pub(crate) fn echoed_arguments(&self) -> Value {
+        match &self.arguments {
+            Value::Object(_) => self.arguments.clone(),
+            _ => Value::Object(Default::default()),
+        }
+    }
+}
+
+/// Told the output deltas a streamed model call has received so far (about one per
+/// token: text, reasoning and tool-argument fragments), once per delta, from inside the
+/// transfer. It must be cheap and never block: count, compare, maybe wake a throttled
+/// publisher. A streamed call reports; a non-streamed one does not.
+#[derive(Clone)]
+pub struct Progress(Arc<dyn Fn(u64) + Send + Sync>);
+
+impl Progress {
+    /// Wraps `report`, called with the running count.
+    pub fn new(report: impl Fn(u64) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(report))
+    }
+
+    /// Reports `deltas` so far.
+    pub fn report(&self, deltas: u64) {
+        (self.0)(deltas);
+    }
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Progress")
+    }
+}
+
+impl PartialEq for Progress {
+    /// The same callback.
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// One message of the conversation.
@@ -69,6 +132,8 @@ pub struct ModelRequest {
     pub tools: Vec<ToolSpec>,
     /// A correlation for the audit rows (the run id).
     pub correlation: Option<String>,
+    /// Told the output deltas so far while the answer streams (L3, R13 budgets).
+    pub progress: Option<Progress>,
 }
 
 /// One model turn.

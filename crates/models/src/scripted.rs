@@ -169,6 +169,7 @@ impl ModelProvider for Scripted {
                     id: format!("call-{turn}-{}", n + 1),
                     name: call.name.clone(),
                     arguments: call.arguments.clone(),
+                    invalid_arguments: None,
                 })
                 .collect(),
             finish: None,

@@ -20,6 +20,8 @@ async fn provider(f: &crate::support::Fixture, server: &TestServer) -> Anthropic
         f.put_key("anthropic").await,
     );
     model.base_url = server.url("/v1");
+    // These answers are whole JSON documents: the non-streamed path.
+    model.stream = false;
     model
 }
 
@@ -37,6 +39,7 @@ async fn anthropic_tool_results_are_merged_into_one_user_message() {
             id: "toolu_1".into(),
             name: "tickets__search".into(),
             arguments: json!({"q": "printer"}),
+            invalid_arguments: None,
         }]
     );
 
@@ -48,6 +51,7 @@ async fn anthropic_tool_results_are_merged_into_one_user_message() {
         json!({
             "model": "claude-test",
             "max_tokens": 4096,
+            "stream": false,
             "system": "You file tickets.",
             "messages": [
                 {"role": "user", "content": [{"type": "text", "text": "File two tickets."}]},

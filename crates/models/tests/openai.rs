@@ -19,6 +19,7 @@ async fn openai_request_carries_messages_tools_and_the_key_as_bearer() {
     let mut model = OpenAiCompatible::new(f.egress.clone(), server.url("/v1/"), "gpt-test");
     model.api_key = Some(f.put_key("openai").await);
     model.max_tokens = Some(256);
+    model.stream = false;
 
     let turn = model.complete(&second_round(), None).await.unwrap();
     assert_eq!(turn.text.as_deref(), Some("Both filed."));
@@ -79,13 +80,18 @@ async fn openai_without_a_key_sends_no_authorization_and_omits_empty_tools() {
     let f = fixture().await;
     let mut server = TestServer::start(|_| json_reply(200, answer_text("hi"))).await;
     let model = OpenAiCompatible::new(f.egress.clone(), server.url("/v1"), "llama3");
-    model.complete(&hello(), None).await.unwrap();
+    // A server that ignores `"stream": true` and answers JSON is read as JSON.
+    let turn = model.complete(&hello(), None).await.unwrap();
+    assert_eq!(turn.text.as_deref(), Some("hi"));
 
     let seen = server.next_request(WAIT).await;
     assert_eq!(seen.header("authorization"), None);
     let body = body_of(&seen);
     assert!(body.get("tools").is_none(), "{body}");
-    assert!(body.get("max_tokens").is_none(), "{body}");
+    assert_eq!(
+        body["max_tokens"], 4096,
+        "L5: the default cap is sent: {body}"
+    );
     assert_eq!(
         body["messages"],
         json!([{"role": "user", "content": "Hello"}])
@@ -120,18 +126,20 @@ async fn openai_tool_calls_are_parsed_with_json_arguments() {
                 id: "call_a".into(),
                 name: "tickets__create".into(),
                 arguments: json!({"title": "Printer on fire", "priority": 1}),
+                invalid_arguments: None,
             },
             ToolCallRequest {
                 id: "call_b".into(),
                 name: "tickets__search".into(),
                 arguments: json!({}),
+                invalid_arguments: None,
             },
         ]
     );
 }
 
 #[tokio::test]
-async fn openai_invalid_json_arguments_fail_the_turn_naming_the_tool() {
+async fn openai_invalid_json_arguments_are_marked_for_a_tool_error_not_a_failed_turn() {
     let f = fixture().await;
     let server = TestServer::start(|_| {
         json_reply(
@@ -144,11 +152,18 @@ async fn openai_invalid_json_arguments_fail_the_turn_naming_the_tool() {
     .await;
     let model = OpenAiCompatible::new(f.egress.clone(), server.url("/v1"), "gpt-test");
 
-    let error = model.complete(&hello(), None).await.unwrap_err();
-    assert!(
-        matches!(error, runwarden_models::ModelError::Malformed(_)),
-        "{error:?}"
+    let turn = model.complete(&hello(), None).await.unwrap();
+    let call = &turn.tool_calls[0];
+    assert_eq!(call.name, "tickets__create");
+    assert_eq!(
+        call.arguments,
+        serde_json::Value::Null,
+        "L4: never a silent {{}}"
     );
-    assert!(error.to_string().contains("tickets__create"), "{error}");
-    assert!(!error.is_retryable());
+    assert!(
+        call.invalid_arguments
+            .as_deref()
+            .is_some_and(|why| why.contains("EOF while parsing")),
+        "{call:?}"
+    );
 }

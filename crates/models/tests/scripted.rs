@@ -35,6 +35,7 @@ fn after(assistant_turns: usize) -> ModelRequest {
         messages,
         tools: Vec::new(),
         correlation: None,
+        progress: None,
     }
 }
 
@@ -51,11 +52,13 @@ async fn the_scripted_plan_replays_by_assistant_turn_count() {
                 id: "call-1-1".into(),
                 name: "tickets__search".into(),
                 arguments: json!({"q": "printer"}),
+                invalid_arguments: None,
             },
             ToolCallRequest {
                 id: "call-1-2".into(),
                 name: "tickets__create".into(),
                 arguments: json!({"title": "Printer on fire"}),
+                invalid_arguments: None,
             },
         ]
     );

@@ -8,3 +8,5 @@ mod echo;
 mod failures;
 mod openai;
 mod scripted;
+mod stream;
+mod streaming;

@@ -683,6 +683,7 @@ async fn overhead(ctx: &Ctx) -> Overhead {
         messages: vec![Message::User { text: "go".into() }],
         tools: write_agent.tools.iter().map(|t| t.spec.clone()).collect(),
         correlation: Some("bench".into()),
+        progress: None,
     };
     // A live run of this executor for the store's own operations.
     let probe_run = ctx

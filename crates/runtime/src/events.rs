@@ -502,6 +502,7 @@ mod tests {
                     id: "c1".into(),
                     name: "srv__create".into(),
                     arguments: json!({"q": "printer"}),
+                    invalid_arguments: None,
                 }],
                 finish: None,
                 usage: None,

@@ -707,6 +707,7 @@ impl Executor {
                 messages: messages.clone(),
                 tools: tools.clone(),
                 correlation: Some(segment.run.correlation.clone()),
+                progress: None,
             };
             let signal = self.signal(segment).await;
             let completed = agent.provider.complete(&request, Some(&signal)).await;

@@ -170,6 +170,7 @@ impl ModelProvider for Usurper {
                 id: "c1".into(),
                 name: "srv__create".into(),
                 arguments: json!({}),
+                invalid_arguments: None,
             }],
             finish: None,
             usage: None,

@@ -51,6 +51,19 @@ pub enum Reply {
     /// Reset the connection (RST, no answer) right after reading the request: a server
     /// that died, or a proxy that dropped the call, after the body arrived.
     Reset,
+    /// Answer with a chunked body written one chunk per write (an event stream as it is
+    /// generated). With `hold_open`, the body never ends: the server waits and reports
+    /// [`Seen::Closed`] when the client goes away; without, the body ends cleanly.
+    Stream {
+        /// The status code.
+        status: u16,
+        /// The content type.
+        content_type: String,
+        /// The body's pieces, each sent as one chunk.
+        chunks: Vec<Vec<u8>>,
+        /// Keep the stream open after the last chunk.
+        hold_open: bool,
+    },
 }
 
 impl Reply {
@@ -72,6 +85,16 @@ impl Reply {
         }
     }
 
+    /// A `text/event-stream` answer sent in `chunks`; see [`Reply::Stream`].
+    pub fn event_stream(chunks: Vec<Vec<u8>>, hold_open: bool) -> Self {
+        Self::Stream {
+            status: 200,
+            content_type: "text/event-stream".into(),
+            chunks,
+            hold_open,
+        }
+    }
+
     /// Adds a header to a `Respond`.
     pub fn with_header(mut self, name: &str, value: &str) -> Self {
         if let Self::Respond { headers, .. } = &mut self {
@@ -88,7 +111,8 @@ pub enum Seen {
     Connected(Instant),
     /// A full request arrived.
     Request(Instant, HttpRequest),
-    /// The client closed a connection whose request was stalled.
+    /// The client closed a connection whose request was stalled or whose stream was held
+    /// open.
     Closed(Instant),
 }
 
@@ -205,6 +229,42 @@ async fn serve(mut stream: TcpStream, handler: Handler, tx: mpsc::UnboundedSende
                         }
                         Ok(_) => continue,
                     }
+                }
+            }
+            Reply::Stream {
+                status,
+                content_type,
+                chunks,
+                hold_open,
+            } => {
+                let head = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\ntransfer-encoding: chunked\r\n\r\n"
+                );
+                if stream.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                for chunk in chunks.iter().filter(|c| !c.is_empty()) {
+                    let mut framed = format!("{:x}\r\n", chunk.len()).into_bytes();
+                    framed.extend_from_slice(chunk);
+                    framed.extend_from_slice(b"\r\n");
+                    if stream.write_all(&framed).await.is_err() {
+                        return;
+                    }
+                }
+                if hold_open {
+                    let mut byte = [0u8; 1];
+                    loop {
+                        match stream.read(&mut byte).await {
+                            Ok(0) | Err(_) => {
+                                let _ = tx.send(Seen::Closed(Instant::now()));
+                                return;
+                            }
+                            Ok(_) => continue,
+                        }
+                    }
+                }
+                if stream.write_all(b"0\r\n\r\n").await.is_err() {
+                    return;
                 }
             }
             Reply::Reset => {

@@ -89,11 +89,13 @@ pub fn second_round() -> ModelRequest {
                         id: "c1".into(),
                         name: "tickets__create".into(),
                         arguments: json!({"title": "one"}),
+                        invalid_arguments: None,
                     },
                     ToolCallRequest {
                         id: "c2".into(),
                         name: "tickets__create".into(),
                         arguments: json!({"title": "two"}),
+                        invalid_arguments: None,
                     },
                 ],
             },
@@ -112,6 +114,7 @@ pub fn second_round() -> ModelRequest {
         ],
         tools: vec![tickets_create()],
         correlation: Some("run-42".into()),
+        progress: None,
     }
 }
 
@@ -124,5 +127,6 @@ pub fn hello() -> ModelRequest {
         }],
         tools: Vec::new(),
         correlation: None,
+        progress: None,
     }
 }

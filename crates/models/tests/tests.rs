@@ -6,5 +6,6 @@ mod support;
 mod anthropic;
 mod echo;
 mod failures;
+mod llama;
 mod openai;
 mod scripted;

@@ -12,6 +12,7 @@ mod egress;
 mod hardening;
 mod init;
 mod json;
+mod llama;
 mod mcp;
 mod nodes;
 mod rotate;

@@ -173,16 +173,17 @@ async fn a_cancel_during_generation_on_a_real_server_ends_our_call_and_the_gener
     let mark = server.log_mark();
 
     let (outcome, stopped_after) = tokio::join!(model.complete(&request, Some(&flag)), async {
-        server
+        let (task, _) = server
             .wait_generation_started(mark, LOG_WAIT)
             .await
             .expect("the server started generating");
         flag.cancel();
         let cancelled_at = Instant::now();
-        server
-            .wait_generation_stopped(mark, LOG_WAIT)
-            .await
-            .map(|stopped| stopped.saturating_duration_since(cancelled_at))
+        let stopped = server.wait_generation_stopped(mark, task, LOG_WAIT).await;
+        (
+            stopped.map(|at| at.saturating_duration_since(cancelled_at)),
+            task,
+        )
     });
     let error = outcome.unwrap_err();
     assert!(
@@ -191,9 +192,10 @@ async fn a_cancel_during_generation_on_a_real_server_ends_our_call_and_the_gener
     );
     // V6: our side closed the connection in flight.
     assert_eq!(f.audit_actions().await, ["http_call_cancelled"]);
+    let (stopped_after, task) = stopped_after;
     let stopped_after = stopped_after.expect("the server stopped generating after the cancel");
     assert!(
-        server.cancelled_since(mark),
+        server.cancelled_since(mark, task),
         "the server cancelled the task because we left, it did not finish it: {}",
         server.log_text()
     );

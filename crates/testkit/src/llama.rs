@@ -261,21 +261,47 @@ impl LlamaServer {
             .map(|(at, _)| *at)
     }
 
-    /// Waits until a slot starts a task after `mark` (the log's `processing task`).
-    pub async fn wait_generation_started(&self, mark: usize, timeout: Duration) -> Option<Instant> {
-        self.wait_log(mark, STARTED, timeout).await
+    /// Waits until a slot starts a task after `mark` (the log's `processing task`);
+    /// returns the task's id and when the line was read.
+    pub async fn wait_generation_started(
+        &self,
+        mark: usize,
+        timeout: Duration,
+    ) -> Option<(u64, Instant)> {
+        let at = self.wait_log(mark, STARTED, timeout).await?;
+        let log = self.log.lock().ok()?;
+        let line = &log
+            .iter()
+            .skip(mark)
+            .find(|(_, line)| line.contains(STARTED))?
+            .1;
+        // `slot launch_slot_: id  1 | task 7 | processing task, ...`
+        let task = line
+            .split('|')
+            .find_map(|part| part.trim().strip_prefix("task "))?
+            .trim()
+            .parse()
+            .ok()?;
+        Some((task, at))
     }
 
-    /// Waits until a slot stops a task after `mark` (the log's `stop processing`, whether
-    /// it finished or was cancelled).
-    pub async fn wait_generation_stopped(&self, mark: usize, timeout: Duration) -> Option<Instant> {
-        self.wait_log(mark, STOPPED, timeout).await
+    /// Waits until the server stops `task` (the log's `task N | stop processing`, whether
+    /// it finished or was cancelled), looking at lines after `mark`.
+    pub async fn wait_generation_stopped(
+        &self,
+        mark: usize,
+        task: u64,
+        timeout: Duration,
+    ) -> Option<Instant> {
+        self.wait_log(mark, &format!("task {task} | {STOPPED}"), timeout)
+            .await
     }
 
-    /// Whether the server cancelled a task after `mark` because its client went away
-    /// (the log's `cancel task`), as opposed to finishing it.
-    pub fn cancelled_since(&self, mark: usize) -> bool {
-        self.find_log(mark, CANCELLED).is_some()
+    /// Whether the server cancelled `task` after `mark` because its client went away (the
+    /// log's `cancel task, id_task = N`), as opposed to finishing it.
+    pub fn cancelled_since(&self, mark: usize, task: u64) -> bool {
+        self.find_log(mark, &format!("{CANCELLED}, id_task = {task}"))
+            .is_some()
     }
 }
 

@@ -6,6 +6,7 @@ mod support;
 mod anthropic;
 mod echo;
 mod failures;
+mod llama;
 mod openai;
 mod scripted;
 mod stream;

@@ -45,6 +45,7 @@ fn call(id: &str, name: &str) -> ToolCallRequest {
         id: id.into(),
         name: name.into(),
         arguments: json!({}),
+        invalid_arguments: None,
     }
 }
 

@@ -265,6 +265,7 @@ struct AgentSection {
     script: Option<PathBuf>,
     timeout_seconds: Option<f64>,
     max_tokens: Option<u32>,
+    stream: Option<bool>,
     max_output_tokens_total: Option<u64>,
     max_wall_seconds: Option<u64>,
     max_tool_calls: Option<u32>,
@@ -305,6 +306,9 @@ pub(crate) struct AgentConfig {
     pub(crate) tools: Vec<String>,
     pub(crate) max_rounds: Option<u32>,
     pub(crate) timeout: Duration,
+    /// L3: model calls stream (the default) so a cancel stops the generation; `false`
+    /// for a server that cannot stream.
+    pub(crate) stream: bool,
     /// R13: the agent's budgets per run.
     pub(crate) budgets: runwarden_runtime::Budgets,
 }
@@ -388,6 +392,7 @@ fn agent(
         tools: section.tools,
         max_rounds: section.max_rounds,
         budgets,
+        stream: section.stream.unwrap_or(true),
         timeout: seconds(
             &format!("{at} timeout_seconds"),
             section.timeout_seconds.unwrap_or(120.0),

@@ -13,6 +13,7 @@ mod egress;
 mod hardening;
 mod init;
 mod json;
+mod llama;
 mod mcp;
 mod nodes;
 mod rotate;

@@ -2,7 +2,8 @@
 //! whose answer to each request comes from a handler, and which reports connections,
 //! requests and client-side closes as timestamped events; and [`Peer`], the real MCP
 //! server of the official Python SDK, started per test; and [`TempCluster`], a real
-//! PostgreSQL server in a temporary directory (or the shared one a test run started).
+//! PostgreSQL server in a temporary directory (or the shared one a test run started); and
+//! [`LlamaServer`], a real model server (llama.cpp with SmolLM2-135M) on 127.0.0.1.
 //!
 //! ```no_run
 //! # async fn example() {
@@ -18,6 +19,7 @@
 #![deny(missing_docs)]
 
 mod echo;
+mod llama;
 mod mcp;
 mod peer;
 pub mod postgres;
@@ -29,6 +31,7 @@ pub use echo::{
     Channel, HOSTILE_SIGIL, echo_handler, find_form, forms_of, hostile_placements,
     received_credential,
 };
+pub use llama::{LLAMA_DIR_ENV, LlamaServer};
 pub use mcp::{mcp_handler, tool};
 pub use peer::Peer;
 pub use postgres::TempCluster;

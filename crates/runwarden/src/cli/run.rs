@@ -102,6 +102,7 @@ fn provider(
             api_key: api_key.clone(),
             timeout: agent.timeout,
             max_tokens: Some(*max_tokens),
+            stream: agent.stream,
             ..OpenAiCompatible::new(egress.clone(), base_url.clone(), model.clone())
         }),
         ProviderConfig::Anthropic {
@@ -110,15 +111,9 @@ fn provider(
             api_key,
             max_tokens,
         } => {
-            // The configuration takes no key for a key-less server; the provider still
-            // needs one until it learns to place none.
-            let api_key = api_key.clone().with_context(|| {
-                format!(
-                    "agent {}: this build's Anthropic provider needs api_key_secret = \"NAME\"",
-                    agent.name
-                )
-            })?;
-            let mut provider = Anthropic::new(egress.clone(), model.clone(), api_key);
+            // A key-less server gets no credential placed (L1).
+            let mut provider = Anthropic::new(egress.clone(), model.clone(), api_key.clone());
+            provider.stream = agent.stream;
             provider.base_url = base_url.clone();
             provider.timeout = agent.timeout;
             provider.max_tokens = *max_tokens;

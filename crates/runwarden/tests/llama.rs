@@ -1,0 +1,85 @@
+//! Tool-calling runs of the real binary against a real model server: llama.cpp's
+//! `llama-server` with SmolLM2-135M on 127.0.0.1 (`runwarden_testkit::LlamaServer`, with
+//! the repository's tool template), once per provider, with a real MCP server's tool.
+//! Protocol behaviour only: a tool call reached the MCP server and the run completed.
+
+use std::sync::Arc;
+
+use runwarden_testkit::{LlamaServer, TestServer, mcp_handler, tool};
+use serde_json::Value;
+
+use crate::support::{Sandbox, runwarden};
+
+/// A generous cap per model turn: enough for a tool call or a short answer, small enough
+/// for 2 cores (issue 13: with no cap the server generates until the timeout).
+const MAX_TOKENS: u32 = 128;
+
+/// An initialised sandbox admitting 127.0.0.1, with MCP server `srv` (its tools imported)
+/// and agent `a` on `provider` at the llama-server, offered `srv__*`.
+async fn sandbox(
+    mcp: &TestServer,
+    llama: &LlamaServer,
+    provider: &str,
+    extra: &str,
+) -> Arc<Sandbox> {
+    let sandbox = Sandbox::initialised();
+    sandbox.allow_loopback();
+    let mut text = std::fs::read_to_string(sandbox.config()).unwrap();
+    text.push_str(&format!(
+        "\n[mcp.servers.srv]\nurl = \"{}\"\n\n[agents.a]\nprovider = \"{provider}\"\nmodel = \"smollm2-135m\"\nbase_url = \"{}\"\nmax_tokens = {MAX_TOKENS}\ntools = [\"srv__*\"]\n{extra}\n",
+        mcp.url("/mcp"),
+        llama.base_url(),
+    ));
+    std::fs::write(sandbox.config(), text).unwrap();
+    let sandbox = Arc::new(sandbox);
+    runwarden(&sandbox, &["mcp", "import", "srv"]).await.ok();
+    sandbox
+}
+
+/// Runs agent `a`, expects COMPLETED, and checks the model's tool call reached the MCP
+/// server as a `tools/call` of `create`.
+async fn tool_calling_run_completes(sandbox: &Arc<Sandbox>, mcp: &mut TestServer) {
+    mcp.drain_requests();
+    let out = runwarden(
+        sandbox,
+        &["run", "--agent", "a", "Create a ticket titled printer."],
+    )
+    .await
+    .ok()
+    .says("COMPLETED");
+    assert!(
+        out.stdout.contains("model asked for srv__create"),
+        "the model called the tool: {out:#?}"
+    );
+    let calls: Vec<Value> = mcp
+        .drain_requests()
+        .iter()
+        .filter_map(|r| serde_json::from_slice::<Value>(&r.body).ok())
+        .filter(|m| m["method"] == "tools/call")
+        .collect();
+    assert!(
+        !calls.is_empty(),
+        "a tools/call reached the MCP server: {out:#?}"
+    );
+    assert_eq!(calls[0]["params"]["name"], "create");
+    assert!(calls[0]["params"]["arguments"].is_object(), "{calls:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_calling_run_completes_against_a_real_model_server_through_openai() {
+    let llama = LlamaServer::start();
+    let mut mcp = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
+    let sandbox = sandbox(&mcp, &llama, "openai", "").await;
+    tool_calling_run_completes(&sandbox, &mut mcp).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_calling_run_completes_against_a_real_model_server_through_anthropic() {
+    let llama = LlamaServer::start();
+    let mut mcp = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
+    // provider "anthropic" needs api_key_secret today (issue 13 item 4), even for a server
+    // that wants none: a dummy secret is stored and sent.
+    let sandbox = sandbox(&mcp, &llama, "anthropic", "api_key_secret = \"dummy\"").await;
+    sandbox.put("dummy", "not-a-real-key");
+    tool_calling_run_completes(&sandbox, &mut mcp).await;
+}

@@ -42,12 +42,20 @@ struct Variant {
 }
 
 fn variants(egress: &Arc<EgressClient>, server: &LlamaServer) -> Vec<Variant> {
-    let mut non_streaming = OpenAiCompatible::new(egress.clone(), server.base_url(), "smollm2");
-    non_streaming.max_tokens = Some(TRIAL_MAX_TOKENS);
-    vec![Variant {
-        name: "non-streaming",
-        model: Box::new(non_streaming),
-    }]
+    let mut streaming = OpenAiCompatible::new(egress.clone(), server.base_url(), "smollm2");
+    streaming.max_tokens = Some(TRIAL_MAX_TOKENS);
+    let mut non_streaming = streaming.clone();
+    non_streaming.stream = false;
+    vec![
+        Variant {
+            name: "streaming (L3, the default)",
+            model: Box::new(streaming),
+        },
+        Variant {
+            name: "non-streaming",
+            model: Box::new(non_streaming),
+        },
+    ]
 }
 
 fn main() {

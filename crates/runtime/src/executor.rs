@@ -835,7 +835,11 @@ impl Executor {
             return Ok(answer(text, true));
         };
         let Value::Object(arguments) = call.arguments.clone() else {
-            let text = "the tool's arguments must be a JSON object".to_string();
+            // L4: arguments the model wrote badly reach it as the tool's error, never `{}`.
+            let text = match &call.invalid_arguments {
+                Some(why) => format!("arguments were not valid JSON: {why}"),
+                None => "the tool's arguments must be a JSON object".to_string(),
+            };
             let body = EventBody::ToolExecuted(ToolExecuted::refused(round, call, &text));
             self.record_soft(segment, body, None)
                 .await

@@ -357,3 +357,33 @@ async fn a_resumed_run_keeps_its_stored_budgets_and_counts_the_calls_already_mad
         "the second call was never sent"
     );
 }
+
+#[tokio::test]
+async fn arguments_the_model_wrote_badly_reach_it_as_the_tools_error_and_nothing_is_sent() {
+    let f = fixture().await;
+    let mut server = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
+    let mut bad = call("c1", "srv__create");
+    bad.arguments = serde_json::Value::Null;
+    bad.invalid_arguments = Some("EOF while parsing an object at line 1 column 9".into());
+    let model = Turns::new(vec![turn(vec![bad], FinishReason::ToolCalls, 9)]);
+    let agent = f.agent_with(
+        model,
+        vec![f.tool(&server.url("/mcp"), "create", Effect::NonIdempotentWrite)],
+    );
+    let run = f.executor.create_sync("helper", "go").await.unwrap();
+    assert_eq!(
+        f.executor.execute(&run, &agent, "go", None).await,
+        Outcome::Completed,
+        "L4: a badly written call is the model's to fix, not the run's end"
+    );
+    let events = f.store.run_events(&run.id, 0, 0).await.unwrap();
+    let step = events
+        .iter()
+        .find(|e| e.kind == "tool_executed")
+        .expect("the refused call is a step");
+    assert_eq!(
+        step.payload["text"],
+        "arguments were not valid JSON: EOF while parsing an object at line 1 column 9"
+    );
+    assert_eq!(tools_calls(&mut server), 0, "nothing reached the server");
+}

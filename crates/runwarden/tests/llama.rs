@@ -77,9 +77,7 @@ async fn a_tool_calling_run_completes_against_a_real_model_server_through_openai
 async fn a_tool_calling_run_completes_against_a_real_model_server_through_anthropic() {
     let llama = LlamaServer::start();
     let mut mcp = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
-    // provider "anthropic" needs api_key_secret today (issue 13 item 4), even for a server
-    // that wants none: a dummy secret is stored and sent.
-    let sandbox = sandbox(&mcp, &llama, "anthropic", "api_key_secret = \"dummy\"").await;
-    sandbox.put("dummy", "not-a-real-key");
+    // L1: a server that wants no key gets none; no api_key_secret is configured.
+    let sandbox = sandbox(&mcp, &llama, "anthropic", "").await;
     tool_calling_run_completes(&sandbox, &mut mcp).await;
 }

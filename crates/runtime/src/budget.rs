@@ -128,6 +128,11 @@ impl BudgetStop {
         self.flag.clone()
     }
 
+    /// True once a budget ran out.
+    pub(crate) fn is_tripped(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+
     /// Marks the budget spent, keeping the first thing that ran out.
     pub(crate) fn trip(&self, what: String) {
         let mut slot = self.what.lock().unwrap_or_else(|p| p.into_inner());

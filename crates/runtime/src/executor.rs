@@ -294,6 +294,32 @@ impl Executor {
         })))
     }
 
+    /// R13: while a model call streams, its output so far is counted against the run's
+    /// token total; going over trips the budget and wakes the call, which the vault then
+    /// tears down like a cancelled one. `None` when the run has no token total.
+    fn stream_budget(&self, segment: &Segment<'_>) -> Option<runwarden_models::Progress> {
+        let max = segment.budgets.max_output_tokens_total?;
+        let before = segment
+            .spent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .output_tokens;
+        let (budget, hub, id) = (
+            segment.budget.clone(),
+            self.hub.clone(),
+            segment.run.id.clone(),
+        );
+        Some(runwarden_models::Progress::new(move |so_far| {
+            let total = before.saturating_add(so_far);
+            if total > max && !budget.is_tripped() {
+                budget.trip(format!(
+                    "max_output_tokens_total = {max} (the run used {total})"
+                ));
+                hub.wake(&id);
+            }
+        }))
+    }
+
     /// R13: counts a model step's output tokens; going over the total trips the budget.
     fn spend_tokens(&self, segment: &Segment<'_>, output_tokens: u64) {
         let mut spent = segment.spent.lock().unwrap_or_else(|p| p.into_inner());
@@ -707,7 +733,7 @@ impl Executor {
                 messages: messages.clone(),
                 tools: tools.clone(),
                 correlation: Some(segment.run.correlation.clone()),
-                progress: None,
+                progress: self.stream_budget(segment),
             };
             let signal = self.signal(segment).await;
             let completed = agent.provider.complete(&request, Some(&signal)).await;

@@ -387,3 +387,57 @@ async fn arguments_the_model_wrote_badly_reach_it_as_the_tools_error_and_nothing
     );
     assert_eq!(tools_calls(&mut server), 0, "nothing reached the server");
 }
+
+/// A model that streams `tokens` output deltas, reporting each to the request's progress,
+/// then holds the call until its signal says stop (as the vault would drop the stream).
+struct Streaming {
+    tokens: u64,
+}
+
+#[async_trait]
+impl ModelProvider for Streaming {
+    async fn complete(
+        &self,
+        request: &ModelRequest,
+        signal: Option<&dyn CancellationSignal>,
+    ) -> Result<ModelTurn, ModelError> {
+        let signal = signal.expect("a run's model call carries its signal");
+        for n in 1..=self.tokens {
+            if let Some(progress) = &request.progress {
+                progress.report(n);
+            }
+        }
+        let stopped = tokio::time::timeout(WAIT, async {
+            while !signal.is_cancelled() {
+                signal.woken().await;
+            }
+        })
+        .await;
+        assert!(stopped.is_ok(), "the budget woke the call in flight");
+        Err(ModelError::Cancelled { in_flight: true })
+    }
+}
+
+#[tokio::test]
+async fn an_output_token_budget_tears_down_the_stream_that_goes_over_it() {
+    let f = fixture().await;
+    let agent = f.agent_with(Arc::new(Streaming { tokens: 50 }), vec![]);
+    let budgets = Budgets {
+        max_output_tokens_total: Some(10),
+        ..Budgets::default()
+    };
+    let run = f
+        .executor
+        .create_sync_with("helper", "go", &budgets)
+        .await
+        .unwrap();
+    assert_eq!(
+        f.executor.execute(&run, &agent, "go", None).await,
+        Outcome::Failed
+    );
+    let reason = reason(&f, &run.id).await;
+    assert!(
+        reason.starts_with("BUDGET_EXCEEDED: max_output_tokens_total = 10 (the run used 11)"),
+        "{reason}"
+    );
+}

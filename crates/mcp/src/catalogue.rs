@@ -105,6 +105,59 @@ pub struct ServerHealth {
     pub last_error: Option<String>,
 }
 
+/// The schema columns a backend stores for one catalogue entry: the normalised schema as
+/// JSON text, or the reason it was refused (exactly one is set).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSchema {
+    /// The usable schema, as JSON text.
+    pub schema_json: Option<String>,
+    /// Why the schema was refused.
+    pub refusal: Option<String>,
+}
+
+/// What every backend checks before it replaces a server's catalogue: each entry is filed
+/// under `server`, and no local or remote name appears twice (a caller bug, said plainly
+/// rather than as a constraint failure). Answers each entry's schema columns, in order.
+pub fn stored_catalogue(
+    server: &str,
+    entries: &[CatalogueEntry],
+) -> Result<Vec<StoredSchema>, String> {
+    let mut locals = std::collections::BTreeSet::new();
+    let mut remotes = std::collections::BTreeSet::new();
+    let mut rows = Vec::with_capacity(entries.len());
+    for entry in entries {
+        if entry.server != server {
+            return Err(format!(
+                "tool {} belongs to server {}, not {server}: replace each server's catalogue separately",
+                entry.local_name, entry.server
+            ));
+        }
+        let twice = if !locals.insert(entry.local_name.as_str()) {
+            Some(format!("local name {}", entry.local_name))
+        } else if !remotes.insert(entry.remote_name.as_str()) {
+            Some(format!("remote tool {}", entry.remote_name))
+        } else {
+            None
+        };
+        if let Some(problem) = twice {
+            return Err(format!(
+                "the catalogue for server {server} lists {problem} twice: build it with build_catalogue"
+            ));
+        }
+        rows.push(match &entry.schema {
+            SchemaStatus::Usable(schema) => StoredSchema {
+                schema_json: Some(schema.to_string()),
+                refusal: None,
+            },
+            SchemaStatus::Refused(reason) => StoredSchema {
+                schema_json: None,
+                refusal: Some(reason.clone()),
+            },
+        });
+    }
+    Ok(rows)
+}
+
 /// Storage for catalogues and liveness. An internal seam: every backend runs
 /// `runwarden-storetest`'s catalogue checks.
 #[async_trait]
@@ -132,6 +185,67 @@ pub trait CatalogueStore: Send + Sync + 'static {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn stored(server: &str, local: &str, remote: &str, schema: SchemaStatus) -> CatalogueEntry {
+        CatalogueEntry {
+            server: server.into(),
+            local_name: local.into(),
+            remote_name: remote.into(),
+            description: None,
+            effect: Effect::ReadOnly,
+            schema,
+            imported_ms: 1,
+        }
+    }
+
+    #[test]
+    fn a_catalogue_is_checked_the_same_way_for_every_backend() {
+        let usable = SchemaStatus::Usable(json!({"type": "object"}));
+        let refused = SchemaStatus::Refused("uses $ref".into());
+        let rows = stored_catalogue(
+            "srv",
+            &[
+                stored("srv", "srv__a", "a", usable.clone()),
+                stored("srv", "srv__b", "b", refused),
+            ],
+        )
+        .unwrap();
+        assert_eq!(rows[0].schema_json.as_deref(), Some(r#"{"type":"object"}"#));
+        assert_eq!(rows[0].refusal, None);
+        assert_eq!(rows[1].schema_json, None);
+        assert_eq!(rows[1].refusal.as_deref(), Some("uses $ref"));
+
+        let other = stored_catalogue("srv", &[stored("web", "web__a", "a", usable.clone())]);
+        assert!(
+            other
+                .unwrap_err()
+                .contains("belongs to server web, not srv")
+        );
+        let local_twice = stored_catalogue(
+            "srv",
+            &[
+                stored("srv", "srv__a", "a", usable.clone()),
+                stored("srv", "srv__a", "b", usable.clone()),
+            ],
+        );
+        assert!(
+            local_twice
+                .unwrap_err()
+                .contains("lists local name srv__a twice")
+        );
+        let remote_twice = stored_catalogue(
+            "srv",
+            &[
+                stored("srv", "srv__a", "a", usable.clone()),
+                stored("srv", "srv__b", "a", usable),
+            ],
+        );
+        assert!(
+            remote_twice
+                .unwrap_err()
+                .contains("lists remote tool a twice")
+        );
+    }
 
     #[test]
     fn effects_come_from_the_operator_never_from_annotations() {

@@ -31,7 +31,8 @@ pub mod schema;
 mod sse;
 
 pub use catalogue::{
-    CatalogueEntry, CatalogueStore, Contact, SchemaStatus, ServerHealth, build_catalogue,
+    CatalogueEntry, CatalogueStore, Contact, SchemaStatus, ServerHealth, StoredSchema,
+    build_catalogue, stored_catalogue,
 };
 pub use client::{
     CANCEL_NOTICE_BUDGET, CallGate, GateFuture, LegReport, ListedTool, MAX_PAGES,

@@ -1,8 +1,6 @@
 //! `CatalogueStore` for SQLite: the imported tool catalogue (SPEC M8-M10) and per-server
 //! liveness (SPEC M11).
 
-use std::collections::BTreeSet;
-
 use async_trait::async_trait;
 use runwarden_mcp::{CatalogueEntry, CatalogueStore, Contact, Effect, SchemaStatus, ServerHealth};
 use runwarden_vault::store::StoreError;
@@ -26,11 +24,8 @@ impl CatalogueStore for SqliteStore {
     ) -> Result<(), StoreError> {
         let server = server.to_owned();
         self.run(REPLACING, move |conn| {
-            let rows = entries
-                .iter()
-                .map(|entry| tool_row(&server, entry))
-                .collect::<Result<Vec<_>, _>>()?;
-            refuse_duplicates(&server, &entries)?;
+            let rows = runwarden_mcp::stored_catalogue(&server, &entries)
+                .map_err(|message| StoreError::new(REPLACING, message))?;
             // One immediate transaction: another process sees the old catalogue or the new
             // one, never a half-replaced mix. Any early return drops it, which rolls back.
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -139,60 +134,6 @@ impl CatalogueStore for SqliteStore {
         })
         .await
     }
-}
-
-/// The schema columns of one entry, exactly one of them set (the table's CHECK).
-struct ToolRow {
-    schema_json: Option<String>,
-    refusal: Option<String>,
-}
-
-/// Refuses an entry filed under another server and encodes its schema.
-fn tool_row(server: &str, entry: &CatalogueEntry) -> Result<ToolRow, Failure> {
-    if entry.server != server {
-        return Err(StoreError::new(
-            REPLACING,
-            format!(
-                "tool {} belongs to server {}, not {server}: replace each server's catalogue separately",
-                entry.local_name, entry.server
-            ),
-        )
-        .into());
-    }
-    Ok(match &entry.schema {
-        SchemaStatus::Usable(schema) => ToolRow {
-            schema_json: Some(schema.to_string()),
-            refusal: None,
-        },
-        SchemaStatus::Refused(reason) => ToolRow {
-            schema_json: None,
-            refusal: Some(reason.clone()),
-        },
-    })
-}
-
-/// A catalogue that names one local or remote name twice is a caller bug; say so plainly
-/// instead of surfacing a constraint failure.
-fn refuse_duplicates(server: &str, entries: &[CatalogueEntry]) -> Result<(), Failure> {
-    let mut locals = BTreeSet::new();
-    let mut remotes = BTreeSet::new();
-    for entry in entries {
-        let problem = if !locals.insert(entry.local_name.as_str()) {
-            format!("local name {}", entry.local_name)
-        } else if !remotes.insert(entry.remote_name.as_str()) {
-            format!("remote tool {}", entry.remote_name)
-        } else {
-            continue;
-        };
-        return Err(StoreError::new(
-            REPLACING,
-            format!(
-                "the catalogue for server {server} lists {problem} twice: build it with build_catalogue"
-            ),
-        )
-        .into());
-    }
-    Ok(())
 }
 
 /// A catalogue row as read, before its effect and schema are checked.

@@ -21,16 +21,8 @@ const WAIT: Duration = Duration::from_secs(20);
 fn main() {
     let json_output = std::env::args().any(|a| a == "--json");
     // The MCP server runs on its own runtime so its close timestamps are not delayed.
-    let server_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let client_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let server_runtime = common::one_thread_runtime();
+    let client_runtime = common::one_thread_runtime();
     let mut mcp = server_runtime.block_on(TestServer::start(mcp_handler(
         vec![tool("create")],
         &["create"],

@@ -290,16 +290,8 @@ fn main() {
         .map(|n| n.parse().expect("--trials takes a number"))
         .unwrap_or(DEFAULT_TRIALS);
     // The MCP server runs on its own runtime so its close timestamps are not delayed.
-    let server_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let client_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let server_runtime = common::one_thread_runtime();
+    let client_runtime = common::one_thread_runtime();
     let mut mcp = server_runtime.block_on(TestServer::start(mcp_handler(
         vec![tool("create")],
         &["create"],

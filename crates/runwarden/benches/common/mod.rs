@@ -49,3 +49,13 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// A tokio runtime with one worker thread. The MCP server gets its own, so the timestamps
+/// of the closes it sees are not delayed by the client's work.
+pub(crate) fn one_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime starts")
+}

@@ -120,6 +120,7 @@ async fn main() {
         arguments: json!({"text": "hello"}).as_object().unwrap().clone(),
         correlation: None,
         gate: None,
+        elicitor: None,
     };
     let arguments = || json!({"text": "hello"}).as_object().unwrap().clone();
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hello"}}}).to_string();
@@ -200,6 +201,7 @@ async fn main() {
                 arguments: Default::default(),
                 correlation: None,
                 gate: None,
+                elicitor: None,
             };
             client.call_tool(call, None).await.result.is_success()
         }

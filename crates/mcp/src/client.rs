@@ -118,6 +118,9 @@ pub struct ToolCallRequest {
     pub correlation: Option<String>,
     /// Asked after the handshake and before `tools/call` is sent, if set.
     pub gate: Option<CallGate>,
+    /// Answers the server's `elicitation/create` during this call (M14); with none, the
+    /// client declines at once.
+    pub elicitor: Option<crate::ElicitorHandle>,
 }
 
 /// One HTTP exchange of an operation, for reports and tests.

@@ -24,6 +24,7 @@ mod catalogue;
 mod client;
 mod config;
 mod deadline;
+mod elicit;
 mod error;
 pub mod naming;
 mod result;
@@ -41,5 +42,8 @@ pub use client::{
 };
 pub use config::{ConfigError, DEFAULT_TIMEOUT, Effect, ServerConfig};
 pub use deadline::{Clock, ManualClock, SystemClock};
+pub use elicit::{
+    ElicitationAnswer, ElicitationFuture, ElicitationRequest, Elicitor, ElicitorHandle,
+};
 pub use error::McpError;
 pub use result::{ToolOutcome, ToolResult};

@@ -55,6 +55,7 @@ fn call(tool: &str) -> ToolCallRequest {
         arguments: json!({"q": "x"}).as_object().unwrap().clone(),
         correlation: Some("run-1".into()),
         gate: None,
+        elicitor: None,
     }
 }
 

@@ -43,6 +43,7 @@ async fn an_echoed_credential_never_reaches_a_tool_result_an_error_or_an_audit_r
                         arguments: Map::from_iter([("q".to_string(), json!("printer"))]),
                         correlation: None,
                         gate: None,
+                        elicitor: None,
                     },
                     None,
                 )

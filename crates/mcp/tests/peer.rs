@@ -20,6 +20,7 @@ fn call(tool: &str, arguments: Value) -> ToolCallRequest {
         arguments: arguments.as_object().unwrap().clone(),
         correlation: None,
         gate: None,
+        elicitor: None,
     }
 }
 

@@ -725,6 +725,7 @@ async fn overhead(ctx: &Ctx) -> Overhead {
                     .unwrap_or_default(),
                 correlation: Some("bench".into()),
                 gate: None,
+                elicitor: None,
             };
             let result = bare.call_tool(call, Some(&flag)).await.result;
             bare_mcp.push(started.elapsed());

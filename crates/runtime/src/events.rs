@@ -241,6 +241,55 @@ pub struct RunStopped {
     pub outcome: Outcome,
 }
 
+/// `model_progress`: how far a streaming model call has got (L6), written at most a few
+/// times a second while the stream runs. Informational: resumption ignores it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelProgress {
+    /// The round.
+    pub round: u32,
+    /// Output tokens generated so far in this call.
+    pub tokens: u64,
+}
+
+/// `tool_progress`: a server's `notifications/progress` for a running tool call (M15),
+/// throttled to at most a few a second. Informational: resumption ignores it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolProgress {
+    /// The model round that asked for the call.
+    pub round: u32,
+    /// The model's id for the call.
+    pub call_id: String,
+    /// The tool's local name.
+    pub tool: String,
+    /// The progress so far, as the server counts it.
+    pub progress: f64,
+    /// The total, when the server knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    /// The server's message, when it sent one (bounded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// `tool_log`: a server's `notifications/message` during a tool call (M15), bounded in
+/// size and number per call. Informational: resumption ignores it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolLog {
+    /// The model round that asked for the call.
+    pub round: u32,
+    /// The model's id for the call.
+    pub call_id: String,
+    /// The tool's local name.
+    pub tool: String,
+    /// The syslog level the server gave (`info`, `warning`, ...).
+    pub level: String,
+    /// The server's logger name, when it gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logger: Option<String>,
+    /// The logged data, cut to a bounded size.
+    pub data: Value,
+}
+
 /// One durable event of a run, typed. See the module docs for versions.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EventBody {
@@ -266,10 +315,16 @@ pub enum EventBody {
     RunFailed(RunEnded),
     /// `run_stopped`.
     RunStopped(RunStopped),
+    /// `model_progress`.
+    ModelProgress(ModelProgress),
+    /// `tool_progress`.
+    ToolProgress(ToolProgress),
+    /// `tool_log`.
+    ToolLog(ToolLog),
 }
 
 /// Every kind the executor writes, in the order a run usually writes them.
-pub const EVENT_KINDS: [&str; 11] = [
+pub const EVENT_KINDS: [&str; 14] = [
     "run_started",
     "run_resumed",
     "model_response",
@@ -281,7 +336,14 @@ pub const EVENT_KINDS: [&str; 11] = [
     "run_completed",
     "run_failed",
     "run_stopped",
+    "model_progress",
+    "tool_progress",
+    "tool_log",
 ];
+
+/// The kinds that only report progress: resumption and usage skip them, and a reader may
+/// drop them without losing the run's story.
+pub const PROGRESS_KINDS: [&str; 3] = ["model_progress", "tool_progress", "tool_log"];
 
 /// The kinds after which a run writes nothing more: readers following a run stop there.
 pub const FINAL_KINDS: [&str; 3] = ["run_completed", "run_failed", "run_stopped"];
@@ -352,6 +414,9 @@ impl EventBody {
             Self::RunCompleted(_) => "run_completed",
             Self::RunFailed(_) => "run_failed",
             Self::RunStopped(_) => "run_stopped",
+            Self::ModelProgress(_) => "model_progress",
+            Self::ToolProgress(_) => "tool_progress",
+            Self::ToolLog(_) => "tool_log",
         }
     }
 
@@ -363,6 +428,9 @@ impl EventBody {
             Self::ModelFailed(e) => Some(e.round),
             Self::ToolExecuted(e) => Some(e.round),
             Self::EffectUncertain(e) => Some(e.round),
+            Self::ModelProgress(e) => Some(e.round),
+            Self::ToolProgress(e) => Some(e.round),
+            Self::ToolLog(e) => Some(e.round),
             _ => None,
         }
     }
@@ -380,6 +448,9 @@ impl EventBody {
             Self::RunRequeued(e) => serde_json::to_value(e),
             Self::RunCompleted(e) | Self::RunFailed(e) => serde_json::to_value(e),
             Self::RunStopped(e) => serde_json::to_value(e),
+            Self::ModelProgress(e) => serde_json::to_value(e),
+            Self::ToolProgress(e) => serde_json::to_value(e),
+            Self::ToolLog(e) => serde_json::to_value(e),
         };
         // Plain structs with string keys always serialize; an empty object is never
         // reached, but it beats a panic in server code.
@@ -433,6 +504,9 @@ impl EventBody {
             "run_completed" => Self::RunCompleted(read(payload).map_err(malformed)?),
             "run_failed" => Self::RunFailed(read(payload).map_err(malformed)?),
             "run_stopped" => Self::RunStopped(read(payload).map_err(malformed)?),
+            "model_progress" => Self::ModelProgress(read(payload).map_err(malformed)?),
+            "tool_progress" => Self::ToolProgress(read(payload).map_err(malformed)?),
+            "tool_log" => Self::ToolLog(read(payload).map_err(malformed)?),
             // EVENT_KINDS was checked above; this arm keeps the match total.
             other => {
                 return Err(EventDecodeError::UnknownKind {

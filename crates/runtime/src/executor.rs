@@ -886,6 +886,8 @@ impl Executor {
             // R11: the fence is stamped after the session is ready, right before the first
             // byte of tools/call, so a crash in the handshake never fences the run.
             gate: is_write.then(|| self.fence_gate(segment, tool, fence_failure.clone())),
+            // M14: no operator elicitation yet; the client declines at once.
+            elicitor: None,
         };
         let outcome = tool.client.call_tool(mcp_call, Some(&signal)).await;
         let returned = Instant::now();
@@ -1194,7 +1196,11 @@ impl Progress {
                 | EventBody::ModelCancelled(_)
                 | EventBody::ModelFailed(_)
                 | EventBody::RunRequeued(_)
-                | EventBody::RunStopped(_) => {}
+                | EventBody::RunStopped(_)
+                // Progress reports tell the operator, never the resumed run.
+                | EventBody::ModelProgress(_)
+                | EventBody::ToolProgress(_)
+                | EventBody::ToolLog(_) => {}
             }
         }
         Ok(progress)

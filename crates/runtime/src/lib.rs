@@ -41,7 +41,9 @@ pub use agent::{
     pattern_matches,
 };
 pub use budget::{BUDGET_EXCEEDED, BudgetAboveAgent, Budgets, REQUEST_BUDGETS_FIELD};
-pub use events::{EventBody, EventDecodeError, usage_of};
+pub use events::{
+    EventBody, EventDecodeError, ModelProgress, PROGRESS_KINDS, ToolLog, ToolProgress, usage_of,
+};
 pub use executor::{
     CancelLatencyObserver, DEFAULT_HEARTBEAT, DEFAULT_LEASE, Executor, ExecutorConfig, Observer,
     SegmentOptions, run_request,

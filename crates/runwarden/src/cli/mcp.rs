@@ -338,6 +338,7 @@ async fn call(cx: &Context, name: &str, tool: &str, args: &str) -> anyhow::Resul
         arguments,
         correlation: None,
         gate: None,
+        elicitor: None,
     };
     let outcome = client.call_tool(request, Some(&stop)).await;
     let result = &outcome.result;

@@ -262,6 +262,26 @@ pub(crate) fn event_line(event: &RunEvent) -> String {
         EventBody::RunCompleted(e) => format!("completed: {}", text(&e.reason)),
         EventBody::RunFailed(e) => format!("failed: {}", text(&e.reason)),
         EventBody::RunStopped(e) => format!("stopped: {}", e.outcome.as_str()),
+        EventBody::ModelProgress(e) => format!("model streaming: {} tokens so far", e.tokens),
+        EventBody::ToolProgress(e) => {
+            let of = e.total.map(|t| format!(" of {t}")).unwrap_or_default();
+            let message = e
+                .message
+                .as_deref()
+                .map(|m| format!(": {}", text(m)))
+                .unwrap_or_default();
+            format!(
+                "tool {} progress {}{of}{message}",
+                text(&e.tool),
+                e.progress
+            )
+        }
+        EventBody::ToolLog(e) => format!(
+            "tool {} log {}: {}",
+            text(&e.tool),
+            text(&e.level),
+            text(&e.data.to_string())
+        ),
     };
     format!("[{}] {round}{line}", event.seq)
 }

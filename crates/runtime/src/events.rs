@@ -646,6 +646,26 @@ mod tests {
             EventBody::RunStopped(RunStopped {
                 outcome: Outcome::Cancelled,
             }),
+            EventBody::ModelProgress(ModelProgress {
+                round: 2,
+                tokens: 40,
+            }),
+            EventBody::ToolProgress(ToolProgress {
+                round: 2,
+                call_id: "c2".into(),
+                tool: "srv__slow".into(),
+                progress: 3.0,
+                total: Some(10.0),
+                message: Some("copying".into()),
+            }),
+            EventBody::ToolLog(ToolLog {
+                round: 2,
+                call_id: "c2".into(),
+                tool: "srv__slow".into(),
+                level: "info".into(),
+                logger: None,
+                data: serde_json::json!("step 3"),
+            }),
         ];
         let mut kinds: Vec<&str> = bodies.iter().map(EventBody::kind).collect();
         kinds.dedup();

@@ -15,9 +15,11 @@ use serde_json::{Value, json};
 use crate::agent::{AgentSpec, BoundTool};
 use crate::budget::{BudgetStop, Budgets};
 use crate::events::{
-    EffectUncertain, EventBody, EventDecodeError, Leg, ModelCancelled, ModelFailed, ModelResponse,
-    RunEnded, RunRequeued, RunResumed, RunStarted, RunStopped, StepOutcome, ToolExecuted,
+    EffectUncertain, EventBody, EventDecodeError, Leg, ModelCancelled, ModelFailed, ModelProgress,
+    ModelResponse, RunEnded, RunRequeued, RunResumed, RunStarted, RunStopped, StepOutcome,
+    ToolExecuted,
 };
+use crate::progress::{PROGRESS_INTERVAL, ProgressEvents, ProgressTarget};
 use crate::queue::{DeadLetter, QueueStore, RequeueAnswer};
 use crate::requeue::{apply_held, decide_held};
 use crate::retry::{RequeueCause, RetryDecision, RetryPolicy};
@@ -43,6 +45,8 @@ pub struct ExecutorConfig {
     pub lease: Duration,
     /// How often the background heartbeat renews it.
     pub heartbeat: Duration,
+    /// The least time between two progress events of one call (L6, M15).
+    pub progress_interval: Duration,
 }
 
 impl ExecutorConfig {
@@ -56,6 +60,7 @@ impl ExecutorConfig {
             ),
             lease: DEFAULT_LEASE,
             heartbeat: DEFAULT_HEARTBEAT,
+            progress_interval: PROGRESS_INTERVAL,
         }
     }
 }
@@ -294,11 +299,26 @@ impl Executor {
         })))
     }
 
-    /// R13: while a model call streams, its output so far is counted against the run's
-    /// token total; going over trips the budget and wakes the call, which the vault then
-    /// tears down like a cancelled one. `None` when the run has no token total.
-    fn stream_budget(&self, segment: &Segment<'_>) -> Option<runwarden_models::Progress> {
-        let max = segment.budgets.max_output_tokens_total?;
+    /// While a model call streams, what it has produced so far (L6): counted against the
+    /// run's token total (R13: going over trips the budget and wakes the call, which the
+    /// vault then tears down like a cancelled one), and reported as throttled
+    /// `model_progress` events. Call [`ProgressEvents::finish`] before recording the step.
+    fn stream_progress(
+        &self,
+        segment: &Segment<'_>,
+        round: u32,
+    ) -> (runwarden_models::Progress, ProgressEvents) {
+        let events = ProgressEvents::start(
+            ProgressTarget {
+                store: self.store.clone(),
+                run_id: segment.run.id.clone(),
+                owner: self.config.owner.clone(),
+                observer: segment.observer.clone(),
+            },
+            self.config.progress_interval,
+        );
+        let reporter = events.reporter();
+        let max = segment.budgets.max_output_tokens_total;
         let before = segment
             .spent
             .lock()
@@ -309,15 +329,23 @@ impl Executor {
             self.hub.clone(),
             segment.run.id.clone(),
         );
-        Some(runwarden_models::Progress::new(move |so_far| {
+        let progress = runwarden_models::Progress::new(move |so_far| {
+            reporter.send_replace(Some(EventBody::ModelProgress(ModelProgress {
+                round,
+                tokens: so_far,
+            })));
             let total = before.saturating_add(so_far);
-            if total > max && !budget.is_tripped() {
+            if let Some(max) = max
+                && total > max
+                && !budget.is_tripped()
+            {
                 budget.trip(format!(
                     "max_output_tokens_total = {max} (the run used {total})"
                 ));
                 hub.wake(&id);
             }
-        }))
+        });
+        (progress, events)
     }
 
     /// R13: counts a model step's output tokens; going over the total trips the budget.
@@ -728,16 +756,19 @@ impl Executor {
             if let Some(stop) = self.boundary(segment).await {
                 return stop;
             }
+            let (progress, progress_events) = self.stream_progress(segment, round);
             let request = ModelRequest {
                 system: agent.system.clone(),
                 messages: messages.clone(),
                 tools: tools.clone(),
                 correlation: Some(segment.run.correlation.clone()),
-                progress: self.stream_budget(segment),
+                progress: Some(progress),
             };
             let signal = self.signal(segment).await;
             let completed = agent.provider.complete(&request, Some(&signal)).await;
             let returned = Instant::now();
+            // No progress event may follow the step that ends the call.
+            progress_events.finish().await;
             let turn = match completed {
                 Ok(turn) => turn,
                 Err(error) if error.is_cancelled() => {

@@ -27,6 +27,7 @@ mod budget;
 pub mod events;
 mod executor;
 pub mod feed;
+mod progress;
 pub mod queue;
 mod requeue;
 mod retry;
@@ -49,6 +50,7 @@ pub use executor::{
     SegmentOptions, run_request,
 };
 pub use feed::{Change, ChangeFeed};
+pub use progress::PROGRESS_INTERVAL;
 pub use queue::{DeadLetter, QueueStore, RequeueAnswer};
 pub use requeue::{REAP_LIMIT, reap, reap_at};
 pub use retry::{RequeueCause, RetryDecision, RetryPolicy};

@@ -9,6 +9,7 @@ mod cancel;
 mod delivery;
 mod events;
 mod faults;
+mod progress;
 mod queue;
 mod runs;
 mod signal;

@@ -78,7 +78,8 @@ timeout_seconds = 30
 # max_output_tokens_total = 50000      # budgets per run (R13); a run request may only lower them
 # max_wall_seconds = 600               # from the run's creation
 # max_tool_calls = 50
-# (provider = "anthropic" may leave out api_key_secret for a server that needs no key)
+# (provider = "anthropic" may leave out api_key_secret for a server that needs no key, and
+#  may set anthropic_version = "2023-06-01", the header it sends; that is the default)
 # (provider = "scripted" takes script = "plan.json" instead of model and key)
 
 # Workers (`runwarden worker`, `runwarden serve`) for queued runs.
@@ -269,6 +270,7 @@ struct AgentSection {
     max_output_tokens_total: Option<u64>,
     max_wall_seconds: Option<u64>,
     max_tool_calls: Option<u32>,
+    anthropic_version: Option<String>,
 }
 
 /// L5: the output limit per model call of an agent that sets none; a server's own default
@@ -292,6 +294,8 @@ pub(crate) enum ProviderConfig {
         model: String,
         api_key: Option<SecretName>,
         max_tokens: u32,
+        /// The `anthropic-version` header (a proxy or a newer API may want another).
+        version: String,
     },
     /// A plan replayed from a JSON file.
     Scripted { script: PathBuf },
@@ -323,6 +327,27 @@ impl ProviderConfig {
             Self::Scripted { .. } => None,
         }
     }
+}
+
+/// The `anthropic-version` header an agent sends: the configured one, or
+/// [`ANTHROPIC_VERSION`](runwarden_models::ANTHROPIC_VERSION). It goes on the wire as a
+/// header, so only a plain token is accepted.
+fn anthropic_version(at: &str, configured: Option<String>) -> anyhow::Result<String> {
+    let Some(version) = configured else {
+        return Ok(runwarden_models::ANTHROPIC_VERSION.to_string());
+    };
+    let plain = !version.is_empty()
+        && version.len() <= 64
+        && version
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
+    if !plain {
+        bail!(
+            "{at}: anthropic_version must be a version like \"{}\" (letters, digits, '-', '.', '_'; at most 64)",
+            runwarden_models::ANTHROPIC_VERSION
+        );
+    }
+    Ok(version)
 }
 
 fn agent(
@@ -357,6 +382,11 @@ fn agent(
         max_wall_seconds: section.max_wall_seconds,
         max_tool_calls: section.max_tool_calls,
     };
+    if section.anthropic_version.is_some() && section.provider != "anthropic" {
+        bail!(
+            "{at}: anthropic_version applies to provider = \"anthropic\" only: remove it, or change the provider"
+        );
+    }
     let provider = match section.provider.as_str() {
         "openai" => ProviderConfig::OpenAi {
             base_url: section
@@ -375,6 +405,7 @@ fn agent(
             model: model(section.model.clone())?,
             api_key: secret(section.api_key_secret.clone())?,
             max_tokens: max_tokens(section.max_tokens)?,
+            version: anthropic_version(&at, section.anthropic_version.clone())?,
         },
         "scripted" => ProviderConfig::Scripted {
             script: resolve(section.script.clone().with_context(|| {
@@ -823,6 +854,38 @@ mod tests {
         assert_eq!(local.budgets.max_wall_seconds, Some(60));
         assert_eq!(local.budgets.max_output_tokens_total, None);
         assert_eq!(config.agent("cut").unwrap().provider.max_tokens(), Some(64));
+    }
+
+    #[test]
+    fn the_anthropic_version_header_is_configurable_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.toml");
+        let load = |agent: &str| {
+            std::fs::write(&path, format!("{TEMPLATE}\n[agents.a]\n{agent}")).unwrap();
+            Config::load(&path)
+        };
+        let version = |config: &Config| match &config.agent("a").unwrap().provider {
+            ProviderConfig::Anthropic { version, .. } => version.clone(),
+            other => panic!("{other:?}"),
+        };
+        let anthropic = "provider = \"anthropic\"\nmodel = \"m\"\n";
+        assert_eq!(version(&load(anthropic).unwrap()), "2023-06-01");
+        let newer = load(&format!("{anthropic}anthropic_version = \"2099-01-01\"\n")).unwrap();
+        assert_eq!(version(&newer), "2099-01-01");
+        let injected = load(&format!(
+            "{anthropic}anthropic_version = \"2023-06-01\\r\\nX-Evil: 1\"\n"
+        ))
+        .unwrap_err();
+        assert!(
+            format!("{injected:#}").contains("anthropic_version must be a version like"),
+            "{injected:#}"
+        );
+        let elsewhere =
+            load("provider = \"openai\"\nmodel = \"m\"\nanthropic_version = \"x\"\n").unwrap_err();
+        assert!(
+            format!("{elsewhere:#}").contains("applies to provider = \"anthropic\" only"),
+            "{elsewhere:#}"
+        );
     }
 
     #[test]

@@ -110,9 +110,11 @@ fn provider(
             model,
             api_key,
             max_tokens,
+            version,
         } => {
             // A key-less server gets no credential placed (L1).
-            let mut provider = Anthropic::new(egress.clone(), model.clone(), api_key.clone());
+            let mut provider = Anthropic::new(egress.clone(), model.clone(), api_key.clone())
+                .version(version.clone());
             provider.stream = agent.stream;
             provider.base_url = base_url.clone();
             provider.timeout = agent.timeout;

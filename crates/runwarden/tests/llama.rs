@@ -4,6 +4,7 @@
 //! Protocol behaviour only: a tool call reached the MCP server and the run completed.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use runwarden_testkit::{LlamaServer, TestServer, mcp_handler, tool};
 use serde_json::Value;
@@ -22,11 +23,22 @@ async fn sandbox(
     provider: &str,
     extra: &str,
 ) -> Arc<Sandbox> {
+    sandbox_with(mcp, llama, provider, MAX_TOKENS, extra).await
+}
+
+/// [`sandbox`] with another `max_tokens` per model turn.
+async fn sandbox_with(
+    mcp: &TestServer,
+    llama: &LlamaServer,
+    provider: &str,
+    max_tokens: u32,
+    extra: &str,
+) -> Arc<Sandbox> {
     let sandbox = Sandbox::initialised();
     sandbox.allow_loopback();
     let mut text = std::fs::read_to_string(sandbox.config()).unwrap();
     text.push_str(&format!(
-        "\n[mcp.servers.srv]\nurl = \"{}\"\n\n[agents.a]\nprovider = \"{provider}\"\nmodel = \"smollm2-135m\"\nbase_url = \"{}\"\nmax_tokens = {MAX_TOKENS}\ntools = [\"srv__*\"]\n{extra}\n",
+        "\n[mcp.servers.srv]\nurl = \"{}\"\n\n[agents.a]\nprovider = \"{provider}\"\nmodel = \"smollm2-135m\"\nbase_url = \"{}\"\nmax_tokens = {max_tokens}\ntools = [\"srv__*\"]\n{extra}\n",
         mcp.url("/mcp"),
         llama.base_url(),
     ));
@@ -80,4 +92,52 @@ async fn a_tool_calling_run_completes_against_a_real_model_server_through_anthro
     // L1: a server that wants no key gets none; no api_key_secret is configured.
     let sandbox = sandbox(&mcp, &llama, "anthropic", "").await;
     tool_calling_run_completes(&sandbox, &mut mcp).await;
+}
+
+/// How long the server's log may take to show a task starting or stopping (slow CI).
+const LOG_WAIT: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wall_clock_budget_tears_down_a_real_models_stream_and_the_server_stops_generating() {
+    let llama = LlamaServer::start();
+    let mcp = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
+    // R13: two seconds for the whole run, and a turn that would take far longer.
+    let sandbox = sandbox_with(&mcp, &llama, "openai", 1500, "max_wall_seconds = 2").await;
+    let mark = llama.log_mark();
+    let started = Instant::now();
+    let (out, generation) = tokio::join!(
+        runwarden(
+            &sandbox,
+            &[
+                "run",
+                "--agent",
+                "a",
+                "Count from 1 to 1000, one number per line."
+            ],
+        ),
+        llama.wait_generation_started(mark, LOG_WAIT)
+    );
+    let took = started.elapsed();
+    let out = out.fails().says("BUDGET_EXCEEDED: max_wall_seconds = 2");
+    let (task, _) = generation.expect("the server started generating");
+    let stopped = llama
+        .wait_generation_stopped(mark, task, LOG_WAIT)
+        .await
+        .expect("the server stopped the generation");
+    println!(
+        "run took {took:?}; the server stopped generating {:?} after the run ended",
+        stopped.saturating_duration_since(started + took)
+    );
+    assert!(
+        llama.cancelled_since(mark, task),
+        "the server cancelled the task because the stream was torn down, it did not finish it: {}",
+        llama.log_text()
+    );
+    // L6: a stream of seconds shows its progress as it goes.
+    assert!(
+        out.stdout.contains("model streaming: "),
+        "progress events were printed while the model streamed: {out:#?}"
+    );
+    // A generous bound (10x the budget) against a run that waited for the model's end.
+    assert!(took < Duration::from_secs(20), "the run took {took:?}");
 }

@@ -84,6 +84,7 @@ async fn bench(trials: usize) {
         tools: Vec::new(),
         correlation: None,
         progress: None,
+        max_tokens: None,
     };
     println!(
         "cancel during generation -> llama-server stopped generating ({trials} trials, a second client streaming)"

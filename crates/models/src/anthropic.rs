@@ -105,7 +105,7 @@ impl Anthropic {
     fn body(&self, request: &ModelRequest) -> Value {
         let mut body = json!({
             "model": self.model,
-            "max_tokens": self.max_tokens,
+            "max_tokens": request.max_tokens_with(self.max_tokens),
             "messages": wire_messages(&request.messages),
             "stream": self.stream,
         });

@@ -107,7 +107,8 @@ impl OpenAiCompatible {
             body["tools"] = Value::Array(tools);
         }
         // L5: a local server's default is often unlimited.
-        body["max_tokens"] = json!(self.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS));
+        body["max_tokens"] =
+            json!(request.max_tokens_with(self.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)));
         body
     }
 }

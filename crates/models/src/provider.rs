@@ -134,6 +134,16 @@ pub struct ModelRequest {
     pub correlation: Option<String>,
     /// Told the output deltas so far while the answer streams (L3, R13 budgets).
     pub progress: Option<Progress>,
+    /// At most this many output tokens for this call: lowers the provider's own
+    /// `max_tokens`, never raises it (the run's remaining token budget, R13).
+    pub max_tokens: Option<u32>,
+}
+
+impl ModelRequest {
+    /// The `max_tokens` to send: the provider's, lowered by the request's.
+    pub fn max_tokens_with(&self, provider: u32) -> u32 {
+        self.max_tokens.map_or(provider, |cap| cap.min(provider))
+    }
 }
 
 /// One model turn.

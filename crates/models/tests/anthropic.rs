@@ -101,3 +101,17 @@ async fn anthropic_key_goes_in_x_api_key() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn a_request_cap_lowers_anthropic_max_tokens_and_never_raises_it() {
+    let f = fixture().await;
+    let mut server = TestServer::start(|_| json_reply(200, answer())).await;
+    let model = provider(&f, &server).await;
+    for (cap, sent) in [(Some(11), 11), (Some(9_000), 4096), (None, 4096)] {
+        let mut request = hello();
+        request.max_tokens = cap;
+        model.complete(&request, None).await.unwrap();
+        let body = body_of(&server.next_request(WAIT).await);
+        assert_eq!(body["max_tokens"], sent, "cap {cap:?}");
+    }
+}

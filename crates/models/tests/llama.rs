@@ -32,6 +32,7 @@ fn ask(text: &str, with_tool: bool) -> ModelRequest {
         },
         correlation: Some("run-llama".into()),
         progress: None,
+        max_tokens: None,
     }
 }
 

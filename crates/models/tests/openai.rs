@@ -167,3 +167,19 @@ async fn openai_invalid_json_arguments_are_marked_for_a_tool_error_not_a_failed_
         "{call:?}"
     );
 }
+
+#[tokio::test]
+async fn a_request_cap_lowers_max_tokens_on_the_wire_and_never_raises_it() {
+    let f = fixture().await;
+    let mut server = TestServer::start(|_| json_reply(200, answer_text("ok"))).await;
+    let mut model = OpenAiCompatible::new(f.egress.clone(), server.url("/v1"), "gpt-test");
+    model.max_tokens = Some(256);
+    model.stream = false;
+    for (cap, sent) in [(Some(11), 11), (Some(5_000), 256), (None, 256)] {
+        let mut request = hello();
+        request.max_tokens = cap;
+        model.complete(&request, None).await.unwrap();
+        let body = body_of(&server.next_request(WAIT).await);
+        assert_eq!(body["max_tokens"], sent, "cap {cap:?}");
+    }
+}

@@ -36,6 +36,7 @@ fn after(assistant_turns: usize) -> ModelRequest {
         tools: Vec::new(),
         correlation: None,
         progress: None,
+        max_tokens: None,
     }
 }
 

@@ -684,6 +684,7 @@ async fn overhead(ctx: &Ctx) -> Overhead {
         tools: write_agent.tools.iter().map(|t| t.spec.clone()).collect(),
         correlation: Some("bench".into()),
         progress: None,
+        max_tokens: None,
     };
     // A live run of this executor for the store's own operations.
     let probe_run = ctx

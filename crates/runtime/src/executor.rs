@@ -375,6 +375,21 @@ impl Executor {
         }
     }
 
+    /// R13: the `max_tokens` that lets this call go one token past the run's remaining
+    /// output budget and no further: the server stops there by itself even if our
+    /// teardown were late, and the token past the budget trips it (so the run ends
+    /// `BUDGET_EXCEEDED`, not `MODEL_TRUNCATED`). `None` when the run has no token total.
+    fn tokens_cap(&self, segment: &Segment<'_>) -> Option<u32> {
+        let max = segment.budgets.max_output_tokens_total?;
+        let spent = segment
+            .spent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .output_tokens;
+        let left = max.saturating_sub(spent).saturating_add(1);
+        Some(u32::try_from(left).unwrap_or(u32::MAX))
+    }
+
     /// R13: counts a tool call before it is made; `false` (and the budget tripped) when
     /// the run may make no more.
     fn take_tool_call(&self, segment: &Segment<'_>) -> bool {
@@ -733,7 +748,14 @@ impl Executor {
             return self.settle(segment, RunState::Failed, reason).await;
         }
         if let Some(reason) = unusable_last_turn {
-            // L4: the stored last turn was cut (or empty): it fails the run on resume too.
+            // L4: the stored last turn was cut (or empty): it fails the run on resume too,
+            // with the budget as the reason when the budget cut it (R13).
+            self.tokens_left(segment);
+            let reason = segment
+                .budget
+                .reason()
+                .filter(|_| reason.starts_with(MODEL_TRUNCATED))
+                .unwrap_or(reason);
             return self.settle(segment, RunState::Failed, reason).await;
         }
         if let Some(text) = final_answer {
@@ -763,6 +785,7 @@ impl Executor {
                 tools: tools.clone(),
                 correlation: Some(segment.run.correlation.clone()),
                 progress: Some(progress),
+                max_tokens: self.tokens_cap(segment),
             };
             let signal = self.signal(segment).await;
             let completed = agent.provider.complete(&request, Some(&signal)).await;
@@ -830,12 +853,14 @@ impl Executor {
                     tracing::warn!(run = %segment.run.id, %error, "could not record the model's final step; settling with its text");
                 }
             }
+            self.spend_tokens(segment, turn.usage.map_or(0, |u| u.output_tokens));
             if let Some(reason) = unusable {
                 // L4: a cut turn is never a final answer and its tool calls never run;
-                // the same request would be cut again, so it is not retried.
+                // the same request would be cut again, so it is not retried. R13: when
+                // the cut came from the run's token budget, the budget is the reason.
+                let reason = truncated_by_budget(segment, &turn).unwrap_or(reason);
                 return self.settle(segment, RunState::Failed, reason).await;
             }
-            self.spend_tokens(segment, turn.usage.map_or(0, |u| u.output_tokens));
             if let Some(stop) = self.boundary(segment).await {
                 return stop; // R5: the boundary step is stored; stop without settling
             }
@@ -1108,6 +1133,17 @@ fn uncertain_reason(tool: &str, text: &str) -> String {
 /// a turn cut by the output limit (never a final answer, its tool calls never run), or a
 /// turn with neither text nor tool calls that the model ended for a reason other than a
 /// natural stop (`content_filter`, `refusal`, an unknown one), which is no answer either.
+/// R13: the budget's reason when a truncated turn went past the run's token total (the
+/// call was capped by [`Executor::tokens_cap`]); `None` for a cut by the agent's limit.
+fn truncated_by_budget(
+    segment: &Segment<'_>,
+    turn: &runwarden_models::ModelTurn,
+) -> Option<String> {
+    (turn.finish == Some(FinishReason::Length))
+        .then(|| segment.budget.reason())
+        .flatten()
+}
+
 fn unusable_turn(step: &ModelResponse, max_tokens: Option<u32>) -> Option<String> {
     let finish = step.finish.as_ref()?;
     if step.is_truncated() {

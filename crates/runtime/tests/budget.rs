@@ -441,3 +441,137 @@ async fn an_output_token_budget_tears_down_the_stream_that_goes_over_it() {
         "{reason}"
     );
 }
+
+/// [`Turns`] that also keeps the `max_tokens` each request carried.
+struct Capped {
+    turns: Arc<Turns>,
+    caps: Mutex<Vec<Option<u32>>>,
+}
+
+#[async_trait]
+impl ModelProvider for Capped {
+    async fn complete(
+        &self,
+        request: &ModelRequest,
+        signal: Option<&dyn CancellationSignal>,
+    ) -> Result<ModelTurn, ModelError> {
+        self.caps.lock().unwrap().push(request.max_tokens);
+        self.turns.complete(request, signal).await
+    }
+}
+
+#[tokio::test]
+async fn each_model_call_may_go_one_token_past_the_remaining_budget_and_no_further() {
+    let f = fixture().await;
+    let server = TestServer::start(mcp_handler(vec![tool("lookup")], &[])).await;
+    let mut last = turn(vec![], FinishReason::Stop, 5);
+    last.text = Some("found".into());
+    let model = Arc::new(Capped {
+        turns: Turns::new(vec![
+            turn(vec![call("c1", "srv__lookup")], FinishReason::ToolCalls, 30),
+            last,
+        ]),
+        caps: Mutex::default(),
+    });
+    let agent = f.agent_with(
+        model.clone(),
+        vec![f.tool(&server.url("/mcp"), "lookup", Effect::ReadOnly)],
+    );
+    let budgets = Budgets {
+        max_output_tokens_total: Some(100),
+        ..Budgets::default()
+    };
+    let run = f
+        .executor
+        .create_sync_with("helper", "go", &budgets)
+        .await
+        .unwrap();
+    assert_eq!(
+        f.executor.execute(&run, &agent, "go", None).await,
+        Outcome::Completed
+    );
+    // R13: 100 left, then 70: the server stops by itself just past the budget.
+    assert_eq!(*model.caps.lock().unwrap(), [Some(101), Some(71)]);
+
+    // Without a token total the provider's own max_tokens is left alone.
+    let model = Arc::new(Capped {
+        turns: Turns::new(vec![]),
+        caps: Mutex::default(),
+    });
+    let agent = f.agent_with(model.clone(), vec![]);
+    let run = f.executor.create_sync("helper", "go").await.unwrap();
+    f.executor.execute(&run, &agent, "go", None).await;
+    assert_eq!(*model.caps.lock().unwrap(), [None]);
+}
+
+#[tokio::test]
+async fn a_turn_cut_by_the_token_budget_ends_budget_exceeded_live_and_on_resume() {
+    let f = fixture().await;
+    // The server stopped at the cap (10 left + 1) and said why: the budget cut it.
+    let agent = f.agent_with(
+        Turns::new(vec![turn(vec![], FinishReason::Length, 11)]),
+        vec![],
+    );
+    let budgets = Budgets {
+        max_output_tokens_total: Some(10),
+        ..Budgets::default()
+    };
+    let run = f
+        .executor
+        .create_sync_with("helper", "go", &budgets)
+        .await
+        .unwrap();
+    assert_eq!(
+        f.executor.execute(&run, &agent, "go", None).await,
+        Outcome::Failed
+    );
+    assert_eq!(
+        reason(&f, &run.id).await,
+        "BUDGET_EXCEEDED: max_output_tokens_total = 10 (the run used 11)"
+    );
+
+    // The same stored turn, found by a later segment (a crash before the settle).
+    let id = uuid::Uuid::now_v7().to_string();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let resumed = f
+        .store
+        .run_create(RunCreate {
+            id: id.clone(),
+            agent: "helper".into(),
+            correlation: id.clone(),
+            request: Some(run_request("go", &budgets)),
+            status: NewRunStatus::Running {
+                owner: f.executor.owner().into(),
+                lease_until_ms: now + 30_000,
+            },
+            now_ms: now,
+        })
+        .await
+        .unwrap();
+    f.prior(
+        &resumed.id,
+        &[
+            (
+                "run_started",
+                json!({"agent": "helper", "prompt": "go", "owner": "test-earlier"}),
+            ),
+            (
+                "model_response",
+                json!({"round": 1, "text": "1, 2, 3", "tool_calls": [], "finish": "length", "usage": {"input_tokens": 9, "output_tokens": 11}}),
+            ),
+        ],
+    )
+    .await;
+    let never = f.agent_with(Turns::new(vec![]), vec![]);
+    f.executor.execute(&resumed, &never, "go", None).await;
+    assert!(
+        reason(&f, &resumed.id)
+            .await
+            .starts_with("BUDGET_EXCEEDED: max_output_tokens_total = 10"),
+        "{}",
+        reason(&f, &resumed.id).await
+    );
+}

@@ -115,6 +115,7 @@ pub fn second_round() -> ModelRequest {
         tools: vec![tickets_create()],
         correlation: Some("run-42".into()),
         progress: None,
+        max_tokens: None,
     }
 }
 
@@ -128,5 +129,6 @@ pub fn hello() -> ModelRequest {
         tools: Vec::new(),
         correlation: None,
         progress: None,
+        max_tokens: None,
     }
 }

@@ -8,6 +8,7 @@ mod backend;
 mod budgets;
 mod config;
 mod demo;
+mod deploy;
 mod effects;
 mod egress;
 mod hardening;

@@ -178,11 +178,14 @@ impl Worker {
             };
             match self.queue.run_claim(claim).await {
                 Ok(Some(run)) => {
+                    // O5: every claim, and below every segment's end, in the log.
+                    tracing::info!(run = %run.id, agent = %run.agent, owner = %self.executor.owner(), "claimed a run");
                     summary.claimed += 1;
                     running += 1;
                     let (worker, drain, done) = (self.clone(), drain.clone(), done_tx.clone());
                     tokio::spawn(async move {
                         let outcome = worker.segment(run.clone(), drain).await;
+                        tracing::info!(run = %run.id, outcome = outcome.as_str(), "a run's segment ended");
                         if let Some(observer) = &worker.observer {
                             observer(&run, outcome);
                         }

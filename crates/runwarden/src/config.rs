@@ -95,6 +95,10 @@ max_requeues = 3            # retries of retryable failures and stale reclaims, 
 # max_connections = 1024           # default: half the open-file limit, at most 4096
 # header_read_timeout_seconds = 10 # a request's head must arrive within this
 # idle_timeout_seconds = 60        # a keep-alive connection with no request is closed
+
+# Log lines on stderr; the level comes from RUNWARDEN_LOG (default warn).
+# [log]
+# format = "text"                  # or "json": one object per line (--log-format overrides)
 "#;
 
 #[derive(Debug, Default, Deserialize)]
@@ -117,6 +121,49 @@ struct FileConfig {
     client: ClientSection,
     #[serde(default)]
     serve: ServeSection,
+    #[serde(default)]
+    log: LogSection,
+}
+
+/// `[log]`: how the process writes its log lines (stderr).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogSection {
+    format: Option<String>,
+}
+
+/// How log lines are written: for people, or one JSON object per line for machines (O5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    /// `2026-12-03T10:00:00Z  INFO runwarden::http: request method=GET ...`
+    #[default]
+    Text,
+    /// `{"timestamp": ..., "level": "INFO", "fields": {...}, "target": ...}`
+    Json,
+}
+
+impl LogFormat {
+    fn parse(at: &str, text: &str) -> anyhow::Result<Self> {
+        match text {
+            "text" => Ok(Self::Text),
+            "json" => Ok(Self::Json),
+            other => bail!("{at}: unknown log format {other:?}: use \"text\" or \"json\""),
+        }
+    }
+
+    /// `[log] format` of the file at `path`, read before the configuration is loaded (the
+    /// log must exist to report a bad configuration). Anything unreadable is left to
+    /// [`Config::load`] to report; here it means the default.
+    pub(crate) fn peek(path: &Path) -> Self {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|text| toml::from_str::<toml::Table>(&text).ok())
+            .and_then(|table| {
+                let format = table.get("log")?.get("format")?.as_str()?.to_string();
+                Self::parse("[log] format", &format).ok()
+            })
+            .unwrap_or_default()
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -679,6 +726,10 @@ impl Config {
                 });
             }
         };
+        // The process already read it with `LogFormat::peek`; a bad value is reported here.
+        if let Some(format) = &file.log.format {
+            LogFormat::parse("[log] format", format)?;
+        }
         let base = std::path::absolute(path)?
             .parent()
             .map(Path::to_path_buf)

@@ -17,18 +17,26 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// Log lines go to stderr, filtered by `$RUNWARDEN_LOG` (default `warn`), as text or as
+/// one JSON object per line (O5).
+fn logging(format: config::LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RUNWARDEN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        config::LogFormat::Text => builder.init(),
+        config::LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
 fn main() -> ExitCode {
     // Before anything can create a file: the database, its -wal and -shm, the key and the
     // audit anchor are the operator's alone.
     harden::private_files();
     let args = cli::Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RUNWARDEN_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    logging(args.log_format());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -15,6 +15,7 @@ mod hardening;
 mod init;
 mod json;
 mod llama;
+mod logs;
 mod mcp;
 mod nodes;
 mod rotate;

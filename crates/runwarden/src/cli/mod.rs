@@ -35,8 +35,22 @@ pub(crate) struct Cli {
     /// events, enqueue); the token comes from $RUNWARDEN_TOKEN or [client] token_file.
     #[arg(long, global = true, value_name = "URL", env = "RUNWARDEN_SERVER")]
     server: Option<String>,
+    /// How log lines (stderr) are written [default: [log] format, else text]; the level
+    /// comes from $RUNWARDEN_LOG (default warn).
+    #[arg(long, global = true, value_enum, env = "RUNWARDEN_LOG_FORMAT")]
+    log_format: Option<crate::config::LogFormat>,
     #[command(subcommand)]
     command: Command,
+}
+
+impl Cli {
+    /// The log format: `--log-format` or `$RUNWARDEN_LOG_FORMAT`, else the configuration
+    /// file's `[log] format`, else text.
+    pub(crate) fn log_format(&self) -> crate::config::LogFormat {
+        self.log_format.unwrap_or_else(|| {
+            crate::config::LogFormat::peek(&Config::locate(self.config.as_deref()))
+        })
+    }
 }
 
 #[derive(Debug, Subcommand)]

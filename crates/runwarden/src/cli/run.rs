@@ -325,6 +325,7 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
     tokio::spawn(async move {
         interrupted.notified().await; // a Ctrl-C before the run existed is kept as a permit
         *stamp.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        tracing::info!(run = %run_id, actor = "cli (Ctrl-C)", "cancelling the run");
         if let Err(error) = canceller.cancel(&run_id).await {
             eprintln!("error: could not cancel run {run_id}: {error}");
         }
@@ -400,7 +401,10 @@ pub(crate) async fn cancel(cx: &Context, args: RunIdArgs) -> anyhow::Result<Exit
                 .run_cancel(&args.run_id, chrono::Utc::now().timestamp_millis())
                 .await?
             {
-                CancelAnswer::Cancelled { previous } => previous.as_str().to_string(),
+                CancelAnswer::Cancelled { previous } => {
+                    tracing::info!(run = %args.run_id, actor = "cli", previous = previous.as_str(), "run cancelled");
+                    previous.as_str().to_string()
+                }
                 CancelAnswer::AlreadyTerminal(state) => {
                     bail!(
                         "run {} is already {}: a finished run cannot be cancelled",

@@ -51,6 +51,14 @@ pub(crate) async fn require(
             guard.role.as_str()
         )));
     }
+    let name = TokenName(token.name.clone());
     request.extensions_mut().insert::<ApiToken>(token);
-    Ok(next.run(request).await)
+    let mut response = next.run(request).await;
+    // For the request's log line (O5): who asked, by the token's name, never its value.
+    response.extensions_mut().insert(name);
+    Ok(response)
 }
+
+/// The name of the token a request was allowed with, on its response.
+#[derive(Debug, Clone)]
+pub(crate) struct TokenName(pub(crate) String);

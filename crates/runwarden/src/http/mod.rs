@@ -206,7 +206,38 @@ pub(crate) fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(error::BODY_LIMIT))
+        .layer(axum::middleware::from_fn(log_request))
         .with_state(state)
+}
+
+/// O5: one log line per API request, at info: the method, the route's template (never the
+/// concrete path, which may hold ids a dashboard would explode on, nor the query), the
+/// status, the duration and the token's name.
+async fn log_request(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let started = std::time::Instant::now();
+    let method = request.method().clone();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let response = next.run(request).await;
+    let token = response
+        .extensions()
+        .get::<auth::TokenName>()
+        .map(|t| t.0.as_str());
+    tracing::info!(
+        target: "runwarden::http",
+        method = %method,
+        route = %route,
+        status = response.status().as_u16(),
+        duration_ms = started.elapsed().as_secs_f64() * 1000.0,
+        token = token.unwrap_or("-"),
+        "request"
+    );
+    response
 }
 
 async fn not_found() -> ApiError {

@@ -183,13 +183,18 @@ pub(super) async fn get(
 pub(super) async fn cancel(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    axum::Extension(token): axum::Extension<runwarden_vault::ApiToken>,
 ) -> Result<axum::Json<Value>, ApiError> {
     // R4 through this process: the guarded row update, then the hub wakes the run's
     // in-flight calls if it executes here (a worker slot or a sync API run).
     match state.executor.cancel(&id).await? {
-        CancelAnswer::Cancelled { previous } => Ok(axum::Json(
-            json!({ "run_id": id, "cancelled": true, "previous": previous.as_str() }),
-        )),
+        CancelAnswer::Cancelled { previous } => {
+            // O5: who stopped the run, by the token's name.
+            tracing::info!(run = %id, actor = %token.name, previous = previous.as_str(), "run cancelled");
+            Ok(axum::Json(
+                json!({ "run_id": id, "cancelled": true, "previous": previous.as_str() }),
+            ))
+        }
         CancelAnswer::AlreadyTerminal(status) => Err(ApiError::RunAlreadyTerminal(format!(
             "run {id} is already {}: a finished run cannot be cancelled",
             status.as_str()

@@ -95,6 +95,8 @@ max_requeues = 3            # retries of retryable failures and stale reclaims, 
 # max_connections = 1024           # default: half the open-file limit, at most 4096
 # header_read_timeout_seconds = 10 # a request's head must arrive within this
 # idle_timeout_seconds = 60        # a keep-alive connection with no request is closed
+# tls_cert = "tls/cert.pem"        # HTTPS: the certificate chain (PEM, leaf first) ...
+# tls_key = "tls/key.pem"          # ... and its private key (PEM); both or neither
 
 # Log lines on stderr; the level comes from RUNWARDEN_LOG (default warn).
 # [log]
@@ -172,6 +174,8 @@ struct ServeSection {
     max_connections: Option<usize>,
     header_read_timeout_seconds: Option<f64>,
     idle_timeout_seconds: Option<f64>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
 }
 
 /// `[serve]`: what the API gives a client before it closes the connection.
@@ -184,9 +188,31 @@ pub(crate) struct ServeSettings {
     pub(crate) header_read_timeout: Duration,
     /// How long a keep-alive connection may sit with no request in flight.
     pub(crate) idle_timeout: Duration,
+    /// `[serve] tls_cert` and `tls_key` (O5): HTTPS instead of HTTP.
+    pub(crate) tls: Option<TlsFiles>,
 }
 
-fn serve_settings(section: ServeSection) -> anyhow::Result<ServeSettings> {
+/// The PEM files `serve` speaks TLS with: the certificate chain (leaf first) and its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TlsFiles {
+    pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
+}
+
+fn serve_settings(
+    section: ServeSection,
+    resolve: &dyn Fn(PathBuf) -> PathBuf,
+) -> anyhow::Result<ServeSettings> {
+    let tls = match (section.tls_cert, section.tls_key) {
+        (Some(cert), Some(key)) => Some(TlsFiles {
+            cert: resolve(cert),
+            key: resolve(key),
+        }),
+        (None, None) => None,
+        _ => bail!(
+            "[serve] tls_cert and tls_key go together: set both (PEM files: the certificate chain and its private key) or neither"
+        ),
+    };
     if let Some(max) = section.max_connections
         && !(1..=1_000_000).contains(&max)
     {
@@ -202,6 +228,7 @@ fn serve_settings(section: ServeSection) -> anyhow::Result<ServeSettings> {
             "[serve] idle_timeout_seconds",
             section.idle_timeout_seconds.unwrap_or(60.0),
         )?,
+        tls,
     })
 }
 
@@ -792,7 +819,7 @@ impl Config {
                 .map(|(name, section)| Ok((name.clone(), agent(&name, section, &resolve)?)))
                 .collect::<anyhow::Result<_>>()?,
             worker: worker_settings(file.worker)?,
-            serve: serve_settings(file.serve)?,
+            serve: serve_settings(file.serve, &resolve)?,
             client_server: file.client.server,
             client_token_file: file.client.token_file.map(&resolve),
         })

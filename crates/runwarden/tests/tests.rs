@@ -23,4 +23,5 @@ mod run;
 mod secret;
 mod sigil;
 mod support;
+mod tls;
 mod worker;

@@ -8,7 +8,7 @@ use super::Context;
 use crate::http::listener::{Limits, reached};
 use crate::http::{AppState, router};
 use crate::output;
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use clap::Args;
 use runwarden_runtime::StopLevel;
 use serde_json::json;
@@ -53,6 +53,7 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
     let state = AppState::new(cx.root.clone(), stop.clone()).await?;
     // O6: changes other processes make on a shared SQLite file reach this one's feed.
     cx.root.watch_other_writers().await?;
+    let tls = cx.config.serve.tls.as_ref().map(tls_acceptor).transpose()?;
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("while binding {} (is another server there?)", args.listen))?;
@@ -72,7 +73,16 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
         None
     };
 
-    let url = format!("http://{addr}");
+    let url = if tls.is_some() {
+        format!("https://{addr}")
+    } else {
+        if !addr.ip().is_loopback() {
+            // O5: tokens travel in every request; off this machine they need TLS.
+            // At warn, so it shows at the default log level, in either log format.
+            tracing::warn!(%addr, "serving plain HTTP on a non-loopback address: API tokens cross the network in clear; set [serve] tls_cert and tls_key");
+        }
+        format!("http://{addr}")
+    };
     output::emit(
         cx.json,
         &json!({ "listening": addr.to_string(), "url": url, "concurrency": concurrency, "max_connections": limits.max_connections }),
@@ -85,7 +95,7 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
     }
 
     // First signal: stop accepting, finish the requests in flight, drain the workers.
-    let server = crate::http::listener::serve(listener, router(state), limits, stop.clone());
+    let server = crate::http::listener::serve(listener, router(state), limits, tls, stop.clone());
     let mut server = tokio::spawn(server);
     tokio::select! {
         served = &mut server => served.context("the server task ended abnormally")?,
@@ -116,4 +126,46 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// O5: the TLS side of `serve` from `[serve] tls_cert` and `tls_key` (PEM), with rustls'
+/// safe defaults (TLS 1.2 and 1.3) and HTTP/1.1. Errors name the file and what to fix;
+/// they never quote its contents.
+fn tls_acceptor(files: &crate::config::TlsFiles) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+    let certs = CertificateDer::pem_file_iter(&files.cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "[serve] tls_cert {}: not a readable PEM certificate chain ({e}); give the server's certificate, leaf first",
+                files.cert.display()
+            )
+        })?;
+    if certs.is_empty() {
+        bail!(
+            "[serve] tls_cert {}: holds no certificate; give a PEM file with the server's certificate chain, leaf first",
+            files.cert.display()
+        );
+    }
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| {
+        anyhow::anyhow!(
+            "[serve] tls_key {}: not a readable PEM private key ({e}); give the certificate's key (PKCS#8, PKCS#1 or SEC1)",
+            files.key.display()
+        )
+    })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("while choosing the TLS versions")?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "[serve] tls_cert and tls_key do not make a usable pair ({e}): the key must be the certificate's"
+            )
+        })?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }

@@ -6,6 +6,10 @@
 //!
 //! A graceful stop closes the listener, lets each connection finish the request it is
 //! serving (an event stream ends when the server drains) and waits for every connection.
+//!
+//! With TLS (O5), the handshake happens inside the connection's slot and must end within
+//! the header-read timeout, so a client that connects and never says hello is held no
+//! longer than one that sends half a request line.
 
 use std::io;
 use std::pin::Pin;
@@ -20,7 +24,7 @@ use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::TokioIo;
 use runwarden_runtime::StopLevel;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::time::{Instant, Sleep};
 use tower::ServiceExt as _;
@@ -52,6 +56,7 @@ pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
     limits: Limits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     stop: watch::Receiver<StopLevel>,
 ) {
     let max = limits.max_connections.max(1);
@@ -73,9 +78,27 @@ pub(crate) async fn serve(
         };
         match accepted {
             Ok((stream, _)) => {
-                let (app, stop) = (app.clone(), stop.clone());
+                let (app, stop, tls) = (app.clone(), stop.clone(), tls.clone());
                 tokio::spawn(async move {
-                    connection(stream, app, limits, stop).await;
+                    let _ = stream.set_nodelay(true);
+                    match tls {
+                        None => connection(stream, app, limits, stop).await,
+                        Some(acceptor) => {
+                            let handshake = tokio::time::timeout(
+                                limits.header_read_timeout,
+                                acceptor.accept(stream),
+                            );
+                            match handshake.await {
+                                Ok(Ok(stream)) => connection(stream, app, limits, stop).await,
+                                Ok(Err(error)) => {
+                                    tracing::debug!(%error, "a TLS handshake failed");
+                                }
+                                Err(_) => tracing::debug!(
+                                    "a TLS handshake did not end within the header-read timeout"
+                                ),
+                            }
+                        }
+                    }
                     drop(slot);
                 });
             }
@@ -106,13 +129,10 @@ pub(crate) async fn reached(mut stop: watch::Receiver<StopLevel>, level: StopLev
 
 /// One connection: HTTP/1.1 with keep-alive, our timeouts on its reads, and a graceful
 /// close when the server drains.
-async fn connection(
-    stream: TcpStream,
-    app: Router,
-    limits: Limits,
-    stop: watch::Receiver<StopLevel>,
-) {
-    let _ = stream.set_nodelay(true);
+async fn connection<S>(stream: S, app: Router, limits: Limits, stop: watch::Receiver<StopLevel>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let activity = Arc::new(Activity::default());
     let io = TimedIo::new(stream, activity.clone(), limits);
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
@@ -236,16 +256,16 @@ enum Phase {
 
 /// The connection's socket, whose reads fail with `TimedOut` once the deadline of the
 /// current phase passes (hyper then closes the connection).
-struct TimedIo {
-    stream: TcpStream,
+struct TimedIo<S> {
+    stream: S,
     activity: Arc<Activity>,
     limits: Limits,
     phase: Phase,
     deadline: Pin<Box<Sleep>>,
 }
 
-impl TimedIo {
-    fn new(stream: TcpStream, activity: Arc<Activity>, limits: Limits) -> Self {
+impl<S> TimedIo<S> {
+    fn new(stream: S, activity: Arc<Activity>, limits: Limits) -> Self {
         // A fresh connection is in its first request's head: a client that connects and
         // sends nothing is held no longer than one that sends half a request line.
         let deadline = Box::pin(tokio::time::sleep(limits.header_read_timeout));
@@ -264,7 +284,7 @@ impl TimedIo {
     }
 }
 
-impl AsyncRead for TimedIo {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for TimedIo<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -302,7 +322,7 @@ impl AsyncRead for TimedIo {
     }
 }
 
-impl AsyncWrite for TimedIo {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TimedIo<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

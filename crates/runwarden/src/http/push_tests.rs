@@ -177,6 +177,7 @@ async fn serve() -> Served {
         listener,
         router(state.clone()),
         limits,
+        None,
         stop.clone(),
     ));
     Served {

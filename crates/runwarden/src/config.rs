@@ -98,6 +98,11 @@ max_requeues = 3            # retries of retryable failures and stale reclaims, 
 # tls_cert = "tls/cert.pem"        # HTTPS: the certificate chain (PEM, leaf first) ...
 # tls_key = "tls/key.pem"          # ... and its private key (PEM); both or neither
 
+# Who may read /metrics (Prometheus/OpenMetrics text).
+# [metrics]
+# require_token = true             # false: /metrics on the API port needs no token
+# listen = "127.0.0.1:9464"        # or a port of its own serving /metrics alone, no token
+
 # Log lines on stderr; the level comes from RUNWARDEN_LOG (default warn).
 # [log]
 # format = "text"                  # or "json": one object per line (--log-format overrides)
@@ -125,6 +130,26 @@ struct FileConfig {
     serve: ServeSection,
     #[serde(default)]
     log: LogSection,
+    #[serde(default)]
+    metrics: MetricsSection,
+}
+
+/// `[metrics]`: who may read `/metrics`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetricsSection {
+    require_token: Option<bool>,
+    listen: Option<String>,
+}
+
+/// `[metrics]` (O5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MetricsSettings {
+    /// `/metrics` on the API port needs a viewer token (the default).
+    pub(crate) require_token: bool,
+    /// A second listener that serves `/metrics` alone, without a token (bind it where only
+    /// the scraper reaches).
+    pub(crate) listen: Option<String>,
 }
 
 /// `[log]`: how the process writes its log lines (stderr).
@@ -688,6 +713,8 @@ pub(crate) struct Config {
     pub(crate) client_server: Option<String>,
     /// `[client] token_file`: where the CLI's API token is kept (mode 0600).
     pub(crate) client_token_file: Option<PathBuf>,
+    /// `[metrics]`.
+    pub(crate) metrics: MetricsSettings,
 }
 
 /// Where the data lives (O3 amended), first match wins: `$RUNWARDEN_DATABASE_URL`,
@@ -822,6 +849,10 @@ impl Config {
             serve: serve_settings(file.serve, &resolve)?,
             client_server: file.client.server,
             client_token_file: file.client.token_file.map(&resolve),
+            metrics: MetricsSettings {
+                require_token: file.metrics.require_token.unwrap_or(true),
+                listen: file.metrics.listen,
+            },
         })
     }
 

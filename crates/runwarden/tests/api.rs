@@ -669,9 +669,9 @@ async fn a_cancel_through_the_api_ends_a_sync_run_whose_call_is_in_flight() {
     assert_eq!(response.status(), 200);
     let metrics = response.text().await.unwrap();
     for line in [
-        "runwarden_runs{status=\"cancelled\"} 1",
-        "runwarden_runs{status=\"running\"} 0",
-        "runwarden_outbound_calls_total{action=\"http_call_cancelled\"} 1",
+        "runwarden_db_runs{status=\"cancelled\"} 1",
+        "runwarden_db_runs{status=\"running\"} 0",
+        "runwarden_db_audit_rows{action=\"http_call_cancelled\"} 1",
         "runwarden_cancel_latency_seconds_count 1",
         "runwarden_cancel_latency_seconds_bucket{le=\"+Inf\"} 1",
     ] {
@@ -679,7 +679,7 @@ async fn a_cancel_through_the_api_ends_a_sync_run_whose_call_is_in_flight() {
     }
     let under_a_second = metrics
         .lines()
-        .find(|l| l.starts_with("runwarden_cancel_latency_seconds_bucket{le=\"1\"}"))
+        .find(|l| l.starts_with("runwarden_cancel_latency_seconds_bucket{le=\"1.0\"}"))
         .unwrap_or_default();
     assert!(under_a_second.ends_with(" 1"), "{metrics}");
 

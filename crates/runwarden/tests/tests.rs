@@ -17,6 +17,7 @@ mod json;
 mod llama;
 mod logs;
 mod mcp;
+mod metrics;
 mod nodes;
 mod rotate;
 mod run;

@@ -73,6 +73,17 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
         None
     };
 
+    // O5: `/metrics` on a port of its own, for a scraper with no token.
+    let metrics_listener = match &cx.config.metrics.listen {
+        Some(at) => Some(tokio::net::TcpListener::bind(at).await.with_context(|| {
+            format!("while binding [metrics] listen = {at:?} (is another server there?)")
+        })?),
+        None => None,
+    };
+    let metrics_url = metrics_listener
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
+        .map(|addr| format!("http://{addr}/metrics"));
     let url = if tls.is_some() {
         format!("https://{addr}")
     } else {
@@ -85,8 +96,11 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
     };
     output::emit(
         cx.json,
-        &json!({ "listening": addr.to_string(), "url": url, "concurrency": concurrency, "max_connections": limits.max_connections }),
-        || format!("listening on {url}"),
+        &json!({ "listening": addr.to_string(), "url": url, "concurrency": concurrency, "max_connections": limits.max_connections, "metrics": metrics_url }),
+        || match &metrics_url {
+            Some(metrics) => format!("listening on {url} (metrics on {metrics})"),
+            None => format!("listening on {url}"),
+        },
     );
     if !cx.json {
         eprintln!(
@@ -94,6 +108,15 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
         );
     }
 
+    if let Some(metrics_listener) = metrics_listener {
+        tokio::spawn(crate::http::listener::serve(
+            metrics_listener,
+            crate::http::metrics_router(state.clone()),
+            limits,
+            None,
+            stop.clone(),
+        ));
+    }
     // First signal: stop accepting, finish the requests in flight, drain the workers.
     let server = crate::http::listener::serve(listener, router(state), limits, tls, stop.clone());
     let mut server = tokio::spawn(server);

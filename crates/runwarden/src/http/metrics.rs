@@ -1,14 +1,22 @@
-//! `GET /metrics`: Prometheus text. Runs by status (a gauge, from the store), outbound
-//! calls by audit action (a counter, from the audit log) and the latency of in-process
-//! cancels (a histogram this process observes).
+//! `GET /metrics` (O5): OpenMetrics text from this process's registry.
+//!
+//! Counters and histograms count what this process did (API requests by route and status,
+//! the latency of cancels it woke), so two replicas on one database report their own
+//! figures. The database-wide figures (runs by status, audit rows by action) are gauges set
+//! from the store at each scrape, under names that say so (`runwarden_db_*`).
 
-use std::fmt::Write as _;
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 use runwarden_runtime::{CancelLatencyObserver, RunState};
 
 use super::AppState;
@@ -16,7 +24,13 @@ use super::error::ApiError;
 
 /// Upper bounds of the cancel-latency buckets, in seconds. SPEC's goal is p99 <= 10 ms
 /// woken in-process, so the low end is fine-grained.
-const BUCKETS: [f64; 10] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+const CANCEL_BUCKETS: [f64; 10] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+
+/// Upper bounds of the API latency buckets, in seconds (a live event stream counts until
+/// it ends, so the top is long).
+const REQUEST_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 60.0,
+];
 
 /// Every status, so the gauge has a series for each even when no run is in it.
 const STATUSES: [RunState; 6] = [
@@ -28,113 +42,167 @@ const STATUSES: [RunState; 6] = [
     RunState::Cancelled,
 ];
 
-#[derive(Debug, Default)]
-struct Histogram {
-    /// Observations at or below each bound of [`BUCKETS`] (not cumulative).
-    counts: [u64; BUCKETS.len()],
-    /// Observations above the last bound.
-    over: u64,
-    sum: f64,
-    count: u64,
+/// One API request's labels: the route's template (never the concrete path), the method
+/// and the status.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RequestLabels {
+    route: String,
+    method: String,
+    status: u16,
 }
 
-/// The process's cancel-latency histogram: from a cancel's wake-up through the hub to
-/// the cancelled call returning in the executor.
-#[derive(Debug, Default)]
+/// The labels of the request latency histogram.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RouteLabels {
+    route: String,
+    method: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StatusLabels {
+    status: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ActionLabels {
+    action: String,
+}
+
+/// The process's metrics.
 pub(crate) struct Metrics {
-    cancel_latency: Mutex<Histogram>,
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    request_seconds: Family<RouteLabels, Histogram>,
+    cancel_latency: Histogram,
+    db_runs: Family<StatusLabels, Gauge>,
+    db_audit: Family<ActionLabels, Gauge>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Metrics {
     pub(crate) fn new() -> Self {
-        Self::default()
+        let mut registry = Registry::with_prefix("runwarden");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "API requests this process answered, by route template, method and status",
+            requests.clone(),
+        );
+        let request_seconds =
+            Family::<RouteLabels, Histogram>::new_with_constructor(request_histogram as fn() -> _);
+        registry.register(
+            "http_request_duration_seconds",
+            "Time from a request's arrival to its response's head, by route template and method",
+            request_seconds.clone(),
+        );
+        let cancel_latency = Histogram::new(CANCEL_BUCKETS);
+        registry.register(
+            "cancel_latency_seconds",
+            "Time from a cancel waking a run in this process to its call in flight returning",
+            cancel_latency.clone(),
+        );
+        let db_runs = Family::<StatusLabels, Gauge>::default();
+        registry.register(
+            "db_runs",
+            "Runs in each status in the database (every node reports the same figure)",
+            db_runs.clone(),
+        );
+        let db_audit = Family::<ActionLabels, Gauge>::default();
+        registry.register(
+            "db_audit_rows",
+            "Audit rows of outbound calls by action in the database (http_call_started counts calls that reached the network, the other actions their outcomes; every node reports the same figure)",
+            db_audit.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            request_seconds,
+            cancel_latency,
+            db_runs,
+            db_audit,
+        }
     }
 
     /// Records one cancel latency.
     pub(crate) fn observe_cancel(&self, latency: Duration) {
-        let seconds = latency.as_secs_f64();
-        let mut h = self
-            .cancel_latency
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        match BUCKETS.iter().position(|bound| seconds <= *bound) {
-            Some(i) => h.counts[i] += 1,
-            None => h.over += 1,
-        }
-        h.sum += seconds;
-        h.count += 1;
+        self.cancel_latency.observe(latency.as_secs_f64());
     }
 
-    /// The executor's hook feeding this histogram.
-    pub(crate) fn observer(self: &std::sync::Arc<Self>) -> CancelLatencyObserver {
+    /// Records one API request.
+    pub(crate) fn observe_request(&self, route: &str, method: &str, status: u16, took: Duration) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                route: route.to_string(),
+                method: method.to_string(),
+                status,
+            })
+            .inc();
+        self.request_seconds
+            .get_or_create(&RouteLabels {
+                route: route.to_string(),
+                method: method.to_string(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// The executor's hook feeding the cancel histogram.
+    pub(crate) fn observer(self: &Arc<Self>) -> CancelLatencyObserver {
         let metrics = self.clone();
-        std::sync::Arc::new(move |latency| metrics.observe_cancel(latency))
+        Arc::new(move |latency| metrics.observe_cancel(latency))
     }
 
-    fn write_histogram(&self, out: &mut String) {
-        let h = self
-            .cancel_latency
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        out.push_str("# HELP runwarden_cancel_latency_seconds Time from a cancel waking a run in this process to its call in flight returning.\n");
-        out.push_str("# TYPE runwarden_cancel_latency_seconds histogram\n");
-        let mut cumulative = 0;
-        for (bound, n) in BUCKETS.iter().zip(h.counts) {
-            cumulative += n;
-            let _ = writeln!(
-                out,
-                "runwarden_cancel_latency_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
-            );
+    /// The exposition, with the database figures given.
+    fn render(&self, runs: &[(RunState, u64)], calls: &[(String, u64)]) -> String {
+        for status in STATUSES {
+            let n = runs
+                .iter()
+                .find(|(s, _)| *s == status)
+                .map_or(0, |(_, n)| *n);
+            self.db_runs
+                .get_or_create(&StatusLabels {
+                    status: status.as_str().to_string(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
-        let _ = writeln!(
-            out,
-            "runwarden_cancel_latency_seconds_bucket{{le=\"+Inf\"}} {}",
-            cumulative + h.over
-        );
-        let _ = writeln!(out, "runwarden_cancel_latency_seconds_sum {}", h.sum);
-        let _ = writeln!(out, "runwarden_cancel_latency_seconds_count {}", h.count);
+        for (action, n) in calls {
+            self.db_audit
+                .get_or_create(&ActionLabels {
+                    action: action.clone(),
+                })
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+        let mut text = String::new();
+        // Writing into a String cannot fail; an empty answer beats a panic.
+        if prometheus_client::encoding::text::encode(&mut text, &self.registry).is_err() {
+            text.clear();
+        }
+        text
     }
 }
 
-/// A label value as the text format wants it.
-fn label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// The whole exposition, from the given counts and the histogram.
-fn render(runs: &[(RunState, u64)], calls: &[(String, u64)], metrics: &Metrics) -> String {
-    let mut out = String::new();
-    out.push_str("# HELP runwarden_runs Runs in each status.\n# TYPE runwarden_runs gauge\n");
-    for status in STATUSES {
-        let n = runs
-            .iter()
-            .find(|(s, _)| *s == status)
-            .map_or(0, |(_, n)| *n);
-        let _ = writeln!(out, "runwarden_runs{{status=\"{}\"}} {n}", status.as_str());
-    }
-    out.push_str("# HELP runwarden_outbound_calls_total Outbound calls by audit action (http_call_started counts calls that reached the network, the other actions their outcomes).\n# TYPE runwarden_outbound_calls_total counter\n");
-    for (action, n) in calls {
-        let _ = writeln!(
-            out,
-            "runwarden_outbound_calls_total{{action=\"{}\"}} {n}",
-            label(action)
-        );
-    }
-    metrics.write_histogram(&mut out);
-    out
+fn request_histogram() -> Histogram {
+    Histogram::new(REQUEST_BUCKETS)
 }
 
 pub(super) async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let runs = state.runs.run_counts().await?;
     let calls = state.audit.audit_counts().await?;
-    let text = render(&runs, &calls, &state.metrics);
+    let text = state.metrics.render(&runs, &calls);
     Ok((
         [(
             header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         text,
     )
@@ -146,26 +214,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_exposition_has_every_status_each_action_and_cumulative_buckets() {
+    fn the_exposition_has_every_status_each_action_requests_and_cumulative_buckets() {
         let metrics = Metrics::new();
         metrics.observe_cancel(Duration::from_micros(400));
         metrics.observe_cancel(Duration::from_millis(30));
         metrics.observe_cancel(Duration::from_secs(5));
-        let text = render(
-            &[(RunState::Running, 2)],
-            &[("http_call".into(), 7)],
-            &metrics,
-        );
+        metrics.observe_request("/v1/runs/{id}", "GET", 200, Duration::from_millis(3));
+        metrics.observe_request("/v1/runs/{id}", "GET", 200, Duration::from_millis(4));
+        metrics.observe_request("/v1/runs/{id}", "GET", 404, Duration::from_millis(1));
+        let text = metrics.render(&[(RunState::Running, 2)], &[("http_call".into(), 7)]);
         for line in [
-            "runwarden_runs{status=\"running\"} 2",
-            "runwarden_runs{status=\"queued\"} 0",
-            "runwarden_outbound_calls_total{action=\"http_call\"} 7",
+            "runwarden_db_runs{status=\"running\"} 2",
+            "runwarden_db_runs{status=\"queued\"} 0",
+            "runwarden_db_audit_rows{action=\"http_call\"} 7",
+            "runwarden_http_requests_total{route=\"/v1/runs/{id}\",method=\"GET\",status=\"200\"} 2",
+            "runwarden_http_requests_total{route=\"/v1/runs/{id}\",method=\"GET\",status=\"404\"} 1",
+            "runwarden_http_request_duration_seconds_count{route=\"/v1/runs/{id}\",method=\"GET\"} 3",
             "runwarden_cancel_latency_seconds_bucket{le=\"0.001\"} 1",
             "runwarden_cancel_latency_seconds_bucket{le=\"0.025\"} 1",
             "runwarden_cancel_latency_seconds_bucket{le=\"0.05\"} 2",
             "runwarden_cancel_latency_seconds_bucket{le=\"2.5\"} 2",
+            "runwarden_cancel_latency_seconds_bucket{le=\"1.0\"} 2",
             "runwarden_cancel_latency_seconds_bucket{le=\"+Inf\"} 3",
             "runwarden_cancel_latency_seconds_count 3",
+            "# EOF",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }

@@ -192,7 +192,9 @@ pub(crate) fn router(state: AppState) -> Router {
             continue;
         };
         let mut method_router = (route.handler)(filter);
-        if let Some(role) = route.role {
+        // O5: `[metrics] require_token = false` lets a scraper without a token read it.
+        let open_metrics = route.path == "/metrics" && !state.config.metrics.require_token;
+        if let Some(role) = route.role.filter(|_| !open_metrics) {
             let guard = auth::Guard {
                 state: state.clone(),
                 role,
@@ -206,14 +208,18 @@ pub(crate) fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(error::BODY_LIMIT))
-        .layer(axum::middleware::from_fn(log_request))
+        .layer(axum::middleware::from_fn_with_state(
+            state.metrics.clone(),
+            observe_request,
+        ))
         .with_state(state)
 }
 
-/// O5: one log line per API request, at info: the method, the route's template (never the
-/// concrete path, which may hold ids a dashboard would explode on, nor the query), the
-/// status, the duration and the token's name.
-async fn log_request(
+/// O5: one log line per API request, at info, and this process's request metrics: the
+/// method, the route's template (never the concrete path, which may hold ids a dashboard
+/// would explode on, nor the query), the status, the duration and the token's name.
+async fn observe_request(
+    axum::extract::State(metrics): axum::extract::State<Arc<Metrics>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
@@ -228,16 +234,31 @@ async fn log_request(
         .extensions()
         .get::<auth::TokenName>()
         .map(|t| t.0.as_str());
+    let took = started.elapsed();
+    metrics.observe_request(&route, method.as_str(), response.status().as_u16(), took);
     tracing::info!(
         target: "runwarden::http",
         method = %method,
         route = %route,
         status = response.status().as_u16(),
-        duration_ms = started.elapsed().as_secs_f64() * 1000.0,
+        duration_ms = took.as_secs_f64() * 1000.0,
         token = token.unwrap_or("-"),
         "request"
     );
     response
+}
+
+/// `[metrics] listen` (O5): `/metrics` alone, without a token, for a listener only the
+/// scraper reaches. Counted like the API's own requests.
+pub(crate) fn metrics_router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", axum::routing::get(metrics::metrics))
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.metrics.clone(),
+            observe_request,
+        ))
+        .with_state(state)
 }
 
 async fn not_found() -> ApiError {

@@ -1,0 +1,87 @@
+//! O5: `/metrics` counts what each process did. Two `serve` processes on one database report
+//! their own request counters, and the same database figures; a scraper with no token reads
+//! them where `[metrics]` allows it.
+
+use serde_json::json;
+
+use crate::api::install;
+use crate::support::Live;
+
+async fn scrape(url: &str) -> String {
+    let answer = reqwest::get(url).await.unwrap();
+    assert_eq!(answer.status(), 200, "{url}");
+    answer.text().await.unwrap()
+}
+
+fn counter(text: &str, series: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_one_database_report_their_own_request_counters() {
+    let mcp = runwarden_testkit::TestServer::start(runwarden_testkit::mcp_handler(
+        vec![runwarden_testkit::tool("create")],
+        &[],
+    ))
+    .await;
+    let sandbox = install(&mcp, json!([{"text": "done"}])).await;
+    let text = std::fs::read_to_string(sandbox.config()).unwrap();
+    std::fs::write(
+        sandbox.config(),
+        format!("{text}\n[metrics]\nrequire_token = false\nlisten = \"127.0.0.1:0\"\n"),
+    )
+    .unwrap();
+    let args = [
+        "--json",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--concurrency",
+        "0",
+    ];
+    let mut first = Live::start(&sandbox, &args);
+    let mut second = Live::start(&sandbox, &args);
+    let (first_ready, second_ready) = (first.json().await, second.json().await);
+    let first_api = first_ready["url"].as_str().unwrap().to_string();
+    let second_api = second_ready["url"].as_str().unwrap().to_string();
+    let second_metrics = second_ready["metrics"].as_str().unwrap().to_string();
+    assert!(second_metrics.ends_with("/metrics"), "{second_ready}");
+
+    for _ in 0..3 {
+        assert_eq!(
+            reqwest::get(format!("{first_api}/healthz"))
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+    }
+    assert_eq!(
+        reqwest::get(format!("{second_api}/healthz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+
+    // No token: `require_token = false` opens the API port's /metrics, and the listener of
+    // its own never asks for one.
+    let first_text = scrape(&format!("{first_api}/metrics")).await;
+    let second_text = scrape(&second_metrics).await;
+    let healthz = "runwarden_http_requests_total{route=\"/healthz\",method=\"GET\",status=\"200\"}";
+    assert_eq!(counter(&first_text, healthz), 3, "{first_text}");
+    assert_eq!(counter(&second_text, healthz), 1, "{second_text}");
+    // The database's figures are the same wherever they are read.
+    let queued = "runwarden_db_runs{status=\"queued\"}";
+    assert_eq!(
+        first_text.lines().find(|l| l.starts_with(queued)),
+        second_text.lines().find(|l| l.starts_with(queued))
+    );
+    // The metrics listener serves nothing else.
+    let other = second_metrics.replace("/metrics", "/v1/runs");
+    assert_eq!(reqwest::get(other).await.unwrap().status(), 404);
+    first.signal("TERM");
+    second.signal("TERM");
+}

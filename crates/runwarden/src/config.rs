@@ -108,37 +108,51 @@ max_requeues = 3            # retries of retryable failures and stale reclaims, 
 # format = "text"                  # or "json": one object per line (--log-format overrides)
 "#;
 
-#[derive(Debug, Default, Deserialize)]
+/// The configuration file.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
+    /// Where the database, the master key and the audit anchor live, relative to this file. Default `.runwarden`. Env: `RUNWARDEN_DATA_DIR`.
     data_dir: Option<PathBuf>,
+    /// Where runs, secrets and the audit log are stored.
     #[serde(default)]
     store: StoreSection,
+    /// The master key and the encryption of secrets.
     #[serde(default)]
     vault: VaultSection,
+    /// Which hosts outbound calls may reach (V4) and their timeouts.
     #[serde(default)]
     egress: EgressSection,
+    /// MCP servers whose tools agents may call.
     #[serde(default)]
     mcp: McpSection,
+    /// Agents by name: a model and the tools it may call.
     #[serde(default)]
     agents: BTreeMap<String, AgentSection>,
+    /// Queued runs: leases, heartbeats, concurrency, retries.
     #[serde(default)]
     worker: WorkerSection,
+    /// The CLI talking to a running `runwarden serve` (`--server`).
     #[serde(default)]
     client: ClientSection,
+    /// The HTTP API (`runwarden serve`).
     #[serde(default)]
     serve: ServeSection,
+    /// Log lines on stderr.
     #[serde(default)]
     log: LogSection,
+    /// Who may read `/metrics`.
     #[serde(default)]
     metrics: MetricsSection,
 }
 
 /// `[metrics]`: who may read `/metrics`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct MetricsSection {
+    /// `/metrics` on the API port needs a viewer token. Default `true`.
     require_token: Option<bool>,
+    /// An address (`127.0.0.1:9464`) where `/metrics` is served alone, without a token. Default: none.
     listen: Option<String>,
 }
 
@@ -153,9 +167,10 @@ pub(crate) struct MetricsSettings {
 }
 
 /// `[log]`: how the process writes its log lines (stderr).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct LogSection {
+    /// `text` or `json` (one object per line). Default `text`. `--log-format` and `RUNWARDEN_LOG_FORMAT` override it; the level comes from `RUNWARDEN_LOG` (default `warn`).
     format: Option<String>,
 }
 
@@ -193,13 +208,19 @@ impl LogFormat {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// `[serve]`: what the API gives a client.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ServeSection {
+    /// Connections served at once; the rest wait in the kernel's backlog. Default: half the open-file limit, 16 to 4096.
     max_connections: Option<usize>,
+    /// A request's head must arrive within this, from the connection or its first byte. Default `10`.
     header_read_timeout_seconds: Option<f64>,
+    /// A keep-alive connection with no request in flight is closed after this; never a live stream. Default `60`.
     idle_timeout_seconds: Option<f64>,
+    /// HTTPS: the certificate chain, PEM, leaf first (with `tls_key`). Default: plain HTTP.
     tls_cert: Option<PathBuf>,
+    /// HTTPS: the certificate's private key, PEM (with `tls_cert`).
     tls_key: Option<PathBuf>,
 }
 
@@ -257,23 +278,35 @@ fn serve_settings(
     })
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// `[client]`.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ClientSection {
+    /// The server the CLI talks to by default. Env: `RUNWARDEN_SERVER`.
     server: Option<String>,
+    /// Where the CLI's API token is kept (mode 0600). Env `RUNWARDEN_TOKEN` gives the token itself.
     token_file: Option<PathBuf>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// `[worker]`.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct WorkerSection {
+    /// A dead worker's run is recovered within this. Default `30`.
     lease_seconds: Option<f64>,
+    /// How often leases are renewed in the background. Default `10`.
     heartbeat_seconds: Option<f64>,
+    /// Runs one process executes at once. Default `4`.
     concurrency: Option<usize>,
+    /// Retries of retryable failures and stale reclaims, together. Default `3`.
     max_requeues: Option<u32>,
+    /// The first retry's backoff; it doubles, with jitter. Default `2`.
     retry_base_seconds: Option<f64>,
+    /// How often a worker looks for runs whose lease ran out. Default: a tenth of the lease, 0.05 to 5.
     reap_seconds: Option<f64>,
+    /// How long a drain waits for runs to reach a step boundary. Default `30`.
     grace_seconds: Option<f64>,
+    /// How often the status watcher re-reads runs with a call in flight (cancels also wake it). Default `1`.
     status_refresh_seconds: Option<f64>,
 }
 
@@ -351,24 +384,40 @@ fn status_refresh(value: Option<f64>) -> anyhow::Result<Duration> {
     Ok(refresh)
 }
 
-#[derive(Debug, Deserialize)]
+/// `[agents.NAME]`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AgentSection {
+    /// `openai` (any OpenAI-compatible `base_url`), `anthropic` or `scripted`.
     provider: String,
+    /// The model's name (not for `scripted`).
     model: Option<String>,
+    /// The API's base URL. Default `https://api.openai.com/v1` or `https://api.anthropic.com/v1`.
     base_url: Option<String>,
+    /// The vault secret placed as the API key at the wire; none for a server that needs no key.
     api_key_secret: Option<String>,
+    /// The system prompt.
     system: Option<String>,
+    /// Imported tools the agent may call: exact local names or `prefix*` patterns.
     #[serde(default)]
     tools: Vec<String>,
+    /// Model rounds before the run fails, 1 to 100. Default `20`.
     max_rounds: Option<u32>,
+    /// `scripted` only: the JSON plan of turns, relative to this file.
     script: Option<PathBuf>,
+    /// The bound of one model call. Default `120`.
     timeout_seconds: Option<f64>,
+    /// The output limit of one model call. Default `4096`.
     max_tokens: Option<u32>,
+    /// Stream model answers (a cancel then stops the generation). Default `true`.
     stream: Option<bool>,
+    /// Budget per run: output tokens over all model calls. Default: none.
     max_output_tokens_total: Option<u64>,
+    /// Budget per run: seconds from the run's creation. Default: none.
     max_wall_seconds: Option<u64>,
+    /// Budget per run: tool calls made. Default: none.
     max_tool_calls: Option<u32>,
+    /// `anthropic` only: the `anthropic-version` header. Default `2023-06-01`.
     anthropic_version: Option<String>,
 }
 
@@ -530,37 +579,53 @@ fn agent(
     })
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// `[mcp]`.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct McpSection {
+    /// MCP servers by name; a tool's local name is `<server>__<tool>`.
     #[serde(default)]
     servers: BTreeMap<String, ServerSection>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `[mcp.servers.NAME]`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ServerSection {
+    /// The server's Streamable HTTP endpoint.
     url: String,
+    /// The credential placed on every request to it.
     auth: Option<AuthSection>,
+    /// The default effect of its tools: `read_only`, `idempotent_write` or `non_idempotent_write` (the default).
     effect: Option<String>,
+    /// One budget per operation, spent across its HTTP legs. Default `20`.
     timeout_seconds: Option<f64>,
+    /// Per-tool settings by the tool's name on the server.
     #[serde(default)]
     tools: BTreeMap<String, ToolSection>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `auth = { ... }`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AuthSection {
+    /// The vault secret to place.
     secret: String,
+    /// `bearer`, `basic`, `header` (with `header`, `prefix`) or `query` (with `param`).
     placement: String,
+    /// `header` placement: the header's name.
     header: Option<String>,
+    /// `header` placement: text before the secret (`Token `).
     prefix: Option<String>,
+    /// `query` placement: the query parameter's name.
     param: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `[mcp.servers.NAME.tools.TOOL]`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ToolSection {
+    /// The tool's effect, overriding the server's.
     effect: String,
 }
 
@@ -642,28 +707,39 @@ fn mcp_server(name: &str, section: ServerSection) -> anyhow::Result<ServerConfig
     Ok(server)
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// `[store]`.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct StoreSection {
+    /// The SQLite file. Default `<data_dir>/runwarden.db`. Env: `RUNWARDEN_SQLITE_PATH`.
     sqlite_path: Option<PathBuf>,
+    /// `sqlite:PATH` or `postgres://USER:PASSWORD@HOST/DB` (many nodes). Env: `RUNWARDEN_DATABASE_URL`.
     url: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// `[vault]`.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct VaultSection {
+    /// The master key file (mode 0600). Default `<data_dir>/master.key`. Env: `RUNWARDEN_MASTER_KEY_FILE`; `RUNWARDEN_MASTER_KEY` gives the key itself as 64 hex characters.
     master_key_file: Option<PathBuf>,
+    /// `xchacha20poly1305` (the default) or `aes256gcm`, for new secrets.
     algorithm: Option<String>,
+    /// The audit chain's witness outside the database. Default `<data_dir>/audit.anchor`. Env: `RUNWARDEN_AUDIT_ANCHOR_FILE`.
     audit_anchor_file: Option<PathBuf>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `[egress]`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct EgressSection {
+    /// Hosts, addresses and CIDRs outbound calls may reach besides public addresses. Env: `RUNWARDEN_EGRESS_ALLOW` (comma-separated).
     #[serde(default)]
     allow: Vec<String>,
+    /// The bound of a TCP and TLS connect. Default `10`.
     #[serde(default = "default_connect_timeout")]
     connect_timeout_seconds: f64,
+    /// The bound of a call when its caller sets none. Default `30`.
     #[serde(default = "default_timeout")]
     timeout_seconds: f64,
 }
@@ -966,6 +1042,62 @@ mod tests {
     }
 
     #[test]
+    fn the_configuration_reference_is_current() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
+        let generated = reference();
+        if std::env::var_os("RUNWARDEN_BLESS").is_some() {
+            std::fs::write(&path, &generated).unwrap();
+        }
+        let written = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            written == generated,
+            "docs/configuration.md is not what the configuration types say; run \
+             `RUNWARDEN_BLESS=1 cargo test -p runwarden config::tests::the_configuration_reference_is_current` \
+             and commit the file"
+        );
+        for key in [
+            "`data_dir`",
+            "## `[agents.NAME]`",
+            "## `[mcp.servers.NAME.tools.TOOL]`",
+            "`tls_cert`",
+            "`status_refresh_seconds`",
+        ] {
+            assert!(generated.contains(key), "{key} in\n{generated}");
+        }
+    }
+
+    #[test]
+    fn every_environment_variable_the_sources_read_is_in_the_reference() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut read = std::collections::BTreeSet::new();
+        let mut dirs = vec![src];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                for (i, _) in text.match_indices("\"RUNWARDEN_") {
+                    let name: String = text[i + 1..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                        .collect();
+                    read.insert(name);
+                }
+            }
+        }
+        let documented: std::collections::BTreeSet<String> =
+            ENVIRONMENT.iter().map(|(n, _)| n.to_string()).collect();
+        // Test-only variables of the test support code are not the program's.
+        read.retain(|n| {
+            n != "RUNWARDEN_" && !n.starts_with("RUNWARDEN_TEST") && n != "RUNWARDEN_BLESS"
+        });
+        assert_eq!(read, documented);
+    }
+
+    #[test]
     fn the_anthropic_version_header_is_configurable_and_checked() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runwarden.toml");
@@ -1130,4 +1262,185 @@ effect = "read_only"
             assert!(err.contains(expected), "{text}: {err}");
         }
     }
+}
+
+/// Every environment variable runwarden reads, with what it does (the reference's second
+/// table; a test checks that the sources read no other).
+#[cfg(test)]
+pub(crate) const ENVIRONMENT: [(&str, &str); 12] = [
+    (
+        "RUNWARDEN_CONFIG",
+        "The configuration file, when `--config` is not given. Default `./runwarden.toml`.",
+    ),
+    ("RUNWARDEN_DATA_DIR", "Overrides `data_dir`."),
+    (
+        "RUNWARDEN_DATABASE_URL",
+        "Overrides `[store] url`: `sqlite:PATH` or `postgres://...`.",
+    ),
+    ("RUNWARDEN_SQLITE_PATH", "Overrides `[store] sqlite_path`."),
+    (
+        "RUNWARDEN_MASTER_KEY_FILE",
+        "Overrides `[vault] master_key_file`.",
+    ),
+    (
+        "RUNWARDEN_MASTER_KEY",
+        "The master key itself, as 64 hex characters, instead of the key file.",
+    ),
+    (
+        "RUNWARDEN_AUDIT_ANCHOR_FILE",
+        "Overrides `[vault] audit_anchor_file`.",
+    ),
+    (
+        "RUNWARDEN_EGRESS_ALLOW",
+        "Overrides `[egress] allow`: comma-separated hosts, addresses and CIDRs.",
+    ),
+    (
+        "RUNWARDEN_LOG",
+        "The log filter (`info`, `debug`, `runwarden_vault=trace`). Default `warn`.",
+    ),
+    (
+        "RUNWARDEN_LOG_FORMAT",
+        "`text` or `json`, like `--log-format`; overrides `[log] format`.",
+    ),
+    (
+        "RUNWARDEN_SERVER",
+        "The server the CLI talks to, like `--server`; overrides `[client] server`.",
+    ),
+    (
+        "RUNWARDEN_TOKEN",
+        "The CLI's API token; overrides `[client] token_file`.",
+    ),
+];
+
+/// docs/configuration.md: every key of the file, generated from [`FileConfig`]'s types and
+/// their doc comments, then every environment variable. An empty variable counts as unset.
+/// Written by a test (see `the_configuration_reference_is_current`).
+#[cfg(test)]
+pub(crate) fn reference() -> String {
+    use serde_json::Value;
+    let root = serde_json::to_value(schemars::schema_for!(FileConfig)).unwrap_or(Value::Null);
+    let defs = root.get("$defs").cloned().unwrap_or(Value::Null);
+    let resolve = |schema: &Value| -> Value {
+        // `Option<T>` is `anyOf: [T, null]`; a section is a `$ref` into `$defs`.
+        let schema = schema
+            .get("anyOf")
+            .and_then(Value::as_array)
+            .and_then(|all| {
+                all.iter()
+                    .find(|s| s.get("type") != Some(&Value::from("null")))
+            })
+            .unwrap_or(schema);
+        match schema.get("$ref").and_then(Value::as_str) {
+            Some(r) => defs
+                .get(r.trim_start_matches("#/$defs/"))
+                .cloned()
+                .unwrap_or(Value::Null),
+            None => schema.clone(),
+        }
+    };
+    fn kind(schema: &Value) -> String {
+        let types: Vec<&str> = match schema.get("type") {
+            Some(Value::String(t)) => vec![t.as_str()],
+            Some(Value::Array(all)) => all.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        };
+        let types: Vec<&str> = types.into_iter().filter(|t| *t != "null").collect();
+        match types.as_slice() {
+            ["array"] => format!(
+                "list of {}",
+                schema.get("items").map(kind).unwrap_or_default()
+            ),
+            ["integer"] => "integer".into(),
+            [one] => (*one).to_string(),
+            _ => "table".into(),
+        }
+    }
+    fn one_line(text: &str) -> String {
+        text.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+    let mut out = String::from(
+        "# Configuration reference\n\n\
+         Generated from the configuration file's types by `cargo test -p runwarden config::tests::\
+         the_configuration_reference_is_current` (set `RUNWARDEN_BLESS=1` to rewrite it); do not \
+         edit by hand. The file is `--config PATH`, else `$RUNWARDEN_CONFIG`, else \
+         `./runwarden.toml`. Unknown keys are errors; relative paths are relative to the file. \
+         `runwarden init` writes a commented example.\n",
+    );
+    // Sections are written breadth-first so a section comes before its subsections.
+    let mut queue: std::collections::VecDeque<(String, Value)> = Default::default();
+    queue.push_back((String::new(), root.clone()));
+    while let Some((path, schema)) = queue.pop_front() {
+        let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+            continue;
+        };
+        let mut rows = Vec::new();
+        for (key, field) in properties {
+            let target = resolve(field);
+            let doc = field
+                .get("description")
+                .or_else(|| target.get("description"))
+                .and_then(Value::as_str)
+                .map(one_line)
+                .unwrap_or_default();
+            let child = |name: &str| {
+                if path.is_empty() {
+                    name.to_string()
+                } else {
+                    format!("{path}.{name}")
+                }
+            };
+            if target.get("properties").is_some() {
+                let mut described = target.clone();
+                if let Some(obj) = described.as_object_mut()
+                    && !doc.is_empty()
+                {
+                    obj.insert("description".into(), Value::from(doc.clone()));
+                }
+                queue.push_back((child(key), described));
+            } else if let Some(values) =
+                target.get("additionalProperties").filter(|v| v.is_object())
+            {
+                let entry = resolve(values);
+                let name = if key == "tools" { "TOOL" } else { "NAME" };
+                let mut described = entry.clone();
+                if let Some(obj) = described.as_object_mut() {
+                    obj.insert("description".into(), Value::from(doc.clone()));
+                }
+                queue.push_back((child(&format!("{key}.{name}")), described));
+            } else {
+                rows.push(format!("| `{key}` | {} | {doc} |", kind(&target)));
+            }
+        }
+        if rows.is_empty() && !path.is_empty() {
+            let doc = schema
+                .get("description")
+                .and_then(Value::as_str)
+                .map(one_line);
+            out.push_str(&format!("\n## `[{path}]`\n\n{}\n", doc.unwrap_or_default()));
+            continue;
+        }
+        let title = if path.is_empty() {
+            "Top level".to_string()
+        } else {
+            format!("`[{path}]`")
+        };
+        out.push_str(&format!("\n## {title}\n\n"));
+        if let Some(doc) = schema
+            .get("description")
+            .and_then(Value::as_str)
+            .filter(|_| !path.is_empty())
+        {
+            out.push_str(&format!("{}\n\n", one_line(doc)));
+        }
+        out.push_str("| key | type | meaning |\n| --- | --- | --- |\n");
+        for row in rows {
+            out.push_str(&row);
+            out.push('\n');
+        }
+    }
+    out.push_str("\n## Environment\n\nThe environment overrides the file; an empty variable counts as unset.\n\n| variable | meaning |\n| --- | --- |\n");
+    for (name, meaning) in ENVIRONMENT {
+        out.push_str(&format!("| `{name}` | {meaning} |\n"));
+    }
+    out
 }

@@ -19,6 +19,8 @@ use crate::events::{
     ModelResponse, RunEnded, RunRequeued, RunResumed, RunStarted, RunStopped, StepOutcome,
     ToolExecuted,
 };
+use tracing::Instrument as _;
+
 use crate::progress::{PROGRESS_INTERVAL, ProgressEvents, ProgressTarget};
 use crate::queue::{DeadLetter, QueueStore, RequeueAnswer};
 use crate::requeue::{apply_held, decide_held};
@@ -661,6 +663,29 @@ impl Executor {
         observer: Option<Observer>,
         options: &SegmentOptions,
     ) -> Outcome {
+        // O5: a segment of a run is one span; its steps and their calls are its children.
+        let span = tracing::info_span!(
+            "run",
+            run.id = %run.id,
+            run.agent = %agent.name,
+            outcome = tracing::field::Empty,
+        );
+        let outcome = self
+            .execute_in_span(run, agent, prompt, observer, options)
+            .instrument(span.clone())
+            .await;
+        span.record("outcome", outcome.as_str());
+        outcome
+    }
+
+    async fn execute_in_span(
+        &self,
+        run: &Run,
+        agent: &AgentSpec,
+        prompt: &str,
+        observer: Option<Observer>,
+        options: &SegmentOptions,
+    ) -> Outcome {
         let lease_lost = Arc::new(AtomicBool::new(false));
         let _heartbeat = self.heartbeat(run, lease_lost.clone());
         // R13: the request's budgets were checked against the agent's when it was taken;
@@ -788,7 +813,11 @@ impl Executor {
                 max_tokens: self.tokens_cap(segment),
             };
             let signal = self.signal(segment).await;
-            let completed = agent.provider.complete(&request, Some(&signal)).await;
+            let completed = agent
+                .provider
+                .complete(&request, Some(&signal))
+                .instrument(tracing::info_span!("model_call", round))
+                .await;
             let returned = Instant::now();
             // No progress event may follow the step that ends the call.
             progress_events.finish().await;
@@ -945,7 +974,16 @@ impl Executor {
             // M14: no operator elicitation yet; the client declines at once.
             elicitor: None,
         };
-        let outcome = tool.client.call_tool(mcp_call, Some(&signal)).await;
+        let outcome = tool
+            .client
+            .call_tool(mcp_call, Some(&signal))
+            .instrument(tracing::info_span!(
+                "tool_call",
+                round,
+                tool = %call.name,
+                server = %tool.client.server().name,
+            ))
+            .await;
         let returned = Instant::now();
         let failure = fence_failure
             .lock()

@@ -103,6 +103,10 @@ max_requeues = 3            # retries of retryable failures and stale reclaims, 
 # require_token = true             # false: /metrics on the API port needs no token
 # listen = "127.0.0.1:9464"        # or a port of its own serving /metrics alone, no token
 
+# OpenTelemetry traces over OTLP/HTTP: a run, its steps, each outbound call, API requests.
+# [telemetry]
+# otlp_endpoint = "http://127.0.0.1:4318"
+
 # Log lines on stderr; the level comes from RUNWARDEN_LOG (default warn).
 # [log]
 # format = "text"                  # or "json": one object per line (--log-format overrides)
@@ -144,6 +148,45 @@ struct FileConfig {
     /// Who may read `/metrics`.
     #[serde(default)]
     metrics: MetricsSection,
+    /// OpenTelemetry traces.
+    #[serde(default)]
+    telemetry: TelemetrySection,
+}
+
+/// `[telemetry]` (O5).
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct TelemetrySection {
+    /// The OTLP/HTTP collector (`http://127.0.0.1:4318`); spans go to `<endpoint>/v1/traces`. Default: none, no traces. Span attributes never hold a secret, a header or an argument value.
+    otlp_endpoint: Option<String>,
+}
+
+/// `[telemetry] otlp_endpoint` of the file at `path`, read before the configuration is
+/// loaded (the tracing subscriber is built first); [`Config::load`] reports a bad one.
+pub(crate) fn peek_otlp_endpoint(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let table = toml::from_str::<toml::Table>(&text).ok()?;
+    let endpoint = table.get("telemetry")?.get("otlp_endpoint")?.as_str()?;
+    otlp_endpoint(endpoint).ok()
+}
+
+/// A collector URL: http or https, with a host, no query or credentials (it would go in
+/// every log of the exporter's errors).
+fn otlp_endpoint(text: &str) -> anyhow::Result<String> {
+    let url = url::Url::parse(text).map_err(|e| {
+        anyhow::anyhow!("[telemetry] otlp_endpoint {text:?} is not a URL ({e}): give the collector's base, like \"http://127.0.0.1:4318\"")
+    })?;
+    if !matches!(url.scheme(), "http" | "https")
+        || url.host_str().is_none()
+        || url.query().is_some()
+        || !url.username().is_empty()
+        || url.password().is_some()
+    {
+        bail!(
+            "[telemetry] otlp_endpoint must be an http(s) URL with a host and no query or credentials, like \"http://127.0.0.1:4318\""
+        );
+    }
+    Ok(text.trim_end_matches('/').to_string())
 }
 
 /// `[metrics]`: who may read `/metrics`.
@@ -856,9 +899,13 @@ impl Config {
                 });
             }
         };
-        // The process already read it with `LogFormat::peek`; a bad value is reported here.
+        // The process already read these with `LogFormat::peek` and
+        // `peek_otlp_endpoint`; a bad value is reported here.
         if let Some(format) = &file.log.format {
             LogFormat::parse("[log] format", format)?;
+        }
+        if let Some(endpoint) = &file.telemetry.otlp_endpoint {
+            otlp_endpoint(endpoint)?;
         }
         let base = std::path::absolute(path)?
             .parent()

@@ -11,6 +11,7 @@ mod live;
 mod output;
 mod root;
 mod store_url;
+mod telemetry;
 mod views;
 
 use std::process::ExitCode;
@@ -18,17 +19,37 @@ use std::process::ExitCode;
 use clap::Parser;
 
 /// Log lines go to stderr, filtered by `$RUNWARDEN_LOG` (default `warn`), as text or as
-/// one JSON object per line (O5).
-fn logging(format: config::LogFormat) {
+/// one JSON object per line; with `[telemetry] otlp_endpoint`, runwarden's spans at info
+/// and above are also exported as OpenTelemetry traces (O5). The returned provider must be
+/// shut down before exit, which flushes the spans not yet sent.
+fn logging(
+    format: config::LogFormat,
+    otlp_endpoint: Option<String>,
+) -> Option<opentelemetry_sdk::trace::SdkTracerProvider> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
     let filter = tracing_subscriber::EnvFilter::try_from_env("RUNWARDEN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        config::LogFormat::Text => builder.init(),
-        config::LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let lines = match format {
+        config::LogFormat::Text => lines.with_filter(filter).boxed(),
+        config::LogFormat::Json => lines.json().flatten_event(true).with_filter(filter).boxed(),
+    };
+    let (traces, provider) = match otlp_endpoint.map(telemetry::provider) {
+        Some(Ok(provider)) => (Some(telemetry::layer(&provider)), Some(provider)),
+        Some(Err(error)) => {
+            eprintln!("warning: traces are off: {error:#}");
+            (None, None)
+        }
+        None => (None, None),
+    };
+    tracing_subscriber::registry()
+        .with(lines)
+        .with(traces)
+        .init();
+    provider
 }
 
 fn main() -> ExitCode {
@@ -36,7 +57,7 @@ fn main() -> ExitCode {
     // audit anchor are the operator's alone.
     harden::private_files();
     let args = cli::Cli::parse();
-    logging(args.log_format());
+    let traces = logging(args.log_format(), args.otlp_endpoint());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -48,11 +69,19 @@ fn main() -> ExitCode {
         }
     };
     let json = args.json;
-    match runtime.block_on(cli::run(args)) {
+    let code = match runtime.block_on(cli::run(args)) {
         Ok(code) => code,
         Err(e) => {
             output::error(json, &e);
             ExitCode::FAILURE
         }
+    };
+    drop(runtime);
+    if let Some(traces) = traces {
+        // Sends the spans still batched; bounded by the exporter's own timeout.
+        if let Err(error) = traces.shutdown() {
+            eprintln!("warning: some trace spans were not sent: {error}");
+        }
     }
+    code
 }

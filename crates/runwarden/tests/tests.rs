@@ -24,5 +24,6 @@ mod run;
 mod secret;
 mod sigil;
 mod support;
+mod telemetry;
 mod tls;
 mod worker;

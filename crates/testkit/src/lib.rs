@@ -21,6 +21,7 @@
 mod echo;
 mod llama;
 mod mcp;
+mod otlp;
 mod peer;
 pub mod postgres;
 mod server;
@@ -33,6 +34,7 @@ pub use echo::{
 };
 pub use llama::{LLAMA_DIR_ENV, LlamaServer};
 pub use mcp::{mcp_handler, tool};
+pub use otlp::{ExportedSpan, OtlpReceiver};
 pub use peer::Peer;
 pub use postgres::TempCluster;
 pub use server::{HttpRequest, Reply, Seen, TestServer};

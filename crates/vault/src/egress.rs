@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{HeaderName, HeaderValue};
+use tracing::Instrument as _;
 
 use crate::audit::{AuditEvent, action, audit_error_text};
 use crate::delivery::Delivery;
@@ -486,6 +487,38 @@ impl EgressClient {
         request: EgressRequest,
         signal: Option<&dyn CancellationSignal>,
     ) -> Result<EgressResponse, EgressError> {
+        // O5: one span per outbound call, named by what the audit row names (never the
+        // query, never a header), with the delivery fact once it is known.
+        let (host, _) = guard::describe_for_audit(&request.url);
+        let span = tracing::info_span!(
+            "outbound_call",
+            http.request.method = request.method.as_str(),
+            server.address = %host,
+            actor = request.actor.as_str(),
+            delivery = tracing::field::Empty,
+            http.response.status_code = tracing::field::Empty,
+        );
+        let result = self
+            .send_in_span(request, signal)
+            .instrument(span.clone())
+            .await;
+        match &result {
+            Ok(response) => {
+                span.record("delivery", Delivery::Answered.as_str());
+                span.record("http.response.status_code", response.status);
+            }
+            Err(error) => {
+                span.record("delivery", error.delivery().as_str());
+            }
+        }
+        result
+    }
+
+    async fn send_in_span(
+        &self,
+        request: EgressRequest,
+        signal: Option<&dyn CancellationSignal>,
+    ) -> Result<EgressResponse, EgressError> {
         let (host, path) = guard::describe_for_audit(&request.url);
         let mut record = CallRecord {
             started: Instant::now(),
@@ -750,6 +783,12 @@ impl EgressClient {
             })?;
             headers.append(header, value);
         }
+        // O5: the server's spans join the run's trace (only when traces are exported).
+        if let Some(traceparent) = crate::trace::traceparent()
+            && let Ok(value) = HeaderValue::from_str(&traceparent)
+        {
+            headers.insert(HeaderName::from_static("traceparent"), value);
+        }
         if let (Some(credential), Some(secret)) = (&request.credential, secret) {
             match credential.placement.place(secret)? {
                 Placed::Header(name, value) => {
@@ -829,10 +868,15 @@ impl EgressClient {
             first = false;
             if woken {
                 wake = signal.woken();
+                tracing::debug!("woken");
             }
             match ask(signal) {
                 Answer::Go => {}
-                Answer::Stop => return Driven::Cancelled,
+                Answer::Stop => {
+                    // O5: the cancel as an event of the call's span, then the teardown.
+                    tracing::info!(woken, "cancel observed; tearing the connection down");
+                    return Driven::Cancelled;
+                }
                 Answer::Panicked => return Driven::SignalPanicked,
             }
         }

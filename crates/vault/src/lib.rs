@@ -44,6 +44,7 @@ mod secret;
 mod signal;
 pub mod store;
 mod tokens;
+pub mod trace;
 mod vault;
 mod witness;
 

@@ -44,6 +44,11 @@ pub(crate) struct Cli {
 }
 
 impl Cli {
+    /// `[telemetry] otlp_endpoint` of the configuration file, if set and valid.
+    pub(crate) fn otlp_endpoint(&self) -> Option<String> {
+        crate::config::peek_otlp_endpoint(&Config::locate(self.config.as_deref()))
+    }
+
     /// The log format: `--log-format` or `$RUNWARDEN_LOG_FORMAT`, else the configuration
     /// file's `[log] format`, else text.
     pub(crate) fn log_format(&self) -> crate::config::LogFormat {

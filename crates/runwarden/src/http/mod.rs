@@ -229,7 +229,20 @@ async fn observe_request(
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
-    let response = next.run(request).await;
+    // O5: one span per request, continuing the caller's trace when it sent `traceparent`.
+    let span = tracing::info_span!(
+        "http_request",
+        otel.name = %format!("{method} {route}"),
+        http.request.method = %method,
+        http.route = %route,
+        http.response.status_code = tracing::field::Empty,
+    );
+    if let Some(parent) = crate::telemetry::parent_of(request.headers()) {
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        let _ = span.set_parent(parent);
+    }
+    let response = tracing::Instrument::instrument(next.run(request), span.clone()).await;
+    span.record("http.response.status_code", response.status().as_u16());
     let token = response
         .extensions()
         .get::<auth::TokenName>()

@@ -104,6 +104,8 @@ pub struct Worker {
     agents: Arc<dyn AgentSource>,
     config: WorkerConfig,
     observer: Option<OutcomeObserver>,
+    /// Segments executing now (O5: the process's busy slots).
+    busy: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -143,7 +145,14 @@ impl Worker {
             agents,
             config,
             observer: None,
+            busy: Arc::default(),
         }
+    }
+
+    /// How many of this worker's slots execute a segment now, kept current as segments
+    /// start and end (a metrics gauge reads it).
+    pub fn busy_slots(&self) -> Arc<AtomicUsize> {
+        self.busy.clone()
     }
 
     /// Calls `observer` as each segment ends.
@@ -183,8 +192,10 @@ impl Worker {
                     summary.claimed += 1;
                     running += 1;
                     let (worker, drain, done) = (self.clone(), drain.clone(), done_tx.clone());
+                    self.busy.fetch_add(1, Ordering::SeqCst);
                     tokio::spawn(async move {
                         let outcome = worker.segment(run.clone(), drain).await;
+                        worker.busy.fetch_sub(1, Ordering::SeqCst);
                         tracing::info!(run = %run.id, outcome = outcome.as_str(), "a run's segment ended");
                         if let Some(observer) = &worker.observer {
                             observer(&run, outcome);

@@ -114,6 +114,8 @@ pub(crate) struct Root {
     /// R6 (amended): one status watcher per process, shared by every executor.
     watcher: OnceCell<StatusWatcher>,
     other_writers: OnceCell<Option<OtherWriters>>,
+    /// O5: the process's one metrics registry (the egress client counts into it).
+    metrics: Arc<crate::http::Metrics>,
 }
 
 impl std::fmt::Debug for Root {
@@ -136,7 +138,13 @@ impl Root {
             hub: Arc::new(CancelHub::new()),
             watcher: OnceCell::new(),
             other_writers: OnceCell::new(),
+            metrics: Arc::new(crate::http::Metrics::new()),
         }
+    }
+
+    /// The process's metrics.
+    pub(crate) fn metrics(&self) -> &Arc<crate::http::Metrics> {
+        &self.metrics
     }
 
     /// The configuration this root was built from.
@@ -209,10 +217,10 @@ impl Root {
     pub(crate) async fn egress(&self) -> anyhow::Result<Arc<EgressClient>> {
         self.egress
             .get_or_try_init(|| async {
-                anyhow::Ok(Arc::new(EgressClient::new(
-                    self.vault().await?,
-                    self.config.egress()?,
-                )))
+                anyhow::Ok(Arc::new(
+                    EgressClient::new(self.vault().await?, self.config.egress()?)
+                        .with_observer(self.metrics.call_observer()),
+                ))
             })
             .await
             .cloned()
@@ -232,13 +240,15 @@ impl Root {
         let watcher = self
             .watcher
             .get_or_try_init(|| async {
-                anyhow::Ok(StatusWatcher::new(
+                let watcher = StatusWatcher::new(
                     self.runs().await?,
                     self.hub.clone(),
                     WatcherConfig {
                         interval: self.config.worker.status_refresh,
                     },
-                ))
+                );
+                self.metrics.watch_watcher(watcher.clone());
+                anyhow::Ok(watcher)
             })
             .await?
             .clone();

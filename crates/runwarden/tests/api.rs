@@ -672,6 +672,8 @@ async fn a_cancel_through_the_api_ends_a_sync_run_whose_call_is_in_flight() {
         "runwarden_db_runs{status=\"cancelled\"} 1",
         "runwarden_db_runs{status=\"running\"} 0",
         "runwarden_db_audit_rows{action=\"http_call_cancelled\"} 1",
+        // This process's own count of the same call, with how far it got.
+        "runwarden_outbound_calls_total{action=\"http_call_cancelled\",delivery=\"maybe_delivered\"} 1",
         "runwarden_cancel_latency_seconds_count 1",
         "runwarden_cancel_latency_seconds_bucket{le=\"+Inf\"} 1",
     ] {

@@ -79,6 +79,19 @@ async fn two_servers_on_one_database_report_their_own_request_counters() {
         first_text.lines().find(|l| l.starts_with(queued)),
         second_text.lines().find(|l| l.starts_with(queued))
     );
+    // The process's own parts: a status watcher, and no worker slots (concurrency 0).
+    assert!(
+        first_text
+            .lines()
+            .any(|l| l.starts_with("runwarden_status_watcher_queries_total ")),
+        "{first_text}"
+    );
+    assert!(
+        first_text
+            .lines()
+            .any(|l| l == "runwarden_worker_slots_busy 0"),
+        "{first_text}"
+    );
     // The metrics listener serves nothing else.
     let other = second_metrics.replace("/metrics", "/v1/runs");
     assert_eq!(reqwest::get(other).await.unwrap().status(), 404);

@@ -325,7 +325,12 @@ pub struct EgressClient {
     resolver: Arc<dyn Resolver>,
     http: reqwest::Client,
     pins: PinTable,
+    observer: Option<CallObserver>,
 }
+
+/// Told each outbound call's audit action and delivery fact as it ends (O5: the process's
+/// own call counters). Never told a URL, a header or a secret.
+pub type CallObserver = Arc<dyn Fn(&str, Delivery) + Send + Sync>;
 
 impl std::fmt::Debug for EgressClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -466,7 +471,14 @@ impl EgressClient {
             resolver,
             http,
             pins,
+            observer: None,
         }
+    }
+
+    /// Tells `observer` each call's audit action and delivery as it ends (O5 metrics).
+    pub fn with_observer(mut self, observer: CallObserver) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// The vault behind this client.
@@ -891,6 +903,13 @@ impl EgressClient {
         outcome: Result<EgressResponse, EgressError>,
         secret: Option<&SecretValue>,
     ) -> Result<EgressResponse, EgressError> {
+        if let Some(observer) = &self.observer {
+            let delivery = match &outcome {
+                Ok(_) => Delivery::Answered,
+                Err(error) => error.delivery(),
+            };
+            observer(action, delivery);
+        }
         // V9: everything that came from the server (body, headers, redirect target,
         // library and server text in errors) loses every form of the placed secret
         // before it reaches the audit row or the caller.

@@ -51,9 +51,9 @@ mod witness;
 pub use audit::{AuditEvent, AuditRow, VerifyReport};
 pub use delivery::Delivery;
 pub use egress::{
-    BeforeTransfer, CompleteFn, DEFAULT_BACKSTOP_TICK, DEFAULT_MAX_RESPONSE_BYTES, EgressClient,
-    EgressConfig, EgressRequest, EgressResponse, IntentObserver, MAX_BACKSTOP_TICK, MAX_TICK,
-    Method,
+    BeforeTransfer, CallObserver, CompleteFn, DEFAULT_BACKSTOP_TICK, DEFAULT_MAX_RESPONSE_BYTES,
+    EgressClient, EgressConfig, EgressRequest, EgressResponse, IntentObserver, MAX_BACKSTOP_TICK,
+    MAX_TICK, Method,
 };
 pub use envelope::Algorithm;
 pub use error::{EgressError, VaultError};

@@ -68,6 +68,7 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
             .root
             .worker(state.executor.clone(), state.agents.clone(), concurrency)
             .await?;
+        state.metrics.watch_slots(worker.busy_slots());
         Some(tokio::spawn(Arc::new(worker).run(stop.clone())))
     } else {
         None

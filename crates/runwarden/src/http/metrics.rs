@@ -68,6 +68,22 @@ struct ActionLabels {
     action: String,
 }
 
+/// One outbound call's labels: its audit action and how far it got (V8).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct CallLabels {
+    action: String,
+    delivery: String,
+}
+
+/// What the metrics read at each scrape from parts built after them.
+#[derive(Default)]
+struct Sources {
+    /// The worker's busy slots, when this process runs workers.
+    slots: Option<Arc<std::sync::atomic::AtomicUsize>>,
+    /// The status watcher, and how many of its queries were counted already.
+    watcher: Option<(runwarden_runtime::StatusWatcher, u64)>,
+}
+
 /// The process's metrics.
 pub(crate) struct Metrics {
     registry: Registry,
@@ -76,6 +92,10 @@ pub(crate) struct Metrics {
     cancel_latency: Histogram,
     db_runs: Family<StatusLabels, Gauge>,
     db_audit: Family<ActionLabels, Gauge>,
+    calls: Family<CallLabels, Counter>,
+    slots_busy: Gauge,
+    watcher_queries: Counter,
+    sources: std::sync::Mutex<Sources>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -124,6 +144,24 @@ impl Metrics {
             "Audit rows of outbound calls by action in the database (http_call_started counts calls that reached the network, the other actions their outcomes; every node reports the same figure)",
             db_audit.clone(),
         );
+        let calls = Family::<CallLabels, Counter>::default();
+        registry.register(
+            "outbound_calls",
+            "Outbound calls this process made through the vault, by audit action and delivery (not_sent, maybe_delivered, answered)",
+            calls.clone(),
+        );
+        let slots_busy = Gauge::default();
+        registry.register(
+            "worker_slots_busy",
+            "Worker slots of this process executing a run now",
+            slots_busy.clone(),
+        );
+        let watcher_queries = Counter::default();
+        registry.register(
+            "status_watcher_queries",
+            "Batched status reads this process's watcher made (R6)",
+            watcher_queries.clone(),
+        );
         Self {
             registry,
             requests,
@@ -131,6 +169,51 @@ impl Metrics {
             cancel_latency,
             db_runs,
             db_audit,
+            calls,
+            slots_busy,
+            watcher_queries,
+            sources: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The egress client's hook: counts each outbound call as it ends.
+    pub(crate) fn call_observer(self: &Arc<Self>) -> runwarden_vault::CallObserver {
+        let metrics = self.clone();
+        Arc::new(move |action, delivery| {
+            metrics
+                .calls
+                .get_or_create(&CallLabels {
+                    action: action.to_string(),
+                    delivery: delivery.as_str().to_string(),
+                })
+                .inc();
+        })
+    }
+
+    /// Reads the worker's busy slots at each scrape.
+    pub(crate) fn watch_slots(&self, slots: Arc<std::sync::atomic::AtomicUsize>) {
+        self.sources.lock().unwrap_or_else(|p| p.into_inner()).slots = Some(slots);
+    }
+
+    /// Counts the status watcher's queries (all of them, from its start) at each scrape.
+    pub(crate) fn watch_watcher(&self, watcher: runwarden_runtime::StatusWatcher) {
+        self.sources
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .watcher = Some((watcher, 0));
+    }
+
+    /// Brings the gauges and counters read from other parts up to date.
+    fn refresh(&self) {
+        let mut sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slots) = &sources.slots {
+            let busy = slots.load(std::sync::atomic::Ordering::SeqCst);
+            self.slots_busy.set(i64::try_from(busy).unwrap_or(i64::MAX));
+        }
+        if let Some((watcher, counted)) = &mut sources.watcher {
+            let now = watcher.queries();
+            self.watcher_queries.inc_by(now.saturating_sub(*counted));
+            *counted = now;
         }
     }
 
@@ -164,6 +247,7 @@ impl Metrics {
 
     /// The exposition, with the database figures given.
     fn render(&self, runs: &[(RunState, u64)], calls: &[(String, u64)]) -> String {
+        self.refresh();
         for status in STATUSES {
             let n = runs
                 .iter()
@@ -215,13 +299,22 @@ mod tests {
 
     #[test]
     fn the_exposition_has_every_status_each_action_requests_and_cumulative_buckets() {
-        let metrics = Metrics::new();
+        let metrics = Arc::new(Metrics::new());
         metrics.observe_cancel(Duration::from_micros(400));
         metrics.observe_cancel(Duration::from_millis(30));
         metrics.observe_cancel(Duration::from_secs(5));
         metrics.observe_request("/v1/runs/{id}", "GET", 200, Duration::from_millis(3));
         metrics.observe_request("/v1/runs/{id}", "GET", 200, Duration::from_millis(4));
         metrics.observe_request("/v1/runs/{id}", "GET", 404, Duration::from_millis(1));
+        let calls = metrics.call_observer();
+        calls("http_call", runwarden_vault::Delivery::Answered);
+        calls(
+            "http_call_cancelled",
+            runwarden_vault::Delivery::MaybeDelivered,
+        );
+        calls("http_call", runwarden_vault::Delivery::Answered);
+        let slots = Arc::new(std::sync::atomic::AtomicUsize::new(3));
+        metrics.watch_slots(slots);
         let text = metrics.render(&[(RunState::Running, 2)], &[("http_call".into(), 7)]);
         for line in [
             "runwarden_db_runs{status=\"running\"} 2",
@@ -237,6 +330,9 @@ mod tests {
             "runwarden_cancel_latency_seconds_bucket{le=\"1.0\"} 2",
             "runwarden_cancel_latency_seconds_bucket{le=\"+Inf\"} 3",
             "runwarden_cancel_latency_seconds_count 3",
+            "runwarden_outbound_calls_total{action=\"http_call\",delivery=\"answered\"} 2",
+            "runwarden_outbound_calls_total{action=\"http_call_cancelled\",delivery=\"maybe_delivered\"} 1",
+            "runwarden_worker_slots_busy 3",
             "# EOF",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");

@@ -77,7 +77,7 @@ impl AppState {
         root: Arc<Root>,
         stop: watch::Receiver<StopLevel>,
     ) -> anyhow::Result<Self> {
-        let metrics = Arc::new(Metrics::new());
+        let metrics = root.metrics().clone();
         let executor = root
             .executor("serve", true, Some(metrics.observer()))
             .await?;

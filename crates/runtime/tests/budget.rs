@@ -69,6 +69,30 @@ fn tools_calls(server: &mut TestServer) -> usize {
         .count()
 }
 
+/// A run already running under this fixture's executor, with `budgets` in its request, as
+/// an earlier segment would have left it.
+async fn running_run(f: &Fixture, budgets: &Budgets) -> runwarden_runtime::Run {
+    let id = uuid::Uuid::now_v7().to_string();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    f.store
+        .run_create(RunCreate {
+            id: id.clone(),
+            agent: "helper".into(),
+            correlation: id,
+            request: Some(run_request("go", budgets)),
+            status: NewRunStatus::Running {
+                owner: f.executor.owner().into(),
+                lease_until_ms: now + 30_000,
+            },
+            now_ms: now,
+        })
+        .await
+        .unwrap()
+}
+
 async fn reason(f: &Fixture, run_id: &str) -> String {
     let row = f.store.run_get(run_id).await.unwrap().unwrap();
     assert_eq!(row.status, RunState::Failed);
@@ -298,26 +322,8 @@ async fn a_resumed_run_keeps_its_stored_budgets_and_counts_the_calls_already_mad
         max_tool_calls: Some(1),
         ..Budgets::default()
     };
-    let id = uuid::Uuid::now_v7().to_string();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
-    let run = f
-        .store
-        .run_create(RunCreate {
-            id: id.clone(),
-            agent: "helper".into(),
-            correlation: id.clone(),
-            request: Some(run_request("go", &budgets)),
-            status: NewRunStatus::Running {
-                owner: f.executor.owner().into(),
-                lease_until_ms: now + 30_000,
-            },
-            now_ms: now,
-        })
-        .await
-        .unwrap();
+    let run = running_run(&f, &budgets).await;
+    let id = run.id.clone();
     // An earlier segment made one call of a two-call turn, then its worker died.
     f.prior(
         &id,
@@ -531,26 +537,7 @@ async fn a_turn_cut_by_the_token_budget_ends_budget_exceeded_live_and_on_resume(
     );
 
     // The same stored turn, found by a later segment (a crash before the settle).
-    let id = uuid::Uuid::now_v7().to_string();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
-    let resumed = f
-        .store
-        .run_create(RunCreate {
-            id: id.clone(),
-            agent: "helper".into(),
-            correlation: id.clone(),
-            request: Some(run_request("go", &budgets)),
-            status: NewRunStatus::Running {
-                owner: f.executor.owner().into(),
-                lease_until_ms: now + 30_000,
-            },
-            now_ms: now,
-        })
-        .await
-        .unwrap();
+    let resumed = running_run(&f, &budgets).await;
     f.prior(
         &resumed.id,
         &[

@@ -7,8 +7,6 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 use crate::support::{Live, Sandbox, runwarden};
 
 /// A bound on a step that should take milliseconds; it only fails a hung test.
@@ -45,20 +43,9 @@ async fn serving_sandbox(serve_section: &str) -> (Arc<Sandbox>, String) {
 
 /// `runwarden serve` on a free port with no workers; answers the process and its URL.
 async fn serve(sandbox: &Sandbox) -> (Live, String) {
-    let mut live = Live::start(
-        sandbox,
-        &[
-            "--json",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--concurrency",
-            "0",
-        ],
-    );
-    let ready: Value = live.json().await;
-    let url = ready["url"].as_str().expect("the ready line names the url");
-    (live, url.to_string())
+    let (live, ready) = crate::support::serve_api(sandbox).await;
+    let url = ready["url"].as_str().unwrap_or_default().to_string();
+    (live, url)
 }
 
 fn address(url: &str) -> String {

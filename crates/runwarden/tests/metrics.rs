@@ -5,7 +5,7 @@
 use serde_json::json;
 
 use crate::api::install;
-use crate::support::Live;
+use crate::support::serve_api;
 
 async fn scrape(url: &str) -> String {
     let answer = reqwest::get(url).await.unwrap();
@@ -27,23 +27,9 @@ async fn two_servers_on_one_database_report_their_own_request_counters() {
     ))
     .await;
     let sandbox = install(&mcp, json!([{"text": "done"}])).await;
-    let text = std::fs::read_to_string(sandbox.config()).unwrap();
-    std::fs::write(
-        sandbox.config(),
-        format!("{text}\n[metrics]\nrequire_token = false\nlisten = \"127.0.0.1:0\"\n"),
-    )
-    .unwrap();
-    let args = [
-        "--json",
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--concurrency",
-        "0",
-    ];
-    let mut first = Live::start(&sandbox, &args);
-    let mut second = Live::start(&sandbox, &args);
-    let (first_ready, second_ready) = (first.json().await, second.json().await);
+    sandbox.append_config("[metrics]\nrequire_token = false\nlisten = \"127.0.0.1:0\"\n");
+    let (first, first_ready) = serve_api(&sandbox).await;
+    let (second, second_ready) = serve_api(&sandbox).await;
     let first_api = first_ready["url"].as_str().unwrap().to_string();
     let second_api = second_ready["url"].as_str().unwrap().to_string();
     let second_metrics = second_ready["metrics"].as_str().unwrap().to_string();

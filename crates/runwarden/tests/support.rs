@@ -78,6 +78,14 @@ impl Sandbox {
         self.data_dir().join("runwarden.db")
     }
 
+    /// Appends `text` (TOML tables) to the configuration file.
+    pub(crate) fn append_config(&self, text: &str) {
+        let mut config = std::fs::read_to_string(self.config()).expect("the config exists");
+        config.push('\n');
+        config.push_str(text);
+        std::fs::write(self.config(), config).expect("the config is writable");
+    }
+
     /// Admits `127.0.0.1` in the config's egress allowlist, so tests can reach their server.
     pub(crate) fn allow_loopback(&self) {
         let text = std::fs::read_to_string(self.config()).expect("the config exists");
@@ -479,4 +487,26 @@ pub(crate) fn call_the_stalling_tool() -> Value {
         {"tool_calls": [{"name": "srv__stall", "arguments": {"q": "printer"}}]},
         {"text": "never reached"}
     ])
+}
+
+/// `runwarden serve` on a free port with no workers; answers the process and its ready
+/// line (`url`, and `metrics` when a metrics listener is configured).
+pub(crate) async fn serve_api(sandbox: &Sandbox) -> (Live, Value) {
+    let mut live = Live::start(
+        sandbox,
+        &[
+            "--json",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--concurrency",
+            "0",
+        ],
+    );
+    let ready: Value = live.json().await;
+    assert!(
+        ready["url"].is_string(),
+        "the ready line names the url: {ready}"
+    );
+    (live, ready)
 }

@@ -24,15 +24,10 @@ async fn a_run_that_calls_a_tool_is_one_trace_that_reaches_the_mcp_server() {
         ]),
     )
     .await;
-    let text = std::fs::read_to_string(sandbox.config()).unwrap();
-    std::fs::write(
-        sandbox.config(),
-        format!(
-            "{text}\n[telemetry]\notlp_endpoint = \"{}\"\n",
-            receiver.endpoint()
-        ),
-    )
-    .unwrap();
+    sandbox.append_config(&format!(
+        "[telemetry]\notlp_endpoint = \"{}\"\n",
+        receiver.endpoint()
+    ));
     mcp.drain_requests();
 
     runwarden(&sandbox, &["run", "--agent", "a", "file it"])
@@ -95,15 +90,10 @@ async fn an_api_request_continues_the_callers_trace() {
     let mut receiver = OtlpReceiver::start().await;
     let mcp = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
     let sandbox = install(&mcp, json!([{"text": "done"}])).await;
-    let text = std::fs::read_to_string(sandbox.config()).unwrap();
-    std::fs::write(
-        sandbox.config(),
-        format!(
-            "{text}\n[telemetry]\notlp_endpoint = \"{}\"\n",
-            receiver.endpoint()
-        ),
-    )
-    .unwrap();
+    sandbox.append_config(&format!(
+        "[telemetry]\notlp_endpoint = \"{}\"\n",
+        receiver.endpoint()
+    ));
     let mut serve = crate::support::Live::start(
         &sandbox,
         &[

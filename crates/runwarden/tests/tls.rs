@@ -32,25 +32,8 @@ async fn serve_answers_over_tls_a_client_that_trusts_its_authority() {
     let (authority, chain, key) = authority_and_server();
     std::fs::write(sandbox.path().join("cert.pem"), chain).unwrap();
     std::fs::write(sandbox.path().join("key.pem"), key).unwrap();
-    let text = std::fs::read_to_string(sandbox.config()).unwrap();
-    std::fs::write(
-        sandbox.config(),
-        format!("{text}\n[serve]\ntls_cert = \"cert.pem\"\ntls_key = \"key.pem\"\n"),
-    )
-    .unwrap();
-
-    let mut serve = Live::start(
-        &sandbox,
-        &[
-            "--json",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--concurrency",
-            "0",
-        ],
-    );
-    let ready = serve.json().await;
+    sandbox.append_config("[serve]\ntls_cert = \"cert.pem\"\ntls_key = \"key.pem\"\n");
+    let (serve, ready) = crate::support::serve_api(&sandbox).await;
     let url = ready["url"].as_str().unwrap().to_string();
     assert!(url.starts_with("https://127.0.0.1:"), "{ready}");
 

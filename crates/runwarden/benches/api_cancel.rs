@@ -6,14 +6,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use runwarden_testkit::{Dist, Seen, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 
-use common::{KillOnDrop, runwarden};
+use common::runwarden;
 
 const TRIALS: usize = 100;
 const WAIT: Duration = Duration::from_secs(20);
@@ -44,31 +43,13 @@ fn main() {
         json!([{"tool_calls": [{"name": "srv__create", "arguments": {}}]}, {"text": "never"}]);
     std::fs::write(dir.path().join("plan.json"), plan.to_string()).unwrap();
     runwarden(dir.path(), &["mcp", "import", "srv"]);
-    let created: Value = serde_json::from_slice(
-        &runwarden(
-            dir.path(),
-            &["--json", "token", "create", "--role", "operator"],
-        )
-        .stdout,
-    )
-    .unwrap();
-    let token = created["token"].as_str().unwrap().to_string();
+    let token = common::token(dir.path(), "operator");
 
-    let mut child = common::command(&config, &[])
-        .args(["--json", "serve", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut ready = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
-    let _serve = KillOnDrop(child);
-    let url = serde_json::from_str::<Value>(&ready).unwrap()["url"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (_serve, url) = common::serve(
+        common::command(&config, &[]),
+        &["--listen", "127.0.0.1:0"],
+        Stdio::null(),
+    );
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
 
     let mut samples = Vec::with_capacity(TRIALS);

@@ -9,14 +9,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use runwarden_testkit::Dist;
 use serde_json::{Value, json};
 
-use common::{KillOnDrop, runwarden};
+use common::runwarden;
 
 const WINDOW: Duration = Duration::from_secs(5);
 const GETS: usize = 200;
@@ -99,15 +98,7 @@ fn main() {
     text.push_str("\n[agents.a]\nprovider = \"scripted\"\nscript = \"plan.json\"\n");
     std::fs::write(&config, text).unwrap();
     std::fs::write(dir.path().join("plan.json"), r#"[{"text": "done"}]"#).unwrap();
-    let created: Value = serde_json::from_slice(
-        &runwarden(
-            dir.path(),
-            &["--json", "token", "create", "--role", "viewer"],
-        )
-        .stdout,
-    )
-    .unwrap();
-    let token = created["token"].as_str().unwrap().to_string();
+    let token = common::token(dir.path(), "viewer");
     let enqueued: Value = serde_json::from_slice(
         &runwarden(dir.path(), &["--json", "enqueue", "--agent", "a", "idle"]).stdout,
     )
@@ -115,29 +106,12 @@ fn main() {
     let run_id = enqueued["run_id"].as_str().unwrap().to_string();
 
     // No worker slots: the run stays queued and its streams stay idle.
-    let mut child = common::command(&config, &[])
-        .args([
-            "--json",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--concurrency",
-            "0",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let mut ready = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
-    let _serve = KillOnDrop(child);
-    let url = serde_json::from_str::<Value>(&ready).unwrap()["url"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (serve, url) = common::serve(
+        common::command(&config, &[]),
+        &["--listen", "127.0.0.1:0", "--concurrency", "0"],
+        Stdio::null(),
+    );
+    let pid = serve.0.id();
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

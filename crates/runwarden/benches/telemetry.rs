@@ -12,8 +12,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -138,7 +136,7 @@ fn tool_calls(calls: usize) {
     }
 }
 
-/// A `serve` of the installation in `dir` with `extra` arguments and environment.
+/// A `serve` of the installation in `dir`, writing its log to `log`.
 fn serve(dir: &std::path::Path, json_logs: bool, log: &std::path::Path) -> (KillOnDrop, String) {
     let mut command = common::command(&dir.join("runwarden.toml"), &[]);
     if json_logs {
@@ -146,27 +144,10 @@ fn serve(dir: &std::path::Path, json_logs: bool, log: &std::path::Path) -> (Kill
             .args(["--log-format", "json"])
             .env("RUNWARDEN_LOG", "info");
     }
-    let mut child = command
-        .args([
-            "--json",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--concurrency",
-            "0",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut ready = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
-    let ready: Value = serde_json::from_str(&ready).expect("the ready line");
-    (
-        KillOnDrop(child),
-        ready["url"].as_str().unwrap().to_string(),
+    common::serve(
+        command,
+        &["--listen", "127.0.0.1:0", "--concurrency", "0"],
+        std::fs::File::create(log).unwrap(),
     )
 }
 
@@ -178,15 +159,7 @@ fn api_requests(requests: usize) {
     text.push_str("\n[agents.a]\nprovider = \"scripted\"\nscript = \"plan.json\"\n");
     std::fs::write(&config, text).unwrap();
     std::fs::write(dir.path().join("plan.json"), r#"[{"text": "done"}]"#).unwrap();
-    let token: Value = serde_json::from_slice(
-        &runwarden(
-            dir.path(),
-            &["--json", "token", "create", "--role", "viewer"],
-        )
-        .stdout,
-    )
-    .unwrap();
-    let token = token["token"].as_str().unwrap().to_string();
+    let token = common::token(dir.path(), "viewer");
     let run: Value = serde_json::from_slice(
         &runwarden(dir.path(), &["--json", "enqueue", "--agent", "a", "x"]).stdout,
     )

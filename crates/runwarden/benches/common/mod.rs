@@ -59,3 +59,37 @@ pub(crate) fn one_thread_runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("a tokio runtime starts")
 }
+
+/// An API token with `role` for the installation in `dir`.
+pub(crate) fn token(dir: &Path, role: &str) -> String {
+    let created: serde_json::Value = serde_json::from_slice(
+        &runwarden(dir, &["--json", "token", "create", "--role", role]).stdout,
+    )
+    .expect("token create --json prints JSON");
+    created["token"].as_str().expect("a token").to_string()
+}
+
+/// `runwarden serve` for `config` with `args` (after `--json`), stderr to `stderr`; waits
+/// for its ready line and answers the child and the API's URL.
+pub(crate) fn serve(
+    mut command: Command,
+    args: &[&str],
+    stderr: impl Into<Stdio>,
+) -> (KillOnDrop, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child = command
+        .arg("--json")
+        .arg("serve")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("serve starts");
+    let mut ready = String::new();
+    BufReader::new(child.stdout.take().expect("stdout is piped"))
+        .read_line(&mut ready)
+        .expect("serve prints its ready line");
+    let ready: serde_json::Value = serde_json::from_str(&ready).expect("the ready line is JSON");
+    let url = ready["url"].as_str().expect("the ready line names the url");
+    (KillOnDrop(child), url.to_string())
+}

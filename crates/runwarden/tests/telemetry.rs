@@ -94,18 +94,7 @@ async fn an_api_request_continues_the_callers_trace() {
         "[telemetry]\notlp_endpoint = \"{}\"\n",
         receiver.endpoint()
     ));
-    let mut serve = crate::support::Live::start(
-        &sandbox,
-        &[
-            "--json",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--concurrency",
-            "0",
-        ],
-    );
-    let ready = serve.json().await;
+    let (serve, ready) = crate::support::serve_api(&sandbox).await;
     let url = ready["url"].as_str().unwrap().to_string();
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let answer = reqwest::Client::new()

@@ -24,6 +24,7 @@
 
 mod agent;
 mod budget;
+pub mod decision;
 pub mod events;
 mod executor;
 pub mod feed;
@@ -42,6 +43,9 @@ pub use agent::{
     pattern_matches,
 };
 pub use budget::{BUDGET_EXCEEDED, BudgetAboveAgent, Budgets, REQUEST_BUDGETS_FIELD};
+pub use decision::{
+    Answer, AnswerOutcome, Decision, DecisionFilter, DecisionKind, DecisionStatus, Refusal,
+};
 pub use events::{
     EventBody, EventDecodeError, ModelProgress, PROGRESS_KINDS, ToolLog, ToolProgress, usage_of,
 };

@@ -309,6 +309,220 @@ pub fn arguments_hash(arguments: &Value) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 
+/// An operator's answer as asked for (the API's body, the CLI's flags).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AnswerRequest {
+    /// The answer; [`Answer::Expired`] is the runtime's alone.
+    pub answer: Option<Answer>,
+    /// Why (required to deny).
+    pub reason: Option<String>,
+    /// Approval: edited arguments, a JSON object that fits the tool's schema.
+    pub arguments: Option<Value>,
+    /// Input: the content, a JSON object that fits the requested schema.
+    pub content: Option<Value>,
+}
+
+/// Why an answer was not taken. Each says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum DecideError {
+    /// No decision has that id.
+    #[error("no decision {0}: list them with `runwarden decisions list`")]
+    NotFound(String),
+    /// The answer does not fit the decision's kind.
+    #[error("decision {id} is of kind {kind} and takes {allowed}, not {answer}")]
+    WrongAnswer {
+        /// The decision.
+        id: String,
+        /// Its kind.
+        kind: &'static str,
+        /// What was asked for.
+        answer: String,
+        /// What it takes.
+        allowed: String,
+    },
+    /// The request is incomplete or malformed.
+    #[error("{0}")]
+    Invalid(String),
+    /// A guard refused it: answered already, expired, the run cancelled or finished.
+    #[error("{message}")]
+    Refused {
+        /// Why.
+        refusal: Refusal,
+        /// The sentence for people.
+        message: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] runwarden_vault::store::StoreError),
+}
+
+/// R12: checks an operator's answer against the decision (the kind takes it, a denial has
+/// a reason, edited arguments fit `tool_schema`, content fits the requested schema), then
+/// applies it with the store's one guarded update. `tool_schema` is the input schema of
+/// the decision's tool, for an approval with edited arguments.
+pub async fn decide(
+    store: &dyn crate::store::RunStore,
+    decision: &Decision,
+    request: AnswerRequest,
+    actor: &str,
+    tool_schema: Option<&Value>,
+    now_ms: i64,
+) -> Result<Decision, DecideError> {
+    let id = decision.id.clone();
+    let allowed = decision.kind.answers();
+    let names = || {
+        allowed
+            .iter()
+            .map(|a| a.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let Some(answer) = request.answer else {
+        return Err(DecideError::Invalid(format!(
+            "say which answer: decision {id} ({}) takes {}",
+            decision.kind.as_str(),
+            names()
+        )));
+    };
+    if !allowed.contains(&answer) {
+        return Err(DecideError::WrongAnswer {
+            id,
+            kind: decision.kind.as_str(),
+            answer: answer.as_str().to_string(),
+            allowed: names(),
+        });
+    }
+    let reason = request
+        .reason
+        .map(|r| r.trim().to_string())
+        .filter(|r| !r.is_empty());
+    if answer == Answer::Deny && reason.is_none() {
+        return Err(DecideError::Invalid(
+            "a denial needs a reason: the model reads \"denied by an operator: REASON\"".into(),
+        ));
+    }
+    if request.arguments.is_some() && answer != Answer::Approve {
+        return Err(DecideError::Invalid(
+            "arguments go only with approve (an edited call)".into(),
+        ));
+    }
+    if let Some(arguments) = &request.arguments {
+        if !arguments.is_object() {
+            return Err(DecideError::Invalid(
+                "the edited arguments must be a JSON object".into(),
+            ));
+        }
+        if let Some(schema) = tool_schema {
+            crate::schema_check::check(schema, arguments).map_err(|why| {
+                DecideError::Invalid(format!(
+                    "the edited arguments do not fit the schema of {}: {why}",
+                    decision.tool
+                ))
+            })?;
+        }
+    }
+    if request.content.is_some() && answer != Answer::Accept {
+        return Err(DecideError::Invalid(
+            "content goes only with accept (an answer to the server's question)".into(),
+        ));
+    }
+    if answer == Answer::Accept {
+        let Some(content) = &request.content else {
+            return Err(DecideError::Invalid(
+                "accept needs content: a JSON object that fits the server's requested schema"
+                    .into(),
+            ));
+        };
+        if !content.is_object() {
+            return Err(DecideError::Invalid(
+                "the content must be a JSON object".into(),
+            ));
+        }
+        if let Some(schema) = &decision.requested_schema {
+            crate::schema_check::check(schema, content).map_err(|why| {
+                DecideError::Invalid(format!(
+                    "the content does not fit the server's requested schema: {why}"
+                ))
+            })?;
+        }
+    }
+    let params = DecisionAnswer {
+        id: id.clone(),
+        answer,
+        reason,
+        arguments: request.arguments,
+        content: request.content,
+        actor: actor.to_string(),
+        now_ms,
+    };
+    match store.decision_answer(params).await? {
+        AnswerOutcome::Answered(decision) => Ok(decision),
+        AnswerOutcome::NotFound => Err(DecideError::NotFound(id)),
+        AnswerOutcome::Refused(found, refusal) => Err(DecideError::Refused {
+            refusal,
+            message: refusal_message(&found, refusal),
+        }),
+    }
+}
+
+/// A refused answer, in words that say what happened and what is left to do.
+pub fn refusal_message(decision: &Decision, refusal: Refusal) -> String {
+    let id = &decision.id;
+    match refusal {
+        Refusal::AlreadyAnswered => format!(
+            "decision {id} was already answered ({} by {}): an answer is given once",
+            decision.answer.map_or("?", Answer::as_str),
+            decision.actor.as_deref().unwrap_or("?")
+        ),
+        Refusal::Expired => format!(
+            "decision {id} expired: the call was denied as \"expired\"; start a new run if it is still wanted"
+        ),
+        Refusal::RunCancelled => format!(
+            "run {} was cancelled, so decision {id} is void: a cancelled run takes no answer",
+            decision.run_id
+        ),
+        Refusal::RunNotWaiting => format!(
+            "run {} no longer waits for decision {id} (it finished or moved on)",
+            decision.run_id
+        ),
+        Refusal::NotDue => format!("decision {id} is not due to expire yet"),
+    }
+}
+
+/// R12: denies every approval whose time is up (answer `expired`, actor `runwarden`), so
+/// the run goes back to the queue and the model reads "denied by an operator: expired";
+/// an input that expired is declined by its call on its own and only recorded here.
+/// Uncertain effects never expire. Returns how many expired.
+pub async fn expire_due(
+    store: &dyn crate::store::RunStore,
+    now_ms: i64,
+) -> Result<usize, runwarden_vault::store::StoreError> {
+    let due = store
+        .decision_list(DecisionFilter {
+            due_by_ms: Some(now_ms),
+            limit: 100,
+            ..DecisionFilter::default()
+        })
+        .await?;
+    let mut expired = 0;
+    for decision in due {
+        let params = DecisionAnswer {
+            id: decision.id,
+            answer: Answer::Expired,
+            reason: Some(EXPIRED_REASON.to_string()),
+            arguments: None,
+            content: None,
+            actor: SYSTEM_ACTOR.to_string(),
+            now_ms,
+        };
+        // Another node or an operator may have won: a refusal is no error here.
+        if let AnswerOutcome::Answered(_) = store.decision_answer(params).await? {
+            expired += 1;
+        }
+    }
+    Ok(expired)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,9 +541,21 @@ mod tests {
     fn each_kind_takes_only_its_own_answers() {
         assert!(DecisionKind::Approval.answers().contains(&Answer::Approve));
         assert!(!DecisionKind::Approval.answers().contains(&Answer::Applied));
-        assert!(!DecisionKind::EffectUncertain.answers().contains(&Answer::Approve));
+        assert!(
+            !DecisionKind::EffectUncertain
+                .answers()
+                .contains(&Answer::Approve)
+        );
         assert!(!DecisionKind::Input.answers().contains(&Answer::Expired));
-        for text in ["approve", "deny", "applied", "not_applied", "accept", "decline", "cancel"] {
+        for text in [
+            "approve",
+            "deny",
+            "applied",
+            "not_applied",
+            "accept",
+            "decline",
+            "cancel",
+        ] {
             assert_eq!(Answer::parse(text).map(Answer::as_str), Some(text));
         }
     }

@@ -781,7 +781,9 @@ impl Executor {
             // R11: a non-idempotent write whose effect is unknown is never re-sent. R12: a
             // person says what it did; a run stopped before it asked asks now.
             if uncertain.asked {
-                return self.settle(segment, RunState::Failed, uncertain.reason).await;
+                return self
+                    .settle(segment, RunState::Failed, uncertain.reason)
+                    .await;
             }
             let message = uncertain.reason.clone();
             return self
@@ -1000,7 +1002,12 @@ impl Executor {
             } else if answered.answer == Answer::Approve {
                 None
             } else {
-                Some(answered.reason.clone().unwrap_or_else(|| answered.answer.as_str().to_string()))
+                Some(
+                    answered
+                        .reason
+                        .clone()
+                        .unwrap_or_else(|| answered.answer.as_str().to_string()),
+                )
             };
             if let Some(reason) = denial {
                 let text = format!("denied by an operator: {reason}");

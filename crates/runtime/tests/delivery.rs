@@ -78,8 +78,7 @@ async fn audit(f: &Fixture) -> Vec<(String, String)> {
 }
 
 #[tokio::test]
-async fn a_non_idempotent_write_that_may_have_run_parks_the_run_for_a_person_and_keeps_its_fence()
- {
+async fn a_non_idempotent_write_that_may_have_run_parks_the_run_for_a_person_and_keeps_its_fence() {
     for how in [
         Misbehaviour::CloseStream,
         Misbehaviour::Reset,
@@ -107,7 +106,10 @@ async fn a_non_idempotent_write_that_may_have_run_parks_the_run_for_a_person_and
 
         let row = f.store.run_get(&run.id).await.unwrap().unwrap();
         assert_eq!(row.status, RunState::WaitingForApproval, "{how:?}");
-        assert_eq!(row.lease_expires_ms, None, "{how:?}: a parked run holds no lease");
+        assert_eq!(
+            row.lease_expires_ms, None,
+            "{how:?}: a parked run holds no lease"
+        );
         let decisions = f
             .store
             .decision_list(runwarden_runtime::DecisionFilter {
@@ -404,7 +406,7 @@ async fn a_run_whose_end_is_stored_settles_from_the_log_and_writes_no_second_ter
 
 #[tokio::test]
 async fn a_resumed_run_whose_non_idempotent_write_is_uncertain_asks_a_person_without_sending_it_again()
-{
+ {
     let f = fixture().await;
     let (server, counts) = misbehaving(Misbehaviour::CloseStream).await;
     let run = f.executor.create_sync("helper", "go").await.unwrap();

@@ -134,7 +134,10 @@ async fn ask(tx: &impl GenericClient, params: &DecisionAsk) -> Result<Option<i64
 }
 
 /// R12: the guarded answer, with the run's move and the event in the same transaction.
-async fn answer(tx: &impl GenericClient, params: &DecisionAnswer) -> Result<AnswerOutcome, Failure> {
+async fn answer(
+    tx: &impl GenericClient,
+    params: &DecisionAnswer,
+) -> Result<AnswerOutcome, Failure> {
     // The run's row first: a cancel or an appender of the same run waits for us, and we
     // for them; the decision is read after the lock is held, so it is current.
     let run_status: Option<String> = tx
@@ -278,7 +281,11 @@ pub(crate) async fn drop_pending(
     Ok(())
 }
 
-async fn read(conn: &impl GenericClient, id: &str, lock: bool) -> Result<Option<Decision>, Failure> {
+async fn read(
+    conn: &impl GenericClient,
+    id: &str,
+    lock: bool,
+) -> Result<Option<Decision>, Failure> {
     let sql = format!(
         "SELECT {DECISION_COLUMNS} FROM decisions WHERE id = $1{}",
         if lock { " FOR UPDATE" } else { "" }
@@ -292,7 +299,8 @@ fn decode(row: &Row) -> Result<Decision, Failure> {
     let id: String = row.try_get(0)?;
     let corrupt = |what: String| Failure::Corrupt(format!("decision {id} {what}"));
     let json = |text: &str, what: &str| -> Result<Value, Failure> {
-        serde_json::from_str(text).map_err(|e| corrupt(format!("has {what} that is not JSON ({e})")))
+        serde_json::from_str(text)
+            .map_err(|e| corrupt(format!("has {what} that is not JSON ({e})")))
     };
     let kind: String = row.try_get(2)?;
     let kind =
@@ -332,10 +340,7 @@ fn decode(row: &Row) -> Result<Decision, Failure> {
             .as_deref()
             .map(|t| json(t, "edited arguments"))
             .transpose()?,
-        content: content
-            .as_deref()
-            .map(|t| json(t, "content"))
-            .transpose()?,
+        content: content.as_deref().map(|t| json(t, "content")).transpose()?,
         actor: row.try_get(17)?,
         answered_ms: row.try_get(18)?,
         id,

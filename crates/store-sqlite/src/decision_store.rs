@@ -363,7 +363,8 @@ fn columns(row: &Row<'_>) -> rusqlite::Result<Columns> {
 fn decode(c: Columns) -> Result<Decision, Failure> {
     let corrupt = |what: String| Failure::Corrupt(format!("decision {} {what}", c.id));
     let json = |text: &str, what: &str| -> Result<Value, Failure> {
-        serde_json::from_str(text).map_err(|e| corrupt(format!("has {what} that is not JSON ({e})")))
+        serde_json::from_str(text)
+            .map_err(|e| corrupt(format!("has {what} that is not JSON ({e})")))
     };
     let kind = DecisionKind::parse(&c.kind)
         .ok_or_else(|| corrupt(format!("has unknown kind {:?}", c.kind)))?;

@@ -8,12 +8,12 @@
 
 use std::sync::Arc;
 
+use runwarden_runtime::RunState;
 use runwarden_runtime::decision::{
     Answer, AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionKind,
     DecisionStatus, Refusal, arguments_hash,
 };
 use runwarden_runtime::queue::{Claim, QueueStore};
-use runwarden_runtime::RunState;
 use runwarden_runtime::store::{FenceMark, NewRunStatus, RunCreate, RunSettle, SettleAnswer};
 use serde_json::{Value, json};
 
@@ -109,11 +109,19 @@ fn answer(id: &str, answer: Answer, now_ms: i64) -> DecisionAnswer {
 }
 
 async fn answered(store: &dyn QueueStore, params: DecisionAnswer) -> AnswerOutcome {
-    store.decision_answer(params).await.expect("decision_answer")
+    store
+        .decision_answer(params)
+        .await
+        .expect("decision_answer")
 }
 
 async fn status(store: &dyn QueueStore, id: &str) -> RunState {
-    store.run_get(id).await.expect("run_get").expect("run").status
+    store
+        .run_get(id)
+        .await
+        .expect("run_get")
+        .expect("run")
+        .status
 }
 
 async fn kinds(store: &dyn QueueStore, id: &str) -> Vec<String> {
@@ -134,12 +142,23 @@ async fn asking_an_approval_parks_the_run_without_a_lease_and_keeps_its_request(
     store: &dyn QueueStore,
 ) {
     running_run(store, "dr-park").await;
-    let seq = ask(store, decision("d-park", "dr-park", DecisionKind::Approval), OWNER).await;
+    let seq = ask(
+        store,
+        decision("d-park", "dr-park", DecisionKind::Approval),
+        OWNER,
+    )
+    .await;
     assert_eq!(seq, Some(1), "the ask appends decision_asked to the log");
     let run = store.run_get("dr-park").await.unwrap().unwrap();
     assert_eq!(run.status, RunState::WaitingForApproval);
-    assert_eq!(run.lease_expires_ms, None, "R12: a parked run holds no lease");
-    assert!(run.request.is_some(), "the request stays: a worker resumes the run");
+    assert_eq!(
+        run.lease_expires_ms, None,
+        "R12: a parked run holds no lease"
+    );
+    assert!(
+        run.request.is_some(),
+        "the request stays: a worker resumes the run"
+    );
     assert_eq!(kinds(store, "dr-park").await, ["decision_asked"]);
     let stored = store.decision_get("d-park").await.unwrap().unwrap();
     assert_eq!(
@@ -161,17 +180,30 @@ async fn asking_an_approval_parks_the_run_without_a_lease_and_keeps_its_request(
 
 async fn a_segment_that_lost_the_run_cannot_ask(store: &dyn QueueStore) {
     running_run(store, "dr-lost").await;
-    let seq = ask(store, decision("d-lost", "dr-lost", DecisionKind::Approval), OTHER).await;
+    let seq = ask(
+        store,
+        decision("d-lost", "dr-lost", DecisionKind::Approval),
+        OTHER,
+    )
+    .await;
     assert_eq!(seq, None, "only the lease holder asks");
     assert_eq!(status(store, "dr-lost").await, RunState::Running);
     assert!(store.decision_get("d-lost").await.unwrap().is_none());
-    assert!(kinds(store, "dr-lost").await.is_empty(), "nothing was stored");
+    assert!(
+        kinds(store, "dr-lost").await.is_empty(),
+        "nothing was stored"
+    );
     retire(store, "dr-lost").await;
 }
 
 async fn an_answer_queues_the_run_again_and_is_in_its_log(store: &dyn QueueStore) {
     running_run(store, "dr-ok").await;
-    ask(store, decision("d-ok", "dr-ok", DecisionKind::Approval), OWNER).await;
+    ask(
+        store,
+        decision("d-ok", "dr-ok", DecisionKind::Approval),
+        OWNER,
+    )
+    .await;
     let mut params = answer("d-ok", Answer::Approve, T0 + 500);
     params.arguments = Some(json!({"title": "printer smoking", "priority": 1}));
     let AnswerOutcome::Answered(d) = answered(store, params).await else {
@@ -211,15 +243,27 @@ async fn an_answer_queues_the_run_again_and_is_in_its_log(store: &dyn QueueStore
 
 async fn two_answers_racing_leave_exactly_one(store: &Arc<dyn QueueStore>) {
     running_run(&**store, "dr-race").await;
-    ask(&**store, decision("d-race", "dr-race", DecisionKind::Approval), OWNER).await;
+    ask(
+        &**store,
+        decision("d-race", "dr-race", DecisionKind::Approval),
+        OWNER,
+    )
+    .await;
     let mut tasks = Vec::new();
     for i in 0..8 {
         let store = store.clone();
-        let which = if i % 2 == 0 { Answer::Approve } else { Answer::Deny };
+        let which = if i % 2 == 0 {
+            Answer::Approve
+        } else {
+            Answer::Deny
+        };
         tasks.push(tokio::spawn(async move {
             let mut params = answer("d-race", which, T0 + 700);
             params.actor = format!("operator-{i}");
-            store.decision_answer(params).await.expect("decision_answer")
+            store
+                .decision_answer(params)
+                .await
+                .expect("decision_answer")
         }));
     }
     let mut won = 0;
@@ -278,7 +322,12 @@ async fn an_operator_answer_after_the_expiry_is_refused_and_the_expiry_denies(
     store: &dyn QueueStore,
 ) {
     running_run(store, "dr-exp").await;
-    ask(store, decision("d-exp", "dr-exp", DecisionKind::Approval), OWNER).await;
+    ask(
+        store,
+        decision("d-exp", "dr-exp", DecisionKind::Approval),
+        OWNER,
+    )
+    .await;
     let early = answered(store, answer("d-exp", Answer::Expired, T0 + EXPIRY - 1)).await;
     assert!(
         matches!(early, AnswerOutcome::Refused(_, Refusal::NotDue)),
@@ -335,7 +384,12 @@ async fn an_uncertain_write_keeps_its_fence_until_answered_and_a_cancel_answer_c
             .await
             .unwrap();
         assert!(fenced);
-        ask(store, decision(id, run, DecisionKind::EffectUncertain), OWNER).await;
+        ask(
+            store,
+            decision(id, run, DecisionKind::EffectUncertain),
+            OWNER,
+        )
+        .await;
         let parked = store.run_get(run).await.unwrap().unwrap();
         assert_eq!(parked.status, RunState::WaitingForApproval);
         assert_eq!(
@@ -350,10 +404,16 @@ async fn an_uncertain_write_keeps_its_fence_until_answered_and_a_cancel_answer_c
         if reply == Answer::Cancel {
             assert_eq!(after.status, RunState::Cancelled, "cancel cancels the run");
             assert_eq!(after.request, None, "R4: its request is dropped");
-            assert_eq!(after.pending_effect.as_deref(), Some("non_idempotent_write"));
+            assert_eq!(
+                after.pending_effect.as_deref(),
+                Some("non_idempotent_write")
+            );
         } else {
             assert_eq!(after.status, RunState::Queued);
-            assert_eq!(after.pending_effect, None, "a person's answer clears the fence");
+            assert_eq!(
+                after.pending_effect, None,
+                "a person's answer clears the fence"
+            );
             retire(store, run).await;
         }
     }
@@ -378,7 +438,12 @@ async fn an_input_leaves_the_run_running_and_is_refused_once_the_run_finished(
     assert_eq!(d.content, Some(json!({"queue": "hardware"})));
     assert_eq!(status(store, "dr-in").await, RunState::Running);
 
-    ask(store, decision("d-in-2", "dr-in", DecisionKind::Input), OWNER).await;
+    ask(
+        store,
+        decision("d-in-2", "dr-in", DecisionKind::Input),
+        OWNER,
+    )
+    .await;
     let settled = store
         .run_settle(RunSettle {
             id: "dr-in".into(),
@@ -418,7 +483,11 @@ async fn the_list_filters_by_run_and_status(store: &dyn QueueStore) {
         })
         .await
         .unwrap();
-    assert!(answered.iter().all(|d| d.status == DecisionStatus::Answered));
+    assert!(
+        answered
+            .iter()
+            .all(|d| d.status == DecisionStatus::Answered)
+    );
     assert!(answered.iter().any(|d| d.id == "d-ok"));
     assert!(!answered.iter().any(|d| d.id == "d-cancel"));
 }

@@ -129,11 +129,11 @@ impl RunStore for Counting {
         self.count();
         self.inner.decision_get(id).await
     }
+    /// Not counted, like [`run_stale`](QueueStore::run_stale): the reaper's expiry sweep.
     async fn decision_list(
         &self,
         filter: runwarden_runtime::DecisionFilter,
     ) -> Result<Vec<runwarden_runtime::Decision>, StoreError> {
-        self.count();
         self.inner.decision_list(filter).await
     }
 }

@@ -396,6 +396,13 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
             " ({} input, {} output tokens)",
             usage.input_tokens, usage.output_tokens
         ));
+        if outcome == Outcome::AwaitingApproval {
+            // R12: the run is parked; a worker resumes it once an operator answers.
+            text.push_str(&format!(
+                "\nwaiting for an operator: `runwarden decisions list --run {}`, then approve, deny or resolve; a worker resumes the run",
+                run.id
+            ));
+        }
         if outcome == Outcome::Cancelled {
             let since = cancelled_at
                 .lock()
@@ -413,9 +420,14 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
     Ok(match outcome {
         Outcome::Completed => ExitCode::SUCCESS,
         Outcome::Cancelled => ExitCode::from(EXIT_CANCELLED),
+        // R12: not a failure; the run waits for an operator's decision.
+        Outcome::AwaitingApproval => ExitCode::from(EXIT_AWAITING),
         _ => ExitCode::FAILURE,
     })
 }
+
+/// `run`'s exit code when the run parked on an operator decision (R12).
+const EXIT_AWAITING: u8 = 3;
 
 pub(crate) async fn cancel(cx: &Context, args: RunIdArgs) -> anyhow::Result<ExitCode> {
     // Through a server, the cancel also wakes the run's in-flight calls at once if the

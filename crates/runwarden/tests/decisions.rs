@@ -310,3 +310,81 @@ async fn an_approval_through_the_api_is_executed_by_a_worker_and_a_kill_9_after_
     second.stop_idle().await;
     drop(serve);
 }
+
+/// An MCP server that starts every write and closes the stream without an answer (R11).
+async fn closing_server() -> (runwarden_testkit::TestServer, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let writes = Arc::new(AtomicUsize::new(0));
+    let seen = writes.clone();
+    let normal = runwarden_testkit::mcp_handler(vec![runwarden_testkit::tool("create")], &[]);
+    let server = runwarden_testkit::TestServer::start(
+        move |request: &runwarden_testkit::HttpRequest| {
+            let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+            if body["method"] == "tools/call" {
+                seen.fetch_add(1, Ordering::SeqCst);
+                return runwarden_testkit::Reply::typed(200, "text/event-stream", "");
+            }
+            normal(request)
+        },
+    )
+    .await;
+    (server, writes)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncertain_write_parks_the_run_and_each_resolve_does_what_it_says() {
+    use std::sync::atomic::Ordering;
+    let (server, writes) = closing_server().await;
+    let sandbox = Sandbox::initialised();
+    sandbox.allow_loopback();
+    let mut text = std::fs::read_to_string(sandbox.config()).unwrap();
+    text.push_str(&format!(
+        "\n[mcp.servers.srv]\nurl = \"{}\"\n\n[agents.helper]\nprovider = \"scripted\"\nscript = \"helper.json\"\ntools = [\"srv__create\"]\n",
+        server.url("/mcp")
+    ));
+    std::fs::write(sandbox.config(), text).unwrap();
+    let plan = json!([
+        {"tool_calls": [{"name": "srv__create", "arguments": {"q": "printer"}}]},
+        {"text": "done"}
+    ]);
+    std::fs::write(sandbox.path().join("helper.json"), plan.to_string()).unwrap();
+    let sandbox = Arc::new(sandbox);
+    runwarden(&sandbox, &["mcp", "import", "srv"]).await.ok();
+    let mut worker = Child::worker(&sandbox, None);
+    for (flag, end) in [
+        ("--applied", "COMPLETED"),
+        ("--not-applied", "COMPLETED"),
+        ("--cancel", "cancelled"),
+    ] {
+        let before = writes.load(Ordering::SeqCst);
+        let (run_id, decision) = parked(&sandbox, &mut worker).await;
+        assert_eq!(decision["kind"], "effect_uncertain", "{decision:#}");
+        assert_eq!(writes.load(Ordering::SeqCst), before + 1);
+        let row = status(&sandbox, &run_id).await;
+        assert_eq!(row["pending_effect"], "non_idempotent_write", "R11: fenced");
+        let id = decision["decision_id"].as_str().unwrap();
+        runwarden(&sandbox, &["approve", id])
+            .await
+            .fails()
+            .says("takes applied, not_applied, cancel");
+        runwarden(&sandbox, &["resolve", id, flag]).await.ok();
+        if end == "cancelled" {
+            assert_eq!(status(&sandbox, &run_id).await["status"], "cancelled");
+        } else {
+            let (outcome, _) = worker.outcome_of(&run_id).await;
+            assert_eq!(outcome["outcome"], end, "{flag}: {outcome:#}");
+            let row = status(&sandbox, &run_id).await;
+            assert_eq!(row["pending_effect"], Value::Null, "{flag}: the fence is cleared");
+            let log = events(&sandbox, &run_id).await;
+            let told = tool_texts(&log);
+            assert!(told.is_empty(), "the uncertain step is not a tool_executed one");
+            assert!(kinds(&log).ends_with(&["model_response", "run_completed"]), "{flag}");
+        }
+        assert_eq!(
+            writes.load(Ordering::SeqCst),
+            before + 1,
+            "{flag}: nothing re-sends the write"
+        );
+    }
+    worker.stop_idle().await;
+}

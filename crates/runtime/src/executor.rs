@@ -1047,8 +1047,19 @@ impl Executor {
             // R11: the fence is stamped after the session is ready, right before the first
             // byte of tools/call, so a crash in the handshake never fences the run.
             gate: is_write.then(|| self.fence_gate(segment, tool, fence_failure.clone())),
-            // M14: no operator elicitation yet; the client declines at once.
-            elicitor: None,
+            // M14, R12: a server's question becomes an `input` decision of this run; the
+            // client consults it only when the server's policy is "operator".
+            elicitor: Some(runwarden_mcp::ElicitorHandle(Arc::new(
+                crate::elicitor::RunElicitor::new(
+                    self.store.clone(),
+                    &segment.run.id,
+                    &self.config.owner,
+                    round,
+                    &call.id,
+                    &call.name,
+                    call.arguments.clone(),
+                ),
+            ))),
         };
         let outcome = tool
             .client

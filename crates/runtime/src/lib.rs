@@ -25,6 +25,7 @@
 mod agent;
 mod budget;
 pub mod decision;
+mod elicitor;
 pub mod events;
 mod executor;
 pub mod feed;
@@ -48,6 +49,7 @@ pub use decision::{
     Answer, AnswerOutcome, AnswerRequest, DecideError, Decision, DecisionFilter, DecisionKind,
     DecisionStatus, Refusal, decide, expire_due,
 };
+pub use elicitor::RunElicitor;
 pub use events::{
     EventBody, EventDecodeError, ModelProgress, PROGRESS_KINDS, ToolLog, ToolProgress, usage_of,
 };

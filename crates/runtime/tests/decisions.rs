@@ -406,3 +406,128 @@ async fn each_answer_to_an_uncertain_write_does_what_it_says() {
         );
     }
 }
+
+/// A server's question during a call of the run `run_id` (which `f.executor` holds).
+fn elicitor(f: &Fixture, run_id: &str) -> runwarden_runtime::RunElicitor {
+    runwarden_runtime::RunElicitor::new(
+        f.store.clone(),
+        run_id,
+        f.executor.owner(),
+        1,
+        "c1",
+        "srv__create",
+        json!({"q": "printer"}),
+    )
+}
+
+fn question(timeout: Duration) -> runwarden_mcp::ElicitationRequest {
+    runwarden_mcp::ElicitationRequest {
+        server: "srv".into(),
+        tool: "create".into(),
+        message: "which queue should the ticket go to?".into(),
+        requested_schema: json!({
+            "type": "object",
+            "properties": {"queue": {"type": "string", "enum": ["hardware", "software"]}},
+            "required": ["queue"]
+        }),
+        timeout,
+    }
+}
+
+/// Waits (on the change feed, not a sleep) until the run has a decision; returns it.
+async fn asked(
+    f: &Fixture,
+    run_id: &str,
+    feed: &mut tokio::sync::broadcast::Receiver<runwarden_runtime::Change>,
+) -> Decision {
+    loop {
+        let listed = f
+            .store
+            .decision_list(DecisionFilter {
+                run_id: Some(run_id.into()),
+                ..DecisionFilter::default()
+            })
+            .await
+            .unwrap();
+        if let Some(d) = listed.into_iter().next() {
+            return d;
+        }
+        tokio::time::timeout(WAIT, feed.recv())
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_server_question_becomes_an_input_decision_and_the_answer_goes_back_to_the_call() {
+    use runwarden_mcp::{ElicitationAnswer, Elicitor};
+    let f = fixture().await;
+    let run = f.executor.create_sync("helper", "go").await.unwrap();
+    let mut feed = f.store.change_feed().subscribe();
+    let asking = elicitor(&f, &run.id);
+    let pending = tokio::spawn(async move { asking.elicit(question(WAIT)).await });
+    let decision = asked(&f, &run.id, &mut feed).await;
+    assert_eq!(decision.kind, DecisionKind::Input);
+    assert!(decision.message.as_deref().unwrap().contains("which queue"));
+    let row = f.store.run_get(&run.id).await.unwrap().unwrap();
+    assert_eq!(
+        row.status,
+        RunState::Running,
+        "the call is live: the run keeps its lease"
+    );
+
+    let bad = AnswerRequest {
+        content: Some(json!({"queue": "facilities"})),
+        ..reply(Answer::Accept)
+    };
+    let refused = answer(&f, &decision.id, bad).await;
+    assert!(
+        matches!(&refused, Err(DecideError::Invalid(m)) if m.contains("requested schema")),
+        "content is checked against the server's schema: {refused:?}"
+    );
+    let good = AnswerRequest {
+        content: Some(json!({"queue": "hardware"})),
+        ..reply(Answer::Accept)
+    };
+    answer(&f, &decision.id, good).await.unwrap();
+    let answered = tokio::time::timeout(WAIT, pending).await.unwrap().unwrap();
+    let ElicitationAnswer::Accept(content) = answered else {
+        panic!("the operator's content goes back: {answered:?}");
+    };
+    assert_eq!(content["queue"], "hardware");
+}
+
+#[tokio::test]
+async fn a_server_question_nobody_answers_is_declined_after_its_timeout() {
+    use runwarden_mcp::{ElicitationAnswer, Elicitor};
+    let f = fixture().await;
+    let run = f.executor.create_sync("helper", "go").await.unwrap();
+    let started = std::time::Instant::now();
+    let answered = tokio::time::timeout(
+        WAIT,
+        elicitor(&f, &run.id).elicit(question(Duration::from_millis(300))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(answered, ElicitationAnswer::Decline);
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "it waited its timeout"
+    );
+    let listed = f
+        .store
+        .decision_list(DecisionFilter {
+            run_id: Some(run.id.clone()),
+            ..DecisionFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        listed[0].status,
+        DecisionStatus::Expired,
+        "recorded as expired"
+    );
+    let late = answer(&f, &listed[0].id, reply(Answer::Decline)).await;
+    assert!(matches!(late, Err(DecideError::Refused { .. })), "{late:?}");
+}

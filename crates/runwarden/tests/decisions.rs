@@ -59,7 +59,15 @@ fn ticket_plan() -> Value {
 async fn pending(sandbox: &Arc<Sandbox>, run_id: &str) -> Value {
     let listed = runwarden(
         sandbox,
-        &["--json", "decisions", "list", "--run", run_id, "--status", "pending"],
+        &[
+            "--json",
+            "decisions",
+            "list",
+            "--run",
+            run_id,
+            "--status",
+            "pending",
+        ],
     )
     .await
     .ok()
@@ -82,7 +90,12 @@ fn tool_texts(events: &[Value]) -> Vec<String> {
     events
         .iter()
         .filter(|e| e["kind"] == "tool_executed")
-        .map(|e| e["payload"]["text"].as_str().unwrap_or_default().to_string())
+        .map(|e| {
+            e["payload"]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
         .collect()
 }
 
@@ -100,7 +113,10 @@ async fn a_required_approval_parks_the_run_sends_nothing_and_approve_runs_the_ca
     assert_eq!(row["lease_expires"], Value::Null, "no lease while it waits");
     assert_eq!(row["decision"]["decision_id"], decision["decision_id"]);
     let text = runwarden(&sandbox, &["status", &run_id]).await.ok().stdout;
-    assert!(text.contains("waiting for decision"), "status shows it: {text}");
+    assert!(
+        text.contains("waiting for decision"),
+        "status shows it: {text}"
+    );
 
     let id = decision["decision_id"].as_str().unwrap();
     runwarden(&sandbox, &["approve", id])
@@ -113,7 +129,10 @@ async fn a_required_approval_parks_the_run_sends_nothing_and_approve_runs_the_ca
     let log = events(&sandbox, &run_id).await;
     assert!(kinds(&log).contains(&"decision_answered"), "{log:#?}");
     // V7: the answer is in the audit chain with its actor, and the chain verifies.
-    let audit = runwarden(&sandbox, &["--json", "audit", "list"]).await.ok().stdout;
+    let audit = runwarden(&sandbox, &["--json", "audit", "list"])
+        .await
+        .ok()
+        .stdout;
     let answered: Vec<Value> = audit
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -144,11 +163,17 @@ async fn deny_gives_the_model_the_denial_and_an_edit_reaches_the_server() {
     let mut worker = Child::worker(&sandbox, None);
     let (run_id, first) = parked(&sandbox, &mut worker).await;
     let id = first["decision_id"].as_str().unwrap();
-    runwarden(&sandbox, &["deny", id, "--reason", "tickets are frozen today"])
-        .await
-        .ok();
+    runwarden(
+        &sandbox,
+        &["deny", id, "--reason", "tickets are frozen today"],
+    )
+    .await
+    .ok();
     let (outcome, _) = worker.outcome_of(&run_id).await;
-    assert_eq!(outcome["outcome"], "AWAITING_APPROVAL", "the echo waits too");
+    assert_eq!(
+        outcome["outcome"], "AWAITING_APPROVAL",
+        "the echo waits too"
+    );
     let second = pending(&sandbox, &run_id).await;
     let id = second["decision_id"].as_str().unwrap();
     runwarden(&sandbox, &["approve", id, "--arguments", "{\"text\": 5}"])
@@ -157,7 +182,12 @@ async fn deny_gives_the_model_the_denial_and_an_edit_reaches_the_server() {
         .says("do not fit the schema");
     runwarden(
         &sandbox,
-        &["approve", id, "--arguments", "{\"text\": \"as the operator wrote it\"}"],
+        &[
+            "approve",
+            id,
+            "--arguments",
+            "{\"text\": \"as the operator wrote it\"}",
+        ],
     )
     .await
     .ok();
@@ -218,7 +248,10 @@ async fn an_approval_after_a_cancel_is_refused_and_nothing_is_sent() {
         .await
         .ok()
         .json();
-    assert_eq!(listed["decisions"][0]["status"], "dropped", "the cancel won");
+    assert_eq!(
+        listed["decisions"][0]["status"], "dropped",
+        "the cancel won"
+    );
     assert_eq!(status(&sandbox, &run_id).await["status"], "cancelled");
     worker.stop_idle().await;
     assert_eq!(tickets(&peer), 0);
@@ -312,22 +345,24 @@ async fn an_approval_through_the_api_is_executed_by_a_worker_and_a_kill_9_after_
 }
 
 /// An MCP server that starts every write and closes the stream without an answer (R11).
-async fn closing_server() -> (runwarden_testkit::TestServer, Arc<std::sync::atomic::AtomicUsize>) {
+async fn closing_server() -> (
+    runwarden_testkit::TestServer,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let writes = Arc::new(AtomicUsize::new(0));
     let seen = writes.clone();
     let normal = runwarden_testkit::mcp_handler(vec![runwarden_testkit::tool("create")], &[]);
-    let server = runwarden_testkit::TestServer::start(
-        move |request: &runwarden_testkit::HttpRequest| {
+    let server =
+        runwarden_testkit::TestServer::start(move |request: &runwarden_testkit::HttpRequest| {
             let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
             if body["method"] == "tools/call" {
                 seen.fetch_add(1, Ordering::SeqCst);
                 return runwarden_testkit::Reply::typed(200, "text/event-stream", "");
             }
             normal(request)
-        },
-    )
-    .await;
+        })
+        .await;
     (server, writes)
 }
 
@@ -374,11 +409,21 @@ async fn an_uncertain_write_parks_the_run_and_each_resolve_does_what_it_says() {
             let (outcome, _) = worker.outcome_of(&run_id).await;
             assert_eq!(outcome["outcome"], end, "{flag}: {outcome:#}");
             let row = status(&sandbox, &run_id).await;
-            assert_eq!(row["pending_effect"], Value::Null, "{flag}: the fence is cleared");
+            assert_eq!(
+                row["pending_effect"],
+                Value::Null,
+                "{flag}: the fence is cleared"
+            );
             let log = events(&sandbox, &run_id).await;
             let told = tool_texts(&log);
-            assert!(told.is_empty(), "the uncertain step is not a tool_executed one");
-            assert!(kinds(&log).ends_with(&["model_response", "run_completed"]), "{flag}");
+            assert!(
+                told.is_empty(),
+                "the uncertain step is not a tool_executed one"
+            );
+            assert!(
+                kinds(&log).ends_with(&["model_response", "run_completed"]),
+                "{flag}"
+            );
         }
         assert_eq!(
             writes.load(Ordering::SeqCst),

@@ -78,9 +78,15 @@ fn the_demo_json_reports_a_cancelled_run_its_fence_and_a_fast_teardown() {
     assert_eq!(report["status"], "cancelled", "{report:#}");
     let approval = &report["approval"];
     assert_eq!(approval["parked"], "AWAITING_APPROVAL", "{report:#}");
-    assert_eq!(approval["calls_while_waiting"], 0, "R12: nothing sent while it waits");
+    assert_eq!(
+        approval["calls_while_waiting"], 0,
+        "R12: nothing sent while it waits"
+    );
     assert_eq!(approval["outcome"], "COMPLETED", "{report:#}");
-    assert_eq!(approval["calls_after"], 1, "approved: the call is made once");
+    assert_eq!(
+        approval["calls_after"], 1,
+        "approved: the call is made once"
+    );
     assert_eq!(
         report["pending_effect"], "non_idempotent_write",
         "{report:#}"

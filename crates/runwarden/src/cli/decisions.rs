@@ -248,7 +248,9 @@ pub(crate) async fn pending_of(cx: &Context, run_id: &str) -> anyhow::Result<Opt
                 .get(&format!("/v1/decisions?run={run_id}&status=pending"))
                 .await?;
             let body = server.expect(answer).await?;
-            body["decisions"].as_array().and_then(|d| d.first().cloned())
+            body["decisions"]
+                .as_array()
+                .and_then(|d| d.first().cloned())
         }
         None => {
             let store = cx.store().await?;

@@ -540,8 +540,15 @@ async fn approval_act(
         answer: Some(runwarden_runtime::Answer::Approve),
         ..Default::default()
     };
-    crate::decisions::answer(&*at.store, &*at.store, &at.vault, &decision.id, request, "demo")
-        .await?;
+    crate::decisions::answer(
+        &*at.store,
+        &*at.store,
+        &at.vault,
+        &decision.id,
+        request,
+        "demo",
+    )
+    .await?;
     // What a worker does: claim the queued run and resume it.
     let now = chrono::Utc::now().timestamp_millis();
     let claim = runwarden_runtime::queue::Claim {

@@ -208,6 +208,7 @@ impl Ctx {
             remote_name: "create".into(),
             effect,
             client,
+            approval: None,
         }
     }
 }

@@ -24,6 +24,9 @@ pub struct BoundTool {
     pub effect: Effect,
     /// The server's client.
     pub client: Arc<McpClient>,
+    /// R12: when set, every call waits for an operator's approval, which expires after
+    /// this long (and is then denied as "expired"). `None`: no approval (the default).
+    pub approval: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for BoundTool {
@@ -31,6 +34,7 @@ impl std::fmt::Debug for BoundTool {
         f.debug_struct("BoundTool")
             .field("name", &self.spec.name)
             .field("effect", &self.effect)
+            .field("approval", &self.approval)
             .finish_non_exhaustive()
     }
 }
@@ -120,6 +124,8 @@ pub fn bind_tools(
                 // M10 (amended): the configuration in force, not the import's snapshot.
                 effect: client.server().effect_of(&entry.remote_name),
                 client,
+                // R12: the binary applies the operator's approval policy after binding.
+                approval: None,
             });
         }
         if !matched {

@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::decision::{Answer, Decision, DecisionKind};
 use crate::state::Outcome;
 
 /// The payload version this binary writes and reads.
@@ -109,6 +110,8 @@ pub enum StepOutcome {
     /// The runtime refused the call before anything was sent (no such tool, arguments
     /// that are not an object).
     Refused,
+    /// An operator denied the call (or its approval expired); nothing was sent (R12).
+    Denied,
 }
 
 impl StepOutcome {
@@ -120,6 +123,7 @@ impl StepOutcome {
             Self::Failed => "failed",
             Self::Cancelled => "cancelled",
             Self::Refused => "refused",
+            Self::Denied => "denied",
         }
     }
 }
@@ -290,6 +294,67 @@ pub struct ToolLog {
     pub data: Value,
 }
 
+/// `decision_asked`: the run asked an operator about one tool call (R12). For `approval`
+/// and `effect_uncertain` the run is parked in the same transaction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionAsked {
+    /// The decision's id.
+    pub decision_id: String,
+    /// What it is about.
+    pub kind: DecisionKind,
+    /// The model round whose tool call it concerns.
+    pub round: u32,
+    /// The model's id for the call.
+    pub call_id: String,
+    /// The tool's local name.
+    pub tool: String,
+    /// The canonical hash of the call's arguments (the decision is bound to them).
+    pub arguments_hash: String,
+    /// When it expires, Unix milliseconds UTC.
+    pub expires_ms: i64,
+}
+
+/// `decision_answered`: the decision's answer, appended by the answer's own transaction
+/// (an operator's, or the runtime's expiry).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionAnswered {
+    /// The decision's id.
+    pub decision_id: String,
+    /// What it was about.
+    pub kind: DecisionKind,
+    /// The model's id for the call.
+    pub call_id: String,
+    /// The canonical hash of the arguments the model asked for.
+    pub arguments_hash: String,
+    /// The answer.
+    pub answer: Answer,
+    /// Who answered.
+    pub actor: String,
+    /// The reason given (a denial's, or "expired").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Approval: the arguments the operator edited, when they did (both are recorded: the
+    /// model's are in its step, the operator's here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Value>,
+}
+
+impl DecisionAnswered {
+    /// The event of an answered (or expired) decision.
+    pub fn of(decision: &Decision) -> Option<Self> {
+        Some(Self {
+            decision_id: decision.id.clone(),
+            kind: decision.kind,
+            call_id: decision.call_id.clone(),
+            arguments_hash: decision.arguments_hash.clone(),
+            answer: decision.answer?,
+            actor: decision.actor.clone().unwrap_or_default(),
+            reason: decision.reason.clone(),
+            arguments: decision.answer_arguments.clone(),
+        })
+    }
+}
+
 /// One durable event of a run, typed. See the module docs for versions.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EventBody {
@@ -321,10 +386,14 @@ pub enum EventBody {
     ToolProgress(ToolProgress),
     /// `tool_log`.
     ToolLog(ToolLog),
+    /// `decision_asked`.
+    DecisionAsked(DecisionAsked),
+    /// `decision_answered`.
+    DecisionAnswered(DecisionAnswered),
 }
 
 /// Every kind the executor writes, in the order a run usually writes them.
-pub const EVENT_KINDS: [&str; 14] = [
+pub const EVENT_KINDS: [&str; 16] = [
     "run_started",
     "run_resumed",
     "model_response",
@@ -339,6 +408,8 @@ pub const EVENT_KINDS: [&str; 14] = [
     "model_progress",
     "tool_progress",
     "tool_log",
+    "decision_asked",
+    "decision_answered",
 ];
 
 /// The kinds that only report progress: resumption and usage skip them, and a reader may
@@ -417,6 +488,8 @@ impl EventBody {
             Self::ModelProgress(_) => "model_progress",
             Self::ToolProgress(_) => "tool_progress",
             Self::ToolLog(_) => "tool_log",
+            Self::DecisionAsked(_) => "decision_asked",
+            Self::DecisionAnswered(_) => "decision_answered",
         }
     }
 
@@ -431,6 +504,7 @@ impl EventBody {
             Self::ModelProgress(e) => Some(e.round),
             Self::ToolProgress(e) => Some(e.round),
             Self::ToolLog(e) => Some(e.round),
+            Self::DecisionAsked(e) => Some(e.round),
             _ => None,
         }
     }
@@ -451,6 +525,8 @@ impl EventBody {
             Self::ModelProgress(e) => serde_json::to_value(e),
             Self::ToolProgress(e) => serde_json::to_value(e),
             Self::ToolLog(e) => serde_json::to_value(e),
+            Self::DecisionAsked(e) => serde_json::to_value(e),
+            Self::DecisionAnswered(e) => serde_json::to_value(e),
         };
         // Plain structs with string keys always serialize; an empty object is never
         // reached, but it beats a panic in server code.
@@ -507,6 +583,8 @@ impl EventBody {
             "model_progress" => Self::ModelProgress(read(payload).map_err(malformed)?),
             "tool_progress" => Self::ToolProgress(read(payload).map_err(malformed)?),
             "tool_log" => Self::ToolLog(read(payload).map_err(malformed)?),
+            "decision_asked" => Self::DecisionAsked(read(payload).map_err(malformed)?),
+            "decision_answered" => Self::DecisionAnswered(read(payload).map_err(malformed)?),
             // EVENT_KINDS was checked above; this arm keeps the match total.
             other => {
                 return Err(EventDecodeError::UnknownKind {
@@ -665,6 +743,25 @@ mod tests {
                 level: "info".into(),
                 logger: None,
                 data: serde_json::json!("step 3"),
+            }),
+            EventBody::DecisionAsked(DecisionAsked {
+                decision_id: "d1".into(),
+                kind: DecisionKind::Approval,
+                round: 1,
+                call_id: "c1".into(),
+                tool: "srv__create".into(),
+                arguments_hash: "ab".repeat(32),
+                expires_ms: 1_700_000_000_000,
+            }),
+            EventBody::DecisionAnswered(DecisionAnswered {
+                decision_id: "d1".into(),
+                kind: DecisionKind::Approval,
+                call_id: "c1".into(),
+                arguments_hash: "ab".repeat(32),
+                answer: Answer::Approve,
+                actor: "cli".into(),
+                reason: None,
+                arguments: Some(serde_json::json!({"title": "edited"})),
             }),
         ];
         let mut kinds: Vec<&str> = bodies.iter().map(EventBody::kind).collect();

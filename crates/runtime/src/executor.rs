@@ -2,6 +2,7 @@
 //! lease (R3), the step-boundary probe (R5), the in-flight signal (R6), the write fence
 //! (R7) and fail-closed recording of write steps (R8).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,10 +15,13 @@ use serde_json::{Value, json};
 
 use crate::agent::{AgentSpec, BoundTool};
 use crate::budget::{BudgetStop, Budgets};
+use crate::decision::{
+    Answer, Decision, DecisionAsk, DecisionKind, DecisionStatus, arguments_hash,
+};
 use crate::events::{
-    EffectUncertain, EventBody, EventDecodeError, Leg, ModelCancelled, ModelFailed, ModelProgress,
-    ModelResponse, RunEnded, RunRequeued, RunResumed, RunStarted, RunStopped, StepOutcome,
-    ToolExecuted,
+    DecisionAnswered, DecisionAsked, EffectUncertain, EventBody, EventDecodeError, Leg,
+    ModelCancelled, ModelFailed, ModelProgress, ModelResponse, RunEnded, RunRequeued, RunResumed,
+    RunStarted, RunStopped, StepOutcome, ToolExecuted,
 };
 use tracing::Instrument as _;
 
@@ -141,6 +145,8 @@ struct Segment<'a> {
     /// Set when a budget runs out; every call's signal carries it (R13).
     budget: Arc<BudgetStop>,
     spent: Mutex<Spent>,
+    /// R12: the answered approvals of the log, by the model's call id.
+    approvals: Mutex<HashMap<String, DecisionAnswered>>,
 }
 
 /// How a segment of a queued run behaves beyond a synchronous one.
@@ -703,6 +709,7 @@ impl Executor {
             budgets,
             budget: Arc::default(),
             spent: Mutex::default(),
+            approvals: Mutex::default(),
         };
         let history = match self.store.run_events(&run.id, 0, 0).await {
             Ok(history) => history,
@@ -746,6 +753,7 @@ impl Executor {
             return Outcome::LeaseLost;
         }
         *segment.spent.lock().unwrap_or_else(|p| p.into_inner()) = progress.spent;
+        *segment.approvals.lock().unwrap_or_else(|p| p.into_inner()) = progress.approvals.clone();
         let _wall = self.wall_timer(&segment);
         let outcome = self.rounds(&segment, progress).await;
         if matches!(outcome, Outcome::Cancelled) {
@@ -767,10 +775,27 @@ impl Executor {
             unusable_turn: unusable_last_turn,
             terminal: _,
             spent: _,
+            approvals: _,
         } = progress;
-        if let Some(reason) = uncertain_write {
-            // R11: a non-idempotent write whose effect is unknown is never re-sent.
-            return self.settle(segment, RunState::Failed, reason).await;
+        if let Some(uncertain) = uncertain_write {
+            // R11: a non-idempotent write whose effect is unknown is never re-sent. R12: a
+            // person says what it did; a run stopped before it asked asks now.
+            if uncertain.asked {
+                return self
+                    .settle(segment, RunState::Failed, uncertain.reason)
+                    .await;
+            }
+            let message = uncertain.reason.clone();
+            return self
+                .ask(
+                    segment,
+                    DecisionKind::EffectUncertain,
+                    uncertain.round,
+                    &uncertain.call,
+                    Some(message),
+                    None,
+                )
+                .await;
         }
         if let Some(reason) = unusable_last_turn {
             // L4: the stored last turn was cut (or empty): it fails the run on resume too,
@@ -945,7 +970,7 @@ impl Executor {
                 .ok_or(Outcome::LeaseLost)?;
             return Ok(answer(text, true));
         };
-        let Value::Object(arguments) = call.arguments.clone() else {
+        let Value::Object(mut arguments) = call.arguments.clone() else {
             // L4: arguments the model wrote badly reach it as the tool's error, never `{}`.
             let text = match &call.invalid_arguments {
                 Some(why) => format!("arguments were not valid JSON: {why}"),
@@ -957,6 +982,57 @@ impl Executor {
                 .ok_or(Outcome::LeaseLost)?;
             return Ok(answer(text, true));
         };
+        let mut edited_note = String::new();
+        if tool.approval.is_some() {
+            // R12: the call waits for an operator; the answer is in the log once given.
+            let answered = segment
+                .approvals
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&call.id)
+                .cloned();
+            let Some(answered) = answered else {
+                return Err(self
+                    .ask(segment, DecisionKind::Approval, round, call, None, None)
+                    .await);
+            };
+            let denial = if answered.arguments_hash != arguments_hash(&call.arguments) {
+                // R12: an answer is bound to the exact arguments it was asked about.
+                Some("the approval was given for other arguments".to_string())
+            } else if answered.answer == Answer::Approve {
+                None
+            } else {
+                Some(
+                    answered
+                        .reason
+                        .clone()
+                        .unwrap_or_else(|| answered.answer.as_str().to_string()),
+                )
+            };
+            if let Some(reason) = denial {
+                let text = format!("denied by an operator: {reason}");
+                let mut step = ToolExecuted::refused(round, call, &text);
+                step.outcome = StepOutcome::Denied;
+                step.remote = Some(tool.remote_name.clone());
+                step.server = Some(tool.client.server().name.clone());
+                step.effect = Some(tool.effect);
+                step.sent = Some(false);
+                self.record_soft(segment, EventBody::ToolExecuted(step), None)
+                    .await
+                    .ok_or(Outcome::LeaseLost)?;
+                return Ok(answer(text, true));
+            }
+            if let Some(Value::Object(edited)) = answered.arguments {
+                // R12: the operator's edit was checked against the tool's schema when it
+                // was given; both are recorded (the model's in its step, the edit in the
+                // answer), and the model is told.
+                edited_note = format!(
+                    "an operator changed the arguments to {}; ",
+                    Value::Object(edited.clone())
+                );
+                arguments = edited;
+            }
+        }
         if !self.take_tool_call(segment) {
             // R13: counted before the call; the budget's stop settles the run.
             return Err(self.must_stop(segment).await.unwrap_or(Outcome::Failed));
@@ -971,8 +1047,19 @@ impl Executor {
             // R11: the fence is stamped after the session is ready, right before the first
             // byte of tools/call, so a crash in the handshake never fences the run.
             gate: is_write.then(|| self.fence_gate(segment, tool, fence_failure.clone())),
-            // M14: no operator elicitation yet; the client declines at once.
-            elicitor: None,
+            // M14, R12: a server's question becomes an `input` decision of this run; the
+            // client consults it only when the server's policy is "operator".
+            elicitor: Some(runwarden_mcp::ElicitorHandle(Arc::new(
+                crate::elicitor::RunElicitor::new(
+                    self.store.clone(),
+                    &segment.run.id,
+                    &self.config.owner,
+                    round,
+                    &call.id,
+                    &call.name,
+                    call.arguments.clone(),
+                ),
+            ))),
         };
         let outcome = tool
             .client
@@ -1038,7 +1125,7 @@ impl Executor {
                 outcome: label,
                 delivery: Some(result.delivery),
                 sent: Some(result.sent()),
-                text: result.text.clone(),
+                text: format!("{edited_note}{}", result.text),
             })
         };
         // R7: recording an answered (or unsent) write clears the fence in the same update.
@@ -1062,11 +1149,107 @@ impl Executor {
             return Err(stop);
         }
         if uncertain && tool.effect == Effect::NonIdempotentWrite {
-            let reason = uncertain_reason(&call.name, &result.text);
-            return Err(self.settle(segment, RunState::Failed, reason).await);
+            // R11, R12: nothing re-sends it; the run parks until a person says what it did.
+            let message = uncertain_reason(&call.name, &result.text);
+            return Err(self
+                .ask(
+                    segment,
+                    DecisionKind::EffectUncertain,
+                    round,
+                    call,
+                    Some(message),
+                    None,
+                )
+                .await);
         }
         let is_error = !result.is_success();
-        Ok(answer(result.text, is_error))
+        Ok(answer(format!("{edited_note}{}", result.text), is_error))
+    }
+
+    /// R12: asks an operator about one tool call. The decision, its `decision_asked` step
+    /// and (for the kinds that park) the run's move to `waiting_for_approval` with its
+    /// lease released are one guarded transaction; the segment then ends
+    /// `AWAITING_APPROVAL`, holding no slot. Approvals expire after the tool's timeout;
+    /// an uncertain effect waits for a person however long it takes (nothing else may say
+    /// what it did).
+    async fn ask(
+        &self,
+        segment: &Segment<'_>,
+        kind: DecisionKind,
+        round: u32,
+        call: &ToolCallRequest,
+        message: Option<String>,
+        requested_schema: Option<Value>,
+    ) -> Outcome {
+        let now = now_ms();
+        let timeout = segment
+            .agent
+            .tools
+            .iter()
+            .find(|t| t.spec.name == call.name)
+            .and_then(|t| t.approval)
+            .unwrap_or(crate::decision::DEFAULT_APPROVAL_TIMEOUT);
+        let expires_ms = match kind {
+            DecisionKind::EffectUncertain => i64::MAX,
+            _ => now.saturating_add(ms(timeout)),
+        };
+        let decision = Decision {
+            id: uuid::Uuid::now_v7().to_string(),
+            run_id: segment.run.id.clone(),
+            kind,
+            round,
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            arguments: call.arguments.clone(),
+            arguments_hash: arguments_hash(&call.arguments),
+            message,
+            requested_schema,
+            asked_ms: now,
+            expires_ms,
+            status: DecisionStatus::Pending,
+            answer: None,
+            reason: None,
+            answer_arguments: None,
+            content: None,
+            actor: None,
+            answered_ms: None,
+        };
+        let body = EventBody::DecisionAsked(DecisionAsked {
+            decision_id: decision.id.clone(),
+            kind,
+            round,
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            arguments_hash: decision.arguments_hash.clone(),
+            expires_ms,
+        });
+        let payload = body.to_payload();
+        let ask = DecisionAsk {
+            decision,
+            owner: self.config.owner.clone(),
+            event_payload: payload.clone(),
+        };
+        match self.store.decision_ask(ask).await {
+            Ok(Some(seq)) => {
+                if let Some(observer) = &segment.observer {
+                    observer(&RunEvent {
+                        run_id: segment.run.id.clone(),
+                        seq,
+                        kind: body.kind().to_string(),
+                        payload,
+                        time_ms: now,
+                    });
+                }
+                Outcome::AwaitingApproval
+            }
+            Ok(None) => self.must_stop(segment).await.unwrap_or(Outcome::LeaseLost),
+            Err(error) => {
+                // Nothing was asked. For an approval nothing was sent, so a retry is safe;
+                // an uncertain write keeps its fence, so a retry dead-letters it (R9).
+                let reason = format!("the operator decision could not be stored: {error}");
+                self.fail(segment, reason, true).await
+            }
+        }
     }
 
     /// R8: a write reached the server but its step is not in the log. A non-idempotent one
@@ -1222,8 +1405,11 @@ struct Progress {
     unanswered: Vec<ToolCallRequest>,
     /// The model's final answer, when its step is stored (R8: settle without the model).
     final_answer: Option<String>,
-    /// Why the run must fail: a non-idempotent write's effect is unknown (R11).
-    uncertain_write: Option<String>,
+    /// A non-idempotent write whose effect is unknown and that no person has resolved
+    /// yet (R11, R12).
+    uncertain_write: Option<UncertainWrite>,
+    /// R12: answered approvals, by the model's call id.
+    approvals: HashMap<String, DecisionAnswered>,
     /// Why the run must fail: its last model turn was cut or empty (L4).
     unusable_turn: Option<String>,
     /// What the run spent so far (R13).
@@ -1252,6 +1438,7 @@ impl Progress {
             unusable_turn: None,
             terminal: None,
             spent: Spent::default(),
+            approvals: HashMap::new(),
         };
         for event in history {
             let body = EventBody::decode(&event.run_id, event.seq, &event.kind, &event.payload)?;
@@ -1278,18 +1465,33 @@ impl Progress {
                     progress.unanswered = step.tool_calls;
                 }
                 EventBody::ToolExecuted(step) => {
-                    if step.outcome != StepOutcome::Refused {
+                    if !matches!(step.outcome, StepOutcome::Refused | StepOutcome::Denied) {
                         progress.spent.tool_calls = progress.spent.tool_calls.saturating_add(1);
                     }
                     progress.answered(&step.call_id, step.tool, step.text, step.outcome);
                 }
                 EventBody::EffectUncertain(step) => {
                     progress.spent.tool_calls = progress.spent.tool_calls.saturating_add(1);
-                    if step.effect == Effect::NonIdempotentWrite {
-                        progress.uncertain_write = Some(uncertain_reason(&step.tool, &step.text));
+                    let call = progress.unanswered.iter().find(|c| c.id == step.call_id);
+                    if let (Effect::NonIdempotentWrite, Some(call)) = (step.effect, call) {
+                        progress.uncertain_write = Some(UncertainWrite {
+                            call: call.clone(),
+                            round: step.round,
+                            reason: uncertain_reason(&step.tool, &step.text),
+                            asked: false,
+                        });
                     }
                     progress.answered(&step.call_id, step.tool, step.text, step.outcome);
                 }
+                EventBody::DecisionAsked(asked) => {
+                    if let Some(uncertain) = progress.uncertain_write.as_mut()
+                        && asked.kind == DecisionKind::EffectUncertain
+                        && uncertain.call.id == asked.call_id
+                    {
+                        uncertain.asked = true;
+                    }
+                }
+                EventBody::DecisionAnswered(answered) => progress.decided(answered),
                 EventBody::RunCompleted(end) => {
                     progress.terminal = Some((RunState::Completed, end.reason));
                 }
@@ -1311,6 +1513,52 @@ impl Progress {
         Ok(progress)
     }
 
+    /// R12: an answer in the log. An approval's answer waits for its call; an uncertain
+    /// write's answer becomes what the model reads about that call, and the run goes on.
+    fn decided(&mut self, answered: DecisionAnswered) {
+        match answered.kind {
+            DecisionKind::Approval => {
+                self.approvals.insert(answered.call_id.clone(), answered);
+            }
+            DecisionKind::EffectUncertain => {
+                let text = match answered.answer {
+                    Answer::Applied => {
+                        "an operator confirmed that this call took effect; its result is unknown"
+                    }
+                    Answer::NotApplied => {
+                        "an operator confirmed that this call did not take effect; nothing changed, so you may decide whether to make it again"
+                    }
+                    // A cancel ended the run in the answer's own transaction.
+                    _ => return,
+                };
+                let is_error = answered.answer == Answer::NotApplied;
+                for message in self.messages.iter_mut().rev() {
+                    if let Message::Tool {
+                        call_id,
+                        content,
+                        is_error: error,
+                        ..
+                    } = message
+                        && *call_id == answered.call_id
+                    {
+                        *content = text.to_string();
+                        *error = is_error;
+                        break;
+                    }
+                }
+                if self
+                    .uncertain_write
+                    .as_ref()
+                    .is_some_and(|u| u.call.id == answered.call_id)
+                {
+                    self.uncertain_write = None;
+                }
+            }
+            // An input's answer went back to the server during its call.
+            DecisionKind::Input => {}
+        }
+    }
+
     /// A tool call of the last turn has its result in the log.
     fn answered(&mut self, call_id: &str, tool: String, text: String, outcome: StepOutcome) {
         self.unanswered.retain(|c| c.id != call_id);
@@ -1321,6 +1569,19 @@ impl Progress {
             is_error: outcome != StepOutcome::Succeeded,
         });
     }
+}
+
+/// A non-idempotent write of the log whose effect is unknown (R11).
+#[derive(Clone)]
+struct UncertainWrite {
+    /// The model's call, as it asked for it.
+    call: ToolCallRequest,
+    /// Its round.
+    round: u32,
+    /// Why the run stops, for people (and the decision's message).
+    reason: String,
+    /// Whether a decision about it was asked (R12).
+    asked: bool,
 }
 
 /// What a requeue's answer means for the segment.

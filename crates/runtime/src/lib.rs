@@ -24,6 +24,8 @@
 
 mod agent;
 mod budget;
+pub mod decision;
+mod elicitor;
 pub mod events;
 mod executor;
 pub mod feed;
@@ -31,6 +33,7 @@ mod progress;
 pub mod queue;
 mod requeue;
 mod retry;
+mod schema_check;
 mod signal;
 mod state;
 pub mod store;
@@ -42,6 +45,11 @@ pub use agent::{
     pattern_matches,
 };
 pub use budget::{BUDGET_EXCEEDED, BudgetAboveAgent, Budgets, REQUEST_BUDGETS_FIELD};
+pub use decision::{
+    Answer, AnswerOutcome, AnswerRequest, DecideError, Decision, DecisionFilter, DecisionKind,
+    DecisionStatus, Refusal, decide, expire_due,
+};
+pub use elicitor::RunElicitor;
 pub use events::{
     EventBody, EventDecodeError, ModelProgress, PROGRESS_KINDS, ToolLog, ToolProgress, usage_of,
 };
@@ -54,6 +62,7 @@ pub use progress::PROGRESS_INTERVAL;
 pub use queue::{DeadLetter, QueueStore, RequeueAnswer};
 pub use requeue::{REAP_LIMIT, reap, reap_at};
 pub use retry::{RequeueCause, RetryDecision, RetryPolicy};
+pub use schema_check::check as schema_check;
 pub use signal::{CancelHub, RunSignal, SIGNAL_READ_INTERVAL, is_run_cancelled};
 pub use state::{EFFECT_UNCERTAIN, MODEL_NO_ANSWER, MODEL_TRUNCATED, Outcome, RunState};
 pub use store::{CancelAnswer, Run, RunEvent, RunFilter, RunStore};

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use runwarden_vault::store::StoreError;
 use serde_json::Value;
 
+use crate::decision::{AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter};
 use crate::feed::ChangeFeed;
 use crate::state::RunState;
 
@@ -210,7 +211,8 @@ pub trait RunStore: Send + Sync + 'static {
     fn change_feed(&self) -> &ChangeFeed;
 
     /// R4: a guarded transition from any non-terminal status to `cancelled` that drops the
-    /// stored request; `pending_effect` is kept. A terminal run is refused.
+    /// stored request; `pending_effect` is kept. A terminal run is refused. R12: the same
+    /// transaction drops the run's pending decisions (the cancel wins).
     async fn run_cancel(&self, id: &str, now_ms: i64) -> Result<CancelAnswer, StoreError>;
 
     /// R3: renews the lease if `owner` holds it on a running (or just-cancelled) run;
@@ -243,4 +245,49 @@ pub trait RunStore: Send + Sync + 'static {
         after_seq: i64,
         limit: u32,
     ) -> Result<Vec<RunEvent>, StoreError>;
+
+    /// R12: asks a decision, in one transaction guarded by `owner` holding the running
+    /// run: appends the `decision_asked` event, inserts the pending decision and, for the
+    /// kinds that park, moves the run to `waiting_for_approval` and releases its lease
+    /// (the stored request and any write fence stay). `None` means the segment lost the
+    /// run (a cancel, a lost lease) and nothing was stored.
+    ///
+    /// The default refuses: a store that keeps no decisions cannot park a run. Both
+    /// backends implement it and run `storetest`'s decision checks.
+    async fn decision_ask(&self, params: DecisionAsk) -> Result<Option<i64>, StoreError> {
+        let _ = params;
+        Err(no_decisions("asking a decision"))
+    }
+
+    /// R12: answers a decision with one guarded update: only a pending, unexpired
+    /// decision whose run still waits (`waiting_for_approval` for the parking kinds,
+    /// `running` for `input`) takes it, so two answers racing leave exactly one. The same
+    /// transaction appends `decision_answered` to the run's log and, for the parking
+    /// kinds, moves the run to `queued` (due now) or, for `cancel`, to `cancelled` (R4);
+    /// an `effect_uncertain` answer also clears the write fence. An
+    /// [`Answer::Expired`](crate::decision::Answer::Expired) is the runtime's expiry and
+    /// is taken only once the decision is due.
+    async fn decision_answer(&self, params: DecisionAnswer) -> Result<AnswerOutcome, StoreError> {
+        let _ = params;
+        Err(no_decisions("answering a decision"))
+    }
+
+    /// One decision.
+    async fn decision_get(&self, id: &str) -> Result<Option<Decision>, StoreError> {
+        let _ = id;
+        Err(no_decisions("reading a decision"))
+    }
+
+    /// Decisions matching a filter, newest first.
+    async fn decision_list(&self, filter: DecisionFilter) -> Result<Vec<Decision>, StoreError> {
+        let _ = filter;
+        Err(no_decisions("listing decisions"))
+    }
+}
+
+fn no_decisions(what: &str) -> StoreError {
+    StoreError::new(
+        what,
+        "this store keeps no operator decisions: use the SQLite or PostgreSQL store",
+    )
 }

@@ -289,6 +289,13 @@ impl Worker {
                     }
                     Err(error) => tracing::warn!(%error, "the reaper could not run"),
                 }
+                // R12: approvals whose time is up are denied as "expired"; the runs go
+                // back to the queue, which wakes a worker.
+                match crate::decision::expire_due(&*self.queue, now_ms()).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(expired = n, "operator decisions expired"),
+                    Err(error) => tracing::warn!(%error, "could not expire operator decisions"),
+                }
             }
         })
     }

@@ -78,8 +78,7 @@ async fn audit(f: &Fixture) -> Vec<(String, String)> {
 }
 
 #[tokio::test]
-async fn a_non_idempotent_write_that_may_have_run_fails_the_run_effect_uncertain_and_keeps_its_fence()
- {
+async fn a_non_idempotent_write_that_may_have_run_parks_the_run_for_a_person_and_keeps_its_fence() {
     for how in [
         Misbehaviour::CloseStream,
         Misbehaviour::Reset,
@@ -102,12 +101,30 @@ async fn a_non_idempotent_write_that_may_have_run_fails_the_run_effect_uncertain
         let outcome = tokio::time::timeout(WAIT, f.executor.execute(&run, &agent, "go", None))
             .await
             .unwrap();
-        assert_eq!(outcome, Outcome::Failed, "{how:?}");
+        // R12: instead of failing EFFECT_UNCERTAIN, the run waits for a person.
+        assert_eq!(outcome, Outcome::AwaitingApproval, "{how:?}");
 
         let row = f.store.run_get(&run.id).await.unwrap().unwrap();
-        assert_eq!(row.status, RunState::Failed, "{how:?}");
-        let reason = row.termination_reason.unwrap();
-        assert!(reason.starts_with(EFFECT_UNCERTAIN), "{how:?}: {reason}");
+        assert_eq!(row.status, RunState::WaitingForApproval, "{how:?}");
+        assert_eq!(
+            row.lease_expires_ms, None,
+            "{how:?}: a parked run holds no lease"
+        );
+        let decisions = f
+            .store
+            .decision_list(runwarden_runtime::DecisionFilter {
+                run_id: Some(run.id.clone()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(decisions.len(), 1, "{how:?}");
+        assert_eq!(
+            decisions[0].kind,
+            runwarden_runtime::DecisionKind::EffectUncertain
+        );
+        let message = decisions[0].message.clone().unwrap();
+        assert!(message.starts_with(EFFECT_UNCERTAIN), "{how:?}: {message}");
         assert_eq!(
             row.pending_effect.as_deref(),
             Some("non_idempotent_write"),
@@ -119,7 +136,7 @@ async fn a_non_idempotent_write_that_may_have_run_fails_the_run_effect_uncertain
                 "run_started",
                 "model_response",
                 "effect_uncertain",
-                "run_failed"
+                "decision_asked"
             ],
             "{how:?}"
         );
@@ -388,7 +405,8 @@ async fn a_run_whose_end_is_stored_settles_from_the_log_and_writes_no_second_ter
 }
 
 #[tokio::test]
-async fn a_resumed_run_whose_non_idempotent_write_is_uncertain_fails_without_sending_it_again() {
+async fn a_resumed_run_whose_non_idempotent_write_is_uncertain_asks_a_person_without_sending_it_again()
+ {
     let f = fixture().await;
     let (server, counts) = misbehaving(Misbehaviour::CloseStream).await;
     let run = f.executor.create_sync("helper", "go").await.unwrap();
@@ -413,14 +431,25 @@ async fn a_resumed_run_whose_non_idempotent_write_is_uncertain_fails_without_sen
         plan,
         vec![f.tool(&server.url("/mcp"), "create", Effect::NonIdempotentWrite)],
     );
+    // R12: the segment that recorded the step stopped before it asked; this one asks.
     assert_eq!(
         f.executor.execute(&run, &agent, "go", None).await,
-        Outcome::Failed
+        Outcome::AwaitingApproval
     );
-    assert_eq!(counts.calls.load(Ordering::SeqCst), 0);
+    assert_eq!(counts.calls.load(Ordering::SeqCst), 0, "R11: never re-sent");
     let row = f.store.run_get(&run.id).await.unwrap().unwrap();
+    assert_eq!(row.status, RunState::WaitingForApproval);
+    let decisions = f
+        .store
+        .decision_list(runwarden_runtime::DecisionFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(decisions.len(), 1);
+    assert_eq!(decisions[0].call_id, "c1");
     assert!(
-        row.termination_reason
+        decisions[0]
+            .message
+            .as_deref()
             .unwrap()
             .starts_with(EFFECT_UNCERTAIN)
     );

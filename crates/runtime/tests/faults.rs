@@ -176,6 +176,30 @@ impl RunStore for Faulty {
             self.inner.run_events(id, after_seq, limit).await
         )
     }
+    async fn decision_ask(
+        &self,
+        params: runwarden_runtime::decision::DecisionAsk,
+    ) -> Result<Option<i64>, StoreError> {
+        faulty!(self, "decision_ask", self.inner.decision_ask(params).await)
+    }
+    async fn decision_answer(
+        &self,
+        params: runwarden_runtime::decision::DecisionAnswer,
+    ) -> Result<runwarden_runtime::AnswerOutcome, StoreError> {
+        self.inner.decision_answer(params).await
+    }
+    async fn decision_get(
+        &self,
+        id: &str,
+    ) -> Result<Option<runwarden_runtime::Decision>, StoreError> {
+        self.inner.decision_get(id).await
+    }
+    async fn decision_list(
+        &self,
+        filter: runwarden_runtime::DecisionFilter,
+    ) -> Result<Vec<runwarden_runtime::Decision>, StoreError> {
+        self.inner.decision_list(filter).await
+    }
 }
 
 #[async_trait]
@@ -380,6 +404,7 @@ async fn trial(
             remote_name: "create".into(),
             effect,
             client,
+            approval: None,
         }],
         max_tokens: None,
         budgets: runwarden_runtime::Budgets::default(),

@@ -113,6 +113,30 @@ impl RunStore for Instrumented {
     ) -> Result<Vec<RunEvent>, StoreError> {
         self.inner.run_events(id, after_seq, limit).await
     }
+    async fn decision_ask(
+        &self,
+        params: runwarden_runtime::decision::DecisionAsk,
+    ) -> Result<Option<i64>, StoreError> {
+        self.inner.decision_ask(params).await
+    }
+    async fn decision_answer(
+        &self,
+        params: runwarden_runtime::decision::DecisionAnswer,
+    ) -> Result<runwarden_runtime::AnswerOutcome, StoreError> {
+        self.inner.decision_answer(params).await
+    }
+    async fn decision_get(
+        &self,
+        id: &str,
+    ) -> Result<Option<runwarden_runtime::Decision>, StoreError> {
+        self.inner.decision_get(id).await
+    }
+    async fn decision_list(
+        &self,
+        filter: runwarden_runtime::DecisionFilter,
+    ) -> Result<Vec<runwarden_runtime::Decision>, StoreError> {
+        self.inner.decision_list(filter).await
+    }
 }
 
 /// A vault, an egress client admitting loopback, an instrumented store and an executor.
@@ -183,6 +207,7 @@ impl Fixture {
             remote_name: remote.to_string(),
             effect,
             client,
+            approval: None,
         }
     }
 

@@ -6,6 +6,7 @@ mod support;
 mod bind;
 mod budget;
 mod cancel;
+mod decisions;
 mod delivery;
 mod events;
 mod faults;

@@ -61,8 +61,11 @@ timeout_seconds = 30
 #                                      # header = "X-Api-Key" (and prefix); "query" with param
 # effect = "non_idempotent_write"      # the default; or "idempotent_write", "read_only"
 # timeout_seconds = 20                 # one budget per operation, spent across its legs
+# approval = "required"               # R12: every call waits for an operator (default "none")
+# approval_timeout_seconds = 86400     # then it is denied as "expired" (default 24 h)
 # [mcp.servers.tickets.tools.search]
 # effect = "read_only"
+# approval = "none"                    # a tool's own policy beats its server's
 
 # Agents: a model and the imported tools it may call (patterns: exact or prefix*).
 # [agents.helper]
@@ -78,6 +81,8 @@ timeout_seconds = 30
 # max_output_tokens_total = 50000      # budgets per run (R13); a run request may only lower them
 # max_wall_seconds = 600               # from the run's creation
 # max_tool_calls = 50
+# approve = ["tickets__create"]        # R12: these tools wait for an operator's approval
+# approval_timeout_seconds = 3600
 # (provider = "anthropic" may leave out api_key_secret for a server that needs no key, and
 #  may set anthropic_version = "2023-06-01", the header it sends; that is the default)
 # (provider = "scripted" takes script = "plan.json" instead of model and key)
@@ -462,6 +467,11 @@ struct AgentSection {
     max_tool_calls: Option<u32>,
     /// `anthropic` only: the `anthropic-version` header. Default `2023-06-01`.
     anthropic_version: Option<String>,
+    /// R12: tool patterns (exact or `prefix*`) whose calls wait for an operator's approval. Default: none.
+    #[serde(default)]
+    approve: Vec<String>,
+    /// R12: how long this agent's approvals wait before they are denied as expired. Default `86400`.
+    approval_timeout_seconds: Option<f64>,
 }
 
 /// L5: the output limit per model call of an agent that sets none; a server's own default
@@ -506,6 +516,10 @@ pub(crate) struct AgentConfig {
     pub(crate) stream: bool,
     /// R13: the agent's budgets per run.
     pub(crate) budgets: runwarden_runtime::Budgets,
+    /// R12: patterns of the tools whose calls wait for an operator's approval.
+    pub(crate) approve: Vec<String>,
+    /// R12: how long this agent's approvals wait, when it says.
+    pub(crate) approval_timeout: Option<Duration>,
 }
 
 impl ProviderConfig {
@@ -607,8 +621,14 @@ fn agent(
             "{at}: unknown provider {other:?}: use \"openai\" (any compatible base_url), \"anthropic\" or \"scripted\""
         ),
     };
+    let approval_timeout = section
+        .approval_timeout_seconds
+        .map(|s| seconds(&format!("{at} approval_timeout_seconds"), s))
+        .transpose()?;
     Ok(AgentConfig {
         name: name.to_string(),
+        approve: section.approve,
+        approval_timeout,
         provider,
         system: section.system,
         tools: section.tools,
@@ -643,6 +663,10 @@ struct ServerSection {
     effect: Option<String>,
     /// One budget per operation, spent across its HTTP legs. Default `20`.
     timeout_seconds: Option<f64>,
+    /// R12: `required` makes every call of its tools wait for an operator's approval. Default `none`.
+    approval: Option<String>,
+    /// R12: how long its approvals wait before they are denied as expired. Default `86400`.
+    approval_timeout_seconds: Option<f64>,
     /// Per-tool settings by the tool's name on the server.
     #[serde(default)]
     tools: BTreeMap<String, ToolSection>,
@@ -669,7 +693,31 @@ struct AuthSection {
 #[serde(deny_unknown_fields)]
 struct ToolSection {
     /// The tool's effect, overriding the server's.
-    effect: String,
+    effect: Option<String>,
+    /// R12: `required` or `none`, overriding the server's approval policy.
+    approval: Option<String>,
+    /// R12: how long this tool's approvals wait, overriding the server's.
+    approval_timeout_seconds: Option<f64>,
+}
+
+/// R12: the approval policy of one server and its tools, from `[mcp.servers.X]` and
+/// `[mcp.servers.X.tools.Y]` (`approval = "required" | "none"`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ServerApproval {
+    /// The server's own policy.
+    pub(crate) required: bool,
+    /// The server's timeout, when it sets one.
+    pub(crate) timeout: Option<Duration>,
+    /// Per remote tool: its own policy (`None`: the server's) and timeout.
+    pub(crate) tools: BTreeMap<String, (Option<bool>, Option<Duration>)>,
+}
+
+fn approval(text: &str, at: &str) -> anyhow::Result<bool> {
+    match text {
+        "required" => Ok(true),
+        "none" => Ok(false),
+        other => bail!("{at}: unknown approval {other:?}: use \"required\" or \"none\""),
+    }
 }
 
 fn effect(text: &str, at: &str) -> anyhow::Result<Effect> {
@@ -680,7 +728,10 @@ fn effect(text: &str, at: &str) -> anyhow::Result<Effect> {
 
 /// M9/M10: a server from `[mcp.servers.NAME]`, checked so that its tools' local names
 /// stay unique (`<name>__<tool>`) and its effects are the operator's.
-fn mcp_server(name: &str, section: ServerSection) -> anyhow::Result<ServerConfig> {
+fn mcp_server(
+    name: &str,
+    section: ServerSection,
+) -> anyhow::Result<(ServerConfig, ServerApproval)> {
     let at = format!("[mcp.servers.{name}]");
     let valid_name = !name.is_empty()
         && name.len() <= 32
@@ -738,16 +789,38 @@ fn mcp_server(name: &str, section: ServerSection) -> anyhow::Result<ServerConfig
     if let Some(timeout) = section.timeout_seconds {
         server.timeout = seconds(&format!("{at} timeout_seconds"), timeout)?;
     }
+    let mut policy = ServerApproval {
+        required: section
+            .approval
+            .as_deref()
+            .map(|a| approval(a, &at))
+            .transpose()?
+            .unwrap_or(false),
+        timeout: section
+            .approval_timeout_seconds
+            .map(|s| seconds(&format!("{at} approval_timeout_seconds"), s))
+            .transpose()?,
+        tools: BTreeMap::new(),
+    };
     for (tool, declared) in section.tools {
-        server.tools.insert(
-            tool.clone(),
-            effect(
-                &declared.effect,
-                &format!("[mcp.servers.{name}.tools.{tool}]"),
-            )?,
-        );
+        let at = format!("[mcp.servers.{name}.tools.{tool}]");
+        if let Some(text) = &declared.effect {
+            server.tools.insert(tool.clone(), effect(text, &at)?);
+        }
+        let required = declared
+            .approval
+            .as_deref()
+            .map(|a| approval(a, &at))
+            .transpose()?;
+        let timeout = declared
+            .approval_timeout_seconds
+            .map(|s| seconds(&format!("{at} approval_timeout_seconds"), s))
+            .transpose()?;
+        if required.is_some() || timeout.is_some() {
+            policy.tools.insert(tool, (required, timeout));
+        }
     }
-    Ok(server)
+    Ok((server, policy))
 }
 
 /// `[store]`.
@@ -822,6 +895,8 @@ pub(crate) struct Config {
     pub(crate) timeout: Duration,
     /// MCP servers by name.
     pub(crate) mcp_servers: BTreeMap<String, ServerConfig>,
+    /// R12: the approval policy of each server, by name.
+    pub(crate) approvals: BTreeMap<String, ServerApproval>,
     /// Agents by name.
     pub(crate) agents: BTreeMap<String, AgentConfig>,
     /// Workers' settings.
@@ -944,8 +1019,17 @@ impl Config {
                 .collect(),
             None => file.egress.allow,
         };
+        let mut mcp_servers = BTreeMap::new();
+        let mut approvals = BTreeMap::new();
+        for (name, section) in file.mcp.servers {
+            let (server, policy) = mcp_server(&name, section)?;
+            mcp_servers.insert(name.clone(), server);
+            approvals.insert(name, policy);
+        }
         Ok(Self {
             path: path.to_path_buf(),
+            mcp_servers,
+            approvals,
             data_dir,
             store,
             master_key_file,
@@ -957,12 +1041,6 @@ impl Config {
                 file.egress.connect_timeout_seconds,
             )?,
             timeout: seconds("[egress] timeout_seconds", file.egress.timeout_seconds)?,
-            mcp_servers: file
-                .mcp
-                .servers
-                .into_iter()
-                .map(|(name, section)| Ok((name.clone(), mcp_server(&name, section)?)))
-                .collect::<anyhow::Result<_>>()?,
             agents: file
                 .agents
                 .into_iter()
@@ -1022,6 +1100,36 @@ impl Config {
                 )
             }
         })
+    }
+
+    /// R12: whether a call of `remote` on `server` by `agent` (local name `local`) waits for
+    /// an operator, and how long: the tool's own policy beats its server's, and an agent's
+    /// `approve` patterns add approvals (never remove them). The most specific timeout
+    /// wins; the default is 24 hours.
+    pub(crate) fn approval_of(
+        &self,
+        agent: &AgentConfig,
+        server: &str,
+        remote: &str,
+        local: &str,
+    ) -> Option<Duration> {
+        let policy = self.approvals.get(server).cloned().unwrap_or_default();
+        let (tool_required, tool_timeout) = policy.tools.get(remote).copied().unwrap_or_default();
+        let by_config = tool_required.unwrap_or(policy.required);
+        let by_agent = agent
+            .approve
+            .iter()
+            .any(|p| runwarden_runtime::pattern_matches(p, local));
+        if !(by_config || by_agent) {
+            return None;
+        }
+        let agent_timeout = by_agent.then_some(agent.approval_timeout).flatten();
+        Some(
+            agent_timeout
+                .or(tool_timeout)
+                .or(policy.timeout)
+                .unwrap_or(runwarden_runtime::decision::DEFAULT_APPROVAL_TIMEOUT),
+        )
     }
 
     /// One configured MCP server, or an error listing the configured ones.

@@ -3,6 +3,7 @@
 mod cli;
 mod client;
 mod config;
+mod decisions;
 mod demo;
 mod faults;
 mod harden;

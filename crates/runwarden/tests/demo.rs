@@ -59,8 +59,11 @@ fn the_demo_needs_no_setup_and_its_timeline_shows_the_cancelled_transfer() {
         .says("pending_effect: non_idempotent_write")
         .says("never retried")
         .says("http_call_cancelled")
-        .says("verify    intact");
-    assert!(out.stdout.lines().count() <= 30, "too long: {out:#?}");
+        .says("verify    intact")
+        // R12: the second act, a write that waits for an operator.
+        .says("needs an operator; the run waits (AWAITING_APPROVAL), the server saw 0 calls")
+        .says("approved by demo; the run resumed: COMPLETED, the server saw 1 call");
+    assert!(out.stdout.lines().count() <= 34, "too long: {out:#?}");
     // It wrote nothing where it was run: no config, no data directory.
     assert!(!sandbox.config().exists() && !sandbox.data_dir().exists());
     assert!(leftovers(&tmp(&sandbox)).is_empty(), "left behind");
@@ -73,6 +76,17 @@ fn the_demo_json_reports_a_cancelled_run_its_fence_and_a_fast_teardown() {
     let report = out.json();
     assert_eq!(report["ok"], true, "{report:#}");
     assert_eq!(report["status"], "cancelled", "{report:#}");
+    let approval = &report["approval"];
+    assert_eq!(approval["parked"], "AWAITING_APPROVAL", "{report:#}");
+    assert_eq!(
+        approval["calls_while_waiting"], 0,
+        "R12: nothing sent while it waits"
+    );
+    assert_eq!(approval["outcome"], "COMPLETED", "{report:#}");
+    assert_eq!(
+        approval["calls_after"], 1,
+        "approved: the call is made once"
+    );
     assert_eq!(
         report["pending_effect"], "non_idempotent_write",
         "{report:#}"

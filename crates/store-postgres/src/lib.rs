@@ -31,6 +31,7 @@ pub use connection::{PgOptions, PgStore, redact_url};
 
 mod catalogue_store;
 mod connection;
+mod decision_store;
 mod failure;
 mod listener;
 mod migrate;

@@ -8,6 +8,9 @@
 //! Changes are announced by the triggers of migration 0007 at commit, never from here.
 
 use async_trait::async_trait;
+use runwarden_runtime::decision::{
+    AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter,
+};
 use runwarden_runtime::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
     RunFilter, RunSettle, RunStore, SettleAnswer,
@@ -165,6 +168,8 @@ impl RunStore for PgStore {
                     )
                     .into());
                 }
+                // R12: the cancel wins over a decision the run waits on.
+                crate::decision_store::drop_pending(&*tx, id, now_ms).await?;
                 Ok(CancelAnswer::Cancelled { previous })
             }
             .await;
@@ -412,6 +417,22 @@ impl RunStore for PgStore {
                 .collect()
         })
         .await
+    }
+
+    async fn decision_ask(&self, params: DecisionAsk) -> Result<Option<i64>, StoreError> {
+        self.ask(params).await
+    }
+
+    async fn decision_answer(&self, params: DecisionAnswer) -> Result<AnswerOutcome, StoreError> {
+        self.answer(params).await
+    }
+
+    async fn decision_get(&self, id: &str) -> Result<Option<Decision>, StoreError> {
+        self.decision(id).await
+    }
+
+    async fn decision_list(&self, filter: DecisionFilter) -> Result<Vec<Decision>, StoreError> {
+        self.decisions(filter).await
     }
 }
 

@@ -27,6 +27,12 @@ async fn the_postgres_store_passes_the_run_suite() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_postgres_store_passes_the_decision_suite() {
+    let db = TestDb::new().await;
+    runwarden_storetest::exercise_decision_store(db.node().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_postgres_store_passes_the_queue_suite() {
     let db = TestDb::new().await;
     runwarden_storetest::exercise_queue_store(db.node().await).await;

@@ -33,6 +33,7 @@ pub use other_writers::OtherWriters;
 
 mod catalogue_store;
 mod connection;
+mod decision_store;
 mod failure;
 mod migrate;
 mod other_writers;

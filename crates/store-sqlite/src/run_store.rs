@@ -7,6 +7,9 @@
 //! process cannot change the row between them.
 
 use async_trait::async_trait;
+use runwarden_runtime::decision::{
+    AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter,
+};
 use runwarden_runtime::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
     RunFilter, RunSettle, RunStore, SettleAnswer,
@@ -173,6 +176,8 @@ impl RunStore for SqliteStore {
                     )
                     .into());
                 }
+                // R12: the cancel wins over a decision the run waits on.
+                crate::decision_store::drop_pending(&tx, &id, now_ms)?;
                 tx.commit()?;
                 Ok(CancelAnswer::Cancelled { previous })
             })
@@ -401,6 +406,22 @@ impl RunStore for SqliteStore {
                 .collect()
         })
         .await
+    }
+
+    async fn decision_ask(&self, params: DecisionAsk) -> Result<Option<i64>, StoreError> {
+        self.ask(params).await
+    }
+
+    async fn decision_answer(&self, params: DecisionAnswer) -> Result<AnswerOutcome, StoreError> {
+        self.answer(params).await
+    }
+
+    async fn decision_get(&self, id: &str) -> Result<Option<Decision>, StoreError> {
+        self.decision(id).await
+    }
+
+    async fn decision_list(&self, filter: DecisionFilter) -> Result<Vec<Decision>, StoreError> {
+        self.decisions(filter).await
     }
 }
 

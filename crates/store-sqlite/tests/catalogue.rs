@@ -69,7 +69,8 @@ async fn a_vault_only_database_gets_the_mcp_tables_on_open_and_keeps_its_records
             (4, "0004_queue".to_owned()),
             (5, "0005_tokens".to_owned()),
             (6, "0006_audit_intent".to_owned()),
-            (7, "0007_notify".to_owned())
+            (7, "0007_notify".to_owned()),
+            (8, "0008_decisions".to_owned())
         ]
     );
     let old: Option<SealedRecord> = store.sealed_get(SealedKind::Secret, "old").await.unwrap();

@@ -65,6 +65,12 @@ async fn the_sqlite_store_passes_the_run_conformance_suite() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_sqlite_store_passes_the_decision_conformance_suite() {
+    let db = TempDb::new();
+    runwarden_storetest::exercise_decision_store(Arc::new(db.open())).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_status_read_answers_while_another_connection_holds_a_write_transaction() {
     let db = TempDb::new();
     let store = db.open();

@@ -29,16 +29,21 @@
 //! [`QueueStore`](runwarden_runtime::queue::QueueStore): the worker's claim (R3), requeue
 //! and dead-letter, and the reaper's rescue of stale runs (R9), and that every committed
 //! run change reaches the store's change feed (O6).
+//!
+//! [`exercise_decision_store`] checks operator decisions (R12) on a fresh store: asking
+//! parks the run, answers are guarded (two racing leave one), a cancel wins, expiry.
 
 #![deny(missing_docs)]
 
 pub use catalogue::exercise_catalogue_store;
+pub use decisions::exercise_decision_store;
 pub use queue::exercise_queue_store;
 pub use runs::exercise_run_store;
 pub use tokens::exercise_token_store;
 pub use vault::exercise_vault_store;
 
 mod catalogue;
+mod decisions;
 mod queue;
 mod runs;
 mod tokens;

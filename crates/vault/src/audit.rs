@@ -28,6 +28,10 @@ pub mod action {
     /// `http_call_cancelled`) names it in `intent_id`; an intent without one is a call
     /// whose outcome was never recorded.
     pub const HTTP_CALL_STARTED: &str = "http_call_started";
+    /// An operator (or the expiry) answered a decision about a run's tool call (R12). Not
+    /// an outbound call: method, host and path are empty, the actor is who answered and
+    /// the correlation is the run.
+    pub const DECISION_ANSWERED: &str = "decision_answered";
 }
 
 /// What the vault records about one outbound call; the store adds the id and the links.

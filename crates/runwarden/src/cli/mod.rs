@@ -1,6 +1,7 @@
 //! The command line: one clap tree, one module per command group.
 
 pub(crate) mod audit;
+mod decisions;
 mod egress;
 pub(crate) mod init;
 pub(crate) mod mcp;
@@ -95,6 +96,23 @@ enum Command {
     /// Create, list and revoke the API's bearer tokens.
     #[command(subcommand)]
     Token(token::TokenCommand),
+    /// Operator decisions runs wait on (approvals, uncertain effects, server questions).
+    #[command(subcommand)]
+    Decisions(DecisionsCommand),
+    /// Approve a pending call (optionally with edited arguments); a worker then makes it.
+    Approve(decisions::ApproveArgs),
+    /// Deny a pending call; the model reads "denied by an operator: REASON".
+    Deny(decisions::DenyArgs),
+    /// Say what an uncertain write did: --applied, --not-applied, or --cancel the run.
+    Resolve(decisions::ResolveArgs),
+    /// Answer a server's question: --content JSON, --decline or --cancel.
+    Answer(decisions::AnswerArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum DecisionsCommand {
+    /// Pending decisions (or a run's, with --run).
+    List(decisions::ListArgs),
 }
 
 /// What every command gets: the resolved configuration, the output mode, and the process's
@@ -183,5 +201,10 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Reap => worker::reap_once(&cx).await,
         Command::Serve(args) => serve::serve(&cx, args).await,
         Command::Token(command) => token::run(&cx, command).await,
+        Command::Decisions(DecisionsCommand::List(args)) => decisions::list(&cx, args).await,
+        Command::Approve(args) => decisions::approve(&cx, args).await,
+        Command::Deny(args) => decisions::deny(&cx, args).await,
+        Command::Resolve(args) => decisions::resolve(&cx, args).await,
+        Command::Answer(args) => decisions::answer(&cx, args).await,
     }
 }

@@ -167,11 +167,20 @@ impl AgentBuilder {
     pub(crate) async fn build(&self, name: &str) -> anyhow::Result<AgentSpec> {
         let config = self.config.agent(name)?;
         let catalogue = self.catalogue.catalogue_list(None).await?;
-        let tools = bind_tools(&config.tools, &catalogue, |server| {
+        let mut tools = bind_tools(&config.tools, &catalogue, |server| {
             self.clients.get(server).cloned()
         })
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("while binding the tools of agent {name}"))?;
+        // R12: the approval policy in force, like the effects (M10 amended).
+        for tool in &mut tools {
+            tool.approval = self.config.approval_of(
+                config,
+                &tool.client.server().name,
+                &tool.remote_name,
+                &tool.spec.name,
+            );
+        }
         Ok(AgentSpec {
             name: name.to_string(),
             system: config.system.clone(),
@@ -284,6 +293,30 @@ pub(crate) fn event_line(event: &RunEvent) -> String {
             text(&e.level),
             text(&e.data.to_string())
         ),
+        EventBody::DecisionAsked(e) => format!(
+            "waiting for an operator: {} decision {} about {}",
+            e.kind.as_str(),
+            e.decision_id,
+            text(&e.tool)
+        ),
+        EventBody::DecisionAnswered(e) => {
+            let reason = e
+                .reason
+                .as_deref()
+                .map(|r| format!(" ({})", text(r)))
+                .unwrap_or_default();
+            let edited = if e.arguments.is_some() {
+                " with edited arguments"
+            } else {
+                ""
+            };
+            format!(
+                "decision {} answered {}{edited} by {}{reason}",
+                e.decision_id,
+                e.answer.as_str(),
+                text(&e.actor)
+            )
+        }
     };
     format!("[{}] {round}{line}", event.seq)
 }
@@ -363,6 +396,13 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
             " ({} input, {} output tokens)",
             usage.input_tokens, usage.output_tokens
         ));
+        if outcome == Outcome::AwaitingApproval {
+            // R12: the run is parked; a worker resumes it once an operator answers.
+            text.push_str(&format!(
+                "\nwaiting for an operator: `runwarden decisions list --run {}`, then approve, deny or resolve; a worker resumes the run",
+                run.id
+            ));
+        }
         if outcome == Outcome::Cancelled {
             let since = cancelled_at
                 .lock()
@@ -380,9 +420,14 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
     Ok(match outcome {
         Outcome::Completed => ExitCode::SUCCESS,
         Outcome::Cancelled => ExitCode::from(EXIT_CANCELLED),
+        // R12: not a failure; the run waits for an operator's decision.
+        Outcome::AwaitingApproval => ExitCode::from(EXIT_AWAITING),
         _ => ExitCode::FAILURE,
     })
 }
+
+/// `run`'s exit code when the run parked on an operator decision (R12).
+const EXIT_AWAITING: u8 = 3;
 
 pub(crate) async fn cancel(cx: &Context, args: RunIdArgs) -> anyhow::Result<ExitCode> {
     // Through a server, the cancel also wakes the run's in-flight calls at once if the
@@ -491,9 +536,21 @@ fn status_text(report: &Value) -> String {
 }
 
 pub(crate) async fn status(cx: &Context, args: RunIdArgs) -> anyhow::Result<ExitCode> {
-    // The same shape `GET /v1/runs/{id}` answers.
-    let report = run_report(cx, &args.run_id).await?;
-    output::emit(cx.json, &report, || status_text(&report));
+    // The same shape `GET /v1/runs/{id}` answers, plus a waiting run's decision (R12).
+    let mut report = run_report(cx, &args.run_id).await?;
+    if report["status"] == "waiting_for_approval"
+        && let Some(decision) = super::decisions::pending_of(cx, &args.run_id).await?
+    {
+        report["decision"] = decision;
+    }
+    output::emit(cx.json, &report, || {
+        let mut text = status_text(&report);
+        if report.get("decision").is_some() {
+            let decision = crate::decisions::decision_text(&report["decision"]);
+            text.push_str(&format!("\n  waiting for {decision}"));
+        }
+        text
+    });
     Ok(ExitCode::SUCCESS)
 }
 

@@ -46,6 +46,16 @@ const PLAN: &str = r#"[
 ]
 "#;
 
+/// The second act's server (its `create_ticket` answers at once) and agent, whose
+/// `approve` makes that write wait for an operator (R12).
+const DESK: &str = "desk";
+const APPROVER: &str = "approver";
+const APPROVER_PLAN: &str = r#"[
+  {"tool_calls": [{"name": "desk__create_ticket", "arguments": {"user": "ada@example.com", "title": "Printer on floor 3 is jammed"}}]},
+  {"text": "Ticket filed for Ada, after an operator approved it."}
+]
+"#;
+
 /// How long the reader gets to see the call hang before the operator cancels it.
 const BEAT: Duration = Duration::from_millis(300);
 /// The whole tour ends well within this, or something is wrong.
@@ -79,7 +89,7 @@ struct Entry {
 }
 
 /// The config the demo writes: loopback allowed, the helpdesk server, the scripted agent.
-fn config_text(url: &str) -> String {
+fn config_text(url: &str, desk_url: &str) -> String {
     format!(
         r#"# Written by `runwarden demo`: a throwaway installation.
 data_dir = "data"
@@ -100,6 +110,17 @@ provider = "scripted"
 script = "plan.json"
 tools = ["{SERVER}__*"]
 max_rounds = 5
+
+# The second act: the same kind of server, answering at once, behind an approval (R12).
+[mcp.servers.{DESK}]
+url = "{desk_url}"
+
+[agents.{APPROVER}]
+provider = "scripted"
+script = "approve.json"
+tools = ["{DESK}__create_ticket"]
+approve = ["{DESK}__create_ticket"]
+max_rounds = 5
 "#
     )
 }
@@ -113,11 +134,13 @@ struct Installation {
 }
 
 /// Writes the config and the plan, then creates what `init` creates.
-async fn install(dir: &Path, url: &str) -> anyhow::Result<Installation> {
+async fn install(dir: &Path, url: &str, desk_url: &str) -> anyhow::Result<Installation> {
     let path = dir.join("runwarden.toml");
-    std::fs::write(&path, config_text(url))
+    std::fs::write(&path, config_text(url, desk_url))
         .with_context(|| format!("while writing {}", path.display()))?;
     std::fs::write(dir.join("plan.json"), PLAN).context("while writing the plan")?;
+    std::fs::write(dir.join("approve.json"), APPROVER_PLAN)
+        .context("while writing the second plan")?;
     let mut config = Config::load(&path)?;
     // The tour must never touch an operator's installation: undo any RUNWARDEN_*
     // override of where data lives and what egress allows.
@@ -137,25 +160,25 @@ async fn install(dir: &Path, url: &str) -> anyhow::Result<Installation> {
     })
 }
 
-/// `runwarden mcp import helpdesk`, in process: the catalogue with the operator's effects.
-async fn import(at: &Installation) -> anyhow::Result<Vec<(String, &'static str)>> {
-    let server = at.config.mcp_server(SERVER)?;
+/// `runwarden mcp import NAME`, in process: the catalogue with the operator's effects.
+async fn import(at: &Installation, name: &str) -> anyhow::Result<Vec<(String, &'static str)>> {
+    let server = at.config.mcp_server(name)?;
     let client = McpClient::new(server.clone(), at.egress.clone())
         .with_actor("demo")
         .with_health(at.store.clone());
     let tools = match client.send_request(Request::ListTools, None).await {
         Ok(Reply::Tools(tools)) => tools,
-        Ok(_) => bail!("server {SERVER} answered tools/list with something else"),
+        Ok(_) => bail!("server {name} answered tools/list with something else"),
         Err(e) => {
             return Err(e)
-                .with_context(|| format!("while importing the catalogue of server {SERVER}"));
+                .with_context(|| format!("while importing the catalogue of server {name}"));
         }
     };
     let entries = build_catalogue(server, &tools, chrono::Utc::now().timestamp_millis());
     at.store
-        .catalogue_replace(SERVER, entries.clone())
+        .catalogue_replace(name, entries.clone())
         .await
-        .with_context(|| format!("while storing the catalogue of server {SERVER}"))?;
+        .with_context(|| format!("while storing the catalogue of server {name}"))?;
     Ok(entries
         .iter()
         .filter(|e| matches!(e.schema, SchemaStatus::Usable(_)))
@@ -163,9 +186,9 @@ async fn import(at: &Installation) -> anyhow::Result<Vec<(String, &'static str)>
         .collect())
 }
 
-/// The agent as `runwarden run --agent helpdesk` would build it.
-async fn agent(at: &Installation) -> anyhow::Result<AgentSpec> {
-    let config = at.config.agent(AGENT)?;
+/// The agent as `runwarden run --agent NAME` would build it.
+async fn agent(at: &Installation, name: &str) -> anyhow::Result<AgentSpec> {
+    let config = at.config.agent(name)?;
     let ProviderConfig::Scripted { script } = &config.provider else {
         bail!("the demo's agent is not scripted");
     };
@@ -182,13 +205,21 @@ async fn agent(at: &Installation) -> anyhow::Result<AgentSpec> {
         })
         .collect();
     let catalogue = at.store.catalogue_list(None).await?;
-    let tools = bind_tools(&config.tools, &catalogue, |server| {
+    let mut tools = bind_tools(&config.tools, &catalogue, |server| {
         clients.get(server).cloned()
     })
     .map_err(anyhow::Error::msg)
     .context("while binding the demo agent's tools")?;
+    for tool in &mut tools {
+        tool.approval = at.config.approval_of(
+            config,
+            &tool.client.server().name,
+            &tool.remote_name,
+            &tool.spec.name,
+        );
+    }
     Ok(AgentSpec {
-        name: AGENT.to_string(),
+        name: name.to_string(),
         system: config.system.clone(),
         max_rounds: clamp_rounds(config.max_rounds),
         provider: Arc::new(provider),
@@ -243,9 +274,24 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
         }),
     )
     .await?;
-    let at = install(dir, &server.url).await?;
-    let imported = import(&at).await?;
-    let agent = agent(&at).await?;
+    // The second act's server counts the create_ticket calls it answers.
+    let desk_calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = desk_calls.clone();
+    let desk = mcp_server::start(
+        Duration::ZERO,
+        Arc::new(move |event| {
+            if let ServerEvent::CallArrived { tool, .. } = event
+                && tool == SLOW_TOOL
+            {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }),
+    )
+    .await?;
+    let at = install(dir, &server.url, &desk.url).await?;
+    let imported = import(&at, SERVER).await?;
+    import(&at, DESK).await?;
+    let agent = agent(&at, AGENT).await?;
     let watcher = StatusWatcher::new(
         at.store.clone(),
         Arc::new(CancelHub::new()),
@@ -358,6 +404,8 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
             limit: 0,
         })
         .await?;
+    let act = approval_act(&at, &executor, &desk_calls).await?;
+    drop(desk);
     let verify = at.vault.audit_verify().await?;
 
     let status = row.status.as_str();
@@ -383,6 +431,16 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
     if !verify.intact {
         problems.push("the audit chain does not verify".into());
     }
+    if act.parked != Outcome::AwaitingApproval || act.calls_while_waiting != 0 {
+        problems.push("the write did not wait for the approval".into());
+    }
+    if act.outcome != Outcome::Completed || act.calls_after != 1 {
+        problems.push(format!(
+            "after the approval the run ended {} and the server saw {} calls, not 1",
+            act.outcome.as_str(),
+            act.calls_after
+        ));
+    }
 
     if json {
         let events: Vec<Value> = timeline
@@ -407,10 +465,27 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
             "pending_effect": row.pending_effect,
             "audit": rows.iter().map(audit_view).collect::<Vec<_>>(),
             "audit_verify": verify,
+            "approval": {
+                "run_id": act.run_id,
+                "decision_id": act.decision_id,
+                "parked": act.parked.as_str(),
+                "calls_while_waiting": act.calls_while_waiting,
+                "outcome": act.outcome.as_str(),
+                "calls_after": act.calls_after,
+            },
         });
         output::line(report);
     } else {
         summary(status, row.pending_effect.as_deref(), &rows, &verify);
+        output::line(format!(
+            "\napproval  run {}: {DESK}__create_ticket needs an operator; the run waits ({}), the server saw {} calls\n          decision {} approved by demo; the run resumed: {}, the server saw {} call (once)",
+            act.run_id,
+            act.parked.as_str(),
+            act.calls_while_waiting,
+            act.decision_id,
+            act.outcome.as_str(),
+            act.calls_after
+        ));
         if !problems.is_empty() {
             eprintln!(
                 "error: the demo did not show what it should: {}",
@@ -422,6 +497,78 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    })
+}
+
+/// What the second act did.
+struct ApprovalAct {
+    run_id: String,
+    decision_id: String,
+    parked: Outcome,
+    calls_while_waiting: usize,
+    outcome: Outcome,
+    calls_after: usize,
+}
+
+/// R12: a write that waits for an operator. The run parks before anything is sent, the
+/// demo approves it (as `runwarden approve` would, audited), and the resumed run makes
+/// the call once.
+async fn approval_act(
+    at: &Installation,
+    executor: &Executor,
+    calls: &std::sync::atomic::AtomicUsize,
+) -> anyhow::Result<ApprovalAct> {
+    use std::sync::atomic::Ordering;
+    let agent = agent(at, APPROVER).await?;
+    let run = executor
+        .create_sync(&agent.name, PROMPT)
+        .await
+        .context("while creating the approval run")?;
+    let parked = executor.execute(&run, &agent, PROMPT, None).await;
+    let calls_while_waiting = calls.load(Ordering::SeqCst);
+    let pending = at
+        .store
+        .decision_list(runwarden_runtime::DecisionFilter {
+            run_id: Some(run.id.clone()),
+            ..Default::default()
+        })
+        .await?;
+    let decision = pending
+        .first()
+        .context("the approval run asked no decision")?;
+    let request = runwarden_runtime::AnswerRequest {
+        answer: Some(runwarden_runtime::Answer::Approve),
+        ..Default::default()
+    };
+    crate::decisions::answer(
+        &*at.store,
+        &*at.store,
+        &at.vault,
+        &decision.id,
+        request,
+        "demo",
+    )
+    .await?;
+    // What a worker does: claim the queued run and resume it.
+    let now = chrono::Utc::now().timestamp_millis();
+    let claim = runwarden_runtime::queue::Claim {
+        owner: executor.owner().to_string(),
+        lease_until_ms: now + executor.lease_ms(),
+        now_ms: now,
+    };
+    let claimed = at
+        .store
+        .run_claim(claim)
+        .await?
+        .context("the approved run was not queued")?;
+    let outcome = executor.execute(&claimed, &agent, PROMPT, None).await;
+    Ok(ApprovalAct {
+        run_id: run.id,
+        decision_id: decision.id.clone(),
+        parked,
+        calls_while_waiting,
+        outcome,
+        calls_after: calls.load(Ordering::SeqCst),
     })
 }
 

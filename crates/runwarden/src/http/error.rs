@@ -31,6 +31,11 @@ pub(crate) enum ApiError {
     AgentUnavailable(String),
     /// 409: the run already ended.
     RunAlreadyTerminal(String),
+    /// 404: no decision with that id.
+    DecisionNotFound(String),
+    /// 409: the decision takes no answer now (answered, expired, its run cancelled or
+    /// finished).
+    DecisionRefused(String),
     /// 400: the body is not JSON.
     InvalidJson(String),
     /// 400: the body or query has a field we do not know.
@@ -68,6 +73,8 @@ impl ApiError {
             Self::AgentNotFound(_) => (StatusCode::NOT_FOUND, "agent_not_found"),
             Self::AgentUnavailable(_) => (StatusCode::CONFLICT, "agent_unavailable"),
             Self::RunAlreadyTerminal(_) => (StatusCode::CONFLICT, "run_already_terminal"),
+            Self::DecisionNotFound(_) => (StatusCode::NOT_FOUND, "decision_not_found"),
+            Self::DecisionRefused(_) => (StatusCode::CONFLICT, "decision_refused"),
             Self::InvalidJson(_) => (StatusCode::BAD_REQUEST, "invalid_json"),
             Self::UnknownField(_) => (StatusCode::BAD_REQUEST, "unknown_field"),
             Self::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
@@ -84,12 +91,16 @@ impl ApiError {
             | Self::Forbidden(m)
             | Self::AgentUnavailable(m)
             | Self::RunAlreadyTerminal(m)
+            | Self::DecisionRefused(m)
             | Self::InvalidJson(m)
             | Self::UnknownField(m)
             | Self::InvalidRequest(m) => m.clone(),
             Self::NotFound => "no such route: see /v1/openapi.json for the API".into(),
             Self::MethodNotAllowed => "this route does not take that method".into(),
             Self::RunNotFound(id) => format!("no run with id {id}"),
+            Self::DecisionNotFound(id) => {
+                format!("no decision with id {id}: GET /v1/decisions lists them")
+            }
             Self::AgentNotFound(name) => {
                 format!("no agent named {name}: add [agents.{name}] to the configuration")
             }
@@ -152,6 +163,20 @@ impl From<anyhow::Error> for ApiError {
         match Self::store_fault(&error) {
             Some(fault) => Self::StoreUnavailable(fault.clone()),
             None => Self::Internal(error),
+        }
+    }
+}
+
+impl From<runwarden_runtime::DecideError> for ApiError {
+    fn from(error: runwarden_runtime::DecideError) -> Self {
+        use runwarden_runtime::DecideError;
+        match error {
+            DecideError::NotFound(id) => Self::DecisionNotFound(id),
+            DecideError::WrongAnswer { .. } | DecideError::Invalid(_) => {
+                Self::InvalidRequest(error.to_string())
+            }
+            DecideError::Refused { message, .. } => Self::DecisionRefused(message),
+            DecideError::Store(error) => Self::from(error),
         }
     }
 }

@@ -9,6 +9,7 @@
 mod audit;
 mod auth;
 mod catalogue;
+mod decisions;
 mod error;
 mod events;
 mod health;
@@ -161,6 +162,24 @@ pub(crate) static ROUTES: &[Route] = &[
         path: "/v1/runs/{id}/cancel",
         role: Some(Role::Operator),
         handler: |m| on(m, runs::cancel),
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/decisions",
+        role: Some(Role::Viewer),
+        handler: |m| on(m, decisions::list),
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/decisions/{id}",
+        role: Some(Role::Viewer),
+        handler: |m| on(m, decisions::get),
+    },
+    Route {
+        method: Method::POST,
+        path: "/v1/decisions/{id}",
+        role: Some(Role::Operator),
+        handler: |m| on(m, decisions::answer),
     },
     Route {
         method: Method::GET,

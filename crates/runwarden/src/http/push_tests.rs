@@ -108,6 +108,34 @@ impl RunStore for Counting {
         self.count();
         self.inner.run_events(id, after, limit).await
     }
+    async fn decision_ask(
+        &self,
+        params: runwarden_runtime::decision::DecisionAsk,
+    ) -> Result<Option<i64>, StoreError> {
+        self.count();
+        self.inner.decision_ask(params).await
+    }
+    async fn decision_answer(
+        &self,
+        params: runwarden_runtime::decision::DecisionAnswer,
+    ) -> Result<runwarden_runtime::AnswerOutcome, StoreError> {
+        self.count();
+        self.inner.decision_answer(params).await
+    }
+    async fn decision_get(
+        &self,
+        id: &str,
+    ) -> Result<Option<runwarden_runtime::Decision>, StoreError> {
+        self.count();
+        self.inner.decision_get(id).await
+    }
+    /// Not counted, like [`run_stale`](QueueStore::run_stale): the reaper's expiry sweep.
+    async fn decision_list(
+        &self,
+        filter: runwarden_runtime::DecisionFilter,
+    ) -> Result<Vec<runwarden_runtime::Decision>, StoreError> {
+        self.inner.decision_list(filter).await
+    }
 }
 
 #[async_trait]

@@ -1,0 +1,562 @@
+//! Operator decisions (R12): one pending question about one tool call of one run, its
+//! kinds and answers, and the store seam that asks and answers them with guarded updates.
+//!
+//! A run that waits on a decision of kind `approval` or `effect_uncertain` is parked: its
+//! status is `waiting_for_approval`, it holds no lease and no worker slot. Answering is one
+//! transaction that records the answer (only if none was given, the decision has not
+//! expired and the run still waits), appends `decision_answered` to the run's log and
+//! moves the run back to `queued`, so any worker on any node resumes it. An `input`
+//! decision belongs to a call in flight: the run keeps its lease and the answer goes back
+//! to the MCP server through the [`Elicitor`](runwarden_mcp::Elicitor).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// How long an approval waits by default before it is denied as expired (R12).
+pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The reason recorded for an approval that nobody answered in time.
+pub const EXPIRED_REASON: &str = "expired";
+
+/// The actor recorded for an answer the runtime gave itself (an expiry).
+pub const SYSTEM_ACTOR: &str = "runwarden";
+
+/// What a decision is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionKind {
+    /// A tool whose policy requires an operator's approval before it is called.
+    Approval,
+    /// A non-idempotent write whose call may have reached the server and got no answer
+    /// (R11): a person says whether it took effect.
+    EffectUncertain,
+    /// An MCP server asked for input during a call (`elicitation/create`, M14).
+    Input,
+}
+
+impl DecisionKind {
+    /// The stored text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Approval => "approval",
+            Self::EffectUncertain => "effect_uncertain",
+            Self::Input => "input",
+        }
+    }
+
+    /// Parses a stored kind.
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Approval, Self::EffectUncertain, Self::Input]
+            .into_iter()
+            .find(|k| k.as_str() == text)
+    }
+
+    /// True for the kinds that park the run (no lease, no slot) until answered.
+    pub fn parks_the_run(self) -> bool {
+        !matches!(self, Self::Input)
+    }
+
+    /// The answers an operator may give to this kind.
+    pub fn answers(self) -> &'static [Answer] {
+        match self {
+            Self::Approval => &[Answer::Approve, Answer::Deny, Answer::Cancel],
+            Self::EffectUncertain => &[Answer::Applied, Answer::NotApplied, Answer::Cancel],
+            Self::Input => &[Answer::Accept, Answer::Decline, Answer::Cancel],
+        }
+    }
+}
+
+/// Where a decision stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionStatus {
+    /// Asked, not answered yet.
+    Pending,
+    /// Answered by an operator.
+    Answered,
+    /// Nobody answered in time: an approval is denied with the reason "expired", an input
+    /// is declined.
+    Expired,
+    /// The run was cancelled (or ended) while the decision waited: the cancel won (R4).
+    Dropped,
+}
+
+impl DecisionStatus {
+    /// The stored text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Answered => "answered",
+            Self::Expired => "expired",
+            Self::Dropped => "dropped",
+        }
+    }
+
+    /// Parses a stored status.
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Pending, Self::Answered, Self::Expired, Self::Dropped]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+    }
+}
+
+/// An answer to a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Answer {
+    /// Approval: make the call (with the operator's arguments when given).
+    Approve,
+    /// Approval: do not make it; the model reads "denied by an operator: REASON".
+    Deny,
+    /// Effect uncertain: the action took effect (its result is unknown).
+    Applied,
+    /// Effect uncertain: the action did not take effect; the model may decide again.
+    NotApplied,
+    /// Input: the operator's content goes back to the server.
+    Accept,
+    /// Input: the operator declines.
+    Decline,
+    /// Approval and effect uncertain: cancel the run. Input: the elicitation's cancel.
+    Cancel,
+    /// Nobody answered in time (written by the runtime, never by an operator).
+    Expired,
+}
+
+impl Answer {
+    /// The stored text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Approve => "approve",
+            Self::Deny => "deny",
+            Self::Applied => "applied",
+            Self::NotApplied => "not_applied",
+            Self::Accept => "accept",
+            Self::Decline => "decline",
+            Self::Cancel => "cancel",
+            Self::Expired => "expired",
+        }
+    }
+
+    /// Parses an answer's text.
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            Self::Approve,
+            Self::Deny,
+            Self::Applied,
+            Self::NotApplied,
+            Self::Accept,
+            Self::Decline,
+            Self::Cancel,
+            Self::Expired,
+        ]
+        .into_iter()
+        .find(|a| a.as_str() == text)
+    }
+}
+
+/// One decision as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// A UUIDv7.
+    pub id: String,
+    /// The run that waits.
+    pub run_id: String,
+    /// What it is about.
+    pub kind: DecisionKind,
+    /// The model round whose tool call it concerns.
+    pub round: u32,
+    /// The model's id for the tool call.
+    pub call_id: String,
+    /// The tool's local name.
+    pub tool: String,
+    /// The arguments exactly as the model produced them (shown to the operator).
+    pub arguments: Value,
+    /// The SHA-256 of their canonical JSON (R12: the decision is bound to them).
+    pub arguments_hash: String,
+    /// For people: the server's question (input) or what went wrong (effect uncertain).
+    pub message: Option<String>,
+    /// Input: the flat object schema the answer's content must match.
+    pub requested_schema: Option<Value>,
+    /// When it was asked, Unix milliseconds UTC.
+    pub asked_ms: i64,
+    /// When it expires, Unix milliseconds UTC.
+    pub expires_ms: i64,
+    /// Where it stands.
+    pub status: DecisionStatus,
+    /// The answer, once given.
+    pub answer: Option<Answer>,
+    /// The reason given with it (a denial's reason, "expired").
+    pub reason: Option<String>,
+    /// Approval: the arguments the operator edited, when they did.
+    pub answer_arguments: Option<Value>,
+    /// Input: the content accepted.
+    pub content: Option<Value>,
+    /// Who answered: the API token's name, `cli`, or `runwarden` for an expiry.
+    pub actor: Option<String>,
+    /// When it was answered.
+    pub answered_ms: Option<i64>,
+}
+
+/// Parameters of [`RunStore::decision_ask`](crate::store::RunStore::decision_ask).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionAsk {
+    /// The decision, pending.
+    pub decision: Decision,
+    /// The segment that must hold the running run's lease.
+    pub owner: String,
+    /// The `decision_asked` event's payload, appended in the same transaction.
+    pub event_payload: Value,
+}
+
+/// Parameters of [`RunStore::decision_answer`](crate::store::RunStore::decision_answer).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionAnswer {
+    /// The decision.
+    pub id: String,
+    /// The answer, already checked against the decision's kind.
+    pub answer: Answer,
+    /// A reason (required for a denial).
+    pub reason: Option<String>,
+    /// Approval: edited arguments, already checked against the tool's schema.
+    pub arguments: Option<Value>,
+    /// Input: accepted content, already checked against the requested schema.
+    pub content: Option<Value>,
+    /// Who answers.
+    pub actor: String,
+    /// Now. An operator's answer is refused at or after the expiry; an expiry
+    /// ([`Answer::Expired`]) is refused before it.
+    pub now_ms: i64,
+}
+
+/// What an answer did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AnswerOutcome {
+    /// This answer won: the decision as it now stands.
+    Answered(Decision),
+    /// No decision has that id.
+    NotFound,
+    /// Refused: the decision is no longer pending (answered, expired, dropped), or has
+    /// expired, or its run no longer waits (cancelled, finished). The decision as read.
+    Refused(Decision, Refusal),
+}
+
+/// Why an answer was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Someone answered first.
+    AlreadyAnswered,
+    /// The decision expired.
+    Expired,
+    /// The run was cancelled while it waited: the cancel won.
+    RunCancelled,
+    /// The run is finished or no longer waits for this decision.
+    RunNotWaiting,
+    /// An expiry came before the decision's time.
+    NotDue,
+}
+
+/// Which decisions [`RunStore::decision_list`](crate::store::RunStore::decision_list)
+/// returns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DecisionFilter {
+    /// Only decisions in this status.
+    pub status: Option<DecisionStatus>,
+    /// Only decisions of this run.
+    pub run_id: Option<String>,
+    /// Only pending decisions whose expiry is at or before this time (the expiry sweep).
+    pub due_by_ms: Option<i64>,
+    /// At most this many (0 means 50), newest first.
+    pub limit: u32,
+}
+
+/// The arguments' canonical hash (R12): SHA-256 over their JSON with object keys sorted,
+/// as lowercase hex, so the same arguments always hash the same whatever their key order.
+pub fn arguments_hash(arguments: &Value) -> String {
+    fn canonical(value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                out.push('{');
+                for (i, key) in keys.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String((*key).clone()).to_string());
+                    out.push(':');
+                    canonical(&map[*key], out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    canonical(item, out);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut text = String::new();
+    canonical(arguments, &mut text);
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// An operator's answer as asked for (the API's body, the CLI's flags).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AnswerRequest {
+    /// The answer; [`Answer::Expired`] is the runtime's alone.
+    pub answer: Option<Answer>,
+    /// Why (required to deny).
+    pub reason: Option<String>,
+    /// Approval: edited arguments, a JSON object that fits the tool's schema.
+    pub arguments: Option<Value>,
+    /// Input: the content, a JSON object that fits the requested schema.
+    pub content: Option<Value>,
+}
+
+/// Why an answer was not taken. Each says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum DecideError {
+    /// No decision has that id.
+    #[error("no decision {0}: list them with `runwarden decisions list`")]
+    NotFound(String),
+    /// The answer does not fit the decision's kind.
+    #[error("decision {id} is of kind {kind} and takes {allowed}, not {answer}")]
+    WrongAnswer {
+        /// The decision.
+        id: String,
+        /// Its kind.
+        kind: &'static str,
+        /// What was asked for.
+        answer: String,
+        /// What it takes.
+        allowed: String,
+    },
+    /// The request is incomplete or malformed.
+    #[error("{0}")]
+    Invalid(String),
+    /// A guard refused it: answered already, expired, the run cancelled or finished.
+    #[error("{message}")]
+    Refused {
+        /// Why.
+        refusal: Refusal,
+        /// The sentence for people.
+        message: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] runwarden_vault::store::StoreError),
+}
+
+/// R12: checks an operator's answer against the decision (the kind takes it, a denial has
+/// a reason, edited arguments fit `tool_schema`, content fits the requested schema), then
+/// applies it with the store's one guarded update. `tool_schema` is the input schema of
+/// the decision's tool, for an approval with edited arguments.
+pub async fn decide(
+    store: &dyn crate::store::RunStore,
+    decision: &Decision,
+    request: AnswerRequest,
+    actor: &str,
+    tool_schema: Option<&Value>,
+    now_ms: i64,
+) -> Result<Decision, DecideError> {
+    let id = decision.id.clone();
+    let allowed = decision.kind.answers();
+    let names = || {
+        allowed
+            .iter()
+            .map(|a| a.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let Some(answer) = request.answer else {
+        return Err(DecideError::Invalid(format!(
+            "say which answer: decision {id} ({}) takes {}",
+            decision.kind.as_str(),
+            names()
+        )));
+    };
+    if !allowed.contains(&answer) {
+        return Err(DecideError::WrongAnswer {
+            id,
+            kind: decision.kind.as_str(),
+            answer: answer.as_str().to_string(),
+            allowed: names(),
+        });
+    }
+    let reason = request
+        .reason
+        .map(|r| r.trim().to_string())
+        .filter(|r| !r.is_empty());
+    if answer == Answer::Deny && reason.is_none() {
+        return Err(DecideError::Invalid(
+            "a denial needs a reason: the model reads \"denied by an operator: REASON\"".into(),
+        ));
+    }
+    if request.arguments.is_some() && answer != Answer::Approve {
+        return Err(DecideError::Invalid(
+            "arguments go only with approve (an edited call)".into(),
+        ));
+    }
+    if let Some(arguments) = &request.arguments {
+        if !arguments.is_object() {
+            return Err(DecideError::Invalid(
+                "the edited arguments must be a JSON object".into(),
+            ));
+        }
+        if let Some(schema) = tool_schema {
+            crate::schema_check::check(schema, arguments).map_err(|why| {
+                DecideError::Invalid(format!(
+                    "the edited arguments do not fit the schema of {}: {why}",
+                    decision.tool
+                ))
+            })?;
+        }
+    }
+    if request.content.is_some() && answer != Answer::Accept {
+        return Err(DecideError::Invalid(
+            "content goes only with accept (an answer to the server's question)".into(),
+        ));
+    }
+    if answer == Answer::Accept {
+        let Some(content) = &request.content else {
+            return Err(DecideError::Invalid(
+                "accept needs content: a JSON object that fits the server's requested schema"
+                    .into(),
+            ));
+        };
+        if !content.is_object() {
+            return Err(DecideError::Invalid(
+                "the content must be a JSON object".into(),
+            ));
+        }
+        if let Some(schema) = &decision.requested_schema {
+            crate::schema_check::check(schema, content).map_err(|why| {
+                DecideError::Invalid(format!(
+                    "the content does not fit the server's requested schema: {why}"
+                ))
+            })?;
+        }
+    }
+    let params = DecisionAnswer {
+        id: id.clone(),
+        answer,
+        reason,
+        arguments: request.arguments,
+        content: request.content,
+        actor: actor.to_string(),
+        now_ms,
+    };
+    match store.decision_answer(params).await? {
+        AnswerOutcome::Answered(decision) => Ok(decision),
+        AnswerOutcome::NotFound => Err(DecideError::NotFound(id)),
+        AnswerOutcome::Refused(found, refusal) => Err(DecideError::Refused {
+            refusal,
+            message: refusal_message(&found, refusal),
+        }),
+    }
+}
+
+/// A refused answer, in words that say what happened and what is left to do.
+pub fn refusal_message(decision: &Decision, refusal: Refusal) -> String {
+    let id = &decision.id;
+    match refusal {
+        Refusal::AlreadyAnswered => format!(
+            "decision {id} was already answered ({} by {}): an answer is given once",
+            decision.answer.map_or("?", Answer::as_str),
+            decision.actor.as_deref().unwrap_or("?")
+        ),
+        Refusal::Expired => format!(
+            "decision {id} expired: the call was denied as \"expired\"; start a new run if it is still wanted"
+        ),
+        Refusal::RunCancelled => format!(
+            "run {} was cancelled, so decision {id} is void: a cancelled run takes no answer",
+            decision.run_id
+        ),
+        Refusal::RunNotWaiting => format!(
+            "run {} no longer waits for decision {id} (it finished or moved on)",
+            decision.run_id
+        ),
+        Refusal::NotDue => format!("decision {id} is not due to expire yet"),
+    }
+}
+
+/// R12: denies every approval whose time is up (answer `expired`, actor `runwarden`), so
+/// the run goes back to the queue and the model reads "denied by an operator: expired";
+/// an input that expired is declined by its call on its own and only recorded here.
+/// Uncertain effects never expire. Returns how many expired.
+pub async fn expire_due(
+    store: &dyn crate::store::RunStore,
+    now_ms: i64,
+) -> Result<usize, runwarden_vault::store::StoreError> {
+    let due = store
+        .decision_list(DecisionFilter {
+            due_by_ms: Some(now_ms),
+            limit: 100,
+            ..DecisionFilter::default()
+        })
+        .await?;
+    let mut expired = 0;
+    for decision in due {
+        let params = DecisionAnswer {
+            id: decision.id,
+            answer: Answer::Expired,
+            reason: Some(EXPIRED_REASON.to_string()),
+            arguments: None,
+            content: None,
+            actor: SYSTEM_ACTOR.to_string(),
+            now_ms,
+        };
+        // Another node or an operator may have won: a refusal is no error here.
+        if let AnswerOutcome::Answered(_) = store.decision_answer(params).await? {
+            expired += 1;
+        }
+    }
+    Ok(expired)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_arguments_hash_ignores_key_order_and_sees_every_value() {
+        let a = arguments_hash(&json!({"title": "printer", "n": [1, {"b": 2, "a": 1}]}));
+        let b = arguments_hash(&json!({"n": [1, {"a": 1, "b": 2}], "title": "printer"}));
+        assert_eq!(a, b);
+        assert_ne!(a, arguments_hash(&json!({"title": "printer", "n": [1]})));
+        assert_eq!(a.len(), 64);
+    }
+
+    #[test]
+    fn each_kind_takes_only_its_own_answers() {
+        assert!(DecisionKind::Approval.answers().contains(&Answer::Approve));
+        assert!(!DecisionKind::Approval.answers().contains(&Answer::Applied));
+        assert!(
+            !DecisionKind::EffectUncertain
+                .answers()
+                .contains(&Answer::Approve)
+        );
+        assert!(!DecisionKind::Input.answers().contains(&Answer::Expired));
+        for text in [
+            "approve",
+            "deny",
+            "applied",
+            "not_applied",
+            "accept",
+            "decline",
+            "cancel",
+        ] {
+            assert_eq!(Answer::parse(text).map(Answer::as_str), Some(text));
+        }
+    }
+}

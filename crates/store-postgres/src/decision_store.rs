@@ -1,0 +1,348 @@
+//! Operator decisions for PostgreSQL (SPEC R12): asking one parks the run in the same
+//! transaction; answering is one guarded UPDATE that also appends `decision_answered` and
+//! moves the run back to the queue (or cancels it), so two answers racing, on any nodes,
+//! leave one.
+//!
+//! Every write locks the run's row first (the ask through its guarded UPDATE, the answer
+//! with `SELECT ... FOR UPDATE`), as the cancel and the event append do, so the three take
+//! turns per run and always lock in the same order. Changes reach other nodes through
+//! 0007's triggers on the run's status and on the appended event.
+
+use runwarden_runtime::RunState;
+use runwarden_runtime::decision::{
+    Answer, AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionKind,
+    DecisionStatus, EXPIRED_REASON, Refusal,
+};
+use runwarden_runtime::events::{DecisionAnswered, EventBody};
+use runwarden_vault::store::StoreError;
+use serde_json::Value;
+use tokio_postgres::{GenericClient, Row};
+
+use crate::PgStore;
+use crate::failure::{Failure, finish};
+
+const DECISION_COLUMNS: &str = "id, run_id, kind, round, call_id, tool, arguments, arguments_hash, message, \
+     requested_schema, asked_ms, expires_ms, status, answer, reason, answer_arguments, content, \
+     actor, answered_ms";
+
+/// R4: the reason a cancel by answer writes, as a plain cancel does.
+const CANCEL_REASON: &str = "cancelled by an operator (answering a decision)";
+
+impl PgStore {
+    pub(crate) async fn ask(&self, params: DecisionAsk) -> Result<Option<i64>, StoreError> {
+        self.with("asking a decision", async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let result = ask(&*tx, &params).await;
+            finish(tx, result).await
+        })
+        .await
+    }
+
+    pub(crate) async fn answer(&self, params: DecisionAnswer) -> Result<AnswerOutcome, StoreError> {
+        self.with("answering a decision", async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let result = answer(&*tx, &params).await;
+            finish(tx, result).await
+        })
+        .await
+    }
+
+    pub(crate) async fn decision(&self, id: &str) -> Result<Option<Decision>, StoreError> {
+        self.with("reading a decision", async {
+            let client = self.client().await?;
+            read(&**client, id, false).await
+        })
+        .await
+    }
+
+    pub(crate) async fn decisions(
+        &self,
+        filter: DecisionFilter,
+    ) -> Result<Vec<Decision>, StoreError> {
+        self.with("listing decisions", async {
+            let client = self.client().await?;
+            let limit = if filter.limit == 0 {
+                50
+            } else {
+                i64::from(filter.limit.min(1_000))
+            };
+            let stmt = client
+                .prepare_cached(&format!(
+                    "SELECT {DECISION_COLUMNS} FROM decisions
+                     WHERE ($1::TEXT IS NULL OR status = $1) AND ($2::TEXT IS NULL OR run_id = $2)
+                       AND ($3::BIGINT IS NULL OR (status = 'pending' AND expires_ms <= $3))
+                     ORDER BY id DESC LIMIT $4"
+                ))
+                .await?;
+            let status = filter.status.map(DecisionStatus::as_str);
+            let rows = client
+                .query(&stmt, &[&status, &filter.run_id, &filter.due_by_ms, &limit])
+                .await?;
+            rows.iter().map(decode).collect()
+        })
+        .await
+    }
+}
+
+/// R12: the guarded ask. The run must be running and held by `owner`.
+async fn ask(tx: &impl GenericClient, params: &DecisionAsk) -> Result<Option<i64>, Failure> {
+    let d = &params.decision;
+    // The kinds that park release the lease and leave the stored request and the fence.
+    let sql = if d.kind.parks_the_run() {
+        "UPDATE runs SET status = 'waiting_for_approval', lease_expires_ms = NULL, updated_ms = $1
+         WHERE id = $2 AND claimed_by = $3 AND status = 'running'"
+    } else {
+        "UPDATE runs SET updated_ms = $1 WHERE id = $2 AND claimed_by = $3 AND status = 'running'"
+    };
+    let changed = tx
+        .execute(sql, &[&d.asked_ms, &d.run_id, &params.owner])
+        .await?;
+    if changed != 1 {
+        return Ok(None);
+    }
+    let seq = append(
+        tx,
+        &d.run_id,
+        "decision_asked",
+        &params.event_payload,
+        d.asked_ms,
+    )
+    .await?;
+    tx.execute(
+        &format!(
+            "INSERT INTO decisions ({DECISION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', NULL, NULL, NULL, NULL, NULL, NULL)"
+        ),
+        &[
+            &d.id,
+            &d.run_id,
+            &d.kind.as_str(),
+            &i64::from(d.round),
+            &d.call_id,
+            &d.tool,
+            &d.arguments.to_string(),
+            &d.arguments_hash,
+            &d.message,
+            &d.requested_schema.as_ref().map(Value::to_string),
+            &d.asked_ms,
+            &d.expires_ms,
+        ],
+    )
+    .await?;
+    Ok(Some(seq))
+}
+
+/// R12: the guarded answer, with the run's move and the event in the same transaction.
+async fn answer(
+    tx: &impl GenericClient,
+    params: &DecisionAnswer,
+) -> Result<AnswerOutcome, Failure> {
+    // The run's row first: a cancel or an appender of the same run waits for us, and we
+    // for them; the decision is read after the lock is held, so it is current.
+    let run_status: Option<String> = tx
+        .query_opt(
+            "SELECT r.status FROM runs r JOIN decisions d ON d.run_id = r.id
+             WHERE d.id = $1 FOR UPDATE OF r",
+            &[&params.id],
+        )
+        .await?
+        .map(|row| row.try_get(0))
+        .transpose()?;
+    let Some(before) = read(tx, &params.id, true).await? else {
+        return Ok(AnswerOutcome::NotFound);
+    };
+    let run = run_status.as_deref().and_then(RunState::parse);
+    let expiry = params.answer == Answer::Expired;
+    let waiting = if before.kind.parks_the_run() {
+        RunState::WaitingForApproval
+    } else {
+        RunState::Running
+    };
+    let due = before.expires_ms <= params.now_ms;
+    let refusal = match before.status {
+        DecisionStatus::Answered => Some(Refusal::AlreadyAnswered),
+        DecisionStatus::Expired => Some(Refusal::Expired),
+        DecisionStatus::Dropped => Some(Refusal::RunCancelled),
+        DecisionStatus::Pending if run == Some(RunState::Cancelled) => Some(Refusal::RunCancelled),
+        DecisionStatus::Pending if expiry && !due => Some(Refusal::NotDue),
+        DecisionStatus::Pending if !expiry && due => Some(Refusal::Expired),
+        DecisionStatus::Pending if run != Some(waiting) => Some(Refusal::RunNotWaiting),
+        DecisionStatus::Pending => None,
+    };
+    if let Some(refusal) = refusal {
+        return Ok(AnswerOutcome::Refused(before, refusal));
+    }
+    let (status_after, reason) = if expiry {
+        (DecisionStatus::Expired, Some(EXPIRED_REASON.to_string()))
+    } else {
+        (DecisionStatus::Answered, params.reason.clone())
+    };
+    let changed = tx
+        .execute(
+            "UPDATE decisions SET status = $1, answer = $2, reason = $3, answer_arguments = $4,
+                 content = $5, actor = $6, answered_ms = $7
+             WHERE id = $8 AND status = 'pending'",
+            &[
+                &status_after.as_str(),
+                &params.answer.as_str(),
+                &reason,
+                &params.arguments.as_ref().map(Value::to_string),
+                &params.content.as_ref().map(Value::to_string),
+                &params.actor,
+                &params.now_ms,
+                &params.id,
+            ],
+        )
+        .await?;
+    if changed != 1 {
+        return Ok(AnswerOutcome::Refused(before, Refusal::AlreadyAnswered));
+    }
+    let Some(decision) = read(tx, &params.id, false).await? else {
+        return Err(Failure::Corrupt(format!(
+            "decision {} vanished inside its answer's transaction",
+            params.id
+        )));
+    };
+    let Some(event) = DecisionAnswered::of(&decision) else {
+        return Err(Failure::Corrupt(format!(
+            "decision {} has no answer after its answer",
+            params.id
+        )));
+    };
+    let body = EventBody::DecisionAnswered(event);
+    append(
+        tx,
+        &decision.run_id,
+        body.kind(),
+        &body.to_payload(),
+        params.now_ms,
+    )
+    .await?;
+    if decision.kind.parks_the_run() {
+        if params.answer == Answer::Cancel {
+            // R4: a cancel by answer is the cancel: terminal, the stored request dropped.
+            tx.execute(
+                "UPDATE runs SET status = 'cancelled', request = NULL, termination_reason = $1,
+                     updated_ms = $2
+                 WHERE id = $3 AND status = 'waiting_for_approval'",
+                &[&CANCEL_REASON, &params.now_ms, &decision.run_id],
+            )
+            .await?;
+        } else {
+            // Back to the queue, due now: any worker on any node claims it. R11: a person
+            // said what an uncertain write did, so its fence is cleared.
+            let clear_fence = decision.kind == DecisionKind::EffectUncertain;
+            tx.execute(
+                "UPDATE runs SET status = 'queued', retry_at_ms = $1, lease_expires_ms = NULL,
+                     pending_effect = CASE WHEN $2 THEN NULL ELSE pending_effect END,
+                     updated_ms = $1
+                 WHERE id = $3 AND status = 'waiting_for_approval'",
+                &[&params.now_ms, &clear_fence, &decision.run_id],
+            )
+            .await?;
+        }
+    }
+    Ok(AnswerOutcome::Answered(decision))
+}
+
+/// Appends an event with the next sequence; the caller holds the run's row lock.
+async fn append(
+    tx: &impl GenericClient,
+    run_id: &str,
+    kind: &str,
+    payload: &Value,
+    now_ms: i64,
+) -> Result<i64, Failure> {
+    let row = tx
+        .query_one(
+            "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
+             SELECT $1::TEXT, COALESCE(MAX(seq), 0) + 1, $2::TEXT, $3::TEXT, $4::BIGINT
+             FROM run_events WHERE run_id = $1::TEXT
+             RETURNING seq",
+            &[&run_id, &kind, &payload.to_string(), &now_ms],
+        )
+        .await?;
+    Ok(row.try_get(0)?)
+}
+
+/// R4, R12: a cancel drops the run's pending decisions, inside the cancel's transaction.
+pub(crate) async fn drop_pending(
+    tx: &impl GenericClient,
+    run_id: &str,
+    now_ms: i64,
+) -> Result<(), Failure> {
+    tx.execute(
+        "UPDATE decisions SET status = 'dropped', answered_ms = $1
+         WHERE run_id = $2 AND status = 'pending'",
+        &[&now_ms, &run_id],
+    )
+    .await?;
+    Ok(())
+}
+
+async fn read(
+    conn: &impl GenericClient,
+    id: &str,
+    lock: bool,
+) -> Result<Option<Decision>, Failure> {
+    let sql = format!(
+        "SELECT {DECISION_COLUMNS} FROM decisions WHERE id = $1{}",
+        if lock { " FOR UPDATE" } else { "" }
+    );
+    let row = conn.query_opt(&sql, &[&id]).await?;
+    row.as_ref().map(decode).transpose()
+}
+
+/// Stored text this build cannot read is damage, reported, never a panic.
+fn decode(row: &Row) -> Result<Decision, Failure> {
+    let id: String = row.try_get(0)?;
+    let corrupt = |what: String| Failure::Corrupt(format!("decision {id} {what}"));
+    let json = |text: &str, what: &str| -> Result<Value, Failure> {
+        serde_json::from_str(text)
+            .map_err(|e| corrupt(format!("has {what} that is not JSON ({e})")))
+    };
+    let kind: String = row.try_get(2)?;
+    let kind =
+        DecisionKind::parse(&kind).ok_or_else(|| corrupt(format!("has unknown kind {kind:?}")))?;
+    let status: String = row.try_get(12)?;
+    let status = DecisionStatus::parse(&status)
+        .ok_or_else(|| corrupt(format!("has unknown status {status:?}")))?;
+    let answer: Option<String> = row.try_get(13)?;
+    let answer = answer
+        .as_deref()
+        .map(|a| Answer::parse(a).ok_or_else(|| corrupt(format!("has unknown answer {a:?}"))))
+        .transpose()?;
+    let round: i64 = row.try_get(3)?;
+    let arguments: String = row.try_get(6)?;
+    let requested_schema: Option<String> = row.try_get(9)?;
+    let answer_arguments: Option<String> = row.try_get(15)?;
+    let content: Option<String> = row.try_get(16)?;
+    Ok(Decision {
+        run_id: row.try_get(1)?,
+        kind,
+        round: u32::try_from(round).map_err(|_| corrupt(format!("has round {round}")))?,
+        call_id: row.try_get(4)?,
+        tool: row.try_get(5)?,
+        arguments: json(&arguments, "arguments")?,
+        arguments_hash: row.try_get(7)?,
+        message: row.try_get(8)?,
+        requested_schema: requested_schema
+            .as_deref()
+            .map(|t| json(t, "a requested schema"))
+            .transpose()?,
+        asked_ms: row.try_get(10)?,
+        expires_ms: row.try_get(11)?,
+        status,
+        answer,
+        reason: row.try_get(14)?,
+        answer_arguments: answer_arguments
+            .as_deref()
+            .map(|t| json(t, "edited arguments"))
+            .transpose()?,
+        content: content.as_deref().map(|t| json(t, "content")).transpose()?,
+        actor: row.try_get(17)?,
+        answered_ms: row.try_get(18)?,
+        id,
+    })
+}

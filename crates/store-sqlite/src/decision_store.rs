@@ -1,0 +1,411 @@
+//! Operator decisions for SQLite (SPEC R12): asking one parks the run in the same
+//! transaction; answering is one guarded UPDATE that also appends `decision_answered` and
+//! moves the run back to the queue (or cancels it), so two answers racing leave one.
+//!
+//! Each write runs in one `BEGIN IMMEDIATE` transaction, so another process cannot change
+//! the decision or the run between the guard and the rest.
+
+use runwarden_runtime::decision::{
+    Answer, AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionKind,
+    DecisionStatus, Refusal,
+};
+use runwarden_runtime::events::{DecisionAnswered, EventBody};
+use runwarden_runtime::{Change, RunState};
+use runwarden_vault::store::StoreError;
+use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
+use serde_json::Value;
+
+use crate::SqliteStore;
+use crate::failure::Failure;
+use crate::run_store::publish_status;
+
+const DECISION_COLUMNS: &str = "id, run_id, kind, round, call_id, tool, arguments, arguments_hash, message, \
+     requested_schema, asked_ms, expires_ms, status, answer, reason, answer_arguments, content, \
+     actor, answered_ms";
+
+/// R4: the reason a cancel by answer writes, as a plain cancel does.
+const CANCEL_REASON: &str = "cancelled by an operator (answering a decision)";
+
+impl SqliteStore {
+    pub(crate) async fn ask(&self, params: DecisionAsk) -> Result<Option<i64>, StoreError> {
+        let run_id = params.decision.run_id.clone();
+        let parks = params.decision.kind.parks_the_run();
+        let seq = self
+            .run("asking a decision", move |conn| ask(conn, &params))
+            .await?;
+        if let Some(seq) = seq {
+            self.feed().publish(Change::Appended {
+                run_id: run_id.clone(),
+                seq,
+            });
+            if parks {
+                publish_status(self.feed(), &run_id, RunState::WaitingForApproval);
+            }
+        }
+        Ok(seq)
+    }
+
+    pub(crate) async fn answer(&self, params: DecisionAnswer) -> Result<AnswerOutcome, StoreError> {
+        let (outcome, seq, status) = self
+            .run("answering a decision", move |conn| answer(conn, &params))
+            .await?;
+        if let AnswerOutcome::Answered(decision) = &outcome {
+            if let Some(seq) = seq {
+                self.feed().publish(Change::Appended {
+                    run_id: decision.run_id.clone(),
+                    seq,
+                });
+            }
+            if let Some(status) = status {
+                publish_status(self.feed(), &decision.run_id, status);
+            }
+        }
+        Ok(outcome)
+    }
+
+    pub(crate) async fn decision(&self, id: &str) -> Result<Option<Decision>, StoreError> {
+        let id = id.to_owned();
+        self.run("reading a decision", move |conn| read(conn, &id))
+            .await
+    }
+
+    pub(crate) async fn decisions(
+        &self,
+        filter: DecisionFilter,
+    ) -> Result<Vec<Decision>, StoreError> {
+        self.run("listing decisions", move |conn| {
+            let limit = if filter.limit == 0 {
+                50
+            } else {
+                i64::from(filter.limit.min(1_000))
+            };
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {DECISION_COLUMNS} FROM decisions
+                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR run_id = ?2)
+                   AND (?3 IS NULL OR (status = 'pending' AND expires_ms <= ?3))
+                 ORDER BY id DESC LIMIT ?4"
+            ))?;
+            let status = filter.status.map(DecisionStatus::as_str);
+            let rows = stmt
+                .query_map(
+                    params![status, filter.run_id, filter.due_by_ms, limit],
+                    columns,
+                )?
+                .collect::<Result<Vec<_>, _>>()?;
+            rows.into_iter().map(decode).collect()
+        })
+        .await
+    }
+}
+
+/// R12: the guarded ask. The run must be running and held by `owner`.
+fn ask(conn: &mut Connection, params: &DecisionAsk) -> Result<Option<i64>, Failure> {
+    let d = &params.decision;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    // The kinds that park release the lease and leave the stored request and the fence:
+    // the run holds no slot and any worker may resume it once it is answered.
+    let changed = if d.kind.parks_the_run() {
+        tx.execute(
+            "UPDATE runs SET status = 'waiting_for_approval', lease_expires_ms = NULL,
+                 updated_ms = ?1
+             WHERE id = ?2 AND claimed_by = ?3 AND status = 'running'",
+            params![d.asked_ms, d.run_id, params.owner],
+        )?
+    } else {
+        tx.execute(
+            "UPDATE runs SET updated_ms = ?1 WHERE id = ?2 AND claimed_by = ?3 AND status = 'running'",
+            params![d.asked_ms, d.run_id, params.owner],
+        )?
+    };
+    if changed != 1 {
+        return Ok(None); // dropping the transaction rolls it back
+    }
+    let seq = append(
+        &tx,
+        &d.run_id,
+        "decision_asked",
+        &params.event_payload,
+        d.asked_ms,
+    )?;
+    tx.execute(
+        &format!("INSERT INTO decisions ({DECISION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 'pending', NULL, NULL, NULL, NULL, NULL, NULL)"),
+        params![
+            d.id,
+            d.run_id,
+            d.kind.as_str(),
+            i64::from(d.round),
+            d.call_id,
+            d.tool,
+            d.arguments.to_string(),
+            d.arguments_hash,
+            d.message,
+            d.requested_schema.as_ref().map(Value::to_string),
+            d.asked_ms,
+            d.expires_ms,
+        ],
+    )?;
+    tx.commit()?;
+    Ok(Some(seq))
+}
+
+type Answered = (AnswerOutcome, Option<i64>, Option<RunState>);
+
+/// R12: the guarded answer, with the run's move and the event in the same transaction.
+fn answer(conn: &mut Connection, params: &DecisionAnswer) -> Result<Answered, Failure> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let Some(before) = read(&tx, &params.id)? else {
+        return Ok((AnswerOutcome::NotFound, None, None));
+    };
+    let expiry = params.answer == Answer::Expired;
+    let status_after = if expiry {
+        DecisionStatus::Expired
+    } else {
+        DecisionStatus::Answered
+    };
+    let reason = if expiry {
+        Some(runwarden_runtime::decision::EXPIRED_REASON.to_string())
+    } else {
+        params.reason.clone()
+    };
+    // The guard: pending, on the right side of the expiry, and the run still waits on it.
+    let run_status = if before.kind.parks_the_run() {
+        "waiting_for_approval"
+    } else {
+        "running"
+    };
+    let changed = tx.execute(
+        "UPDATE decisions SET status = ?1, answer = ?2, reason = ?3, answer_arguments = ?4,
+             content = ?5, actor = ?6, answered_ms = ?7
+         WHERE id = ?8 AND status = 'pending'
+           AND (CASE WHEN ?9 THEN expires_ms <= ?7 ELSE expires_ms > ?7 END)
+           AND EXISTS (SELECT 1 FROM runs WHERE runs.id = decisions.run_id AND runs.status = ?10)",
+        params![
+            status_after.as_str(),
+            params.answer.as_str(),
+            reason,
+            params.arguments.as_ref().map(Value::to_string),
+            params.content.as_ref().map(Value::to_string),
+            params.actor,
+            params.now_ms,
+            params.id,
+            expiry,
+            run_status,
+        ],
+    )?;
+    if changed != 1 {
+        let run = read_run_status(&tx, &before.run_id)?;
+        let refusal = refusal(&before, run, params.now_ms, expiry);
+        return Ok((AnswerOutcome::Refused(before, refusal), None, None));
+    }
+    let Some(decision) = read(&tx, &params.id)? else {
+        return Err(Failure::Corrupt(format!(
+            "decision {} vanished inside its answer's transaction",
+            params.id
+        )));
+    };
+    let Some(event) = DecisionAnswered::of(&decision) else {
+        return Err(Failure::Corrupt(format!(
+            "decision {} has no answer after its answer",
+            params.id
+        )));
+    };
+    let body = EventBody::DecisionAnswered(event);
+    let seq = append(
+        &tx,
+        &decision.run_id,
+        body.kind(),
+        &body.to_payload(),
+        params.now_ms,
+    )?;
+    let mut new_status = None;
+    if decision.kind.parks_the_run() {
+        if params.answer == Answer::Cancel {
+            // R4: a cancel by answer is the cancel: terminal, the stored request dropped.
+            tx.execute(
+                "UPDATE runs SET status = 'cancelled', request = NULL, termination_reason = ?1,
+                     updated_ms = ?2
+                 WHERE id = ?3 AND status = 'waiting_for_approval'",
+                params![CANCEL_REASON, params.now_ms, decision.run_id],
+            )?;
+            new_status = Some(RunState::Cancelled);
+        } else {
+            // Back to the queue, due now: any worker on any node claims it. R11: a person
+            // said what an uncertain write did, so its fence is cleared.
+            let clear_fence = decision.kind == DecisionKind::EffectUncertain;
+            tx.execute(
+                "UPDATE runs SET status = 'queued', retry_at_ms = ?1, lease_expires_ms = NULL,
+                     pending_effect = CASE WHEN ?2 THEN NULL ELSE pending_effect END,
+                     updated_ms = ?1
+                 WHERE id = ?3 AND status = 'waiting_for_approval'",
+                params![params.now_ms, clear_fence, decision.run_id],
+            )?;
+            new_status = Some(RunState::Queued);
+        }
+    }
+    tx.commit()?;
+    Ok((AnswerOutcome::Answered(decision), Some(seq), new_status))
+}
+
+/// Why an answer found nothing to change, from the decision and its run as read.
+fn refusal(before: &Decision, run: Option<RunState>, now_ms: i64, expiry: bool) -> Refusal {
+    match before.status {
+        DecisionStatus::Answered => return Refusal::AlreadyAnswered,
+        DecisionStatus::Expired => return Refusal::Expired,
+        DecisionStatus::Dropped => return Refusal::RunCancelled,
+        DecisionStatus::Pending => {}
+    }
+    match run {
+        Some(RunState::Cancelled) => Refusal::RunCancelled,
+        _ if expiry && before.expires_ms > now_ms => Refusal::NotDue,
+        _ if !expiry && before.expires_ms <= now_ms => Refusal::Expired,
+        _ => Refusal::RunNotWaiting,
+    }
+}
+
+/// Appends an event with the next sequence, inside the caller's immediate transaction.
+fn append(
+    tx: &Transaction<'_>,
+    run_id: &str,
+    kind: &str,
+    payload: &Value,
+    now_ms: i64,
+) -> Result<i64, Failure> {
+    let seq: i64 = tx.query_row(
+        "SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = ?1",
+        [run_id],
+        |row| row.get(0),
+    )?;
+    tx.execute(
+        "INSERT INTO run_events (run_id, seq, kind, payload, time_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![run_id, seq, kind, payload.to_string(), now_ms],
+    )?;
+    Ok(seq)
+}
+
+fn read_run_status(conn: &Connection, id: &str) -> Result<Option<RunState>, Failure> {
+    let text: Option<String> = conn
+        .query_row("SELECT status FROM runs WHERE id = ?1", [id], |row| {
+            row.get(0)
+        })
+        .optional()?;
+    Ok(text.as_deref().and_then(RunState::parse))
+}
+
+/// R4, R12: a cancel drops the run's pending decisions, inside the cancel's transaction.
+pub(crate) fn drop_pending(conn: &Connection, run_id: &str, now_ms: i64) -> Result<(), Failure> {
+    conn.execute(
+        "UPDATE decisions SET status = 'dropped', answered_ms = ?1
+         WHERE run_id = ?2 AND status = 'pending'",
+        params![now_ms, run_id],
+    )?;
+    Ok(())
+}
+
+fn read(conn: &Connection, id: &str) -> Result<Option<Decision>, Failure> {
+    let row = conn
+        .query_row(
+            &format!("SELECT {DECISION_COLUMNS} FROM decisions WHERE id = ?1"),
+            [id],
+            columns,
+        )
+        .optional()?;
+    row.map(decode).transpose()
+}
+
+/// A decision row as read, before its texts are parsed.
+struct Columns {
+    id: String,
+    run_id: String,
+    kind: String,
+    round: i64,
+    call_id: String,
+    tool: String,
+    arguments: String,
+    arguments_hash: String,
+    message: Option<String>,
+    requested_schema: Option<String>,
+    asked_ms: i64,
+    expires_ms: i64,
+    status: String,
+    answer: Option<String>,
+    reason: Option<String>,
+    answer_arguments: Option<String>,
+    content: Option<String>,
+    actor: Option<String>,
+    answered_ms: Option<i64>,
+}
+
+fn columns(row: &Row<'_>) -> rusqlite::Result<Columns> {
+    Ok(Columns {
+        id: row.get(0)?,
+        run_id: row.get(1)?,
+        kind: row.get(2)?,
+        round: row.get(3)?,
+        call_id: row.get(4)?,
+        tool: row.get(5)?,
+        arguments: row.get(6)?,
+        arguments_hash: row.get(7)?,
+        message: row.get(8)?,
+        requested_schema: row.get(9)?,
+        asked_ms: row.get(10)?,
+        expires_ms: row.get(11)?,
+        status: row.get(12)?,
+        answer: row.get(13)?,
+        reason: row.get(14)?,
+        answer_arguments: row.get(15)?,
+        content: row.get(16)?,
+        actor: row.get(17)?,
+        answered_ms: row.get(18)?,
+    })
+}
+
+/// Stored text this build cannot read is damage, reported, never a panic.
+fn decode(c: Columns) -> Result<Decision, Failure> {
+    let corrupt = |what: String| Failure::Corrupt(format!("decision {} {what}", c.id));
+    let json = |text: &str, what: &str| -> Result<Value, Failure> {
+        serde_json::from_str(text)
+            .map_err(|e| corrupt(format!("has {what} that is not JSON ({e})")))
+    };
+    let kind = DecisionKind::parse(&c.kind)
+        .ok_or_else(|| corrupt(format!("has unknown kind {:?}", c.kind)))?;
+    let status = DecisionStatus::parse(&c.status)
+        .ok_or_else(|| corrupt(format!("has unknown status {:?}", c.status)))?;
+    let answer = c
+        .answer
+        .as_deref()
+        .map(|a| Answer::parse(a).ok_or_else(|| corrupt(format!("has unknown answer {a:?}"))))
+        .transpose()?;
+    Ok(Decision {
+        arguments: json(&c.arguments, "arguments")?,
+        requested_schema: c
+            .requested_schema
+            .as_deref()
+            .map(|t| json(t, "a requested schema"))
+            .transpose()?,
+        answer_arguments: c
+            .answer_arguments
+            .as_deref()
+            .map(|t| json(t, "edited arguments"))
+            .transpose()?,
+        content: c
+            .content
+            .as_deref()
+            .map(|t| json(t, "content"))
+            .transpose()?,
+        round: u32::try_from(c.round).map_err(|_| corrupt(format!("has round {}", c.round)))?,
+        kind,
+        status,
+        answer,
+        id: c.id,
+        run_id: c.run_id,
+        call_id: c.call_id,
+        tool: c.tool,
+        arguments_hash: c.arguments_hash,
+        message: c.message,
+        asked_ms: c.asked_ms,
+        expires_ms: c.expires_ms,
+        reason: c.reason,
+        actor: c.actor,
+        answered_ms: c.answered_ms,
+    })
+}

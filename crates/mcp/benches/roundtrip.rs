@@ -121,6 +121,7 @@ async fn main() {
         correlation: None,
         gate: None,
         elicitor: None,
+        notices: None,
     };
     let arguments = || json!({"text": "hello"}).as_object().unwrap().clone();
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hello"}}}).to_string();
@@ -202,6 +203,7 @@ async fn main() {
                 correlation: None,
                 gate: None,
                 elicitor: None,
+                notices: None,
             };
             client.call_tool(call, None).await.result.is_success()
         }

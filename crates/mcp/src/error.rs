@@ -143,6 +143,30 @@ pub enum McpError {
         /// Why the gate refused, in the caller's words.
         reason: String,
     },
+    /// M15: with `progress_extends_deadline`, the server sent no progress for a whole
+    /// budget (or the hard maximum passed), so the client stopped waiting.
+    #[error("{method} to server {server} stopped: no answer and no progress within the {} s budget", budget.as_secs())]
+    Stalled {
+        /// The server.
+        server: String,
+        /// The leg.
+        method: String,
+        /// The operation's budget (restarted by each progress notification).
+        budget: Duration,
+    },
+    /// M16: the response stream ended before our response and could not be resumed; the
+    /// request may have run (a `tools/call` is never re-sent).
+    #[error("server {server} ended the event stream for {method} early and it could not be resumed after {attempts} attempt(s): {cause}")]
+    ResumeFailed {
+        /// The server.
+        server: String,
+        /// The request whose answer was lost.
+        method: String,
+        /// Resumption attempts made (GET with `Last-Event-ID`).
+        attempts: usize,
+        /// Why the last attempt failed, one line.
+        cause: String,
+    },
     /// M6: discovery did not end within the page ceiling.
     #[error("server {server} kept paginating tools/list past {pages} pages; discovery was stopped")]
     TooManyPages {
@@ -180,6 +204,8 @@ impl McpError {
             | Self::NoResponse { .. }
             | Self::Malformed { .. }
             | Self::Protocol { .. }
+            | Self::Stalled { .. }
+            | Self::ResumeFailed { .. }
             | Self::TooManyPages { .. } => Delivery::MaybeDelivered,
         }
     }

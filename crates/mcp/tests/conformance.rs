@@ -56,6 +56,7 @@ fn call(tool: &str) -> ToolCallRequest {
         correlation: Some("run-1".into()),
         gate: None,
         elicitor: None,
+        notices: None,
     }
 }
 

@@ -727,6 +727,7 @@ async fn overhead(ctx: &Ctx) -> Overhead {
                 correlation: Some("bench".into()),
                 gate: None,
                 elicitor: None,
+                notices: None,
             };
             let result = bare.call_tool(call, Some(&flag)).await.result;
             bare_mcp.push(started.elapsed());

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use runwarden_mcp::{Effect, ServerConfig};
+use runwarden_mcp::{Effect, ElicitationPolicy, ServerConfig};
 use runwarden_vault::{
     Algorithm, Credential, EgressConfig, EgressPolicy, MAX_TICK, MasterKey, Placement, SecretName,
 };
@@ -61,6 +61,8 @@ timeout_seconds = 30
 #                                      # header = "X-Api-Key" (and prefix); "query" with param
 # effect = "non_idempotent_write"      # the default; or "idempotent_write", "read_only"
 # timeout_seconds = 20                 # one budget per operation, spent across its legs
+# elicitation = "decline"              # the default; "operator" asks a person (an input decision)
+# progress_extends_deadline = false    # true: progress restarts the budget (at most 600 s in all)
 # [mcp.servers.tickets.tools.search]
 # effect = "read_only"
 
@@ -643,6 +645,10 @@ struct ServerSection {
     effect: Option<String>,
     /// One budget per operation, spent across its HTTP legs. Default `20`.
     timeout_seconds: Option<f64>,
+    /// What to do with the server's questions (`elicitation/create`): `decline` (the default) or `operator` (an input decision).
+    elicitation: Option<String>,
+    /// Whether a progress notification restarts the `tools/call` budget (at most 600 s in all). Default `false`.
+    progress_extends_deadline: Option<bool>,
     /// Per-tool settings by the tool's name on the server.
     #[serde(default)]
     tools: BTreeMap<String, ToolSection>,
@@ -737,6 +743,15 @@ fn mcp_server(name: &str, section: ServerSection) -> anyhow::Result<ServerConfig
     }
     if let Some(timeout) = section.timeout_seconds {
         server.timeout = seconds(&format!("{at} timeout_seconds"), timeout)?;
+    }
+    if let Some(text) = section.elicitation {
+        // M14: "operator" hands a server's questions to a person; anything else is a typo.
+        server.elicitation = ElicitationPolicy::parse(&text).with_context(|| {
+            format!("{at}: unknown elicitation {text:?}: use \"decline\" (the default) or \"operator\"")
+        })?;
+    }
+    if let Some(extends) = section.progress_extends_deadline {
+        server.progress_extends_deadline = extends;
     }
     for (tool, declared) in section.tools {
         server.tools.insert(

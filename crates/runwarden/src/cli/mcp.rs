@@ -339,6 +339,7 @@ async fn call(cx: &Context, name: &str, tool: &str, args: &str) -> anyhow::Resul
         correlation: None,
         gate: None,
         elicitor: None,
+        notices: None,
     };
     let outcome = client.call_tool(request, Some(&stop)).await;
     let result = &outcome.result;

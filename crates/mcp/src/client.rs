@@ -995,13 +995,13 @@ impl McpClient {
             loop {
                 tokio::select! {
                     biased;
-                    _ = watching.wait_for(|d| *d) => return,
+                    () = until_done(&mut watching) => return,
                     request = inbox.recv() => match request {
                         Some(request) => {
                             let mut stop = finished.clone();
                             tokio::select! {
                                 () = self.answer(op, listen, request) => {}
-                                _ = stop.wait_for(|d| *d) => return,
+                                () = until_done(&mut stop) => return,
                             }
                         }
                         None => return,
@@ -1260,4 +1260,15 @@ impl McpClient {
 /// M14: a JSON-RPC error for a request whose capability we never declared.
 fn refusal(message: &str) -> Value {
     json!({"error": {"code": METHOD_NOT_FOUND, "message": message}})
+}
+
+/// Resolves once the flag is true (or its sender is gone). Holds no borrow of the value
+/// across an await, so the future stays `Send`.
+async fn until_done(flag: &mut tokio::sync::watch::Receiver<bool>) {
+    loop {
+        let done = *flag.borrow_and_update();
+        if done || flag.changed().await.is_err() {
+            return;
+        }
+    }
 }

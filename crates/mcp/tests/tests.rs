@@ -7,3 +7,4 @@ mod echo;
 mod liveness;
 mod peer;
 mod seams;
+mod wire;

@@ -22,6 +22,7 @@ use crate::events::{
 use tracing::Instrument as _;
 
 use crate::progress::{PROGRESS_INTERVAL, ProgressEvents, ProgressTarget};
+use crate::tool_notices::{CallLabel, ToolNotices};
 use crate::queue::{DeadLetter, QueueStore, RequeueAnswer};
 use crate::requeue::{apply_held, decide_held};
 use crate::retry::{RequeueCause, RetryDecision, RetryPolicy};
@@ -964,6 +965,21 @@ impl Executor {
         let is_write = tool.effect.is_write();
         let fence_failure = Arc::new(Mutex::new(None));
         let signal = self.signal(segment).await;
+        // M15: the server's progress and logs become throttled, bounded run events.
+        let notices = ToolNotices::start(
+            ProgressTarget {
+                store: self.store.clone(),
+                run_id: segment.run.id.clone(),
+                owner: self.config.owner.clone(),
+                observer: segment.observer.clone(),
+            },
+            self.config.progress_interval,
+            CallLabel {
+                round,
+                call_id: call.id.clone(),
+                tool: tool.spec.name.clone(),
+            },
+        );
         let mcp_call = McpCall {
             tool: tool.remote_name.clone(),
             arguments,
@@ -973,6 +989,7 @@ impl Executor {
             gate: is_write.then(|| self.fence_gate(segment, tool, fence_failure.clone())),
             // M14: no operator elicitation yet; the client declines at once.
             elicitor: None,
+            notices: Some(notices.sink()),
         };
         let outcome = tool
             .client
@@ -985,6 +1002,8 @@ impl Executor {
             ))
             .await;
         let returned = Instant::now();
+        // No progress or log event may follow the step that ends the call.
+        notices.finish().await;
         let failure = fence_failure
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -33,6 +33,7 @@ mod requeue;
 mod retry;
 mod signal;
 mod state;
+mod tool_notices;
 pub mod store;
 mod watcher;
 mod worker;

@@ -62,15 +62,19 @@ pub(crate) async fn run(cx: &Context, command: McpCommand) -> anyhow::Result<Exi
     }
 }
 
+/// The process's client of `server` (M13: its session is ended when the command returns).
 async fn client(
     cx: &Context,
     server: &ServerConfig,
-) -> anyhow::Result<(McpClient, Arc<dyn CatalogueStore>)> {
+) -> anyhow::Result<(Arc<McpClient>, Arc<dyn CatalogueStore>)> {
     let store = cx.root.catalogue().await?;
-    let egress = cx.egress().await?;
-    let client = McpClient::new(server.clone(), egress)
-        .with_actor("cli")
-        .with_health(store.clone());
+    let client = cx
+        .root
+        .mcp_clients("cli")
+        .await?
+        .get(&server.name)
+        .cloned()
+        .with_context(|| format!("server {} is not configured", server.name))?;
     Ok((client, store))
 }
 

@@ -166,6 +166,13 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let cx = Context::new(config, cli.json, server);
+    let outcome = dispatch(&cx, command).await;
+    // M13: every command ends the MCP sessions it opened, whatever its outcome.
+    cx.root.shutdown().await;
+    outcome
+}
+
+async fn dispatch(cx: &Context, command: Command) -> anyhow::Result<ExitCode> {
     match command {
         // Dispatched above, before any configuration is read; kept for exhaustiveness.
         Command::Demo(args) => crate::demo::run(cx.json, args).await,

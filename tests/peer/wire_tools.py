@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+import warnings
 from collections import Counter
 
 from mcp import types
@@ -22,6 +23,10 @@ from mcp.shared.message import ServerMessageMetadata
 from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+
+# Logging, sampling and roots are deprecated in the 2026-07-28 revision; this peer speaks
+# 2025-11-25, where they are current.
+warnings.filterwarnings("ignore", message=".*deprecated.*")
 
 WIRE: dict = {
     "deletes": 0,

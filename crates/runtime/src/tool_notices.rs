@@ -1,8 +1,10 @@
 //! M15: a tool call's progress and log notifications as run events. Progress becomes
 //! `tool_progress`, throttled like model progress (the latest report at most once per
 //! interval); logs become `tool_log`, each cut to [`MAX_LOG_BYTES`] and at most
-//! [`MAX_LOGS_PER_CALL`] per call (the rest are counted and dropped). Both are written
+//! [`MAX_LOGS_PER_CALL`] per call (the rest are dropped). Both are written
 //! before the step that ends the call, never after it.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use runwarden_mcp::{Notice, NoticeSink};
 use serde_json::Value;
@@ -49,6 +51,7 @@ impl ToolNotices {
                 append(&target, body).await;
             }
         });
+        let logged = AtomicUsize::new(0);
         let sink = NoticeSink::new(move |notice| match notice {
             Notice::Progress {
                 progress,
@@ -69,8 +72,11 @@ impl ToolNotices {
                 logger,
                 data,
             } => {
-                // Bounded: a full queue means this call has logged its share; the rest is
-                // dropped without waiting (the stream reader must never block).
+                // Bounded: past its share, a call's logs are dropped, and a full queue
+                // never makes the stream reader wait.
+                if logged.fetch_add(1, Ordering::Relaxed) >= MAX_LOGS_PER_CALL {
+                    return;
+                }
                 let _ = logs_in.try_send(EventBody::ToolLog(ToolLog {
                     round: label.round,
                     call_id: label.call_id.clone(),

@@ -26,4 +26,5 @@ mod sigil;
 mod support;
 mod telemetry;
 mod tls;
+mod wire;
 mod worker;

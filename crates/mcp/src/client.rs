@@ -221,8 +221,8 @@ impl CancellationSignal for Stretch<'_> {
         Box::pin(async move {
             let caller = async {
                 match self.caller {
-                    Some(signal) if signal.wakes() => signal.woken().await,
-                    _ => std::future::pending().await,
+                    Some(signal) => until_cancelled(signal).await,
+                    None => std::future::pending().await,
                 }
             };
             let end = async {
@@ -587,13 +587,13 @@ impl McpClient {
     /// Waits `wait` before a reconnection; true when the caller cancelled meanwhile.
     async fn pause(&self, op: &Operation<'_>, wait: Duration) -> bool {
         match op.signal {
-            Some(signal) if signal.wakes() => {
+            Some(signal) => {
                 tokio::select! {
                     () = tokio::time::sleep(wait) => {}
-                    () = signal.woken() => {}
+                    () = until_cancelled(signal) => {}
                 }
             }
-            _ => tokio::time::sleep(wait).await,
+            None => tokio::time::sleep(wait).await,
         }
         op.caller_cancelled()
     }
@@ -1269,6 +1269,21 @@ async fn until_done(flag: &mut tokio::sync::watch::Receiver<bool>) {
         let done = *flag.borrow_and_update();
         if done || flag.changed().await.is_err() {
             return;
+        }
+    }
+}
+
+/// Resolves once `signal` is cancelled: on its wake-up when it has one, else by asking it
+/// every [`runwarden_vault::MAX_TICK`] (V6), as the vault does while a call is in flight.
+async fn until_cancelled(signal: &dyn CancellationSignal) {
+    loop {
+        if signal.is_cancelled() {
+            return;
+        }
+        if signal.wakes() {
+            signal.woken().await;
+        } else {
+            tokio::time::sleep(runwarden_vault::MAX_TICK).await;
         }
     }
 }

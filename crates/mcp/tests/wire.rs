@@ -311,3 +311,44 @@ async fn no_sampling_or_roots_capability_is_declared_and_elicitation_only_for_th
         assert_eq!(requests[0].header("user-agent"), Some(USER_AGENT));
     }
 }
+
+#[tokio::test]
+async fn progress_extends_the_budget_only_when_the_server_is_configured_so() {
+    let peer = start(STATEFUL_SSE).await;
+    let f = fixture().await;
+    // Six steps 0.5 s apart: about 3 s in all, over a 2 s budget, never 2 s without progress.
+    let long = || call("progress", json!({"steps": 6, "delay": 0.5}));
+    let fixed = client(&f, &peer, |s| s.timeout = Duration::from_secs(2));
+    let cut = fixed.call_tool(long(), None).await;
+    assert_eq!(cut.result.outcome, ToolOutcome::Failed, "{}", cut.result.text);
+    assert_eq!(cut.result.delivery, Delivery::MaybeDelivered);
+
+    let stretched = client(&f, &peer, |s| {
+        s.timeout = Duration::from_secs(2);
+        s.progress_extends_deadline = true;
+    });
+    let done = stretched.call_tool(long(), None).await;
+    assert_eq!(done.result.text, "done after 6 steps");
+}
+
+#[tokio::test]
+async fn a_call_without_progress_stalls_at_its_budget_even_when_progress_could_extend_it() {
+    let peer = start(STATEFUL_SSE).await;
+    let f = fixture().await;
+    let client = client(&f, &peer, |s| {
+        s.timeout = Duration::from_secs(2);
+        s.progress_extends_deadline = true;
+    });
+    let started = std::time::Instant::now();
+    let outcome = client
+        .call_tool(call("slow", json!({"seconds": 30.0})), None)
+        .await;
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    assert_eq!(outcome.result.outcome, ToolOutcome::Failed);
+    assert!(outcome.result.text.contains("no answer and no progress"), "{}", outcome.result.text);
+    assert_eq!(outcome.result.delivery, Delivery::MaybeDelivered);
+}

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use runwarden_mcp::{
     ElicitationAnswer, ElicitationFuture, ElicitationPolicy, ElicitationRequest, Elicitor,
-    ElicitorHandle, McpClient, McpError, Notice, NoticeSink, Reply, Request, ServerConfig,
-    ToolCallRequest, ToolOutcome, USER_AGENT,
+    ElicitorHandle, MAX_RESUMES, McpClient, McpError, Notice, NoticeSink, Reply, Request,
+    ServerConfig, ToolCallRequest, ToolOutcome, USER_AGENT,
 };
-use runwarden_testkit::Peer;
+use runwarden_testkit::{HttpRequest, Peer, Reply as TestReply, TestServer, mcp_handler};
 use runwarden_vault::Delivery;
 use serde_json::{Value, json};
 
@@ -351,4 +351,57 @@ async fn a_call_without_progress_stalls_at_its_budget_even_when_progress_could_e
     assert_eq!(outcome.result.outcome, ToolOutcome::Failed);
     assert!(outcome.result.text.contains("no answer and no progress"), "{}", outcome.result.text);
     assert_eq!(outcome.result.delivery, Delivery::MaybeDelivered);
+}
+
+/// A server whose `tools/call` stream gives an event id and `retry: 10`, then ends before
+/// the answer; every resumption GET gets `get_status` (and a stream that ends again when
+/// it is 200). Initialize and notifications are answered as usual.
+fn closing_server(get_status: u16) -> impl Fn(&HttpRequest) -> TestReply + Send + Sync + 'static {
+    let inner = mcp_handler(vec![runwarden_testkit::tool("search")], &[]);
+    move |request| {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        if request.method == "GET" {
+            return if get_status == 200 {
+                TestReply::event_stream(vec![b"id: 2\ndata: \n\n".to_vec()], false)
+            } else {
+                TestReply::text(get_status, "")
+            };
+        }
+        if body["method"] == "tools/call" {
+            return TestReply::event_stream(vec![b"id: 1\nretry: 10\ndata: \n\n".to_vec()], false);
+        }
+        inner(request)
+    }
+}
+
+#[tokio::test]
+async fn a_resumption_the_server_refuses_is_maybe_delivered_and_never_re_posts_the_call() {
+    for get_status in [405, 200] {
+        let f = fixture().await;
+        let mut server = TestServer::start(closing_server(get_status)).await;
+        let client = f.client(server.url("/mcp"), None);
+        let outcome = client.call_tool(call("search", json!({"q": "x"})), None).await;
+        assert_eq!(outcome.result.outcome, ToolOutcome::Failed, "{get_status}");
+        assert_eq!(outcome.result.delivery, Delivery::MaybeDelivered, "{get_status}");
+        assert!(
+            outcome.result.text.contains("could not be resumed"),
+            "{get_status}: {}",
+            outcome.result.text
+        );
+        let requests = server.drain_requests();
+        let posts = requests
+            .iter()
+            .filter(|r| scripted::method_of(r) == "tools/call")
+            .count();
+        let gets: Vec<&HttpRequest> = requests.iter().filter(|r| r.method == "GET").collect();
+        assert_eq!(posts, 1, "{get_status}: the call is never re-sent");
+        // 405 ends it at once; a stream that keeps ending early is retried a bounded number of times.
+        let expected = if get_status == 405 { 1 } else { MAX_RESUMES };
+        assert_eq!(gets.len(), expected, "{get_status}");
+        assert_eq!(gets[0].header("last-event-id"), Some("1"));
+        assert_eq!(gets[0].header("accept"), Some("text/event-stream"));
+        if get_status == 200 {
+            assert_eq!(gets[1].header("last-event-id"), Some("2"), "the latest id");
+        }
+    }
 }

@@ -1,5 +1,7 @@
-//! The MCP client: the handshake, the three places a signal enters, and every leg sent
-//! through the vault's guarded egress client.
+//! The MCP client: the handshake and the session (M13), the three places a signal enters,
+//! every leg sent through the vault's guarded egress client, the server's own requests
+//! answered while a stream is open (M14), progress handed on (M15) and broken streams
+//! resumed (M16).
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -1103,7 +1105,6 @@ impl McpClient {
             correlation: None,
             legs: Mutex::default(),
         };
-        let listen = Listen::plain(&session);
         let spec = LegSpec {
             http: Method::Delete,
             method: "session end",
@@ -1112,7 +1113,7 @@ impl McpClient {
             id: None,
             gate: None,
             last_event_id: None,
-            listen: Some(&listen),
+            listen: None,
         };
         match self.leg_spec(&op, spec).await {
             Ok(_)

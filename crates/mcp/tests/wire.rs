@@ -405,3 +405,49 @@ async fn a_resumption_the_server_refuses_is_maybe_delivered_and_never_re_posts_t
         }
     }
 }
+
+#[tokio::test]
+async fn ending_a_session_is_bounded_at_two_seconds_when_the_server_never_answers() {
+    let f = fixture().await;
+    let inner = mcp_handler(vec![runwarden_testkit::tool("search")], &[]);
+    let mut server = TestServer::start(move |request: &HttpRequest| {
+        if request.method == "DELETE" {
+            return TestReply::Stall;
+        }
+        let initialize = scripted::method_of(request) == "initialize";
+        let reply = inner(request);
+        if initialize {
+            reply.with_header("mcp-session-id", "s-1")
+        } else {
+            reply
+        }
+    })
+    .await;
+    let client = f.client(server.url("/mcp"), None);
+    assert!(client.send_request(Request::Ping, None).await.is_ok());
+    let started = std::time::Instant::now();
+    let closed = client.close().await;
+    let took = started.elapsed();
+    assert!(closed.is_err(), "a DELETE that never came back is reported");
+    assert!(
+        took >= Duration::from_millis(1_500) && took < Duration::from_secs(3),
+        "bounded at {:?}: {took:?}",
+        runwarden_mcp::CLOSE_BUDGET
+    );
+    let delete = server
+        .drain_requests()
+        .into_iter()
+        .find(|r| r.method == "DELETE")
+        .expect("the DELETE was sent");
+    assert_eq!(delete.header("mcp-session-id"), Some("s-1"));
+    // The next operation starts a new session rather than reusing the ended one.
+    assert!(client.send_request(Request::Ping, None).await.is_ok());
+    assert_eq!(
+        server
+            .drain_requests()
+            .iter()
+            .map(scripted::method_of)
+            .collect::<Vec<_>>(),
+        ["initialize", "notifications/initialized", "ping"]
+    );
+}

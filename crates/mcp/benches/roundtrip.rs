@@ -183,7 +183,13 @@ async fn main() {
     // Warm up every path (our client's handshake happens here).
     for _ in 0..200 {
         assert!(client.call_tool(call(), None).await.result.is_success());
-        assert!(session_client.call_tool(call(), None).await.result.is_success());
+        assert!(
+            session_client
+                .call_tool(call(), None)
+                .await
+                .result
+                .is_success()
+        );
         bare.post(&url)
             .header("content-type", "application/json")
             .body(body.clone())
@@ -278,8 +284,16 @@ async fn main() {
     // M13: the session ends with one DELETE.
     session_client.close().await.expect("the session ends");
     let session_methods = methods_seen(&mut session_server);
-    assert_eq!(session_methods.get("POST initialize"), Some(&1), "{session_methods:?}");
-    assert_eq!(session_methods.get("DELETE"), Some(&1), "{session_methods:?}");
+    assert_eq!(
+        session_methods.get("POST initialize"),
+        Some(&1),
+        "{session_methods:?}"
+    );
+    assert_eq!(
+        session_methods.get("DELETE"),
+        Some(&1),
+        "{session_methods:?}"
+    );
     let mut concurrent = vec![ours, ours_session];
     for (name, service) in [(RMCP_DEFAULT, &rmcp_default), (RMCP_POOLED, &rmcp_pooled)] {
         let peer = service.peer().clone();

@@ -1126,13 +1126,10 @@ impl McpClient {
     fn egress_error(&self, op: &Operation<'_>, method: &str, error: EgressError) -> McpError {
         let (server, method) = (self.server.name.clone(), method.to_string());
         // M15: a stretchable leg stopped by its soft end, not by the caller, stalled.
-        let stalled = op.deadline.stretches()
-            && !op.caller_cancelled()
-            && op.deadline.remaining().is_zero();
+        let stalled =
+            op.deadline.stretches() && !op.caller_cancelled() && op.deadline.remaining().is_zero();
         match error {
-            EgressError::CancelledBeforeSend | EgressError::CancelledInFlight { .. }
-                if stalled =>
-            {
+            EgressError::CancelledBeforeSend | EgressError::CancelledInFlight { .. } if stalled => {
                 McpError::Stalled {
                     server,
                     method,

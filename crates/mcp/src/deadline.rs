@@ -170,7 +170,11 @@ mod tests {
         clock.advance(Duration::from_secs(15));
         fixed.stretch();
         stretchy.stretch();
-        assert_eq!(fixed.remaining(), Duration::from_secs(5), "no extension by default");
+        assert_eq!(
+            fixed.remaining(),
+            Duration::from_secs(5),
+            "no extension by default"
+        );
         assert_eq!(stretchy.remaining(), Duration::from_secs(20));
         clock.advance(Duration::from_secs(19));
         stretchy.stretch();

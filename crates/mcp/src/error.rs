@@ -156,7 +156,9 @@ pub enum McpError {
     },
     /// M16: the response stream ended before our response and could not be resumed; the
     /// request may have run (a `tools/call` is never re-sent).
-    #[error("server {server} ended the event stream for {method} early and it could not be resumed after {attempts} attempt(s): {cause}")]
+    #[error(
+        "server {server} ended the event stream for {method} early and it could not be resumed after {attempts} attempt(s): {cause}"
+    )]
     ResumeFailed {
         /// The server.
         server: String,

@@ -279,14 +279,15 @@ impl Event {
 mod tests {
     use super::*;
 
-    fn watch(
-        id: i64,
-    ) -> (
+    /// A watch, the marks it keeps, the requests it hands over and the notices it sent.
+    type Watched = (
         Watch,
         Arc<Mutex<Marks>>,
         mpsc::UnboundedReceiver<ServerRequest>,
         Arc<Mutex<Vec<Notice>>>,
-    ) {
+    );
+
+    fn watch(id: i64) -> Watched {
         let marks = Arc::new(Mutex::new(Marks::default()));
         let (tx, rx) = mpsc::unbounded_channel();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -306,7 +307,10 @@ mod tests {
         let mut body = b"id: 1\nretry: 250\ndata: \n\nid: 2\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"s1\",\"method\":\"ping\"}\n\n".to_vec();
         assert!(!w.feed(&body));
         let request = rx.try_recv().unwrap();
-        assert_eq!((request.id, request.method.as_str()), (Value::from("s1"), "ping"));
+        assert_eq!(
+            (request.id, request.method.as_str()),
+            (Value::from("s1"), "ping")
+        );
         body.extend_from_slice(b"id: 3\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":7,\"progress\":1,\"total\":2}}\n\nid: 4\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":8,\"progress\":1}}\n\n");
         assert!(!w.feed(&body));
         assert_eq!(
@@ -323,7 +327,9 @@ mod tests {
             assert_eq!(marks.last_event_id.as_deref(), Some("4"));
             assert_eq!(marks.retry, Some(Duration::from_millis(250)));
         }
-        body.extend_from_slice(b"id: 5\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\r\n\r\n");
+        body.extend_from_slice(
+            b"id: 5\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\r\n\r\n",
+        );
         assert!(w.feed(&body));
         assert!(rx.try_recv().is_err(), "each request is handed over once");
     }

@@ -55,8 +55,11 @@ fn millis(text: &str) -> u64 {
 
 #[tokio::test]
 async fn every_mode_reuses_one_session_ends_it_with_delete_and_names_runwarden() {
-    for (flags, issues_session) in [(STATEFUL_SSE, true), (JSON_RESPONSE, true), (STATELESS, false)]
-    {
+    for (flags, issues_session) in [
+        (STATEFUL_SSE, true),
+        (JSON_RESPONSE, true),
+        (STATELESS, false),
+    ] {
         let peer = start(flags).await;
         let f = fixture().await;
         let client = client(&f, &peer, |_| {});
@@ -65,14 +68,20 @@ async fn every_mode_reuses_one_session_ends_it_with_delete_and_names_runwarden()
             Ok(Reply::Tools(_))
         ));
         for _ in 0..3 {
-            let echoed = client.call_tool(call("echo", json!({"text": "hi"})), None).await;
+            let echoed = client
+                .call_tool(call("echo", json!({"text": "hi"})), None)
+                .await;
             assert_eq!(echoed.result.text, "hi", "{flags:?}");
         }
         client.close().await.unwrap();
         let stats = wire_stats(&peer);
         // M13: one handshake for four operations, so one initialize POST.
         let posts = stats["methods"]["POST"].as_u64().unwrap();
-        assert_eq!(posts, 1 + 1 + 1 + 3, "initialize, initialized, list, 3 calls: {stats}");
+        assert_eq!(
+            posts,
+            1 + 1 + 1 + 3,
+            "initialize, initialized, list, 3 calls: {stats}"
+        );
         assert_eq!(
             stats["deletes"].as_u64().unwrap(),
             u64::from(issues_session),
@@ -94,9 +103,22 @@ async fn a_ping_from_the_server_inside_a_call_is_answered_at_once() {
     let f = fixture().await;
     let client = client(&f, &peer, |_| {});
     let outcome = client.call_tool(call("ping_client", json!({})), None).await;
-    assert_eq!(outcome.result.outcome, ToolOutcome::Succeeded, "{}", outcome.result.text);
-    assert!(outcome.result.text.starts_with("pong"), "{}", outcome.result.text);
-    assert!(millis(&outcome.result.text) < 1_000, "{}", outcome.result.text);
+    assert_eq!(
+        outcome.result.outcome,
+        ToolOutcome::Succeeded,
+        "{}",
+        outcome.result.text
+    );
+    assert!(
+        outcome.result.text.starts_with("pong"),
+        "{}",
+        outcome.result.text
+    );
+    assert!(
+        millis(&outcome.result.text) < 1_000,
+        "{}",
+        outcome.result.text
+    );
     let legs: Vec<&str> = outcome.legs.iter().map(|l| l.method.as_str()).collect();
     assert!(legs.contains(&"ping answer"), "{legs:?}");
 }
@@ -143,7 +165,10 @@ async fn an_elicitation_is_answered_by_the_elicitor_only_with_the_operator_polic
 
     let declining = client(&f, &peer, |_| {});
     let declined = declining.call_tool(ask(), None).await;
-    assert_eq!(declined.result.text, "decline", "the default policy declines");
+    assert_eq!(
+        declined.result.text, "decline",
+        "the default policy declines"
+    );
     assert!(answers.asked.lock().unwrap().is_empty(), "nobody was asked");
 
     let operator = client(&f, &peer, |s| s.elicitation = ElicitationPolicy::Operator);
@@ -197,7 +222,14 @@ async fn progress_and_log_notices_reach_the_caller_in_order() {
             _ => None,
         })
         .collect();
-    assert_eq!(logs, [&json!("log line 1"), &json!("log line 2"), &json!("log line 3")]);
+    assert_eq!(
+        logs,
+        [
+            &json!("log line 1"),
+            &json!("log line 2"),
+            &json!("log line 3")
+        ]
+    );
 }
 
 #[tokio::test]
@@ -216,7 +248,12 @@ async fn a_stream_closed_early_is_resumed_with_last_event_id_and_the_call_is_not
             None,
         )
         .await;
-    assert_eq!(outcome.result.outcome, ToolOutcome::Succeeded, "{}", outcome.result.text);
+    assert_eq!(
+        outcome.result.outcome,
+        ToolOutcome::Succeeded,
+        "{}",
+        outcome.result.text
+    );
     assert_eq!(outcome.result.text, "resumed result #1");
     let stats = wire_stats(&peer);
     assert_eq!(stats["resumable_started"], 1, "the call ran once: {stats}");
@@ -233,7 +270,10 @@ async fn a_stream_closed_early_is_resumed_with_last_event_id_and_the_call_is_not
         .iter()
         .filter(|n| matches!(n, Notice::Progress { .. }))
         .count();
-    assert_eq!(progress, 2, "the progress sent after the close came on the resumed stream");
+    assert_eq!(
+        progress, 2,
+        "the progress sent after the close came on the resumed stream"
+    );
 }
 
 #[tokio::test]
@@ -246,7 +286,9 @@ async fn a_stream_that_ends_early_without_event_ids_is_maybe_delivered() {
     })
     .await;
     let client = f.client(server.url("/mcp"), None);
-    let outcome = client.call_tool(call("search", json!({"q": "x"})), None).await;
+    let outcome = client
+        .call_tool(call("search", json!({"q": "x"})), None)
+        .await;
     assert_eq!(outcome.result.delivery, Delivery::MaybeDelivered);
 }
 
@@ -257,7 +299,10 @@ async fn versions_are_negotiated_by_the_table() {
         ("2025-06-18", None),
         ("2025-03-26", None),
         ("2024-11-05", Some("old HTTP+SSE transport")),
-        ("2099-01-01", Some("runwarden speaks 2025-11-25, 2025-06-18, 2025-03-26")),
+        (
+            "2099-01-01",
+            Some("runwarden speaks 2025-11-25, 2025-06-18, 2025-03-26"),
+        ),
     ];
     for (version, refusal) in table {
         let f = fixture().await;
@@ -295,7 +340,10 @@ async fn versions_are_negotiated_by_the_table() {
 async fn no_sampling_or_roots_capability_is_declared_and_elicitation_only_for_the_operator() {
     for (policy, expected) in [
         (ElicitationPolicy::Decline, json!({})),
-        (ElicitationPolicy::Operator, json!({"elicitation": {"form": {}}})),
+        (
+            ElicitationPolicy::Operator,
+            json!({"elicitation": {"form": {}}}),
+        ),
     ] {
         let f = fixture().await;
         let mut server = scripted::start(Script::new(scripted::SESSION_SSE)).await;
@@ -320,7 +368,12 @@ async fn progress_extends_the_budget_only_when_the_server_is_configured_so() {
     let long = || call("progress", json!({"steps": 6, "delay": 0.5}));
     let fixed = client(&f, &peer, |s| s.timeout = Duration::from_secs(2));
     let cut = fixed.call_tool(long(), None).await;
-    assert_eq!(cut.result.outcome, ToolOutcome::Failed, "{}", cut.result.text);
+    assert_eq!(
+        cut.result.outcome,
+        ToolOutcome::Failed,
+        "{}",
+        cut.result.text
+    );
     assert_eq!(cut.result.delivery, Delivery::MaybeDelivered);
 
     let stretched = client(&f, &peer, |s| {
@@ -349,7 +402,11 @@ async fn a_call_without_progress_stalls_at_its_budget_even_when_progress_could_e
         "{took:?}"
     );
     assert_eq!(outcome.result.outcome, ToolOutcome::Failed);
-    assert!(outcome.result.text.contains("no answer and no progress"), "{}", outcome.result.text);
+    assert!(
+        outcome.result.text.contains("no answer and no progress"),
+        "{}",
+        outcome.result.text
+    );
     assert_eq!(outcome.result.delivery, Delivery::MaybeDelivered);
 }
 
@@ -380,9 +437,15 @@ async fn a_resumption_the_server_refuses_is_maybe_delivered_and_never_re_posts_t
         let f = fixture().await;
         let mut server = TestServer::start(closing_server(get_status)).await;
         let client = f.client(server.url("/mcp"), None);
-        let outcome = client.call_tool(call("search", json!({"q": "x"})), None).await;
+        let outcome = client
+            .call_tool(call("search", json!({"q": "x"})), None)
+            .await;
         assert_eq!(outcome.result.outcome, ToolOutcome::Failed, "{get_status}");
-        assert_eq!(outcome.result.delivery, Delivery::MaybeDelivered, "{get_status}");
+        assert_eq!(
+            outcome.result.delivery,
+            Delivery::MaybeDelivered,
+            "{get_status}"
+        );
         assert!(
             outcome.result.text.contains("could not be resumed"),
             "{get_status}: {}",

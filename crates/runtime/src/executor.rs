@@ -22,7 +22,6 @@ use crate::events::{
 use tracing::Instrument as _;
 
 use crate::progress::{PROGRESS_INTERVAL, ProgressEvents, ProgressTarget};
-use crate::tool_notices::{CallLabel, ToolNotices};
 use crate::queue::{DeadLetter, QueueStore, RequeueAnswer};
 use crate::requeue::{apply_held, decide_held};
 use crate::retry::{RequeueCause, RetryDecision, RetryPolicy};
@@ -32,6 +31,7 @@ use crate::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
     RunSettle, RunStore, SettleAnswer,
 };
+use crate::tool_notices::{CallLabel, ToolNotices};
 use crate::watcher::StatusWatcher;
 
 /// The default lease of an executing segment (R3).

@@ -33,8 +33,8 @@ mod requeue;
 mod retry;
 mod signal;
 mod state;
-mod tool_notices;
 pub mod store;
+mod tool_notices;
 mod watcher;
 mod worker;
 

@@ -139,7 +139,10 @@ mod tests {
 
     #[test]
     fn long_log_data_is_cut_and_short_data_kept() {
-        assert_eq!(bounded(serde_json::json!({"a": 1})), serde_json::json!({"a": 1}));
+        assert_eq!(
+            bounded(serde_json::json!({"a": 1})),
+            serde_json::json!({"a": 1})
+        );
         let long = Value::String("é".repeat(2000));
         let Value::String(cut) = bounded(long) else {
             panic!("a cut log is a string")

@@ -747,7 +747,9 @@ fn mcp_server(name: &str, section: ServerSection) -> anyhow::Result<ServerConfig
     if let Some(text) = section.elicitation {
         // M14: "operator" hands a server's questions to a person; anything else is a typo.
         server.elicitation = ElicitationPolicy::parse(&text).with_context(|| {
-            format!("{at}: unknown elicitation {text:?}: use \"decline\" (the default) or \"operator\"")
+            format!(
+                "{at}: unknown elicitation {text:?}: use \"decline\" (the default) or \"operator\""
+            )
         })?;
     }
     if let Some(extends) = section.progress_extends_deadline {

@@ -18,8 +18,7 @@ async fn peer() -> Peer {
 fn deletes(peer: &Peer) -> u64 {
     let stats: Value = serde_json::from_str(&peer.get("/wire-stats")).unwrap();
     assert_eq!(
-        stats["deletes"],
-        stats["delete_statuses"]["200"],
+        stats["deletes"], stats["delete_statuses"]["200"],
         "every DELETE ended a live session: {stats}"
     );
     stats["deletes"].as_u64().unwrap()
@@ -49,10 +48,13 @@ async fn mcp_import_mcp_call_and_run_each_end_their_session_with_delete() {
     let sandbox = sandbox(&peer, plan);
     runwarden(&sandbox, &["mcp", "import", "peer"]).await.ok();
     assert_eq!(deletes(&peer), 1, "mcp import");
-    runwarden(&sandbox, &["mcp", "call", "peer", "echo", "--args", r#"{"text":"x"}"#])
-        .await
-        .ok()
-        .says("x");
+    runwarden(
+        &sandbox,
+        &["mcp", "call", "peer", "echo", "--args", r#"{"text":"x"}"#],
+    )
+    .await
+    .ok()
+    .says("x");
     assert_eq!(deletes(&peer), 2, "mcp call");
     runwarden(&sandbox, &["run", "--agent", "a", "go"])
         .await
@@ -91,9 +93,7 @@ async fn a_tools_progress_and_logs_become_throttled_bounded_run_events() {
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let of = |kind: &str| -> Vec<&Value> {
-        events.iter().filter(|e| e["kind"] == kind).collect()
-    };
+    let of = |kind: &str| -> Vec<&Value> { events.iter().filter(|e| e["kind"] == kind).collect() };
     // M15: 25 notifications over ~1.5 s, written at most twice a second.
     let progress = of("tool_progress");
     assert!(

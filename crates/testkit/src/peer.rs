@@ -113,7 +113,9 @@ impl Peer {
         )
         .expect("send the GET");
         let mut response = String::new();
-        stream.read_to_string(&mut response).expect("read the answer");
+        stream
+            .read_to_string(&mut response)
+            .expect("read the answer");
         response
             .split_once("\r\n\r\n")
             .map(|(_, body)| body.to_string())

@@ -110,7 +110,11 @@ async fn a_complete_when_hook_reads_the_body_already_redacted() {
         server.next_request(WAIT).await;
         // V9: an MCP client hands progress and log text on from this hook.
         let seen = String::from_utf8_lossy(&seen_by_hook.lock().unwrap()).into_owned();
-        assert_eq!(find_form(&seen, &forms_of(&value)), None, "{placement:?}: {seen}");
+        assert_eq!(
+            find_form(&seen, &forms_of(&value)),
+            None,
+            "{placement:?}: {seen}"
+        );
         assert!(seen.contains("[redacted]"), "{placement:?}: {seen}");
     }
 }

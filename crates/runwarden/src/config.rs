@@ -1343,6 +1343,36 @@ mod tests {
     }
 
     #[test]
+    fn a_servers_elicitation_policy_and_progress_extension_are_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.toml");
+        let load = |server: &str| {
+            std::fs::write(
+                &path,
+                format!("{TEMPLATE}\n[mcp.servers.s]\nurl = \"http://x/mcp\"\n{server}"),
+            )
+            .unwrap();
+            Config::load(&path)
+        };
+        let defaults = load("").unwrap();
+        let s = defaults.mcp_server("s").unwrap();
+        // M14, M15: decline and no extension unless the operator says otherwise.
+        assert_eq!(s.elicitation, ElicitationPolicy::Decline);
+        assert!(!s.progress_extends_deadline);
+        let chosen = load("elicitation = \"operator\"\nprogress_extends_deadline = true").unwrap();
+        let s = chosen.mcp_server("s").unwrap();
+        assert_eq!(s.elicitation, ElicitationPolicy::Operator);
+        assert!(s.progress_extends_deadline);
+        let error = format!("{:#}", load("elicitation = \"ask\"").unwrap_err());
+        assert!(
+            error.contains("[mcp.servers.s]")
+                && error.contains("\"decline\"")
+                && error.contains("\"operator\""),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn the_anthropic_version_header_is_configurable_and_checked() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runwarden.toml");

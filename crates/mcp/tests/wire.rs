@@ -514,3 +514,23 @@ async fn ending_a_session_is_bounded_at_two_seconds_when_the_server_never_answer
         ["initialize", "notifications/initialized", "ping"]
     );
 }
+
+#[tokio::test]
+async fn without_a_response_stream_a_servers_request_fails_the_call_at_once_never_hangs() {
+    // A JSON-response or stateless peer has no stream to send its ping in (runwarden opens
+    // no GET stream): the SDK refuses at once, and the call fails with its words.
+    for flags in [JSON_RESPONSE, STATELESS] {
+        let peer = start(flags).await;
+        let f = fixture().await;
+        let client = client(&f, &peer, |_| {});
+        let started = std::time::Instant::now();
+        let outcome = client.call_tool(call("ping_client", json!({})), None).await;
+        assert!(started.elapsed() < Duration::from_secs(2), "{flags:?}");
+        assert_eq!(outcome.result.outcome, ToolOutcome::Failed, "{flags:?}");
+        assert!(
+            outcome.result.text.contains("back-channel"),
+            "{flags:?}: {}",
+            outcome.result.text
+        );
+    }
+}

@@ -167,6 +167,7 @@ async fn main() {
         correlation: None,
         gate: None,
         elicitor: None,
+        output_schema: None,
         notices: None,
     };
     let arguments = || json!({"text": "hello"}).as_object().unwrap().clone();
@@ -263,6 +264,7 @@ async fn main() {
                 correlation: None,
                 gate: None,
                 elicitor: None,
+                output_schema: None,
                 notices: None,
             };
             client.call_tool(call, None).await.result.is_success()

@@ -99,7 +99,7 @@ pub enum Notification {
 }
 
 /// A tool as the server listed it, before normalisation.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct ListedTool {
     /// The remote name.
     pub name: String,
@@ -107,6 +107,10 @@ pub struct ListedTool {
     pub description: Option<String>,
     /// The input schema as sent.
     pub input_schema: Value,
+    /// The output schema as sent, if the tool declared one (M7 amended).
+    pub output_schema: Option<Value>,
+    /// `execution.taskSupport` as sent (`"required"`, `"optional"`, `"forbidden"`).
+    pub task_support: Option<String>,
 }
 
 /// What a [`CallGate`] returns: `Err` with the reason refuses the call.
@@ -146,6 +150,9 @@ pub struct ToolCallRequest {
     /// Answers the server's `elicitation/create` during this call (M14); with none, the
     /// client declines at once.
     pub elicitor: Option<crate::ElicitorHandle>,
+    /// The `outputSchema` the tool declared at import (M7 amended): a success whose
+    /// `structuredContent` does not match it is a failed tool result.
+    pub output_schema: Option<Value>,
     /// Gets the call's progress and log notifications as they arrive (M15).
     pub notices: Option<NoticeSink>,
 }
@@ -440,7 +447,7 @@ impl McpClient {
                 .await;
         }
         let result = match outcome {
-            Ok(result) => ToolResult::from_wire(&result),
+            Ok(result) => ToolResult::from_wire(&result, call.output_schema.as_ref()),
             Err(error) => ToolResult::from_error(error, delivery),
         };
         ToolCall {
@@ -752,6 +759,11 @@ impl McpClient {
                 .and_then(Value::as_str)
                 .map(str::to_string),
             input_schema: tool.get("inputSchema").cloned().unwrap_or(Value::Null),
+            output_schema: tool.get("outputSchema").cloned(),
+            task_support: tool
+                .pointer("/execution/taskSupport")
+                .and_then(Value::as_str)
+                .map(str::to_string),
         })
     }
 
@@ -759,9 +771,8 @@ impl McpClient {
         if session.tools {
             Ok(())
         } else {
-            Err(McpError::Protocol {
+            Err(McpError::NoTools {
                 server: self.server.name.clone(),
-                problem: "the server does not offer tools".into(),
             })
         }
     }

@@ -134,6 +134,13 @@ pub enum McpError {
         /// What failed.
         problem: String,
     },
+    /// The server's initialize result declares no `tools` capability: it has nothing to
+    /// list or call.
+    #[error("server {server} offers no tools (its initialize result has no tools capability)")]
+    NoTools {
+        /// The server.
+        server: String,
+    },
     /// The caller's gate refused the call after the session was ready; `tools/call` was
     /// not sent (the runtime's write fence could not be stamped, R7).
     #[error("tools/call to server {server} not sent: {reason}")]
@@ -187,7 +194,7 @@ impl McpError {
     /// error status counts as the server's answer.
     pub fn delivery(&self) -> Delivery {
         match self {
-            Self::NotSent { .. } | Self::Gated { .. } => Delivery::NotSent,
+            Self::NotSent { .. } | Self::Gated { .. } | Self::NoTools { .. } => Delivery::NotSent,
             Self::Cancelled { in_flight, .. } => {
                 if *in_flight {
                     Delivery::MaybeDelivered

@@ -21,6 +21,7 @@ fn call(tool: &str, arguments: Value) -> ToolCallRequest {
         correlation: None,
         gate: None,
         elicitor: None,
+        output_schema: None,
         notices: None,
     }
 }

@@ -208,6 +208,7 @@ impl Ctx {
             remote_name: "create".into(),
             effect,
             client,
+            output_schema: None,
         }
     }
 }
@@ -727,6 +728,7 @@ async fn overhead(ctx: &Ctx) -> Overhead {
                 correlation: Some("bench".into()),
                 gate: None,
                 elicitor: None,
+                output_schema: None,
                 notices: None,
             };
             let result = bare.call_tool(call, Some(&flag)).await.result;

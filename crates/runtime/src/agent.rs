@@ -24,6 +24,8 @@ pub struct BoundTool {
     pub effect: Effect,
     /// The server's client.
     pub client: Arc<McpClient>,
+    /// The `outputSchema` the tool declared at import, if any (M7 amended).
+    pub output_schema: Option<serde_json::Value>,
 }
 
 impl std::fmt::Debug for BoundTool {
@@ -120,6 +122,7 @@ pub fn bind_tools(
                 // M10 (amended): the configuration in force, not the import's snapshot.
                 effect: client.server().effect_of(&entry.remote_name),
                 client,
+                output_schema: entry.output_schema.clone(),
             });
         }
         if !matched {

@@ -989,6 +989,8 @@ impl Executor {
             gate: is_write.then(|| self.fence_gate(segment, tool, fence_failure.clone())),
             // M14: no operator elicitation yet; the client declines at once.
             elicitor: None,
+            // M7 (amended): the structured result is checked against what the tool declared.
+            output_schema: tool.output_schema.clone(),
             notices: Some(notices.sink()),
         };
         let outcome = tool

@@ -380,6 +380,7 @@ async fn trial(
             remote_name: "create".into(),
             effect,
             client,
+            output_schema: None,
         }],
         max_tokens: None,
         budgets: runwarden_runtime::Budgets::default(),

@@ -183,6 +183,7 @@ impl Fixture {
             remote_name: remote.to_string(),
             effect,
             client,
+            output_schema: None,
         }
     }
 

@@ -51,6 +51,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0007_notify",
         sql: include_str!("../migrations/0007_notify.sql"),
     },
+    Migration {
+        version: 8,
+        name: "0008_catalogue_output_schema",
+        sql: include_str!("../migrations/0008_catalogue_output_schema.sql"),
+    },
 ];
 
 /// The advisory lock key that serialises migrations across nodes ("rwmigrat" in ASCII).

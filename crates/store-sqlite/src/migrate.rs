@@ -50,6 +50,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0007_notify",
         sql: include_str!("../migrations/0007_notify.sql"),
     },
+    Migration {
+        version: 8,
+        name: "0008_catalogue_output_schema",
+        sql: include_str!("../migrations/0008_catalogue_output_schema.sql"),
+    },
 ];
 
 /// Brings the schema up to date. The version is read first, without a lock a reader

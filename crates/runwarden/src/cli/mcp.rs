@@ -6,8 +6,8 @@ use std::sync::Arc;
 use anyhow::{Context as _, bail};
 use clap::Subcommand;
 use runwarden_mcp::{
-    CatalogueEntry, CatalogueStore, McpClient, Reply, Request, SchemaStatus, ServerConfig,
-    ServerHealth, ToolCallRequest, ToolOutcome, build_catalogue,
+    CatalogueEntry, CatalogueStore, McpClient, McpError, Reply, Request, SchemaStatus,
+    ServerConfig, ServerHealth, ToolCallRequest, ToolOutcome, build_catalogue,
 };
 use runwarden_vault::CancelFlag;
 use serde::Serialize;
@@ -86,6 +86,8 @@ pub(crate) struct ToolView<'a> {
     effect: &'static str,
     usable: bool,
     refused: Option<&'a str>,
+    /// Whether the tool declared an outputSchema its results are checked against (M7).
+    checks_output: bool,
 }
 
 impl<'a> ToolView<'a> {
@@ -102,6 +104,7 @@ impl<'a> ToolView<'a> {
             effect: server.effect_of(&entry.remote_name).as_str(),
             usable: refused.is_none(),
             refused,
+            checks_output: entry.output_schema.is_some(),
         }
     }
 
@@ -123,6 +126,18 @@ async fn import(cx: &Context, name: &str) -> anyhow::Result<ExitCode> {
     let tools = match client.send_request(Request::ListTools, Some(&stop)).await {
         Ok(Reply::Tools(tools)) => tools,
         Ok(_) => bail!("server {name} answered tools/list with something else"),
+        Err(McpError::NoTools { .. }) => {
+            // A server may be reachable and healthy yet offer no tools (only prompts or
+            // resources): that is an answer, not a failure. The stored catalogue is left
+            // as it was.
+            let report = serde_json::json!({ "server": name, "imported": 0, "refused": 0, "tools": [], "offers_tools": false });
+            output::emit(cx.json, &report, || {
+                format!(
+                    "server {name} offers no tools (its initialize result has no tools capability); nothing imported"
+                )
+            });
+            return Ok(ExitCode::SUCCESS);
+        }
         Err(e) if e.is_cancelled() => {
             output::error(cx.json, &anyhow::anyhow!("cancelled: {e}"));
             return Ok(ExitCode::from(EXIT_CANCELLED));
@@ -144,7 +159,18 @@ async fn import(cx: &Context, name: &str) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("while storing the catalogue of server {name}"))?;
     let views: Vec<ToolView<'_>> = entries.iter().map(|e| ToolView::new(e, server)).collect();
     let refused = views.iter().filter(|v| !v.usable).count();
-    let report = serde_json::json!({ "server": name, "imported": views.len(), "refused": refused, "tools": views });
+    // The JSON report also carries each tool's input schema exactly as the server sent it,
+    // so an operator can see what a refusal was about (and what the normaliser kept).
+    let received: Vec<Value> = views
+        .iter()
+        .zip(&tools)
+        .map(|(view, tool)| {
+            let mut view = serde_json::to_value(view).unwrap_or(Value::Null);
+            view["received_input_schema"] = tool.input_schema.clone();
+            view
+        })
+        .collect();
+    let report = serde_json::json!({ "server": name, "imported": views.len(), "refused": refused, "offers_tools": true, "tools": received });
     output::emit(cx.json, &report, || {
         let mut text = format!(
             "imported {} tools from {name} ({refused} refused)",
@@ -331,11 +357,11 @@ async fn call(cx: &Context, name: &str, tool: &str, args: &str) -> anyhow::Resul
     let (client, store) = client(cx, server).await?;
     // A local name from the catalogue maps to its remote name; anything else goes as is.
     let catalogue = store.catalogue_list(Some(name)).await?;
-    let remote = catalogue
+    let entry = catalogue
         .iter()
         .find(|e| e.local_name == tool)
-        .map_or(tool, |e| e.remote_name.as_str())
-        .to_string();
+        .or_else(|| catalogue.iter().find(|e| e.remote_name == tool));
+    let remote = entry.map_or(tool, |e| e.remote_name.as_str()).to_string();
     let stop = ctrl_c_flag();
     let request = ToolCallRequest {
         tool: remote.clone(),
@@ -343,6 +369,8 @@ async fn call(cx: &Context, name: &str, tool: &str, args: &str) -> anyhow::Resul
         correlation: None,
         gate: None,
         elicitor: None,
+        // M7 (amended): an imported tool's results are checked against its outputSchema.
+        output_schema: entry.and_then(|e| e.output_schema.clone()),
         notices: None,
     };
     let outcome = client.call_tool(request, Some(&stop)).await;
@@ -359,7 +387,7 @@ async fn call(cx: &Context, name: &str, tool: &str, args: &str) -> anyhow::Resul
         .map(|l| serde_json::json!({"method": l.method, "granted_seconds": l.granted.as_secs(), "millis": l.elapsed.as_millis() as u64, "audit_id": l.audit_id}))
         .collect();
     let report = serde_json::json!({
-        "server": name, "tool": remote, "outcome": label, "text": result.text,
+        "server": name, "tool": remote, "outcome": label, "text": result.text, "structured": result.structured,
         "sent": result.sent(), "delivery": result.delivery.as_str(), "request_id": outcome.request_id, "legs": legs,
     });
     output::emit(cx.json, &report, || {

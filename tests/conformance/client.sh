@@ -25,6 +25,8 @@ cat >> runwarden.toml <<TOML
 [mcp.servers.conf]
 url = "$url"
 elicitation = "operator"
+# A scenario that goes wrong fails in seconds, not in the default 20 s.
+timeout_seconds = 8
 TOML
 
 case "$scenario" in

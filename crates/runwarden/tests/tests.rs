@@ -7,6 +7,7 @@ mod audit;
 mod backend;
 mod budgets;
 mod config;
+mod conformance_suite;
 mod demo;
 mod deploy;
 mod effects;

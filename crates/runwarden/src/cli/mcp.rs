@@ -6,12 +6,13 @@ use std::sync::Arc;
 use anyhow::{Context as _, bail};
 use clap::Subcommand;
 use runwarden_mcp::{
-    CatalogueEntry, CatalogueStore, McpClient, McpError, Reply, Request, SchemaStatus,
-    ServerConfig, ServerHealth, ToolCallRequest, ToolOutcome, build_catalogue,
+    CatalogueEntry, CatalogueStore, ElicitationAnswer, ElicitationFuture, ElicitationRequest,
+    Elicitor, ElicitorHandle, McpClient, McpError, Reply, Request, SchemaStatus, ServerConfig,
+    ServerHealth, ToolCallRequest, ToolOutcome, build_catalogue,
 };
 use runwarden_vault::CancelFlag;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::Context;
 use crate::output;
@@ -42,6 +43,11 @@ pub(crate) enum McpCommand {
         /// The arguments as a JSON object.
         #[arg(long, default_value = "{}")]
         args: String,
+        /// Answers a question the server asks during the call (`elicitation/create`, for a
+        /// server with `elicitation = "operator"`) with this JSON object; fields left out
+        /// take the defaults the question gives. Without it, questions are declined.
+        #[arg(long)]
+        answer: Option<String>,
     },
 }
 
@@ -58,7 +64,12 @@ pub(crate) async fn run(cx: &Context, command: McpCommand) -> anyhow::Result<Exi
         McpCommand::Import { name } => import(cx, &name).await,
         McpCommand::List { name } => list(cx, name.as_deref()).await,
         McpCommand::Health => health(cx).await,
-        McpCommand::Call { name, tool, args } => call(cx, &name, &tool, &args).await,
+        McpCommand::Call {
+            name,
+            tool,
+            args,
+            answer,
+        } => call(cx, &name, &tool, &args, answer.as_deref()).await,
     }
 }
 
@@ -345,14 +356,68 @@ async fn health(cx: &Context) -> anyhow::Result<ExitCode> {
     })
 }
 
-async fn call(cx: &Context, name: &str, tool: &str, args: &str) -> anyhow::Result<ExitCode> {
-    let server = cx.config.mcp_server(name)?;
-    let arguments = match serde_json::from_str::<Value>(args) {
-        Ok(Value::Object(map)) => map,
-        Ok(_) => bail!("--args must be a JSON object, like '{{\"q\": \"printer\"}}'"),
-        Err(e) => {
-            bail!("--args is not valid JSON ({e}): pass an object, like '{{\"q\": \"printer\"}}'")
+/// M14: the operator's prepared answer to a server's question during `mcp call`.
+struct PreparedAnswer(Map<String, Value>);
+
+impl Elicitor for PreparedAnswer {
+    fn elicit(&self, request: ElicitationRequest) -> ElicitationFuture {
+        let answer = answer_with_defaults(&self.0, &request.requested_schema);
+        Box::pin(async move { answer })
+    }
+}
+
+/// The prepared answer completed with the defaults the requested schema gives (SEP-1034),
+/// kept to the fields the schema names. A required field with neither an answer nor a
+/// default cannot be answered: the question is declined.
+fn answer_with_defaults(prepared: &Map<String, Value>, schema: &Value) -> ElicitationAnswer {
+    let empty = Map::new();
+    let properties = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let mut content = Map::new();
+    for (field, property) in properties {
+        if let Some(value) = prepared.get(field).or_else(|| property.get("default")) {
+            content.insert(field.clone(), value.clone());
         }
+    }
+    let required = schema.get("required").and_then(Value::as_array);
+    let missing = required
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .any(|field| !content.contains_key(field));
+    if missing {
+        ElicitationAnswer::Decline
+    } else {
+        ElicitationAnswer::Accept(content)
+    }
+}
+
+fn json_object(flag: &str, text: &str) -> anyhow::Result<Map<String, Value>> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => bail!("{flag} must be a JSON object, like '{{\"q\": \"printer\"}}'"),
+        Err(e) => {
+            bail!("{flag} is not valid JSON ({e}): pass an object, like '{{\"q\": \"printer\"}}'")
+        }
+    }
+}
+
+async fn call(
+    cx: &Context,
+    name: &str,
+    tool: &str,
+    args: &str,
+    answer: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let server = cx.config.mcp_server(name)?;
+    let arguments = json_object("--args", args)?;
+    let elicitor = match answer {
+        Some(text) => Some(ElicitorHandle(Arc::new(PreparedAnswer(json_object(
+            "--answer", text,
+        )?)))),
+        None => None,
     };
     let (client, store) = client(cx, server).await?;
     // A local name from the catalogue maps to its remote name; anything else goes as is.
@@ -368,7 +433,8 @@ async fn call(cx: &Context, name: &str, tool: &str, args: &str) -> anyhow::Resul
         arguments,
         correlation: None,
         gate: None,
-        elicitor: None,
+        // M14: only what the operator prepared on the command line; else a decline.
+        elicitor,
         // M7 (amended): an imported tool's results are checked against its outputSchema.
         output_schema: entry.and_then(|e| e.output_schema.clone()),
         notices: None,
@@ -410,4 +476,35 @@ async fn call(cx: &Context, name: &str, tool: &str, args: &str) -> anyhow::Resul
         text
     });
     Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_prepared_answer_takes_the_questions_defaults_for_what_it_leaves_out() {
+        let schema = json!({"type": "object", "properties": {
+            "name": {"type": "string", "default": "John Doe"},
+            "age": {"type": "integer", "default": 30},
+            "note": {"type": "string"}
+        }, "required": []});
+        let prepared = json!({"age": 41, "unasked": true});
+        let answer = answer_with_defaults(prepared.as_object().unwrap(), &schema);
+        let expected = json!({"name": "John Doe", "age": 41});
+        assert_eq!(
+            answer,
+            ElicitationAnswer::Accept(expected.as_object().unwrap().clone())
+        );
+    }
+
+    #[test]
+    fn a_required_field_with_no_answer_and_no_default_declines() {
+        let schema = json!({"type": "object", "properties": {"email": {"type": "string"}}, "required": ["email"]});
+        assert_eq!(
+            answer_with_defaults(&Map::new(), &schema),
+            ElicitationAnswer::Decline
+        );
+    }
 }

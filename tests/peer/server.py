@@ -24,6 +24,7 @@ from mcp.types import CallToolResult, CancelledNotificationParams, TextContent
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+import shape_tools
 import wire_tools
 
 STATS: dict = {
@@ -115,6 +116,7 @@ async def _on_cancelled(ctx, params: CancelledNotificationParams) -> None:
 
 
 wire_tools.register(mcp)
+shape_tools.register(mcp)
 
 mcp._lowlevel_server.add_notification_handler(
     "notifications/cancelled", CancelledNotificationParams, _on_cancelled

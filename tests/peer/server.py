@@ -24,6 +24,9 @@ from mcp.types import CallToolResult, CancelledNotificationParams, TextContent
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+import shape_tools
+import wire_tools
+
 STATS: dict = {
     "slow_started": 0,
     "slow_cancelled": 0,
@@ -112,6 +115,9 @@ async def _on_cancelled(ctx, params: CancelledNotificationParams) -> None:
     STATS["cancel_notifications"] += 1
 
 
+wire_tools.register(mcp)
+shape_tools.register(mcp)
+
 mcp._lowlevel_server.add_notification_handler(
     "notifications/cancelled", CancelledNotificationParams, _on_cancelled
 )
@@ -124,7 +130,12 @@ async def main() -> int:
     p.add_argument("--json-response", action="store_true", help="application/json instead of SSE")
     args = p.parse_args()
 
-    app = mcp.streamable_http_app(stateless_http=args.stateless, json_response=args.json_response)
+    app = mcp.streamable_http_app(
+        stateless_http=args.stateless,
+        json_response=args.json_response,
+        **wire_tools.app_options(args.stateless),
+    )
+    app = wire_tools.wrap(app)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

@@ -6,6 +6,10 @@
 //! reqwest client keeps no idle connection, at most 16 POSTs in flight) and tuned (a
 //! pooled reqwest client, 64 POSTs in flight), so our figure meets its best one.
 //!
+//! A second server issues an `Mcp-Session-Id` (M13): our client runs against it too, so
+//! the figures show one session reused by every call (one `initialize`, one `DELETE` at
+//! the end) next to the stateless server, the bare POST and the SDK, in the same run.
+//!
 //! Run: `cargo bench -p runwarden-mcp --bench roundtrip` (add `-- --json` for JSON lines).
 
 use std::future::Future;
@@ -18,7 +22,9 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{Peer, ServiceExt};
 use runwarden_mcp::{McpClient, ServerConfig, ToolCallRequest};
-use runwarden_testkit::{Dist, LoopbackVault, Seen, TestServer, loopback_vault, mcp_handler, tool};
+use runwarden_testkit::{
+    Dist, LoopbackVault, Reply, Seen, TestServer, loopback_vault, mcp_handler, tool,
+};
 use runwarden_vault::CancelFlag;
 use serde_json::{Map, Value, json};
 
@@ -28,6 +34,7 @@ const CONCURRENT_CALLS: usize = 4_000;
 
 const BARE: &str = "bare reqwest POST";
 const OURS: &str = "McpClient tools/call (vault + audit)";
+const OURS_SESSION: &str = "McpClient, one session reused (M13)";
 const RMCP_DEFAULT: &str = "rmcp client (SDK defaults)";
 const RMCP_POOLED: &str = "rmcp client (pooled, 64 in flight)";
 
@@ -97,6 +104,40 @@ async fn rmcp_client(
         .expect("the SDK client's handshake")
 }
 
+/// The testkit's MCP server, issuing one session id on `initialize` and ending it on
+/// `DELETE`, as a stateful server does (M13).
+fn session_handler() -> impl Fn(&runwarden_testkit::HttpRequest) -> Reply + Send + Sync + 'static {
+    let inner = mcp_handler(vec![tool("echo")], &[]);
+    move |request| {
+        if request.method == "DELETE" {
+            return Reply::text(200, "");
+        }
+        let initialize = request.body.windows(12).any(|w| w == b"\"initialize\"");
+        let reply = inner(request);
+        if initialize {
+            reply.with_header("mcp-session-id", "bench-session")
+        } else {
+            reply
+        }
+    }
+}
+
+/// What reached a server, by HTTP method and JSON-RPC method.
+fn methods_seen(server: &mut TestServer) -> std::collections::BTreeMap<String, usize> {
+    let mut methods = std::collections::BTreeMap::<String, usize>::new();
+    while let Ok(seen) = server.events.try_recv() {
+        if let Seen::Request(_, request) = seen {
+            let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+            let key = match body["method"].as_str() {
+                Some(method) => format!("{} {method}", request.method),
+                None => request.method,
+            };
+            *methods.entry(key).or_default() += 1;
+        }
+    }
+    methods
+}
+
 async fn rmcp_call(peer: &Peer<RoleClient>, arguments: Map<String, Value>) -> bool {
     let params = CallToolRequestParams::new("echo").with_arguments(arguments);
     matches!(peer.call_tool(params).await, Ok(result) if result.is_error != Some(true))
@@ -111,6 +152,11 @@ async fn main() {
     let LoopbackVault {
         dir: _dir, egress, ..
     } = loopback_vault().await;
+    let mut session_server = TestServer::start(session_handler()).await;
+    let session_client = Arc::new(McpClient::new(
+        ServerConfig::new("bench-session", session_server.url("/mcp")),
+        egress.clone(),
+    ));
     let client = Arc::new(McpClient::new(
         ServerConfig::new("bench", url.clone()),
         egress,
@@ -121,6 +167,8 @@ async fn main() {
         correlation: None,
         gate: None,
         elicitor: None,
+        output_schema: None,
+        notices: None,
     };
     let arguments = || json!({"text": "hello"}).as_object().unwrap().clone();
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hello"}}}).to_string();
@@ -136,6 +184,13 @@ async fn main() {
     // Warm up every path (our client's handshake happens here).
     for _ in 0..200 {
         assert!(client.call_tool(call(), None).await.result.is_success());
+        assert!(
+            session_client
+                .call_tool(call(), None)
+                .await
+                .result
+                .is_success()
+        );
         bare.post(&url)
             .header("content-type", "application/json")
             .body(body.clone())
@@ -155,6 +210,7 @@ async fn main() {
     let mut client_samples = Vec::with_capacity(ITERATIONS);
     let mut rmcp_default_samples = Vec::with_capacity(ITERATIONS);
     let mut rmcp_pooled_samples = Vec::with_capacity(ITERATIONS);
+    let mut session_samples = Vec::with_capacity(ITERATIONS);
     let flag = CancelFlag::new();
     for _ in 0..ITERATIONS {
         let started = Instant::now();
@@ -175,6 +231,11 @@ async fn main() {
         assert!(outcome.result.is_success());
 
         let started = Instant::now();
+        let outcome = session_client.call_tool(call(), Some(&flag)).await;
+        session_samples.push(started.elapsed());
+        assert!(outcome.result.is_success());
+
+        let started = Instant::now();
         let ok = rmcp_call(&rmcp_default, arguments()).await;
         rmcp_default_samples.push(started.elapsed());
         assert!(ok);
@@ -189,6 +250,7 @@ async fn main() {
     let sequential = [
         &bare,
         &through,
+        &summarise(OURS_SESSION, session_samples),
         &summarise(RMCP_DEFAULT, rmcp_default_samples),
         &summarise(RMCP_POOLED, rmcp_pooled_samples),
     ];
@@ -202,12 +264,39 @@ async fn main() {
                 correlation: None,
                 gate: None,
                 elicitor: None,
+                output_schema: None,
+                notices: None,
             };
             client.call_tool(call, None).await.result.is_success()
         }
     })
     .await;
-    let mut concurrent = vec![ours];
+    let session_calls = session_client.clone();
+    let ours_session = throughput(OURS_SESSION, move || {
+        let client = session_calls.clone();
+        async move {
+            let call = ToolCallRequest {
+                tool: "echo".into(),
+                ..ToolCallRequest::default()
+            };
+            client.call_tool(call, None).await.result.is_success()
+        }
+    })
+    .await;
+    // M13: the session ends with one DELETE.
+    session_client.close().await.expect("the session ends");
+    let session_methods = methods_seen(&mut session_server);
+    assert_eq!(
+        session_methods.get("POST initialize"),
+        Some(&1),
+        "{session_methods:?}"
+    );
+    assert_eq!(
+        session_methods.get("DELETE"),
+        Some(&1),
+        "{session_methods:?}"
+    );
+    let mut concurrent = vec![ours, ours_session];
     for (name, service) in [(RMCP_DEFAULT, &rmcp_default), (RMCP_POOLED, &rmcp_pooled)] {
         let peer = service.peer().clone();
         concurrent.push(
@@ -223,12 +312,7 @@ async fn main() {
     }
     // What reached the server, by method. The server is stateless (no session id), so the
     // SDK client opens no GET stream and sends no DELETE: this line shows only POSTs.
-    let mut methods = std::collections::BTreeMap::<String, usize>::new();
-    while let Ok(seen) = server.events.try_recv() {
-        if let Seen::Request(_, request) = seen {
-            *methods.entry(request.method).or_default() += 1;
-        }
-    }
+    let methods = methods_seen(&mut server);
 
     if json_output {
         for row in sequential {
@@ -246,6 +330,10 @@ async fn main() {
         println!(
             "{}",
             json!({"figure": "requests by method", "methods": methods})
+        );
+        println!(
+            "{}",
+            json!({"figure": "requests by method, session server", "methods": session_methods})
         );
     } else {
         println!("tools/call round trip, {ITERATIONS} sequential calls each, 127.0.0.1");
@@ -279,5 +367,6 @@ async fn main() {
             );
         }
         println!("requests the server saw, by method: {methods:?}");
+        println!("requests the session server saw, by method: {session_methods:?}");
     }
 }

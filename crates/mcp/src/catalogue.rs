@@ -36,6 +36,9 @@ pub struct CatalogueEntry {
     pub effect: Effect,
     /// The normalised schema, or why the tool was refused.
     pub schema: SchemaStatus,
+    /// M7 (amended): the `outputSchema` the tool declared, as sent; a call's
+    /// `structuredContent` must match it. `None` when it declared none.
+    pub output_schema: Option<Value>,
     /// When it was imported, Unix milliseconds UTC.
     pub imported_ms: i64,
 }
@@ -65,13 +68,43 @@ pub fn build_catalogue(
             remote_name: tool.name.clone(),
             description: tool.description.clone(),
             effect: server.effect_of(&tool.name),
-            schema: match normalise_input_schema(&tool.input_schema) {
-                Ok(schema) => SchemaStatus::Usable(schema),
-                Err(refusal) => SchemaStatus::Refused(refusal.to_string()),
-            },
+            schema: schema_status(tool),
+            output_schema: tool.output_schema.clone(),
             imported_ms: now_ms,
         })
         .collect()
+}
+
+/// Whether a listed tool can be offered: its execution mode, its output schema and its
+/// input schema (M8 amended), in that order; the first reason to refuse it wins.
+fn schema_status(tool: &ListedTool) -> SchemaStatus {
+    if tool.task_support.as_deref() == Some("required") {
+        // The tasks utility is not implemented: a tool that only runs as a task would
+        // answer every plain tools/call with an error, so it is refused at import.
+        return SchemaStatus::Refused(
+            "the tool requires task-augmented execution (execution.taskSupport is \"required\"), which runwarden does not implement; the tool is refused".into(),
+        );
+    }
+    if let Some(output) = &tool.output_schema
+        && let Err(problem) = check_output_schema(output)
+    {
+        return SchemaStatus::Refused(format!(
+            "its outputSchema {problem}, so its results could not be checked; the tool is refused"
+        ));
+    }
+    match normalise_input_schema(&tool.input_schema) {
+        Ok(schema) => SchemaStatus::Usable(schema),
+        Err(refusal) => SchemaStatus::Refused(refusal.to_string()),
+    }
+}
+
+/// M7 (amended): an output schema must compile, with no reference leaving the document
+/// (the validator has no resolver that could fetch one), so every result can be checked.
+fn check_output_schema(schema: &Value) -> Result<(), String> {
+    if !schema.is_object() {
+        return Err("is not a JSON object".into());
+    }
+    crate::result::output_validator(schema).map(|_| ())
 }
 
 /// One contact with a server, for its liveness record.
@@ -113,6 +146,8 @@ pub struct StoredSchema {
     pub schema_json: Option<String>,
     /// Why the schema was refused.
     pub refusal: Option<String>,
+    /// The declared output schema, as JSON text (M7 amended).
+    pub output_schema_json: Option<String>,
 }
 
 /// What every backend checks before it replaces a server's catalogue: each entry is filed
@@ -144,14 +179,17 @@ pub fn stored_catalogue(
                 "the catalogue for server {server} lists {problem} twice: build it with build_catalogue"
             ));
         }
+        let output_schema_json = entry.output_schema.as_ref().map(Value::to_string);
         rows.push(match &entry.schema {
             SchemaStatus::Usable(schema) => StoredSchema {
                 schema_json: Some(schema.to_string()),
                 refusal: None,
+                output_schema_json,
             },
             SchemaStatus::Refused(reason) => StoredSchema {
                 schema_json: None,
                 refusal: Some(reason.clone()),
+                output_schema_json,
             },
         });
     }
@@ -194,6 +232,7 @@ mod tests {
             description: None,
             effect: Effect::ReadOnly,
             schema,
+            output_schema: None,
             imported_ms: 1,
         }
     }
@@ -256,12 +295,14 @@ mod tests {
                 name: "search".into(),
                 description: None,
                 input_schema: json!({"type": "object"}),
+                ..ListedTool::default()
             },
             // The server claims this one is harmless; the default still applies.
             ListedTool {
                 name: "delete".into(),
                 description: Some("readOnlyHint: true".into()),
                 input_schema: json!({}),
+                ..ListedTool::default()
             },
         ];
         let entries = build_catalogue(&server, &tools, 1);
@@ -276,12 +317,73 @@ mod tests {
         let tools = vec![ListedTool {
             name: "t".into(),
             description: None,
-            input_schema: json!({"type": "object", "$defs": {}}),
+            input_schema: json!({"type": "object", "properties": {"p": {"prefixItems": []}}}),
+            ..ListedTool::default()
         }];
         let entries = build_catalogue(&server, &tools, 1);
         assert!(
-            matches!(&entries[0].schema, SchemaStatus::Refused(reason) if reason.contains("$defs"))
+            matches!(&entries[0].schema, SchemaStatus::Refused(reason) if reason.contains("prefixItems"))
         );
         assert!(!entries[0].is_usable());
+    }
+
+    #[test]
+    fn a_tool_that_requires_tasks_is_refused_with_the_reason() {
+        let server = ServerConfig::new("s", "http://x");
+        let tool = |name: &str, support: Option<&str>| ListedTool {
+            name: name.into(),
+            input_schema: json!({"type": "object"}),
+            task_support: support.map(str::to_string),
+            ..ListedTool::default()
+        };
+        let tools = vec![
+            tool("required", Some("required")),
+            tool("optional", Some("optional")),
+            tool("forbidden", Some("forbidden")),
+            tool("plain", None),
+        ];
+        let entries = build_catalogue(&server, &tools, 1);
+        assert!(
+            matches!(&entries[0].schema, SchemaStatus::Refused(reason)
+                if reason.contains("execution.taskSupport is \"required\"")),
+            "{:?}",
+            entries[0].schema
+        );
+        assert!(entries[1..].iter().all(CatalogueEntry::is_usable));
+    }
+
+    #[test]
+    fn an_output_schema_is_kept_as_sent_and_one_that_cannot_be_checked_refuses_the_tool() {
+        let server = ServerConfig::new("s", "http://x");
+        let output =
+            json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+        let tool = |name: &str, output: Value| ListedTool {
+            name: name.into(),
+            input_schema: json!({"type": "object"}),
+            output_schema: Some(output),
+            ..ListedTool::default()
+        };
+        let tools = vec![
+            tool("good", output.clone()),
+            tool(
+                "remote",
+                json!({"type": "object", "properties": {"p": {"$ref": "https://example.com/p.json"}}}),
+            ),
+            tool(
+                "broken",
+                json!({"type": "object", "properties": {"n": {"type": "nope"}}}),
+            ),
+        ];
+        let entries = build_catalogue(&server, &tools, 1);
+        assert!(entries[0].is_usable());
+        assert_eq!(entries[0].output_schema, Some(output));
+        for entry in &entries[1..] {
+            assert!(
+                matches!(&entry.schema, SchemaStatus::Refused(reason)
+                    if reason.starts_with("its outputSchema") && reason.ends_with("the tool is refused")),
+                "{:?}",
+                entry.schema
+            );
+        }
     }
 }

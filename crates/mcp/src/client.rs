@@ -1,5 +1,7 @@
-//! The MCP client: the handshake, the three places a signal enters, and every leg sent
-//! through the vault's guarded egress client.
+//! The MCP client: the handshake and the session (M13), the three places a signal enters,
+//! every leg sent through the vault's guarded egress client, the server's own requests
+//! answered while a stream is open (M14), progress handed on (M15) and broken streams
+//! resumed (M16).
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,11 +18,13 @@ use runwarden_vault::{
 use serde_json::{Map, Value, json};
 
 use crate::catalogue::{CatalogueStore, Contact};
-use crate::config::ServerConfig;
-use crate::deadline::{Clock, Deadline, SystemClock};
+use crate::config::{ElicitationPolicy, PROGRESS_HARD_MAX, ServerConfig};
+use crate::deadline::{Clock, Deadline, MIN_LEG, SystemClock};
+use crate::elicit::{ElicitationAnswer, ElicitationRequest};
 use crate::error::{McpError, one_line};
 use crate::result::ToolResult;
 use crate::sse;
+use crate::stream::{Marks, NoticeSink, OnProgress, ServerRequest, Watch};
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -28,8 +32,29 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// The protocol versions this client negotiates, newest first (M2).
-pub const SUPPORTED_VERSIONS: [&str; 2] = ["2025-11-25", "2025-06-18"];
+/// The protocol versions this client accepts, newest first (M17); it offers the first.
+pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// The version of the old HTTP+SSE transport, refused with a message that says so (M17).
+const OLD_HTTP_SSE_VERSION: &str = "2024-11-05";
+
+/// `User-Agent` on every request (M17).
+pub const USER_AGENT: &str = concat!("runwarden/", env!("CARGO_PKG_VERSION"));
+
+/// The bound of the `DELETE` that ends a session when the client shuts down (M13).
+pub const CLOSE_BUDGET: Duration = Duration::from_secs(2);
+
+/// The most reconnections one request's stream gets (M16).
+pub const MAX_RESUMES: usize = 3;
+
+/// The longest the client waits before a reconnection, whatever `retry` the server asked.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(5);
+
+/// The wait before a reconnection when the server gave no `retry`.
+const DEFAULT_RETRY_WAIT: Duration = Duration::from_millis(500);
+
+/// M14: the code of the error that refuses a request whose capability is not declared.
+const METHOD_NOT_FOUND: i64 = -32601;
 
 /// The most of a response body that is read (M5).
 pub const MAX_RESPONSE_BYTES: usize = 2 * 1024 * 1024;
@@ -74,7 +99,7 @@ pub enum Notification {
 }
 
 /// A tool as the server listed it, before normalisation.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct ListedTool {
     /// The remote name.
     pub name: String,
@@ -82,6 +107,10 @@ pub struct ListedTool {
     pub description: Option<String>,
     /// The input schema as sent.
     pub input_schema: Value,
+    /// The output schema as sent, if the tool declared one (M7 amended).
+    pub output_schema: Option<Value>,
+    /// `execution.taskSupport` as sent (`"required"`, `"optional"`, `"forbidden"`).
+    pub task_support: Option<String>,
 }
 
 /// What a [`CallGate`] returns: `Err` with the reason refuses the call.
@@ -121,6 +150,11 @@ pub struct ToolCallRequest {
     /// Answers the server's `elicitation/create` during this call (M14); with none, the
     /// client declines at once.
     pub elicitor: Option<crate::ElicitorHandle>,
+    /// The `outputSchema` the tool declared at import (M7 amended): a success whose
+    /// `structuredContent` does not match it is a failed tool result.
+    pub output_schema: Option<Value>,
+    /// Gets the call's progress and log notifications as they arrive (M15).
+    pub notices: Option<NoticeSink>,
 }
 
 /// One HTTP exchange of an operation, for reports and tests.
@@ -171,6 +205,111 @@ struct Operation<'a> {
 impl Operation<'_> {
     fn legs(self) -> Vec<LegReport> {
         self.legs.into_inner().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// True when the caller's own signal says stop (not the deadline's).
+    fn caller_cancelled(&self) -> bool {
+        self.signal.is_some_and(|s| s.is_cancelled())
+    }
+}
+
+/// M15: the caller's signal, plus the soft end of a deadline that progress stretches. The
+/// vault sends a stretchable leg bounded by the hard maximum and stops it through this
+/// signal when the (moving) soft end passes.
+struct Stretch<'a> {
+    caller: Option<&'a dyn CancellationSignal>,
+    deadline: &'a Deadline<'a>,
+}
+
+impl CancellationSignal for Stretch<'_> {
+    fn is_cancelled(&self) -> bool {
+        self.caller.is_some_and(|s| s.is_cancelled()) || self.deadline.remaining().is_zero()
+    }
+
+    fn woken(&self) -> runwarden_vault::WakeFuture<'_> {
+        Box::pin(async move {
+            let caller = async {
+                match self.caller {
+                    Some(signal) => until_cancelled(signal).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let end = async {
+                // The end moves with progress: sleep to it, look again.
+                loop {
+                    let left = self.deadline.remaining();
+                    if left.is_zero() {
+                        return;
+                    }
+                    tokio::time::sleep(left).await;
+                }
+            };
+            tokio::select! {
+                () = caller => {}
+                () = end => {}
+            }
+        })
+    }
+
+    fn wakes(&self) -> bool {
+        true
+    }
+}
+
+/// What one leg sends, beyond its operation.
+struct LegSpec<'s> {
+    http: Method,
+    /// The JSON-RPC method (or what the leg is for), for reports, audit and errors.
+    method: &'s str,
+    /// The session whose headers the leg carries (none for `initialize`).
+    session: Option<&'s Session>,
+    /// The POST body.
+    message: Option<Value>,
+    /// Our request id, when a response is due.
+    id: Option<i64>,
+    gate: Option<CallGate>,
+    /// M16: a GET that resumes a stream after this event.
+    last_event_id: Option<String>,
+    /// How the leg answers what the server sends in its stream.
+    listen: Option<&'s Listen<'s>>,
+}
+
+impl<'s> LegSpec<'s> {
+    fn post(method: &'s str, message: Value, id: Option<i64>) -> Self {
+        Self {
+            http: Method::Post,
+            method,
+            session: None,
+            message: Some(message),
+            id,
+            gate: None,
+            last_event_id: None,
+            listen: None,
+        }
+    }
+}
+
+/// M14/M15: what a request's legs need to answer the server's own requests and to hand
+/// over its notices while the stream is open.
+struct Listen<'l> {
+    session: &'l Session,
+    tool: Option<&'l str>,
+    elicitor: Option<&'l crate::ElicitorHandle>,
+    notices: Option<NoticeSink>,
+    marks: Arc<Mutex<Marks>>,
+    on_progress: Option<OnProgress>,
+}
+
+impl<'l> Listen<'l> {
+    fn plain(session: &'l Session) -> Self {
+        Self {
+            session,
+            tool: None,
+            elicitor: None,
+            notices: None,
+            marks: Arc::default(),
+            on_progress: None,
+        }
     }
 }
 
@@ -284,7 +423,11 @@ impl McpClient {
         call: ToolCallRequest,
         signal: Option<&dyn CancellationSignal>,
     ) -> ToolCall {
-        let op = self.operation(signal, call.correlation.clone());
+        let mut op = self.operation(signal, call.correlation.clone());
+        if self.server.progress_extends_deadline {
+            op.deadline =
+                Deadline::stretchable(&*self.clock, self.server.timeout, PROGRESS_HARD_MAX);
+        }
         let mut request_id = None;
         let outcome = self.call_tool_legs(&op, &call, &mut request_id).await;
         self.record_contact(outcome.as_ref().map(|_| ())).await;
@@ -304,7 +447,7 @@ impl McpClient {
                 .await;
         }
         let result = match outcome {
-            Ok(result) => ToolResult::from_wire(&result),
+            Ok(result) => ToolResult::from_wire(&result, call.output_schema.as_ref()),
             Err(error) => ToolResult::from_error(error, delivery),
         };
         ToolCall {
@@ -326,22 +469,142 @@ impl McpClient {
         *request_id = Some(id);
         let params =
             CallToolRequestParams::new(call.tool.clone()).with_arguments(call.arguments.clone());
+        let mut params = serde_json::to_value(params).unwrap_or_else(|_| json!({}));
+        // M15: our request id is the progress token, so progress is matched to its call.
+        params["_meta"] = json!({"progressToken": id});
         let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+        let on_progress: Option<OnProgress> = op.deadline.stretches().then(|| {
+            let (cell, clock) = (op.deadline.progress_cell(), self.clock.clone());
+            Arc::new(move || {
+                *cell.lock().unwrap_or_else(|p| p.into_inner()) = Some(clock.now());
+            }) as OnProgress
+        });
+        let listen = Listen {
+            session: &session,
+            tool: Some(&call.tool),
+            elicitor: call.elicitor.as_ref(),
+            notices: call.notices.clone(),
+            marks: Arc::default(),
+            on_progress,
+        };
         // R11: the gate runs inside the vault, after the audit intent and right before
         // the first byte of tools/call.
-        let gate = call.gate.clone();
-        match self
-            .leg_gated(op, Some(&session), "tools/call", message, Some(id), gate)
-            .await
-        {
-            Err(error @ McpError::SessionExpired { .. }) => {
-                // M5: never silently re-send a tools/call; forget the session so the next
-                // operation starts a fresh one.
-                self.forget(&session).await;
-                Err(error)
-            }
-            other => other.map(|a| a.message.unwrap_or(Value::Null)),
+        let spec = LegSpec {
+            session: Some(&session),
+            gate: call.gate.clone(),
+            listen: Some(&listen),
+            ..LegSpec::post("tools/call", message, Some(id))
+        };
+        let answered = self.resumable(op, spec).await;
+        if let Err(McpError::SessionExpired { .. }) = &answered {
+            // M5: never silently re-send a tools/call; forget the session so the next
+            // operation starts a fresh one.
+            self.forget(&session).await;
         }
+        answered.map(|a| a.message.unwrap_or(Value::Null))
+    }
+
+    /// M16: sends a request whose answer may come in an event stream; when the stream
+    /// ends before the answer and the server gave event ids, reconnects with GET and
+    /// `Last-Event-ID` after the server's `retry`, at most [`MAX_RESUMES`] times, within
+    /// the operation's budget and under its signal. The request is never sent again.
+    async fn resumable(&self, op: &Operation<'_>, spec: LegSpec<'_>) -> Result<Answer, McpError> {
+        let (method, id, listen) = (spec.method, spec.id, spec.listen);
+        let mut answered = self.leg_spec(op, spec).await;
+        let mut attempts = 0;
+        loop {
+            let error = match answered {
+                Ok(answer) => return Ok(answer),
+                Err(error) => error,
+            };
+            if error.is_cancelled() || !Self::stream_broke(&error) {
+                return Err(self.after_resumes(method, attempts, error));
+            }
+            let Some(listen) = listen else {
+                return Err(error);
+            };
+            let (last_event_id, retry) = {
+                let marks = listen.marks.lock().unwrap_or_else(|p| p.into_inner());
+                (marks.last_event_id.clone(), marks.retry)
+            };
+            let Some(last_event_id) = last_event_id else {
+                // Nothing to resume from: the error says maybe_delivered (V8).
+                return Err(self.after_resumes(method, attempts, error));
+            };
+            if attempts == MAX_RESUMES {
+                return Err(self.after_resumes(method, attempts, error));
+            }
+            let wait = retry.unwrap_or(DEFAULT_RETRY_WAIT).min(MAX_RETRY_WAIT);
+            if op.deadline.remaining() < wait + MIN_LEG {
+                let cause = McpError::NotSent {
+                    server: self.server.name.clone(),
+                    method: method.into(),
+                    budget: op.deadline.budget(),
+                };
+                return Err(self.after_resumes(method, attempts.max(1), cause));
+            }
+            if self.pause(op, wait).await {
+                return Err(McpError::Cancelled {
+                    server: self.server.name.clone(),
+                    method: method.into(),
+                    in_flight: true,
+                });
+            }
+            attempts += 1;
+            tracing::debug!(server = %self.server.name, method, attempts, "resuming the response stream");
+            answered = self
+                .leg_spec(
+                    op,
+                    LegSpec {
+                        http: Method::Get,
+                        method,
+                        session: Some(listen.session),
+                        message: None,
+                        id,
+                        gate: None,
+                        last_event_id: Some(last_event_id),
+                        listen: Some(listen),
+                    },
+                )
+                .await;
+        }
+    }
+
+    /// A failure after resumption began is `ResumeFailed` (maybe delivered, V8), unless it
+    /// is the caller's cancel.
+    fn after_resumes(&self, method: &str, attempts: usize, error: McpError) -> McpError {
+        if attempts == 0 || error.is_cancelled() {
+            return error;
+        }
+        McpError::ResumeFailed {
+            server: self.server.name.clone(),
+            method: method.into(),
+            attempts,
+            cause: one_line(&error.to_string()),
+        }
+    }
+
+    /// M16: the stream ended (or broke) before our response.
+    fn stream_broke(error: &McpError) -> bool {
+        match error {
+            McpError::NoResponse { .. } => true,
+            McpError::Egress { source, .. } => matches!(**source, EgressError::Transport { .. }),
+            _ => false,
+        }
+    }
+
+    /// Waits `wait` before a reconnection; true when the caller cancelled meanwhile.
+    async fn pause(&self, op: &Operation<'_>, wait: Duration) -> bool {
+        match op.signal {
+            Some(signal) => {
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = until_cancelled(signal) => {}
+                }
+            }
+            None => tokio::time::sleep(wait).await,
+        }
+        op.caller_cancelled()
     }
 
     /// Sends a request operation (seam 2 of 3): handshake if needed, then the request's
@@ -496,6 +759,11 @@ impl McpClient {
                 .and_then(Value::as_str)
                 .map(str::to_string),
             input_schema: tool.get("inputSchema").cloned().unwrap_or(Value::Null),
+            output_schema: tool.get("outputSchema").cloned(),
+            task_support: tool
+                .pointer("/execution/taskSupport")
+                .and_then(Value::as_str)
+                .map(str::to_string),
         })
     }
 
@@ -503,9 +771,8 @@ impl McpClient {
         if session.tools {
             Ok(())
         } else {
-            Err(McpError::Protocol {
+            Err(McpError::NoTools {
                 server: self.server.name.clone(),
-                problem: "the server does not offer tools".into(),
             })
         }
     }
@@ -545,6 +812,13 @@ impl McpClient {
             Implementation::new("runwarden", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(ProtocolVersion::V_2025_11_25);
+        let mut params = serde_json::to_value(params).unwrap_or_else(|_| json!({}));
+        // M14: no sampling, no roots; elicitation (form mode) only when the operator
+        // answers this server's questions.
+        params["capabilities"] = match self.server.elicitation {
+            ElicitationPolicy::Operator => json!({"elicitation": {"form": {}}}),
+            ElicitationPolicy::Decline => json!({}),
+        };
         let message = json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": params});
         let answer = self.leg(op, None, "initialize", message, Some(id)).await?;
         let result: InitializeResult =
@@ -555,13 +829,22 @@ impl McpClient {
                 )
             })?;
         let protocol = result.protocol_version.to_string();
+        if protocol == OLD_HTTP_SSE_VERSION {
+            return Err(McpError::Protocol {
+                server: self.server.name.clone(),
+                problem: format!(
+                    "the server speaks protocol version {OLD_HTTP_SSE_VERSION}, the old HTTP+SSE transport, which runwarden does not support: point the url at the server's Streamable HTTP endpoint (protocol {} or newer)",
+                    SUPPORTED_VERSIONS[SUPPORTED_VERSIONS.len() - 1]
+                ),
+            });
+        }
         if !SUPPORTED_VERSIONS.contains(&protocol.as_str()) {
             return Err(McpError::Protocol {
                 server: self.server.name.clone(),
                 problem: format!(
                     "the server speaks protocol version {:?}; runwarden speaks {}",
                     one_line(&protocol),
-                    SUPPORTED_VERSIONS.join(" and ")
+                    SUPPORTED_VERSIONS.join(", ")
                 ),
             });
         }
@@ -582,7 +865,8 @@ impl McpClient {
         Ok(session)
     }
 
-    /// One POST through the vault (M1), bounded by what is left of the deadline (M3).
+    /// One POST through the vault (M1), bounded by what is left of the deadline (M3). A
+    /// request's stream is listened to: the server's own requests in it are answered (M14).
     async fn leg(
         &self,
         op: &Operation<'_>,
@@ -591,20 +875,20 @@ impl McpClient {
         message: Value,
         id: Option<i64>,
     ) -> Result<Answer, McpError> {
-        self.leg_gated(op, session, method, message, id, None).await
+        let listen = session.map(Listen::plain);
+        let spec = LegSpec {
+            session,
+            listen: listen.as_ref().filter(|_| id.is_some()),
+            ..LegSpec::post(method, message, id)
+        };
+        self.leg_spec(op, spec).await
     }
 
-    /// [`leg`](Self::leg) with the caller's gate run right before the transfer.
-    async fn leg_gated(
-        &self,
-        op: &Operation<'_>,
-        session: Option<&Session>,
-        method: &str,
-        message: Value,
-        id: Option<i64>,
-        gate: Option<CallGate>,
-    ) -> Result<Answer, McpError> {
+    /// One HTTP exchange through the vault (M1), bounded by what is left of the deadline
+    /// (M3), with the session's headers and `User-Agent` (M17).
+    async fn leg_spec(&self, op: &Operation<'_>, spec: LegSpec<'_>) -> Result<Answer, McpError> {
         let server = &self.server.name;
+        let method = spec.method;
         let Some(granted) = op.deadline.grant() else {
             return Err(McpError::NotSent {
                 server: server.clone(),
@@ -612,17 +896,35 @@ impl McpClient {
                 budget: op.deadline.budget(),
             });
         };
-        let body = serde_json::to_vec(&message).expect("JSON values always serialize");
-        let mut request = EgressRequest::new(Method::Post, self.server.url.clone())
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .body(body)
-            .timeout(granted)
+        // M15: a stretchable leg is bounded by the hard maximum; its soft end is enforced
+        // through the signal, so progress can move it while the leg is in flight.
+        let bound = if op.deadline.stretches() {
+            op.deadline.grant_hard().unwrap_or(granted)
+        } else {
+            granted
+        };
+        let mut request = EgressRequest::new(spec.http, self.server.url.clone())
+            .header("user-agent", USER_AGENT)
+            .timeout(bound)
             .max_response_bytes(MAX_RESPONSE_BYTES)
             .actor(self.actor.clone())
             .reason(format!("mcp {server} {method}"));
-        let sent_session_id = session.and_then(|s| s.id.as_deref());
-        if let Some(session) = session {
+        request = match (&spec.message, &spec.last_event_id) {
+            (Some(message), _) => {
+                let body = serde_json::to_vec(message).expect("JSON values always serialize");
+                request
+                    .header("content-type", "application/json")
+                    .header("accept", "application/json, text/event-stream")
+                    .body(body)
+            }
+            // M16: a GET that resumes the stream after the last event we read.
+            (None, Some(last)) => request
+                .header("accept", "text/event-stream")
+                .header("last-event-id", last.clone()),
+            (None, None) => request,
+        };
+        let sent_session_id = spec.session.and_then(|s| s.id.as_deref());
+        if let Some(session) = spec.session {
             if let Some(session_id) = &session.id {
                 request = request.header("mcp-session-id", session_id.clone());
             }
@@ -634,21 +936,14 @@ impl McpClient {
         if let Some(correlation) = &op.correlation {
             request = request.correlation(correlation.clone());
         }
-        if let Some(gate) = gate {
+        if let Some(gate) = spec.gate.clone() {
             request = request.before_transfer(Box::new(move || (gate.0)()));
         }
         let intent = Arc::new(AtomicI64::new(0));
         let seen = intent.clone();
         request = request.on_intent(Box::new(move |id| seen.store(id, Ordering::Relaxed)));
-        if let Some(id) = id {
-            // An event stream may stay open after our answer: stop reading once it is in.
-            request = request.complete_when(Box::new(move |body: &[u8]| {
-                std::str::from_utf8(body)
-                    .is_ok_and(|text| sse::find_response(text, id, false).is_some())
-            }));
-        }
         let started = Instant::now();
-        let sent = self.egress.send(request, op.signal).await;
+        let sent = self.exchange(op, request, &spec).await;
         let report = LegReport {
             method: method.into(),
             granted,
@@ -660,13 +955,198 @@ impl McpClient {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(report);
-        let response = sent.map_err(|e| self.egress_error(method, e))?;
-        self.interpret(method, response, id, sent_session_id.is_some())
+        let response = sent.map_err(|e| self.egress_error(op, method, e))?;
+        self.interpret(method, response, spec.id, sent_session_id.is_some())
     }
 
-    fn egress_error(&self, method: &str, error: EgressError) -> McpError {
+    /// Sends one request through the vault. While a request's stream is open, the
+    /// server's own requests in it are answered on other legs (M14) and its notices go to
+    /// the caller (M15); what is still unanswered when the stream ends is dropped.
+    async fn exchange(
+        &self,
+        op: &Operation<'_>,
+        request: EgressRequest,
+        spec: &LegSpec<'_>,
+    ) -> Result<EgressResponse, EgressError> {
+        let stretch = Stretch {
+            caller: op.signal,
+            deadline: &op.deadline,
+        };
+        let signal: Option<&dyn CancellationSignal> = if op.deadline.stretches() {
+            Some(&stretch)
+        } else {
+            op.signal
+        };
+        let Some(id) = spec.id else {
+            return self.egress.send(request, signal).await;
+        };
+        let Some(listen) = spec.listen else {
+            // An event stream may stay open after our answer: stop reading once it is in.
+            let request = request.complete_when(Box::new(move |body: &[u8]| {
+                std::str::from_utf8(body)
+                    .is_ok_and(|text| sse::find_response(text, id, false).is_some())
+            }));
+            return self.egress.send(request, signal).await;
+        };
+        let (requests, mut inbox) = tokio::sync::mpsc::unbounded_channel();
+        let mut watch = Watch::new(
+            id,
+            listen.marks.clone(),
+            Some(requests),
+            listen.notices.clone(),
+            listen.on_progress.clone(),
+        );
+        let request = request.complete_when(Box::new(move |body: &[u8]| watch.feed(body)));
+        let (done, finished) = tokio::sync::watch::channel(false);
+        let send = async {
+            let sent = self.egress.send(request, signal).await;
+            let _ = done.send(true);
+            sent
+        };
+        let answer = async {
+            let mut watching = finished.clone();
+            loop {
+                tokio::select! {
+                    biased;
+                    () = until_done(&mut watching) => return,
+                    request = inbox.recv() => match request {
+                        Some(request) => {
+                            let mut stop = finished.clone();
+                            tokio::select! {
+                                () = self.answer(op, listen, request) => {}
+                                () = until_done(&mut stop) => return,
+                            }
+                        }
+                        None => return,
+                    },
+                }
+            }
+        };
+        let (sent, ()) = tokio::join!(send, answer);
+        sent
+    }
+
+    /// M14: answers one request the server sent in a stream, at once (an elicitation
+    /// waits for its elicitor, within the operation's budget).
+    async fn answer(&self, op: &Operation<'_>, listen: &Listen<'_>, request: ServerRequest) {
+        let (label, reply) = match request.method.as_str() {
+            "ping" => ("ping answer", json!({"result": {}})),
+            "elicitation/create" => (
+                "elicitation answer",
+                json!({"result": self.elicit(op, listen, &request.params).await}),
+            ),
+            "sampling/createMessage" => (
+                "sampling refusal",
+                refusal("runwarden does not offer sampling (the capability is not declared)"),
+            ),
+            "roots/list" => (
+                "roots refusal",
+                refusal("runwarden does not offer roots (the capability is not declared)"),
+            ),
+            _ => (
+                "unknown request refusal",
+                refusal("method not found: runwarden does not handle this request"),
+            ),
+        };
+        let mut message = reply;
+        message["jsonrpc"] = json!("2.0");
+        message["id"] = request.id;
+        let sent = Box::pin(self.leg(op, Some(listen.session), label, message, None)).await;
+        if let Err(error) = sent {
+            tracing::info!(server = %self.server.name, %error, "the answer to a server request did not reach it");
+        }
+    }
+
+    /// M14: the answer to `elicitation/create`. With the operator policy and an elicitor
+    /// on the call, the elicitor is asked and given what is left of the budget (less a
+    /// second for the answer's own leg); anything else, URL mode included, and an elicitor
+    /// that does not answer in time, is a decline.
+    async fn elicit(&self, op: &Operation<'_>, listen: &Listen<'_>, params: &Value) -> Value {
+        let decline = json!({"action": "decline"});
+        let form = params.get("mode").and_then(Value::as_str).unwrap_or("form") == "form";
+        let (true, ElicitationPolicy::Operator, Some(elicitor)) =
+            (form, self.server.elicitation, listen.elicitor)
+        else {
+            return decline;
+        };
+        let timeout = op.deadline.remaining().saturating_sub(MIN_LEG);
+        if timeout.is_zero() {
+            return decline;
+        }
+        let message: String = params
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .chars()
+            .take(2_000)
+            .collect();
+        let request = ElicitationRequest {
+            server: self.server.name.clone(),
+            tool: listen.tool.unwrap_or_default().to_string(),
+            message,
+            requested_schema: params
+                .get("requestedSchema")
+                .cloned()
+                .unwrap_or(Value::Null),
+            timeout,
+        };
+        match tokio::time::timeout(timeout, elicitor.0.elicit(request)).await {
+            Ok(ElicitationAnswer::Accept(content)) => {
+                json!({"action": "accept", "content": content})
+            }
+            Ok(ElicitationAnswer::Cancel) => json!({"action": "cancel"}),
+            Ok(ElicitationAnswer::Decline) | Err(_) => decline,
+        }
+    }
+
+    /// M13: ends the session with `DELETE`, bounded by [`CLOSE_BUDGET`] and with no signal
+    /// (it runs when the process shuts down, after any cancel). A server that issued no
+    /// session id has nothing to end; 404 (already gone) and 405 (the server does not let
+    /// clients end sessions) count as ended. The next operation starts a new session.
+    pub async fn close(&self) -> Result<(), McpError> {
+        let Some(session) = self.session.lock().await.take() else {
+            return Ok(());
+        };
+        if session.id.is_none() {
+            return Ok(());
+        }
+        let op = Operation {
+            deadline: Deadline::start(&*self.clock, CLOSE_BUDGET),
+            signal: None,
+            correlation: None,
+            legs: Mutex::default(),
+        };
+        let spec = LegSpec {
+            http: Method::Delete,
+            method: "session end",
+            session: Some(&session),
+            message: None,
+            id: None,
+            gate: None,
+            last_event_id: None,
+            listen: None,
+        };
+        match self.leg_spec(&op, spec).await {
+            Ok(_)
+            | Err(McpError::SessionExpired { .. })
+            | Err(McpError::Status { status: 405, .. }) => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+
+    fn egress_error(&self, op: &Operation<'_>, method: &str, error: EgressError) -> McpError {
         let (server, method) = (self.server.name.clone(), method.to_string());
+        // M15: a stretchable leg stopped by its soft end, not by the caller, stalled.
+        let stalled =
+            op.deadline.stretches() && !op.caller_cancelled() && op.deadline.remaining().is_zero();
         match error {
+            EgressError::CancelledBeforeSend | EgressError::CancelledInFlight { .. } if stalled => {
+                McpError::Stalled {
+                    server,
+                    method,
+                    budget: op.deadline.budget(),
+                }
+            }
             EgressError::CancelledBeforeSend => McpError::Cancelled {
                 server,
                 method,
@@ -783,5 +1263,36 @@ impl McpClient {
             message: message.get("result").cloned(),
             response,
         })
+    }
+}
+
+/// M14: a JSON-RPC error for a request whose capability we never declared.
+fn refusal(message: &str) -> Value {
+    json!({"error": {"code": METHOD_NOT_FOUND, "message": message}})
+}
+
+/// Resolves once the flag is true (or its sender is gone). Holds no borrow of the value
+/// across an await, so the future stays `Send`.
+async fn until_done(flag: &mut tokio::sync::watch::Receiver<bool>) {
+    loop {
+        let done = *flag.borrow_and_update();
+        if done || flag.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Resolves once `signal` is cancelled: on its wake-up when it has one, else by asking it
+/// every [`runwarden_vault::MAX_TICK`] (V6), as the vault does while a call is in flight.
+async fn until_cancelled(signal: &dyn CancellationSignal) {
+    loop {
+        if signal.is_cancelled() {
+            return;
+        }
+        if signal.wakes() {
+            signal.woken().await;
+        } else {
+            tokio::time::sleep(runwarden_vault::MAX_TICK).await;
+        }
     }
 }

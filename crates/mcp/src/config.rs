@@ -52,6 +52,38 @@ impl Effect {
     }
 }
 
+/// What the client does with a server's `elicitation/create` (M14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ElicitationPolicy {
+    /// Decline at once; the client does not declare the `elicitation` capability.
+    #[default]
+    Decline,
+    /// Ask the caller's [`Elicitor`](crate::Elicitor) (an operator, through a decision) and
+    /// send its answer; declared as the `elicitation` capability (form mode).
+    Operator,
+}
+
+impl ElicitationPolicy {
+    /// The stable name used in configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Decline => "decline",
+            Self::Operator => "operator",
+        }
+    }
+
+    /// Parses a configured name.
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Decline, Self::Operator]
+            .into_iter()
+            .find(|p| p.as_str() == text)
+    }
+}
+
+/// The longest one operation may last when progress notifications extend its deadline
+/// (M15): the hard maximum behind `progress_extends_deadline`.
+pub const PROGRESS_HARD_MAX: Duration = Duration::from_secs(600);
+
 /// One MCP server from `[mcp.servers.NAME]`.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -67,6 +99,11 @@ pub struct ServerConfig {
     pub tools: BTreeMap<String, Effect>,
     /// The budget of one operation.
     pub timeout: Duration,
+    /// What to do with the server's `elicitation/create` (M14); declining is the default.
+    pub elicitation: ElicitationPolicy,
+    /// M15: a progress notification restarts the `tools/call` budget, never past
+    /// [`PROGRESS_HARD_MAX`]; off by default, so a chatty server cannot hold a call open.
+    pub progress_extends_deadline: bool,
 }
 
 impl ServerConfig {
@@ -79,6 +116,8 @@ impl ServerConfig {
             effect: Effect::default(),
             tools: BTreeMap::new(),
             timeout: DEFAULT_TIMEOUT,
+            elicitation: ElicitationPolicy::Decline,
+            progress_extends_deadline: false,
         }
     }
 

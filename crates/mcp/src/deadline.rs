@@ -1,6 +1,6 @@
 //! M3: one deadline per operation, spent across its legs, on a monotonic clock.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A monotonic clock. Tests use [`ManualClock`] to make time pass on cue.
@@ -54,10 +54,17 @@ pub(crate) struct Deadline<'c> {
     clock: &'c dyn Clock,
     started: Duration,
     budget: Duration,
+    /// M15: with `progress_extends_deadline`, the most the operation may last in all.
+    hard: Option<Duration>,
+    /// The clock time of the last progress notification (shared with the stream reader).
+    progress: ProgressCell,
 }
 
+/// Where the stream reader records the clock time of the latest progress (M15).
+pub(crate) type ProgressCell = Arc<Mutex<Option<Duration>>>;
+
 /// The least a leg is granted; below it the leg is not sent (M3).
-const MIN_LEG: Duration = Duration::from_secs(1);
+pub(crate) const MIN_LEG: Duration = Duration::from_secs(1);
 
 impl<'c> Deadline<'c> {
     pub(crate) fn start(clock: &'c dyn Clock, budget: Duration) -> Self {
@@ -65,7 +72,46 @@ impl<'c> Deadline<'c> {
             clock,
             started: clock.now(),
             budget,
+            hard: None,
+            progress: ProgressCell::default(),
         }
+    }
+
+    /// M15: a deadline that [`stretch`](Self::stretch) may move, never past `hard` after
+    /// the start (a budget above `hard` keeps the budget).
+    pub(crate) fn stretchable(clock: &'c dyn Clock, budget: Duration, hard: Duration) -> Self {
+        Self {
+            hard: Some(hard.max(budget)),
+            ..Self::start(clock, budget)
+        }
+    }
+
+    /// True when progress may move this deadline.
+    pub(crate) fn stretches(&self) -> bool {
+        self.hard.is_some()
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.clock.now().saturating_sub(self.started)
+    }
+
+    /// M15: a progress notification gives the operation its whole budget again from now,
+    /// bounded by the hard maximum. Does nothing on a deadline that does not stretch.
+    #[cfg(test)]
+    pub(crate) fn stretch(&self) {
+        *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.clock.now());
+    }
+
+    /// The cell the stream reader stamps with the clock's time at each progress.
+    pub(crate) fn progress_cell(&self) -> ProgressCell {
+        self.progress.clone()
+    }
+
+    /// What is left before the hard maximum, rounded up: the bound a leg of a stretchable
+    /// operation is sent with (the soft end is enforced through the signal).
+    pub(crate) fn grant_hard(&self) -> Option<Duration> {
+        let left = self.hard?.saturating_sub(self.elapsed());
+        round_up(left)
     }
 
     /// The whole budget, for error messages.
@@ -73,22 +119,29 @@ impl<'c> Deadline<'c> {
         self.budget
     }
 
-    /// What is left of the budget.
+    /// What is left of the budget (as progress extended it).
     pub(crate) fn remaining(&self) -> Duration {
-        self.budget
-            .saturating_sub(self.clock.now().saturating_sub(self.started))
+        let mut end = self.budget;
+        let progress = *self.progress.lock().unwrap_or_else(|p| p.into_inner());
+        if let (Some(hard), Some(at)) = (self.hard, progress) {
+            end = end.max((at.saturating_sub(self.started) + self.budget).min(hard));
+        }
+        end.saturating_sub(self.elapsed())
     }
 
     /// M3: the next leg is granted what is left, rounded up to whole seconds; `None` when
     /// less than a second is left, in which case the leg must not be sent.
     pub(crate) fn grant(&self) -> Option<Duration> {
-        let left = self.remaining();
-        if left < MIN_LEG {
-            return None;
-        }
-        let whole = left.as_secs() + u64::from(left.subsec_nanos() > 0);
-        Some(Duration::from_secs(whole))
+        round_up(self.remaining())
     }
+}
+
+fn round_up(left: Duration) -> Option<Duration> {
+    if left < MIN_LEG {
+        return None;
+    }
+    let whole = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+    Some(Duration::from_secs(whole))
 }
 
 #[cfg(test)]
@@ -106,6 +159,31 @@ mod tests {
             Some(Duration::from_secs(14)),
             "13.8 s left rounds up to 14 s"
         );
+    }
+
+    #[test]
+    fn progress_restarts_the_budget_only_when_allowed_and_never_past_the_hard_maximum() {
+        let clock = ManualClock::default();
+        let fixed = Deadline::start(&clock, Duration::from_secs(20));
+        let stretchy =
+            Deadline::stretchable(&clock, Duration::from_secs(20), Duration::from_secs(50));
+        clock.advance(Duration::from_secs(15));
+        fixed.stretch();
+        stretchy.stretch();
+        assert_eq!(
+            fixed.remaining(),
+            Duration::from_secs(5),
+            "no extension by default"
+        );
+        assert_eq!(stretchy.remaining(), Duration::from_secs(20));
+        clock.advance(Duration::from_secs(19));
+        stretchy.stretch();
+        assert_eq!(
+            stretchy.remaining(),
+            Duration::from_secs(16),
+            "bounded by the 50 s hard maximum"
+        );
+        assert_eq!(stretchy.grant_hard(), Some(Duration::from_secs(16)));
     }
 
     #[test]

@@ -134,6 +134,13 @@ pub enum McpError {
         /// What failed.
         problem: String,
     },
+    /// The server's initialize result declares no `tools` capability: it has nothing to
+    /// list or call.
+    #[error("server {server} offers no tools (its initialize result has no tools capability)")]
+    NoTools {
+        /// The server.
+        server: String,
+    },
     /// The caller's gate refused the call after the session was ready; `tools/call` was
     /// not sent (the runtime's write fence could not be stamped, R7).
     #[error("tools/call to server {server} not sent: {reason}")]
@@ -142,6 +149,32 @@ pub enum McpError {
         server: String,
         /// Why the gate refused, in the caller's words.
         reason: String,
+    },
+    /// M15: with `progress_extends_deadline`, the server sent no progress for a whole
+    /// budget (or the hard maximum passed), so the client stopped waiting.
+    #[error("{method} to server {server} stopped: no answer and no progress within the {} s budget", budget.as_secs())]
+    Stalled {
+        /// The server.
+        server: String,
+        /// The leg.
+        method: String,
+        /// The operation's budget (restarted by each progress notification).
+        budget: Duration,
+    },
+    /// M16: the response stream ended before our response and could not be resumed; the
+    /// request may have run (a `tools/call` is never re-sent).
+    #[error(
+        "server {server} ended the event stream for {method} early and it could not be resumed after {attempts} attempt(s): {cause}"
+    )]
+    ResumeFailed {
+        /// The server.
+        server: String,
+        /// The request whose answer was lost.
+        method: String,
+        /// Resumption attempts made (GET with `Last-Event-ID`).
+        attempts: usize,
+        /// Why the last attempt failed, one line.
+        cause: String,
     },
     /// M6: discovery did not end within the page ceiling.
     #[error("server {server} kept paginating tools/list past {pages} pages; discovery was stopped")]
@@ -161,7 +194,7 @@ impl McpError {
     /// error status counts as the server's answer.
     pub fn delivery(&self) -> Delivery {
         match self {
-            Self::NotSent { .. } | Self::Gated { .. } => Delivery::NotSent,
+            Self::NotSent { .. } | Self::Gated { .. } | Self::NoTools { .. } => Delivery::NotSent,
             Self::Cancelled { in_flight, .. } => {
                 if *in_flight {
                     Delivery::MaybeDelivered
@@ -180,6 +213,8 @@ impl McpError {
             | Self::NoResponse { .. }
             | Self::Malformed { .. }
             | Self::Protocol { .. }
+            | Self::Stalled { .. }
+            | Self::ResumeFailed { .. }
             | Self::TooManyPages { .. } => Delivery::MaybeDelivered,
         }
     }

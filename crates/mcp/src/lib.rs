@@ -1,7 +1,10 @@
 //! An MCP client over Streamable HTTP whose every byte goes through the runwarden vault.
 //!
 //! [`McpClient`] talks to one server declared by a [`ServerConfig`]. It negotiates the
-//! protocol (2025-11-25 or 2025-06-18), spends one deadline per operation across its legs,
+//! protocol (offers 2025-11-25; accepts 2025-06-18 and 2025-03-26), keeps one session per
+//! server until [`McpClient::close`] ends it, answers the server's own requests, hands
+//! progress and log [`Notice`]s to the caller, resumes broken event streams, spends one
+//! deadline per operation across its legs,
 //! and takes a [`CancellationSignal`](runwarden_vault::CancellationSignal) in exactly three
 //! places: [`McpClient::call_tool`], [`McpClient::send_request`] and
 //! [`McpClient::send_notification`]. Tool results, failures and cancellations come back
@@ -30,20 +33,24 @@ pub mod naming;
 mod result;
 pub mod schema;
 mod sse;
+mod stream;
 
 pub use catalogue::{
     CatalogueEntry, CatalogueStore, Contact, SchemaStatus, ServerHealth, StoredSchema,
     build_catalogue, stored_catalogue,
 };
 pub use client::{
-    CANCEL_NOTICE_BUDGET, CallGate, GateFuture, LegReport, ListedTool, MAX_PAGES,
-    MAX_RESPONSE_BYTES, McpClient, Notification, Reply, Request, SUPPORTED_VERSIONS, ToolCall,
-    ToolCallRequest,
+    CANCEL_NOTICE_BUDGET, CLOSE_BUDGET, CallGate, GateFuture, LegReport, ListedTool, MAX_PAGES,
+    MAX_RESPONSE_BYTES, MAX_RESUMES, McpClient, Notification, Reply, Request, SUPPORTED_VERSIONS,
+    ToolCall, ToolCallRequest, USER_AGENT,
 };
-pub use config::{ConfigError, DEFAULT_TIMEOUT, Effect, ServerConfig};
+pub use config::{
+    ConfigError, DEFAULT_TIMEOUT, Effect, ElicitationPolicy, PROGRESS_HARD_MAX, ServerConfig,
+};
 pub use deadline::{Clock, ManualClock, SystemClock};
 pub use elicit::{
     ElicitationAnswer, ElicitationFuture, ElicitationRequest, Elicitor, ElicitorHandle,
 };
 pub use error::McpError;
 pub use result::{ToolOutcome, ToolResult};
+pub use stream::{Notice, NoticeSink};

@@ -56,6 +56,8 @@ fn call(tool: &str) -> ToolCallRequest {
         correlation: Some("run-1".into()),
         gate: None,
         elicitor: None,
+        output_schema: None,
+        notices: None,
     }
 }
 
@@ -168,7 +170,11 @@ async fn a_server_without_tools_is_refused(profile: Profile) {
         .send_request(Request::ListTools, None)
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("does not offer tools"), "{err}");
+    assert!(
+        matches!(err, runwarden_mcp::McpError::NoTools { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("offers no tools"), "{err}");
 }
 
 async fn discovery_walks_every_page_in_order(profile: Profile) {
@@ -235,7 +241,8 @@ async fn schemas_off_the_wire_are_normalised_and_named_locally(profile: Profile)
     let f = fixture().await;
     let messy = json!({"name": "files.read", "inputSchema": {"type": "object", "title": "dropped", "$schema": "x",
         "properties": {"path": {"type": "string", "format": "uri", "description": "where"}}, "required": ["path"]}});
-    let recursive = json!({"name": "tree", "inputSchema": {"type": "object", "properties": {"node": {"$ref": "#/$defs/n"}}}});
+    let recursive = json!({"name": "tree", "inputSchema": {"type": "object", "$defs": {"n": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/n"}}}}},
+        "properties": {"node": {"$ref": "#/$defs/n"}}}});
     let server = scripted::start(Script {
         pages: vec![vec![messy, recursive]],
         ..Script::new(profile)
@@ -254,11 +261,12 @@ async fn schemas_off_the_wire_are_normalised_and_named_locally(profile: Profile)
     assert_eq!(
         catalogue[0].schema,
         SchemaStatus::Usable(
-            json!({"type": "object", "properties": {"path": {"type": "string", "description": "where"}}, "required": ["path"]})
+            // M8 (amended): `title` and `format` narrow or explain; `$schema` says nothing.
+            json!({"type": "object", "title": "dropped", "properties": {"path": {"type": "string", "format": "uri", "description": "where"}}, "required": ["path"]})
         )
     );
     assert!(
-        matches!(&catalogue[1].schema, SchemaStatus::Refused(reason) if reason.contains("$ref")),
+        matches!(&catalogue[1].schema, SchemaStatus::Refused(reason) if reason.contains("the schema is recursive")),
         "{:?}",
         catalogue[1].schema
     );

@@ -44,6 +44,8 @@ async fn an_echoed_credential_never_reaches_a_tool_result_an_error_or_an_audit_r
                         correlation: None,
                         gate: None,
                         elicitor: None,
+                        output_schema: None,
+                        notices: None,
                     },
                     None,
                 )

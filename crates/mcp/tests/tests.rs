@@ -7,3 +7,5 @@ mod echo;
 mod liveness;
 mod peer;
 mod seams;
+mod shape;
+mod wire;

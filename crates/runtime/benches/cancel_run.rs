@@ -209,6 +209,7 @@ impl Ctx {
             effect,
             client,
             approval: None,
+            output_schema: None,
         }
     }
 }
@@ -728,6 +729,8 @@ async fn overhead(ctx: &Ctx) -> Overhead {
                 correlation: Some("bench".into()),
                 gate: None,
                 elicitor: None,
+                output_schema: None,
+                notices: None,
             };
             let result = bare.call_tool(call, Some(&flag)).await.result;
             bare_mcp.push(started.elapsed());

@@ -71,6 +71,7 @@ impl AgentSource for Agents {
                 effect: Effect::NonIdempotentWrite,
                 client: self.client.clone(),
                 approval: Some(Duration::from_secs(3600)),
+                output_schema: None,
             }],
             max_tokens: None,
             budgets: Default::default(),

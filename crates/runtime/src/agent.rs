@@ -27,6 +27,8 @@ pub struct BoundTool {
     /// R12: when set, every call waits for an operator's approval, which expires after
     /// this long (and is then denied as "expired"). `None`: no approval (the default).
     pub approval: Option<std::time::Duration>,
+    /// The `outputSchema` the tool declared at import, if any (M7 amended).
+    pub output_schema: Option<serde_json::Value>,
 }
 
 impl std::fmt::Debug for BoundTool {
@@ -126,6 +128,7 @@ pub fn bind_tools(
                 client,
                 // R12: the binary applies the operator's approval policy after binding.
                 approval: None,
+                output_schema: entry.output_schema.clone(),
             });
         }
         if !matched {

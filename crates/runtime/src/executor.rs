@@ -35,6 +35,7 @@ use crate::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
     RunSettle, RunStore, SettleAnswer,
 };
+use crate::tool_notices::{CallLabel, ToolNotices};
 use crate::watcher::StatusWatcher;
 
 /// The default lease of an executing segment (R3).
@@ -1040,6 +1041,21 @@ impl Executor {
         let is_write = tool.effect.is_write();
         let fence_failure = Arc::new(Mutex::new(None));
         let signal = self.signal(segment).await;
+        // M15: the server's progress and logs become throttled, bounded run events.
+        let notices = ToolNotices::start(
+            ProgressTarget {
+                store: self.store.clone(),
+                run_id: segment.run.id.clone(),
+                owner: self.config.owner.clone(),
+                observer: segment.observer.clone(),
+            },
+            self.config.progress_interval,
+            CallLabel {
+                round,
+                call_id: call.id.clone(),
+                tool: tool.spec.name.clone(),
+            },
+        );
         let mcp_call = McpCall {
             tool: tool.remote_name.clone(),
             arguments,
@@ -1060,6 +1076,9 @@ impl Executor {
                     call.arguments.clone(),
                 ),
             ))),
+            // M7 (amended): the structured result is checked against what the tool declared.
+            output_schema: tool.output_schema.clone(),
+            notices: Some(notices.sink()),
         };
         let outcome = tool
             .client
@@ -1072,6 +1091,8 @@ impl Executor {
             ))
             .await;
         let returned = Instant::now();
+        // No progress or log event may follow the step that ends the call.
+        notices.finish().await;
         let failure = fence_failure
             .lock()
             .unwrap_or_else(|p| p.into_inner())

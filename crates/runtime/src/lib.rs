@@ -37,6 +37,7 @@ mod schema_check;
 mod signal;
 mod state;
 pub mod store;
+mod tool_notices;
 mod watcher;
 mod worker;
 

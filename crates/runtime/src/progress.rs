@@ -83,7 +83,7 @@ impl ProgressEvents {
 
 /// One progress event, written like any step but without raising the round or touching
 /// the fence. A failure only costs the report: it is logged and forgotten.
-async fn append(target: &ProgressTarget, body: EventBody) {
+pub(crate) async fn append(target: &ProgressTarget, body: EventBody) {
     let (kind, payload) = (body.kind(), body.to_payload());
     let time_ms = now_ms();
     let append = EventAppend {

@@ -19,6 +19,7 @@ fn imported(remote: &str, effect_at_import: Effect) -> CatalogueEntry {
         description: None,
         effect: effect_at_import,
         schema: SchemaStatus::Usable(json!({"type": "object"})),
+        output_schema: None,
         imported_ms: 1,
     }
 }

@@ -224,6 +224,8 @@ async fn a_call_whose_run_is_already_cancelled_is_refused_before_send() {
         correlation: None,
         gate: None,
         elicitor: None,
+        output_schema: None,
+        notices: None,
     };
     let outcome = tool.client.call_tool(call, Some(&signal)).await;
     assert!(!outcome.result.sent());

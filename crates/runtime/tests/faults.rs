@@ -405,6 +405,7 @@ async fn trial(
             effect,
             client,
             approval: None,
+            output_schema: None,
         }],
         max_tokens: None,
         budgets: runwarden_runtime::Budgets::default(),

@@ -377,3 +377,76 @@ async fn a_resumed_run_never_repeats_a_recorded_write_and_finishes_what_was_not_
         ]
     );
 }
+
+/// A stateless MCP server whose `search` answers only `structuredContent`, `{"hits": N}`,
+/// with N a string when the query is "bad" (off the schema the catalogue holds).
+fn structured_server(request: &HttpRequest) -> Reply {
+    let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+    let method = body["method"].as_str().unwrap_or_default();
+    if method.starts_with("notifications/") {
+        return Reply::Respond {
+            status: 202,
+            headers: vec![],
+            body: vec![],
+        };
+    }
+    let result = match method {
+        "initialize" => {
+            json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "s", "version": "1"}})
+        }
+        "tools/call" if body["params"]["arguments"]["q"] == "bad" => {
+            json!({"content": [], "structuredContent": {"hits": "many"}})
+        }
+        "tools/call" => json!({"content": [], "structuredContent": {"hits": 3}}),
+        _ => json!({}),
+    };
+    Reply::typed(
+        200,
+        "application/json",
+        json!({"jsonrpc": "2.0", "id": body["id"], "result": result}).to_string(),
+    )
+}
+
+#[tokio::test]
+async fn a_structured_result_is_stored_in_the_step_and_one_off_the_declared_output_schema_is_a_tool_error()
+ {
+    let f = fixture().await;
+    let server = TestServer::start(structured_server).await;
+    let plan = json!([
+        {"tool_calls": [{"name": "srv__search", "arguments": {"q": "good"}}]},
+        {"tool_calls": [{"name": "srv__search", "arguments": {"q": "bad"}}]},
+        {"text": "done"}
+    ]);
+    let mut search = f.tool(&server.url("/mcp"), "search", Effect::ReadOnly);
+    // M7 (amended): what `bind_tools` carries from the catalogue entry.
+    search.output_schema = Some(json!({
+        "type": "object",
+        "properties": {"hits": {"type": "integer"}},
+        "required": ["hits"]
+    }));
+    let agent = f.agent(plan, vec![search]);
+    let run = f.executor.create_sync("helper", "search").await.unwrap();
+    assert_eq!(
+        f.executor.execute(&run, &agent, "search", None).await,
+        Outcome::Completed
+    );
+    let events = f.store.run_events(&run.id, 0, 0).await.unwrap();
+    let steps: Vec<&Value> = events
+        .iter()
+        .filter(|e| e.kind == "tool_executed")
+        .map(|e| &e.payload)
+        .collect();
+    assert_eq!(
+        (steps[0]["outcome"].as_str(), steps[0]["text"].as_str()),
+        (Some("succeeded"), Some(r#"{"hits":3}"#)),
+        "the structured result is what the step stores and the model reads"
+    );
+    assert_eq!(steps[1]["outcome"], "tool_error");
+    assert!(
+        steps[1]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("does not match the outputSchema") && t.contains("/hits")),
+        "{}",
+        steps[1]["text"]
+    );
+}

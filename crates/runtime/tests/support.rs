@@ -208,6 +208,7 @@ impl Fixture {
             effect,
             client,
             approval: None,
+            output_schema: None,
         }
     }
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use runwarden_mcp::{Effect, ServerConfig};
+use runwarden_mcp::{Effect, ElicitationPolicy, ServerConfig};
 use runwarden_vault::{
     Algorithm, Credential, EgressConfig, EgressPolicy, MAX_TICK, MasterKey, Placement, SecretName,
 };
@@ -63,6 +63,8 @@ timeout_seconds = 30
 # timeout_seconds = 20                 # one budget per operation, spent across its legs
 # approval = "required"               # R12: every call waits for an operator (default "none")
 # approval_timeout_seconds = 86400     # then it is denied as "expired" (default 24 h)
+# elicitation = "decline"              # the default; "operator" asks a person (an input decision)
+# progress_extends_deadline = false    # true: progress restarts the budget (at most 600 s in all)
 # [mcp.servers.tickets.tools.search]
 # effect = "read_only"
 # approval = "none"                    # a tool's own policy beats its server's
@@ -667,6 +669,10 @@ struct ServerSection {
     approval: Option<String>,
     /// R12: how long its approvals wait before they are denied as expired. Default `86400`.
     approval_timeout_seconds: Option<f64>,
+    /// What to do with the server's questions (`elicitation/create`): `decline` (the default) or `operator` (an input decision).
+    elicitation: Option<String>,
+    /// Whether a progress notification restarts the `tools/call` budget (at most 600 s in all). Default `false`.
+    progress_extends_deadline: Option<bool>,
     /// Per-tool settings by the tool's name on the server.
     #[serde(default)]
     tools: BTreeMap<String, ToolSection>,
@@ -802,6 +808,17 @@ fn mcp_server(
             .transpose()?,
         tools: BTreeMap::new(),
     };
+    if let Some(text) = section.elicitation {
+        // M14: "operator" hands a server's questions to a person; anything else is a typo.
+        server.elicitation = ElicitationPolicy::parse(&text).with_context(|| {
+            format!(
+                "{at}: unknown elicitation {text:?}: use \"decline\" (the default) or \"operator\""
+            )
+        })?;
+    }
+    if let Some(extends) = section.progress_extends_deadline {
+        server.progress_extends_deadline = extends;
+    }
     for (tool, declared) in section.tools {
         let at = format!("[mcp.servers.{name}.tools.{tool}]");
         if let Some(text) = &declared.effect {
@@ -1431,6 +1448,36 @@ mod tests {
             n != "RUNWARDEN_" && !n.starts_with("RUNWARDEN_TEST") && n != "RUNWARDEN_BLESS"
         });
         assert_eq!(read, documented);
+    }
+
+    #[test]
+    fn a_servers_elicitation_policy_and_progress_extension_are_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.toml");
+        let load = |server: &str| {
+            std::fs::write(
+                &path,
+                format!("{TEMPLATE}\n[mcp.servers.s]\nurl = \"http://x/mcp\"\n{server}"),
+            )
+            .unwrap();
+            Config::load(&path)
+        };
+        let defaults = load("").unwrap();
+        let s = defaults.mcp_server("s").unwrap();
+        // M14, M15: decline and no extension unless the operator says otherwise.
+        assert_eq!(s.elicitation, ElicitationPolicy::Decline);
+        assert!(!s.progress_extends_deadline);
+        let chosen = load("elicitation = \"operator\"\nprogress_extends_deadline = true").unwrap();
+        let s = chosen.mcp_server("s").unwrap();
+        assert_eq!(s.elicitation, ElicitationPolicy::Operator);
+        assert!(s.progress_extends_deadline);
+        let error = format!("{:#}", load("elicitation = \"ask\"").unwrap_err());
+        assert!(
+            error.contains("[mcp.servers.s]")
+                && error.contains("\"decline\"")
+                && error.contains("\"operator\""),
+            "{error}"
+        );
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub(crate) fn emit<T: Serialize>(json: bool, value: &T, human: impl FnOnce() -> 
 
 /// Prints an error with its chain of causes, to stderr (or as JSON on stdout).
 pub(crate) fn error(json: bool, error: &anyhow::Error) {
-    let message = format!("{error:#}");
+    let message = one_line(error);
     if json {
         line(serde_json::json!({ "error": { "message": message } }));
     } else {
@@ -39,9 +39,52 @@ pub(crate) fn error(json: bool, error: &anyhow::Error) {
     }
 }
 
+/// An error and its causes on one line, each said once: a library error often repeats
+/// its source's text in its own message, and the chain would then say it again.
+pub(crate) fn one_line(error: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        if text.is_empty() || message.contains(&text) {
+            continue;
+        }
+        if !message.is_empty() {
+            message.push_str(": ");
+        }
+        message.push_str(&text);
+    }
+    message
+}
+
 /// Unix milliseconds as RFC 3339 UTC with milliseconds.
 pub(crate) fn time(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
         .unwrap_or_else(|| ms.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("no secret named \"t\": store it with `runwarden secret put t`")]
+    struct Missing;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("while preparing the credential: {0}")]
+    struct Preparing(#[source] Missing);
+
+    #[test]
+    fn an_error_chain_says_each_thing_once_on_one_line() {
+        let error =
+            anyhow::Error::new(Preparing(Missing)).context("while importing\nthe catalogue");
+        let message = one_line(&error);
+        assert_eq!(
+            message,
+            "while importing the catalogue: while preparing the credential: no secret named \"t\": store it with `runwarden secret put t`"
+        );
+        assert_eq!(message.matches("no secret named").count(), 1);
+    }
 }

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use runwarden_mcp::CatalogueStore;
+use std::collections::HashMap;
+
+use runwarden_mcp::{CatalogueStore, McpClient};
 use runwarden_runtime::{
     CancelHub, CancelLatencyObserver, Executor, ExecutorConfig, QueueStore, RunStore,
     StatusWatcher, WatcherConfig, Worker, WorkerConfig,
@@ -116,7 +118,13 @@ pub(crate) struct Root {
     other_writers: OnceCell<Option<OtherWriters>>,
     /// O5: the process's one metrics registry (the egress client counts into it).
     metrics: Arc<crate::http::Metrics>,
+    /// M13: one MCP client (one session) per configured server, shared by every command
+    /// path of the process and closed once by [`Root::shutdown`].
+    mcp: OnceCell<McpClients>,
 }
+
+/// The process's MCP clients, by server name.
+pub(crate) type McpClients = Arc<HashMap<String, Arc<McpClient>>>;
 
 impl std::fmt::Debug for Root {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -139,6 +147,7 @@ impl Root {
             watcher: OnceCell::new(),
             other_writers: OnceCell::new(),
             metrics: Arc::new(crate::http::Metrics::new()),
+            mcp: OnceCell::new(),
         }
     }
 
@@ -269,14 +278,58 @@ impl Root {
         Ok(Arc::new(executor))
     }
 
-    /// The agents of the configuration, bound to the imported catalogue, with one MCP
-    /// client per server sharing the one egress client.
+    /// M13: one MCP client per configured server, built once per process over the one
+    /// egress client and recording liveness in the catalogue store (M11). `actor` names
+    /// who acts in the audit rows; the first caller's name is kept.
+    pub(crate) async fn mcp_clients(&self, actor: &str) -> anyhow::Result<McpClients> {
+        self.mcp
+            .get_or_try_init(|| async {
+                let (catalogue, egress) = (self.catalogue().await?, self.egress().await?);
+                let clients = self
+                    .config
+                    .mcp_servers
+                    .values()
+                    .map(|server| {
+                        let client = McpClient::new(server.clone(), egress.clone())
+                            .with_actor(actor)
+                            .with_health(catalogue.clone());
+                        (server.name.clone(), Arc::new(client))
+                    })
+                    .collect();
+                anyhow::Ok(Arc::new(clients))
+            })
+            .await
+            .cloned()
+    }
+
+    /// M13: ends every MCP session this process opened, with `DELETE`, all at once; each
+    /// is bounded by [`runwarden_mcp::CLOSE_BUDGET`] and carries no signal, so a cancel
+    /// that came before cannot stop it and it never waits on one. Every command passes
+    /// here when it returns (`mcp call`, `mcp import`, `run`, a drained worker, `serve`).
+    pub(crate) async fn shutdown(&self) {
+        let Some(clients) = self.mcp.get() else {
+            return;
+        };
+        let mut closing = tokio::task::JoinSet::new();
+        for client in clients.values() {
+            let client = client.clone();
+            closing.spawn(async move {
+                if let Err(error) = client.close().await {
+                    tracing::info!(server = %client.server().name, %error, "could not end the MCP session");
+                }
+            });
+        }
+        while closing.join_next().await.is_some() {}
+    }
+
+    /// The agents of the configuration, bound to the imported catalogue, over the
+    /// process's MCP clients (one per server, sharing the one egress client).
     pub(crate) async fn agents(&self, actor: &str) -> anyhow::Result<Arc<AgentBuilder>> {
         Ok(Arc::new(AgentBuilder::new(
             &self.config,
             self.catalogue().await?,
             self.egress().await?,
-            actor,
+            self.mcp_clients(actor).await?,
         )))
     }
 

@@ -23,8 +23,9 @@ fn sandbox_with_server(url: &str, extra: &str) -> Arc<Sandbox> {
 }
 
 fn tools() -> Vec<Value> {
-    let refused =
-        json!({"name": "recursive", "inputSchema": {"type": "object", "$defs": {"n": {}}}});
+    let refused = json!({"name": "recursive", "inputSchema": {"type": "object",
+        "$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}},
+        "properties": {"head": {"$ref": "#/$defs/n"}}}});
     vec![tool("search"), tool("create.ticket"), refused, tool("slow")]
 }
 
@@ -37,7 +38,7 @@ async fn import_stores_local_names_effects_and_refusals_and_list_shows_them() {
         .ok()
         .says("imported 4 tools from srv (1 refused)")
         .says("srv__create_ticket")
-        .says("$defs");
+        .says("the schema is recursive");
 
     let listed = runwarden(&sandbox, &["--json", "mcp", "list"])
         .await
@@ -66,6 +67,45 @@ async fn import_stores_local_names_effects_and_refusals_and_list_shows_them() {
         listed[0]["last_success"].is_string(),
         "the import was recorded as a successful contact"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn importing_a_server_without_tools_says_so_and_succeeds_with_nothing_imported() {
+    // A server that only offers prompts: its initialize result has no tools capability.
+    let mut server = TestServer::start(|request| {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        if body["method"].as_str().unwrap_or_default().starts_with("notifications/") {
+            return Reply::Respond { status: 202, headers: vec![], body: vec![] };
+        }
+        let result = json!({"protocolVersion": "2025-11-25", "capabilities": {"prompts": {}}, "serverInfo": {"name": "prompts-only", "version": "1"}});
+        Reply::typed(200, "application/json", json!({"jsonrpc": "2.0", "id": body["id"], "result": result}).to_string())
+    })
+    .await;
+    let sandbox = sandbox_with_server(&server.url("/mcp"), "");
+    let imported = runwarden(&sandbox, &["mcp", "import", "srv"])
+        .await
+        .ok()
+        .says("server srv offers no tools")
+        .says("nothing imported");
+    assert!(!imported.all().contains("error"), "{}", imported.all());
+    let report = runwarden(&sandbox, &["--json", "mcp", "import", "srv"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(
+        (
+            report["imported"].as_u64(),
+            report["offers_tools"].as_bool()
+        ),
+        (Some(0), Some(false))
+    );
+    let methods: Vec<String> = server
+        .drain_requests()
+        .iter()
+        .filter_map(|r| serde_json::from_slice::<Value>(&r.body).ok())
+        .filter_map(|m| m["method"].as_str().map(str::to_string))
+        .collect();
+    assert!(!methods.iter().any(|m| m == "tools/list"), "{methods:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -124,10 +164,18 @@ async fn a_server_whose_secret_is_missing_is_never_tried_anonymously() {
         &server.url("/mcp"),
         "auth = { secret = \"srv-token\", placement = \"bearer\" }",
     );
-    runwarden(&sandbox, &["mcp", "import", "srv"])
+    let failed = runwarden(&sandbox, &["mcp", "import", "srv"])
         .await
         .fails()
         .says("no secret named \"srv-token\"");
+    // One line per error, each thing said once.
+    assert_eq!(
+        failed.all().matches("no secret named").count(),
+        1,
+        "{}",
+        failed.all()
+    );
+    assert_eq!(failed.all().trim().lines().count(), 1, "{}", failed.all());
     assert_eq!(
         server.connection_count(),
         0,

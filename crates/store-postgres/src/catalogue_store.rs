@@ -9,8 +9,7 @@ use tokio_postgres::Row;
 use crate::PgStore;
 use crate::failure::{Failure, finish};
 
-const TOOL_COLUMNS: &str =
-    "server, remote_name, local_name, description, effect, schema_json, refusal, imported_ms";
+const TOOL_COLUMNS: &str = "server, remote_name, local_name, description, effect, schema_json, refusal, imported_ms, output_schema_json";
 
 const REPLACING: &str = "replacing a server's tool catalogue";
 
@@ -42,7 +41,7 @@ impl CatalogueStore for PgStore {
                     .await?;
                 let insert = tx
                     .prepare(&format!(
-                        "INSERT INTO mcp_tools ({TOOL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                        "INSERT INTO mcp_tools ({TOOL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
                     ))
                     .await?;
                 for (entry, row) in entries.iter().zip(&rows) {
@@ -70,6 +69,7 @@ impl CatalogueStore for PgStore {
                             &row.schema_json,
                             &row.refusal,
                             &entry.imported_ms,
+                            &row.output_schema_json,
                         ],
                     )
                     .await?;
@@ -176,7 +176,14 @@ fn catalogue_entry(row: &Row) -> Result<CatalogueEntry, Failure> {
             ));
         }
     };
+    let output_schema_json: Option<String> = row.try_get(8)?;
+    let output_schema = output_schema_json
+        .as_deref()
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(|e| corrupt(format!("has an output schema that is not JSON ({e})")))?;
     Ok(CatalogueEntry {
+        output_schema,
         server: row.try_get(0)?,
         remote_name: row.try_get(1)?,
         description: row.try_get(3)?,

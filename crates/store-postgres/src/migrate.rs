@@ -56,6 +56,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0008_decisions",
         sql: include_str!("../migrations/0008_decisions.sql"),
     },
+    Migration {
+        version: 9,
+        name: "0009_catalogue_output_schema",
+        sql: include_str!("../migrations/0009_catalogue_output_schema.sql"),
+    },
 ];
 
 /// The advisory lock key that serialises migrations across nodes ("rwmigrat" in ASCII).

@@ -50,7 +50,8 @@ async fn nodes_starting_together_apply_each_migration_once() {
             "0005_tokens",
             "0006_audit_intent",
             "0007_notify",
-            "0008_decisions"
+            "0008_decisions",
+            "0009_catalogue_output_schema"
         ]
     );
 }

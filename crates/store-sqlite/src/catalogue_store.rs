@@ -10,8 +10,7 @@ use rusqlite::{OptionalExtension, Row, TransactionBehavior, params, params_from_
 use crate::SqliteStore;
 use crate::failure::Failure;
 
-const TOOL_COLUMNS: &str =
-    "server, remote_name, local_name, description, effect, schema_json, refusal, imported_ms";
+const TOOL_COLUMNS: &str = "server, remote_name, local_name, description, effect, schema_json, refusal, imported_ms, output_schema_json";
 
 const REPLACING: &str = "replacing a server's tool catalogue";
 
@@ -52,7 +51,7 @@ impl CatalogueStore for SqliteStore {
                 }
                 tx.execute(
                     &format!(
-                        "INSERT INTO mcp_tools ({TOOL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+                        "INSERT INTO mcp_tools ({TOOL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
                     ),
                     params![
                         entry.server,
@@ -63,6 +62,7 @@ impl CatalogueStore for SqliteStore {
                         row.schema_json,
                         row.refusal,
                         entry.imported_ms,
+                        row.output_schema_json,
                     ],
                 )?;
             }
@@ -146,6 +146,7 @@ struct ToolColumns {
     schema_json: Option<String>,
     refusal: Option<String>,
     imported_ms: i64,
+    output_schema_json: Option<String>,
 }
 
 fn tool_columns(row: &Row<'_>) -> rusqlite::Result<ToolColumns> {
@@ -158,6 +159,7 @@ fn tool_columns(row: &Row<'_>) -> rusqlite::Result<ToolColumns> {
         schema_json: row.get(5)?,
         refusal: row.get(6)?,
         imported_ms: row.get(7)?,
+        output_schema_json: row.get(8)?,
     })
 }
 
@@ -177,7 +179,14 @@ fn catalogue_entry(c: ToolColumns) -> Result<CatalogueEntry, Failure> {
             ));
         }
     };
+    let output_schema = c
+        .output_schema_json
+        .as_deref()
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(|e| corrupt(format!("has an output schema that is not JSON ({e})")))?;
     Ok(CatalogueEntry {
+        output_schema,
         server: c.server,
         local_name: c.local_name,
         remote_name: c.remote_name,

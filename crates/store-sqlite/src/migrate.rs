@@ -55,6 +55,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0008_decisions",
         sql: include_str!("../migrations/0008_decisions.sql"),
     },
+    Migration {
+        version: 9,
+        name: "0009_catalogue_output_schema",
+        sql: include_str!("../migrations/0009_catalogue_output_schema.sql"),
+    },
 ];
 
 /// Brings the schema up to date. The version is read first, without a lock a reader

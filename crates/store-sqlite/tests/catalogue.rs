@@ -18,6 +18,7 @@ fn entry(server: &str, tool: &str) -> CatalogueEntry {
         description: None,
         effect: Effect::ReadOnly,
         schema: SchemaStatus::Usable(json!({"type": "object"})),
+        output_schema: None,
         imported_ms: 7,
     }
 }
@@ -70,7 +71,8 @@ async fn a_vault_only_database_gets_the_mcp_tables_on_open_and_keeps_its_records
             (5, "0005_tokens".to_owned()),
             (6, "0006_audit_intent".to_owned()),
             (7, "0007_notify".to_owned()),
-            (8, "0008_decisions".to_owned())
+            (8, "0008_decisions".to_owned()),
+            (9, "0009_catalogue_output_schema".to_owned())
         ]
     );
     let old: Option<SealedRecord> = store.sealed_get(SealedKind::Secret, "old").await.unwrap();

@@ -33,6 +33,7 @@ fn entry(server: &str, tool: &str, imported_ms: i64) -> CatalogueEntry {
         description: Some(format!("{tool} on {server}")),
         effect: Effect::NonIdempotentWrite,
         schema: SchemaStatus::Usable(json!({"type": "object"})),
+        output_schema: None,
         imported_ms,
     }
 }
@@ -76,6 +77,14 @@ async fn refused_and_usable_schemas_round_trip(store: &dyn CatalogueStore) {
             },
             "required": ["query"],
             "additionalProperties": false,
+        })),
+        // M7 (amended): the declared output schema comes back exactly as sent.
+        output_schema: Some(json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "properties": {"hits": {"type": "array", "items": {"$ref": "#/$defs/Hit"}}},
+            "$defs": {"Hit": {"type": "object", "properties": {"id": {"type": "string"}}}},
+            "required": ["hits"],
         })),
         imported_ms: i64::MAX,
         ..entry("roundtrip", "search", 0)

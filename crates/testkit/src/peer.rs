@@ -98,17 +98,24 @@ impl Peer {
 
     /// The peer's counters (`GET /stats`), as JSON text.
     pub fn stats(&self) -> String {
+        self.get("/stats")
+    }
+
+    /// The body of a plain `GET` of `path` on the peer (`/stats`, `/wire-stats`).
+    pub fn get(&self, path: &str) -> String {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect to the peer");
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .expect("set a read timeout");
         write!(
             stream,
-            "GET /stats HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n"
+            "GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n"
         )
-        .expect("send GET /stats");
+        .expect("send the GET");
         let mut response = String::new();
-        stream.read_to_string(&mut response).expect("read /stats");
+        stream
+            .read_to_string(&mut response)
+            .expect("read the answer");
         response
             .split_once("\r\n\r\n")
             .map(|(_, body)| body.to_string())

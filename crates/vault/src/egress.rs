@@ -668,11 +668,17 @@ impl EgressClient {
 
         let timeout = request.timeout.unwrap_or(self.config.default_timeout);
         let backstop = timeout + self.config.connect_timeout + BACKSTOP_GRACE;
+        // V9: the caller's hook reads the body while it arrives (an MCP client hands the
+        // server's progress and log messages on from it), so it sees it scrubbed too.
+        let complete_when = request.complete_when.map(|mut complete| {
+            let scrubber = Scrubber::new(secret.as_ref(), record.placement.as_ref());
+            Box::new(move |body: &[u8]| complete(&scrubber.view(body))) as CompleteFn
+        });
         let transfer = transfer(
             self.http.clone(),
             http_request,
             request.max_response_bytes,
-            request.complete_when,
+            complete_when,
         );
         let driven = self.drive(transfer, signal, backstop).await;
 

@@ -151,6 +151,16 @@ impl Scrubber {
         out
     }
 
+    /// `bytes` with every form replaced, borrowed when there is none: what a caller's
+    /// `complete_when` hook sees of a body still being read.
+    pub(crate) fn view<'a>(&self, bytes: &'a [u8]) -> Cow<'a, [u8]> {
+        let ranges = self.ranges(bytes);
+        if ranges.is_empty() {
+            return Cow::Borrowed(bytes);
+        }
+        Cow::Owned(Self::rebuild(bytes, &ranges))
+    }
+
     /// `text` with every form replaced; borrowed when there is none.
     pub(crate) fn text<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let ranges = self.ranges(text.as_bytes());

@@ -82,3 +82,39 @@ async fn an_echoed_credential_is_redacted_in_every_channel_for_every_placement()
     }
     assert!(rows.contains("[redacted]"), "the redirect's error row");
 }
+
+#[tokio::test]
+async fn a_complete_when_hook_reads_the_body_already_redacted() {
+    let f = fixture().await;
+    let channel = Arc::new(Mutex::new(Channel::Body));
+    let mut server = TestServer::start(echo_handler(channel, vec![])).await;
+    for (i, (placement, value)) in hostile_placements().into_iter().enumerate() {
+        let name = SecretName::new(format!("s{i}")).unwrap();
+        f.vault
+            .secret_put(&name, SecretValue::new(value.as_bytes().to_vec()))
+            .await
+            .unwrap();
+        let seen_by_hook = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let hook = seen_by_hook.clone();
+        let request = EgressRequest::new(Method::Post, server.url("/mcp"))
+            .credential(Credential {
+                secret: name.clone(),
+                placement: placement.clone(),
+            })
+            .body(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call"}).to_string())
+            .complete_when(Box::new(move |body: &[u8]| {
+                *hook.lock().unwrap() = body.to_vec();
+                false
+            }));
+        f.client.send(request, None).await.unwrap();
+        server.next_request(WAIT).await;
+        // V9: an MCP client hands progress and log text on from this hook.
+        let seen = String::from_utf8_lossy(&seen_by_hook.lock().unwrap()).into_owned();
+        assert_eq!(
+            find_form(&seen, &forms_of(&value)),
+            None,
+            "{placement:?}: {seen}"
+        );
+        assert!(seen.contains("[redacted]"), "{placement:?}: {seen}");
+    }
+}

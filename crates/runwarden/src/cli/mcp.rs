@@ -6,12 +6,13 @@ use std::sync::Arc;
 use anyhow::{Context as _, bail};
 use clap::Subcommand;
 use runwarden_mcp::{
-    CatalogueEntry, CatalogueStore, McpClient, Reply, Request, SchemaStatus, ServerConfig,
+    CatalogueEntry, CatalogueStore, ElicitationAnswer, ElicitationFuture, ElicitationRequest,
+    Elicitor, ElicitorHandle, McpClient, McpError, Reply, Request, SchemaStatus, ServerConfig,
     ServerHealth, ToolCallRequest, ToolOutcome, build_catalogue,
 };
 use runwarden_vault::CancelFlag;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::Context;
 use crate::output;
@@ -42,6 +43,11 @@ pub(crate) enum McpCommand {
         /// The arguments as a JSON object.
         #[arg(long, default_value = "{}")]
         args: String,
+        /// Answers a question the server asks during the call (`elicitation/create`, for a
+        /// server with `elicitation = "operator"`) with this JSON object; fields left out
+        /// take the defaults the question gives. Without it, questions are declined.
+        #[arg(long)]
+        answer: Option<String>,
     },
 }
 
@@ -58,19 +64,28 @@ pub(crate) async fn run(cx: &Context, command: McpCommand) -> anyhow::Result<Exi
         McpCommand::Import { name } => import(cx, &name).await,
         McpCommand::List { name } => list(cx, name.as_deref()).await,
         McpCommand::Health => health(cx).await,
-        McpCommand::Call { name, tool, args } => call(cx, &name, &tool, &args).await,
+        McpCommand::Call {
+            name,
+            tool,
+            args,
+            answer,
+        } => call(cx, &name, &tool, &args, answer.as_deref()).await,
     }
 }
 
+/// The process's client of `server` (M13: its session is ended when the command returns).
 async fn client(
     cx: &Context,
     server: &ServerConfig,
-) -> anyhow::Result<(McpClient, Arc<dyn CatalogueStore>)> {
+) -> anyhow::Result<(Arc<McpClient>, Arc<dyn CatalogueStore>)> {
     let store = cx.root.catalogue().await?;
-    let egress = cx.egress().await?;
-    let client = McpClient::new(server.clone(), egress)
-        .with_actor("cli")
-        .with_health(store.clone());
+    let client = cx
+        .root
+        .mcp_clients("cli")
+        .await?
+        .get(&server.name)
+        .cloned()
+        .with_context(|| format!("server {} is not configured", server.name))?;
     Ok((client, store))
 }
 
@@ -82,6 +97,8 @@ pub(crate) struct ToolView<'a> {
     effect: &'static str,
     usable: bool,
     refused: Option<&'a str>,
+    /// Whether the tool declared an outputSchema its results are checked against (M7).
+    checks_output: bool,
 }
 
 impl<'a> ToolView<'a> {
@@ -98,6 +115,7 @@ impl<'a> ToolView<'a> {
             effect: server.effect_of(&entry.remote_name).as_str(),
             usable: refused.is_none(),
             refused,
+            checks_output: entry.output_schema.is_some(),
         }
     }
 
@@ -119,6 +137,18 @@ async fn import(cx: &Context, name: &str) -> anyhow::Result<ExitCode> {
     let tools = match client.send_request(Request::ListTools, Some(&stop)).await {
         Ok(Reply::Tools(tools)) => tools,
         Ok(_) => bail!("server {name} answered tools/list with something else"),
+        Err(McpError::NoTools { .. }) => {
+            // A server may be reachable and healthy yet offer no tools (only prompts or
+            // resources): that is an answer, not a failure. The stored catalogue is left
+            // as it was.
+            let report = serde_json::json!({ "server": name, "imported": 0, "refused": 0, "tools": [], "offers_tools": false });
+            output::emit(cx.json, &report, || {
+                format!(
+                    "server {name} offers no tools (its initialize result has no tools capability); nothing imported"
+                )
+            });
+            return Ok(ExitCode::SUCCESS);
+        }
         Err(e) if e.is_cancelled() => {
             output::error(cx.json, &anyhow::anyhow!("cancelled: {e}"));
             return Ok(ExitCode::from(EXIT_CANCELLED));
@@ -140,7 +170,18 @@ async fn import(cx: &Context, name: &str) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("while storing the catalogue of server {name}"))?;
     let views: Vec<ToolView<'_>> = entries.iter().map(|e| ToolView::new(e, server)).collect();
     let refused = views.iter().filter(|v| !v.usable).count();
-    let report = serde_json::json!({ "server": name, "imported": views.len(), "refused": refused, "tools": views });
+    // The JSON report also carries each tool's input schema exactly as the server sent it,
+    // so an operator can see what a refusal was about (and what the normaliser kept).
+    let received: Vec<Value> = views
+        .iter()
+        .zip(&tools)
+        .map(|(view, tool)| {
+            let mut view = serde_json::to_value(view).unwrap_or(Value::Null);
+            view["received_input_schema"] = tool.input_schema.clone();
+            view
+        })
+        .collect();
+    let report = serde_json::json!({ "server": name, "imported": views.len(), "refused": refused, "offers_tools": true, "tools": received });
     output::emit(cx.json, &report, || {
         let mut text = format!(
             "imported {} tools from {name} ({refused} refused)",
@@ -315,30 +356,88 @@ async fn health(cx: &Context) -> anyhow::Result<ExitCode> {
     })
 }
 
-async fn call(cx: &Context, name: &str, tool: &str, args: &str) -> anyhow::Result<ExitCode> {
-    let server = cx.config.mcp_server(name)?;
-    let arguments = match serde_json::from_str::<Value>(args) {
-        Ok(Value::Object(map)) => map,
-        Ok(_) => bail!("--args must be a JSON object, like '{{\"q\": \"printer\"}}'"),
-        Err(e) => {
-            bail!("--args is not valid JSON ({e}): pass an object, like '{{\"q\": \"printer\"}}'")
+/// M14: the operator's prepared answer to a server's question during `mcp call`.
+struct PreparedAnswer(Map<String, Value>);
+
+impl Elicitor for PreparedAnswer {
+    fn elicit(&self, request: ElicitationRequest) -> ElicitationFuture {
+        let answer = answer_with_defaults(&self.0, &request.requested_schema);
+        Box::pin(async move { answer })
+    }
+}
+
+/// The prepared answer completed with the defaults the requested schema gives (SEP-1034),
+/// kept to the fields the schema names. A required field with neither an answer nor a
+/// default cannot be answered: the question is declined.
+fn answer_with_defaults(prepared: &Map<String, Value>, schema: &Value) -> ElicitationAnswer {
+    let empty = Map::new();
+    let properties = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let mut content = Map::new();
+    for (field, property) in properties {
+        if let Some(value) = prepared.get(field).or_else(|| property.get("default")) {
+            content.insert(field.clone(), value.clone());
         }
+    }
+    let required = schema.get("required").and_then(Value::as_array);
+    let missing = required
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .any(|field| !content.contains_key(field));
+    if missing {
+        ElicitationAnswer::Decline
+    } else {
+        ElicitationAnswer::Accept(content)
+    }
+}
+
+fn json_object(flag: &str, text: &str) -> anyhow::Result<Map<String, Value>> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => bail!("{flag} must be a JSON object, like '{{\"q\": \"printer\"}}'"),
+        Err(e) => {
+            bail!("{flag} is not valid JSON ({e}): pass an object, like '{{\"q\": \"printer\"}}'")
+        }
+    }
+}
+
+async fn call(
+    cx: &Context,
+    name: &str,
+    tool: &str,
+    args: &str,
+    answer: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let server = cx.config.mcp_server(name)?;
+    let arguments = json_object("--args", args)?;
+    let elicitor = match answer {
+        Some(text) => Some(ElicitorHandle(Arc::new(PreparedAnswer(json_object(
+            "--answer", text,
+        )?)))),
+        None => None,
     };
     let (client, store) = client(cx, server).await?;
     // A local name from the catalogue maps to its remote name; anything else goes as is.
     let catalogue = store.catalogue_list(Some(name)).await?;
-    let remote = catalogue
+    let entry = catalogue
         .iter()
         .find(|e| e.local_name == tool)
-        .map_or(tool, |e| e.remote_name.as_str())
-        .to_string();
+        .or_else(|| catalogue.iter().find(|e| e.remote_name == tool));
+    let remote = entry.map_or(tool, |e| e.remote_name.as_str()).to_string();
     let stop = ctrl_c_flag();
     let request = ToolCallRequest {
         tool: remote.clone(),
         arguments,
         correlation: None,
         gate: None,
-        elicitor: None,
+        // M14: only what the operator prepared on the command line; else a decline.
+        elicitor,
+        // M7 (amended): an imported tool's results are checked against its outputSchema.
+        output_schema: entry.and_then(|e| e.output_schema.clone()),
+        notices: None,
     };
     let outcome = client.call_tool(request, Some(&stop)).await;
     let result = &outcome.result;
@@ -354,7 +453,7 @@ async fn call(cx: &Context, name: &str, tool: &str, args: &str) -> anyhow::Resul
         .map(|l| serde_json::json!({"method": l.method, "granted_seconds": l.granted.as_secs(), "millis": l.elapsed.as_millis() as u64, "audit_id": l.audit_id}))
         .collect();
     let report = serde_json::json!({
-        "server": name, "tool": remote, "outcome": label, "text": result.text,
+        "server": name, "tool": remote, "outcome": label, "text": result.text, "structured": result.structured,
         "sent": result.sent(), "delivery": result.delivery.as_str(), "request_id": outcome.request_id, "legs": legs,
     });
     output::emit(cx.json, &report, || {
@@ -377,4 +476,35 @@ async fn call(cx: &Context, name: &str, tool: &str, args: &str) -> anyhow::Resul
         text
     });
     Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_prepared_answer_takes_the_questions_defaults_for_what_it_leaves_out() {
+        let schema = json!({"type": "object", "properties": {
+            "name": {"type": "string", "default": "John Doe"},
+            "age": {"type": "integer", "default": 30},
+            "note": {"type": "string"}
+        }, "required": []});
+        let prepared = json!({"age": 41, "unasked": true});
+        let answer = answer_with_defaults(prepared.as_object().unwrap(), &schema);
+        let expected = json!({"name": "John Doe", "age": 41});
+        assert_eq!(
+            answer,
+            ElicitationAnswer::Accept(expected.as_object().unwrap().clone())
+        );
+    }
+
+    #[test]
+    fn a_required_field_with_no_answer_and_no_default_declines() {
+        let schema = json!({"type": "object", "properties": {"email": {"type": "string"}}, "required": ["email"]});
+        assert_eq!(
+            answer_with_defaults(&Map::new(), &schema),
+            ElicitationAnswer::Decline
+        );
+    }
 }

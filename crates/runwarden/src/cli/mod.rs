@@ -184,27 +184,34 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let cx = Context::new(config, cli.json, server);
+    let outcome = dispatch(&cx, command).await;
+    // M13: every command ends the MCP sessions it opened, whatever its outcome.
+    cx.root.shutdown().await;
+    outcome
+}
+
+async fn dispatch(cx: &Context, command: Command) -> anyhow::Result<ExitCode> {
     match command {
         // Dispatched above, before any configuration is read; kept for exhaustiveness.
         Command::Demo(args) => crate::demo::run(cx.json, args).await,
-        Command::Init(args) => init::run(&cx, args).await,
-        Command::Secret(command) => secret::run(&cx, command).await,
-        Command::Egress(command) => egress::run(&cx, command).await,
-        Command::Audit(command) => audit::run(&cx, command).await,
-        Command::Mcp(command) => mcp::run(&cx, command).await,
-        Command::Run(args) => run::run(&cx, args).await,
-        Command::Cancel(args) => run::cancel(&cx, args).await,
-        Command::Status(args) => run::status(&cx, args).await,
-        Command::Events(args) => run::events(&cx, args).await,
-        Command::Enqueue(args) => worker::enqueue(&cx, args).await,
-        Command::Worker(args) => worker::worker(&cx, args).await,
-        Command::Reap => worker::reap_once(&cx).await,
-        Command::Serve(args) => serve::serve(&cx, args).await,
-        Command::Token(command) => token::run(&cx, command).await,
-        Command::Decisions(DecisionsCommand::List(args)) => decisions::list(&cx, args).await,
-        Command::Approve(args) => decisions::approve(&cx, args).await,
-        Command::Deny(args) => decisions::deny(&cx, args).await,
-        Command::Resolve(args) => decisions::resolve(&cx, args).await,
-        Command::Answer(args) => decisions::answer(&cx, args).await,
+        Command::Init(args) => init::run(cx, args).await,
+        Command::Secret(command) => secret::run(cx, command).await,
+        Command::Egress(command) => egress::run(cx, command).await,
+        Command::Audit(command) => audit::run(cx, command).await,
+        Command::Mcp(command) => mcp::run(cx, command).await,
+        Command::Run(args) => run::run(cx, args).await,
+        Command::Cancel(args) => run::cancel(cx, args).await,
+        Command::Status(args) => run::status(cx, args).await,
+        Command::Events(args) => run::events(cx, args).await,
+        Command::Enqueue(args) => worker::enqueue(cx, args).await,
+        Command::Worker(args) => worker::worker(cx, args).await,
+        Command::Reap => worker::reap_once(cx).await,
+        Command::Serve(args) => serve::serve(cx, args).await,
+        Command::Token(command) => token::run(cx, command).await,
+        Command::Decisions(DecisionsCommand::List(args)) => decisions::list(cx, args).await,
+        Command::Approve(args) => decisions::approve(cx, args).await,
+        Command::Deny(args) => decisions::deny(cx, args).await,
+        Command::Resolve(args) => decisions::resolve(cx, args).await,
+        Command::Answer(args) => decisions::answer(cx, args).await,
     }
 }

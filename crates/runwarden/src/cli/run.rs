@@ -1,14 +1,13 @@
 //! `runwarden run`, `cancel`, `status`, `events`: synchronous runs and what operators ask
 //! of any run.
 
-use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use runwarden_mcp::{CatalogueStore, McpClient};
+use runwarden_mcp::CatalogueStore;
 use runwarden_models::{Anthropic, ModelProvider, OpenAiCompatible, Scripted, Usage};
 use runwarden_runtime::events::{EventBody, EventDecodeError, is_final_kind};
 use runwarden_runtime::{
@@ -134,7 +133,7 @@ pub(crate) struct AgentBuilder {
     config: crate::config::Config,
     catalogue: Arc<dyn CatalogueStore>,
     egress: Arc<EgressClient>,
-    clients: HashMap<String, Arc<McpClient>>,
+    clients: crate::root::McpClients,
 }
 
 impl AgentBuilder {
@@ -143,18 +142,8 @@ impl AgentBuilder {
         config: &crate::config::Config,
         catalogue: Arc<dyn CatalogueStore>,
         egress: Arc<EgressClient>,
-        actor: &str,
+        clients: crate::root::McpClients,
     ) -> Self {
-        let clients = config
-            .mcp_servers
-            .values()
-            .map(|server| {
-                let client = McpClient::new(server.clone(), egress.clone())
-                    .with_actor(actor)
-                    .with_health(catalogue.clone());
-                (server.name.clone(), Arc::new(client))
-            })
-            .collect();
         Self {
             config: config.clone(),
             catalogue,

@@ -174,6 +174,10 @@ async fn import(at: &Installation, name: &str) -> anyhow::Result<Vec<(String, &'
                 .with_context(|| format!("while importing the catalogue of server {name}"));
         }
     };
+    // M13: the import's session ends here; the run builds its own clients.
+    if let Err(error) = client.close().await {
+        tracing::info!(%error, "could not end the demo import's MCP session");
+    }
     let entries = build_catalogue(server, &tools, chrono::Utc::now().timestamp_millis());
     at.store
         .catalogue_replace(name, entries.clone())

@@ -1,0 +1,536 @@
+//! M13-M17 against the real peer (the official Python SDK, tests/peer/wire_tools.py) in
+//! its three modes, and the version table against the scripted server.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use runwarden_mcp::{
+    ElicitationAnswer, ElicitationFuture, ElicitationPolicy, ElicitationRequest, Elicitor,
+    ElicitorHandle, MAX_RESUMES, McpClient, McpError, Notice, NoticeSink, Reply, Request,
+    ServerConfig, ToolCallRequest, ToolOutcome, USER_AGENT,
+};
+use runwarden_testkit::{HttpRequest, Peer, Reply as TestReply, TestServer, mcp_handler};
+use runwarden_vault::Delivery;
+use serde_json::{Value, json};
+
+use crate::support::scripted::{self, Script};
+use crate::support::{Fixture, fixture};
+
+const STATEFUL_SSE: &[&str] = &[];
+const JSON_RESPONSE: &[&str] = &["--json-response"];
+const STATELESS: &[&str] = &["--stateless"];
+
+fn call(tool: &str, arguments: Value) -> ToolCallRequest {
+    ToolCallRequest {
+        tool: tool.into(),
+        arguments: arguments.as_object().unwrap().clone(),
+        ..ToolCallRequest::default()
+    }
+}
+
+async fn start(flags: &'static [&'static str]) -> Peer {
+    tokio::task::spawn_blocking(move || Peer::start(flags))
+        .await
+        .unwrap()
+}
+
+fn wire_stats(peer: &Peer) -> Value {
+    serde_json::from_str(&peer.get("/wire-stats")).expect("the peer's wire stats are JSON")
+}
+
+fn client(f: &Fixture, peer: &Peer, configure: impl FnOnce(&mut ServerConfig)) -> McpClient {
+    let mut server = ServerConfig::new("peer", peer.url());
+    configure(&mut server);
+    McpClient::new(server, f.egress.clone())
+}
+
+/// The milliseconds a peer tool reports as "... in N ms".
+fn millis(text: &str) -> u64 {
+    text.rsplit(" in ")
+        .next()
+        .and_then(|t| t.strip_suffix(" ms"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no duration in {text:?}"))
+}
+
+#[tokio::test]
+async fn every_mode_reuses_one_session_ends_it_with_delete_and_names_runwarden() {
+    for (flags, issues_session) in [
+        (STATEFUL_SSE, true),
+        (JSON_RESPONSE, true),
+        (STATELESS, false),
+    ] {
+        let peer = start(flags).await;
+        let f = fixture().await;
+        let client = client(&f, &peer, |_| {});
+        assert!(matches!(
+            client.send_request(Request::ListTools, None).await,
+            Ok(Reply::Tools(_))
+        ));
+        for _ in 0..3 {
+            let echoed = client
+                .call_tool(call("echo", json!({"text": "hi"})), None)
+                .await;
+            assert_eq!(echoed.result.text, "hi", "{flags:?}");
+        }
+        client.close().await.unwrap();
+        let stats = wire_stats(&peer);
+        // M13: one handshake for four operations, so one initialize POST.
+        let posts = stats["methods"]["POST"].as_u64().unwrap();
+        assert_eq!(
+            posts,
+            1 + 1 + 1 + 3,
+            "initialize, initialized, list, 3 calls: {stats}"
+        );
+        assert_eq!(
+            stats["deletes"].as_u64().unwrap(),
+            u64::from(issues_session),
+            "{flags:?}: {stats}"
+        );
+        if issues_session {
+            assert_eq!(stats["delete_statuses"]["200"], 1, "{stats}");
+        }
+        // M17: every request named us.
+        let agents = stats["user_agents"].as_object().unwrap();
+        assert_eq!(agents.keys().collect::<Vec<_>>(), [USER_AGENT], "{stats}");
+        assert!(USER_AGENT.starts_with("runwarden/"));
+    }
+}
+
+#[tokio::test]
+async fn a_ping_from_the_server_inside_a_call_is_answered_at_once() {
+    let peer = start(STATEFUL_SSE).await;
+    let f = fixture().await;
+    let client = client(&f, &peer, |_| {});
+    let outcome = client.call_tool(call("ping_client", json!({})), None).await;
+    assert_eq!(
+        outcome.result.outcome,
+        ToolOutcome::Succeeded,
+        "{}",
+        outcome.result.text
+    );
+    assert!(
+        outcome.result.text.starts_with("pong"),
+        "{}",
+        outcome.result.text
+    );
+    assert!(
+        millis(&outcome.result.text) < 1_000,
+        "{}",
+        outcome.result.text
+    );
+    let legs: Vec<&str> = outcome.legs.iter().map(|l| l.method.as_str()).collect();
+    assert!(legs.contains(&"ping answer"), "{legs:?}");
+}
+
+#[tokio::test]
+async fn sampling_and_roots_are_refused_at_once_with_an_error() {
+    let peer = start(STATEFUL_SSE).await;
+    let f = fixture().await;
+    let client = client(&f, &peer, |_| {});
+    for tool in ["ask_sampling", "ask_roots"] {
+        let outcome = client.call_tool(call(tool, json!({})), None).await;
+        let text = &outcome.result.text;
+        assert!(text.starts_with("refused"), "{tool}: {text}");
+        assert!(text.contains("not declared"), "{tool}: {text}");
+        assert!(millis(text) < 1_000, "{tool}: {text}");
+    }
+}
+
+/// An elicitor that answers every question with the same name and remembers the questions.
+struct Answers {
+    asked: Mutex<Vec<ElicitationRequest>>,
+}
+
+impl Elicitor for Answers {
+    fn elicit(&self, request: ElicitationRequest) -> ElicitationFuture {
+        self.asked.lock().unwrap().push(request);
+        let mut content = serde_json::Map::new();
+        content.insert("name".into(), json!("Ada"));
+        Box::pin(async move { ElicitationAnswer::Accept(content) })
+    }
+}
+
+#[tokio::test]
+async fn an_elicitation_is_answered_by_the_elicitor_only_with_the_operator_policy() {
+    let peer = start(STATEFUL_SSE).await;
+    let f = fixture().await;
+    let answers = Arc::new(Answers {
+        asked: Mutex::new(Vec::new()),
+    });
+    let ask = || ToolCallRequest {
+        elicitor: Some(ElicitorHandle(answers.clone())),
+        ..call("ask_name", json!({}))
+    };
+
+    let declining = client(&f, &peer, |_| {});
+    let declined = declining.call_tool(ask(), None).await;
+    assert_eq!(
+        declined.result.text, "decline",
+        "the default policy declines"
+    );
+    assert!(answers.asked.lock().unwrap().is_empty(), "nobody was asked");
+
+    let operator = client(&f, &peer, |s| s.elicitation = ElicitationPolicy::Operator);
+    let accepted = operator.call_tool(ask(), None).await;
+    assert_eq!(accepted.result.text, "accepted: Ada");
+    let asked = answers.asked.lock().unwrap();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(
+        (asked[0].server.as_str(), asked[0].tool.as_str()),
+        ("peer", "ask_name")
+    );
+    assert!(asked[0].message.contains("name"), "{:?}", asked[0].message);
+    assert!(asked[0].timeout > Duration::ZERO && asked[0].timeout < Duration::from_secs(20));
+}
+
+#[tokio::test]
+async fn progress_and_log_notices_reach_the_caller_in_order() {
+    let peer = start(STATEFUL_SSE).await;
+    let f = fixture().await;
+    let client = client(&f, &peer, |_| {});
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink_seen = seen.clone();
+    let outcome = client
+        .call_tool(
+            ToolCallRequest {
+                notices: Some(NoticeSink::new(move |n| sink_seen.lock().unwrap().push(n))),
+                ..call("progress", json!({"steps": 3, "delay": 0.01}))
+            },
+            None,
+        )
+        .await;
+    assert_eq!(outcome.result.text, "done after 3 steps");
+    let seen = seen.lock().unwrap();
+    let progress: Vec<f64> = seen
+        .iter()
+        .filter_map(|n| match n {
+            Notice::Progress {
+                progress, total, ..
+            } => {
+                assert_eq!(*total, Some(3.0));
+                Some(*progress)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(progress, [1.0, 2.0, 3.0]);
+    let logs: Vec<&Value> = seen
+        .iter()
+        .filter_map(|n| match n {
+            Notice::Log { data, .. } => Some(data),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        logs,
+        [
+            &json!("log line 1"),
+            &json!("log line 2"),
+            &json!("log line 3")
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_stream_closed_early_is_resumed_with_last_event_id_and_the_call_is_not_re_sent() {
+    let peer = start(STATEFUL_SSE).await;
+    let f = fixture().await;
+    let client = client(&f, &peer, |_| {});
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink_seen = seen.clone();
+    let outcome = client
+        .call_tool(
+            ToolCallRequest {
+                notices: Some(NoticeSink::new(move |n| sink_seen.lock().unwrap().push(n))),
+                ..call("resumable", json!({"delay": 0.3}))
+            },
+            None,
+        )
+        .await;
+    assert_eq!(
+        outcome.result.outcome,
+        ToolOutcome::Succeeded,
+        "{}",
+        outcome.result.text
+    );
+    assert_eq!(outcome.result.text, "resumed result #1");
+    let stats = wire_stats(&peer);
+    assert_eq!(stats["resumable_started"], 1, "the call ran once: {stats}");
+    assert!(stats["get_resumptions"].as_u64().unwrap() >= 1, "{stats}");
+    let legs: Vec<&str> = outcome.legs.iter().map(|l| l.method.as_str()).collect();
+    assert_eq!(
+        legs.iter().filter(|m| **m == "tools/call").count(),
+        1 + stats["get_resumptions"].as_u64().unwrap() as usize,
+        "one POST, the rest GETs: {legs:?}"
+    );
+    let progress = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|n| matches!(n, Notice::Progress { .. }))
+        .count();
+    assert_eq!(
+        progress, 2,
+        "the progress sent after the close came on the resumed stream"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_that_ends_early_without_event_ids_is_maybe_delivered() {
+    // The scripted server's stream carries no event ids: nothing to resume from.
+    let f = fixture().await;
+    let server = scripted::start(Script {
+        fail: Some(("tools/call", scripted::Shape::StreamWithoutOurResponse)),
+        ..Script::new(scripted::SESSION_SSE)
+    })
+    .await;
+    let client = f.client(server.url("/mcp"), None);
+    let outcome = client
+        .call_tool(call("search", json!({"q": "x"})), None)
+        .await;
+    assert_eq!(outcome.result.delivery, Delivery::MaybeDelivered);
+}
+
+#[tokio::test]
+async fn versions_are_negotiated_by_the_table() {
+    let table = [
+        ("2025-11-25", None),
+        ("2025-06-18", None),
+        ("2025-03-26", None),
+        ("2024-11-05", Some("old HTTP+SSE transport")),
+        (
+            "2099-01-01",
+            Some("runwarden speaks 2025-11-25, 2025-06-18, 2025-03-26"),
+        ),
+    ];
+    for (version, refusal) in table {
+        let f = fixture().await;
+        let mut server = scripted::start(Script {
+            version: version.into(),
+            ..Script::new(scripted::SESSION_SSE)
+        })
+        .await;
+        let client = f.client(server.url("/mcp"), None);
+        let answer = client.send_request(Request::Ping, None).await;
+        let requests = server.drain_requests();
+        // M17: we always offer the newest.
+        assert_eq!(
+            scripted::body_of(&requests[0])["params"]["protocolVersion"],
+            "2025-11-25"
+        );
+        match refusal {
+            None => {
+                assert!(matches!(answer, Ok(Reply::Pong)), "{version}: {answer:?}");
+                assert_eq!(
+                    requests.last().unwrap().header("mcp-protocol-version"),
+                    Some(version)
+                );
+            }
+            Some(says) => {
+                let error = answer.unwrap_err();
+                assert!(matches!(error, McpError::Protocol { .. }), "{error}");
+                assert!(error.to_string().contains(says), "{version}: {error}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn no_sampling_or_roots_capability_is_declared_and_elicitation_only_for_the_operator() {
+    for (policy, expected) in [
+        (ElicitationPolicy::Decline, json!({})),
+        (
+            ElicitationPolicy::Operator,
+            json!({"elicitation": {"form": {}}}),
+        ),
+    ] {
+        let f = fixture().await;
+        let mut server = scripted::start(Script::new(scripted::SESSION_SSE)).await;
+        let mut config = ServerConfig::new("tickets", server.url("/mcp"));
+        config.elicitation = policy;
+        let client = McpClient::new(config, f.egress.clone());
+        assert!(client.send_request(Request::Ping, None).await.is_ok());
+        let requests = server.drain_requests();
+        assert_eq!(
+            scripted::body_of(&requests[0])["params"]["capabilities"],
+            expected
+        );
+        assert_eq!(requests[0].header("user-agent"), Some(USER_AGENT));
+    }
+}
+
+#[tokio::test]
+async fn progress_extends_the_budget_only_when_the_server_is_configured_so() {
+    let peer = start(STATEFUL_SSE).await;
+    let f = fixture().await;
+    // Six steps 0.5 s apart: about 3 s in all, over a 2 s budget, never 2 s without progress.
+    let long = || call("progress", json!({"steps": 6, "delay": 0.5}));
+    let fixed = client(&f, &peer, |s| s.timeout = Duration::from_secs(2));
+    let cut = fixed.call_tool(long(), None).await;
+    assert_eq!(
+        cut.result.outcome,
+        ToolOutcome::Failed,
+        "{}",
+        cut.result.text
+    );
+    assert_eq!(cut.result.delivery, Delivery::MaybeDelivered);
+
+    let stretched = client(&f, &peer, |s| {
+        s.timeout = Duration::from_secs(2);
+        s.progress_extends_deadline = true;
+    });
+    let done = stretched.call_tool(long(), None).await;
+    assert_eq!(done.result.text, "done after 6 steps");
+}
+
+#[tokio::test]
+async fn a_call_without_progress_stalls_at_its_budget_even_when_progress_could_extend_it() {
+    let peer = start(STATEFUL_SSE).await;
+    let f = fixture().await;
+    let client = client(&f, &peer, |s| {
+        s.timeout = Duration::from_secs(2);
+        s.progress_extends_deadline = true;
+    });
+    let started = std::time::Instant::now();
+    let outcome = client
+        .call_tool(call("slow", json!({"seconds": 30.0})), None)
+        .await;
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    assert_eq!(outcome.result.outcome, ToolOutcome::Failed);
+    assert!(
+        outcome.result.text.contains("no answer and no progress"),
+        "{}",
+        outcome.result.text
+    );
+    assert_eq!(outcome.result.delivery, Delivery::MaybeDelivered);
+}
+
+/// A server whose `tools/call` stream gives an event id and `retry: 10`, then ends before
+/// the answer; every resumption GET gets `get_status` (and a stream that ends again when
+/// it is 200). Initialize and notifications are answered as usual.
+fn closing_server(get_status: u16) -> impl Fn(&HttpRequest) -> TestReply + Send + Sync + 'static {
+    let inner = mcp_handler(vec![runwarden_testkit::tool("search")], &[]);
+    move |request| {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        if request.method == "GET" {
+            return if get_status == 200 {
+                TestReply::event_stream(vec![b"id: 2\ndata: \n\n".to_vec()], false)
+            } else {
+                TestReply::text(get_status, "")
+            };
+        }
+        if body["method"] == "tools/call" {
+            return TestReply::event_stream(vec![b"id: 1\nretry: 10\ndata: \n\n".to_vec()], false);
+        }
+        inner(request)
+    }
+}
+
+#[tokio::test]
+async fn a_resumption_the_server_refuses_is_maybe_delivered_and_never_re_posts_the_call() {
+    for get_status in [405, 200] {
+        let f = fixture().await;
+        let mut server = TestServer::start(closing_server(get_status)).await;
+        let client = f.client(server.url("/mcp"), None);
+        let outcome = client
+            .call_tool(call("search", json!({"q": "x"})), None)
+            .await;
+        assert_eq!(outcome.result.outcome, ToolOutcome::Failed, "{get_status}");
+        assert_eq!(
+            outcome.result.delivery,
+            Delivery::MaybeDelivered,
+            "{get_status}"
+        );
+        assert!(
+            outcome.result.text.contains("could not be resumed"),
+            "{get_status}: {}",
+            outcome.result.text
+        );
+        let requests = server.drain_requests();
+        let posts = requests
+            .iter()
+            .filter(|r| scripted::method_of(r) == "tools/call")
+            .count();
+        let gets: Vec<&HttpRequest> = requests.iter().filter(|r| r.method == "GET").collect();
+        assert_eq!(posts, 1, "{get_status}: the call is never re-sent");
+        // 405 ends it at once; a stream that keeps ending early is retried a bounded number of times.
+        let expected = if get_status == 405 { 1 } else { MAX_RESUMES };
+        assert_eq!(gets.len(), expected, "{get_status}");
+        assert_eq!(gets[0].header("last-event-id"), Some("1"));
+        assert_eq!(gets[0].header("accept"), Some("text/event-stream"));
+        if get_status == 200 {
+            assert_eq!(gets[1].header("last-event-id"), Some("2"), "the latest id");
+        }
+    }
+}
+
+#[tokio::test]
+async fn ending_a_session_is_bounded_at_two_seconds_when_the_server_never_answers() {
+    let f = fixture().await;
+    let inner = mcp_handler(vec![runwarden_testkit::tool("search")], &[]);
+    let mut server = TestServer::start(move |request: &HttpRequest| {
+        if request.method == "DELETE" {
+            return TestReply::Stall;
+        }
+        let initialize = scripted::method_of(request) == "initialize";
+        let reply = inner(request);
+        if initialize {
+            reply.with_header("mcp-session-id", "s-1")
+        } else {
+            reply
+        }
+    })
+    .await;
+    let client = f.client(server.url("/mcp"), None);
+    assert!(client.send_request(Request::Ping, None).await.is_ok());
+    let started = std::time::Instant::now();
+    let closed = client.close().await;
+    let took = started.elapsed();
+    assert!(closed.is_err(), "a DELETE that never came back is reported");
+    assert!(
+        took >= Duration::from_millis(1_500) && took < Duration::from_secs(3),
+        "bounded at {:?}: {took:?}",
+        runwarden_mcp::CLOSE_BUDGET
+    );
+    let delete = server
+        .drain_requests()
+        .into_iter()
+        .find(|r| r.method == "DELETE")
+        .expect("the DELETE was sent");
+    assert_eq!(delete.header("mcp-session-id"), Some("s-1"));
+    // The next operation starts a new session rather than reusing the ended one.
+    assert!(client.send_request(Request::Ping, None).await.is_ok());
+    assert_eq!(
+        server
+            .drain_requests()
+            .iter()
+            .map(scripted::method_of)
+            .collect::<Vec<_>>(),
+        ["initialize", "notifications/initialized", "ping"]
+    );
+}
+
+#[tokio::test]
+async fn without_a_response_stream_a_servers_request_fails_the_call_at_once_never_hangs() {
+    // A JSON-response or stateless peer has no stream to send its ping in (runwarden opens
+    // no GET stream): the SDK refuses at once, and the call fails with its words.
+    for flags in [JSON_RESPONSE, STATELESS] {
+        let peer = start(flags).await;
+        let f = fixture().await;
+        let client = client(&f, &peer, |_| {});
+        let started = std::time::Instant::now();
+        let outcome = client.call_tool(call("ping_client", json!({})), None).await;
+        assert!(started.elapsed() < Duration::from_secs(2), "{flags:?}");
+        assert_eq!(outcome.result.outcome, ToolOutcome::Failed, "{flags:?}");
+        assert!(
+            outcome.result.text.contains("back-channel"),
+            "{flags:?}: {}",
+            outcome.result.text
+        );
+    }
+}

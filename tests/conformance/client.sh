@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The client the official MCP conformance suite (@modelcontextprotocol/conformance) drives:
+# runwarden's own CLI, as an operator would use it. The suite runs
+#   client.sh SERVER_URL        with MCP_CONFORMANCE_SCENARIO naming the scenario
+# and judges what reaches its server. Each run gets a fresh runwarden home (init, a config
+# naming the scenario's server, loopback allowed) and does what the scenario asks of a
+# client: import the catalogue (tools/list), then the calls. $RUNWARDEN_BIN is the binary.
+set -euo pipefail
+
+url="${1:?usage: client.sh SERVER_URL}"
+scenario="${MCP_CONFORMANCE_SCENARIO:?the suite sets MCP_CONFORMANCE_SCENARIO}"
+bin="${RUNWARDEN_BIN:?set RUNWARDEN_BIN to the runwarden binary}"
+
+home="$(mktemp -d)"
+trap 'rm -rf "$home"' EXIT
+cd "$home"
+rw() { "$bin" --config "$home/runwarden.toml" "$@"; }
+
+rw init >/dev/null
+# The suite's servers listen on localhost; admit loopback only.
+sed -i 's/^allow = \[\]$/allow = ["127.0.0.1", "::1"]/' runwarden.toml
+grep -q '^allow = \["127.0.0.1", "::1"\]$' runwarden.toml || { echo "client.sh: the config template changed" >&2; exit 1; }
+cat >> runwarden.toml <<TOML
+
+[mcp.servers.conf]
+url = "$url"
+elicitation = "operator"
+# A scenario that goes wrong fails in seconds, not in the default 20 s.
+timeout_seconds = 8
+TOML
+
+case "$scenario" in
+    tools_call)
+        rw mcp import conf
+        rw mcp call conf add_numbers --args '{"a": 5, "b": 3}'
+        ;;
+    elicitation-sep1034-client-defaults)
+        rw mcp import conf
+        # The operator answers the server's question with nothing of their own: every field
+        # takes the default the requested schema gives (SEP-1034).
+        rw mcp call conf test_client_elicitation_defaults --answer '{}'
+        ;;
+    sse-retry)
+        rw mcp import conf
+        rw mcp call conf test_reconnection
+        ;;
+    json-schema-2020-12-preservation)
+        # Echo the focal tool's input schema back exactly as it was received.
+        rw --json mcp import conf > import.json
+        schema="$(python3 -c '
+import json, sys
+report = json.load(open("import.json"))
+tool = next(t for t in report["tools"] if t["remote_name"] == "json_schema_2020_12_tool")
+print(json.dumps({"schema": tool["received_input_schema"]}))
+')"
+        rw mcp call conf json_schema_echo --args "$schema"
+        ;;
+    *)
+        # initialize, json-schema-ref-no-deref and any scenario that only needs the
+        # handshake and discovery: import the catalogue.
+        rw mcp import conf
+        ;;
+esac

@@ -472,6 +472,11 @@ impl McpClient {
         let mut params = serde_json::to_value(params).unwrap_or_else(|_| json!({}));
         // M15: our request id is the progress token, so progress is matched to its call.
         params["_meta"] = json!({"progressToken": id});
+        // O5: the trace, as the MCP spec's `_meta.traceparent` too (the header carries it
+        // on every leg); only when this process exports traces.
+        if let Some(traceparent) = runwarden_vault::trace::traceparent() {
+            params["_meta"]["traceparent"] = json!(traceparent);
+        }
         let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
         let on_progress: Option<OnProgress> = op.deadline.stretches().then(|| {
             let (cell, clock) = (op.deadline.progress_cell(), self.clock.clone());

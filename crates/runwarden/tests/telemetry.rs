@@ -70,6 +70,15 @@ async fn a_run_that_calls_a_tool_is_one_trace_that_reaches_the_mcp_server() {
         .collect();
     assert_eq!(calls.len(), 1);
     let traceparent = calls[0].header("traceparent").expect("traceparent sent");
+    let body: Value = serde_json::from_slice(&calls[0].body).unwrap();
+    // `_meta` names the tool call's span; the header names the HTTP leg's.
+    let in_meta = body["params"]["_meta"]["traceparent"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        in_meta.starts_with(&format!("00-{}-{}-", run.trace_id, tool_call.span_id)),
+        "the MCP request's _meta carries the tool call's context: {in_meta}"
+    );
     assert!(
         traceparent.starts_with(&format!("00-{}-", run.trace_id)),
         "{traceparent} in trace {}",

@@ -106,6 +106,13 @@ impl LlamaServer {
     /// by every test), greedy sampling, and the tool template; returns once it listens
     /// and `/health` answers 200.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// [`start`](Self::start) with more `llama-server` arguments, e.g. `--ignore-eos` for a
+    /// generation that always runs to its `max_tokens` (a budget test must not depend on
+    /// when a small model decides it is done).
+    pub fn start_with(extra: &[&str]) -> Self {
         let dir = install_dir();
         let binary = dir.join("bin/llama-server");
         let model = dir.join("model.gguf");
@@ -126,6 +133,7 @@ impl LlamaServer {
             .args(["--threads-http", "2", "--temp", "0", "--seed", "1"])
             .args(["--no-webui", "--jinja", "--chat-template-file"])
             .arg(&template)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -1250,8 +1250,11 @@ impl Executor {
             owner: self.config.owner.clone(),
             event_payload: payload.clone(),
         };
+        let decision_id = ask.decision.id.clone();
         match self.store.decision_ask(ask).await {
             Ok(Some(seq)) => {
+                // O5: the question as an event of the run's span, and a log line.
+                tracing::info!(run = %segment.run.id, decision = %decision_id, kind = kind.as_str(), tool = %call.name, "run parked for an operator decision");
                 if let Some(observer) = &segment.observer {
                     observer(&RunEvent {
                         run_id: segment.run.id.clone(),

@@ -23,8 +23,39 @@ pub(crate) struct Answered {
     pub(crate) audited: bool,
 }
 
-/// R12: answers decision `id` as `actor`, then audits it.
+/// R12: answers decision `id` as `actor`, then audits it; one `decision` span (O5) and one
+/// log line naming who answered.
 pub(crate) async fn answer(
+    runs: &dyn RunStore,
+    catalogue: &dyn CatalogueStore,
+    vault: &Vault,
+    id: &str,
+    request: AnswerRequest,
+    actor: &str,
+) -> Result<Answered, DecideError> {
+    let span = tracing::info_span!(
+        "decision",
+        decision.id = %id,
+        actor = %actor,
+        answer = tracing::field::Empty,
+        run.id = tracing::field::Empty,
+    );
+    let answered = tracing::Instrument::instrument(
+        answer_in_span(runs, catalogue, vault, id, request, actor),
+        span.clone(),
+    )
+    .await;
+    if let Ok(answered) = &answered {
+        let decision = &answered.decision;
+        let given = decision.answer.map_or("?", |a| a.as_str());
+        span.record("answer", given);
+        span.record("run.id", decision.run_id.as_str());
+        tracing::info!(decision = %decision.id, run = %decision.run_id, kind = decision.kind.as_str(), answer = given, actor = %actor, "decision answered");
+    }
+    answered
+}
+
+async fn answer_in_span(
     runs: &dyn RunStore,
     catalogue: &dyn CatalogueStore,
     vault: &Vault,

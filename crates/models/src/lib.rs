@@ -28,6 +28,7 @@
 //!     tools: Vec::new(),
 //!     correlation: Some("run-1".into()),
 //!     progress: None,
+//!     max_tokens: None,
 //! };
 //! let stop = CancelFlag::new();
 //! let turn = model.complete(&request, Some(&stop)).await?;

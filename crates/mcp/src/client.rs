@@ -50,6 +50,10 @@ pub const MAX_RESUMES: usize = 3;
 /// The longest the client waits before a reconnection, whatever `retry` the server asked.
 const MAX_RETRY_WAIT: Duration = Duration::from_secs(5);
 
+/// M14: the longest a `tools/call` waits for its standalone GET stream to open, so that a
+/// question the server sends on it at once is not lost.
+const STANDALONE_OPEN_WAIT: Duration = Duration::from_secs(1);
+
 /// The wait before a reconnection when the server gave no `retry`.
 const DEFAULT_RETRY_WAIT: Duration = Duration::from_millis(500);
 
@@ -272,6 +276,49 @@ struct LegSpec<'s> {
     last_event_id: Option<String>,
     /// How the leg answers what the server sends in its stream.
     listen: Option<&'s Listen<'s>>,
+    /// M14: the leg is the standalone GET stream of a call.
+    standalone: Option<Standalone>,
+}
+
+/// M14: what the standalone GET stream of one `tools/call` needs: the call it serves, the
+/// flag that ends it with the call, and who waits for it to open.
+struct Standalone {
+    call_id: i64,
+    ended: tokio::sync::watch::Receiver<bool>,
+    opened: Option<tokio::sync::oneshot::Sender<u16>>,
+}
+
+/// Stops a call's standalone GET stream once the call ended, or when the call's own
+/// signal (or its deadline) says stop.
+struct UntilEnded<'a> {
+    inner: Option<&'a dyn CancellationSignal>,
+    ended: tokio::sync::watch::Receiver<bool>,
+}
+
+impl CancellationSignal for UntilEnded<'_> {
+    fn is_cancelled(&self) -> bool {
+        *self.ended.borrow() || self.inner.is_some_and(|s| s.is_cancelled())
+    }
+
+    fn woken(&self) -> runwarden_vault::WakeFuture<'_> {
+        Box::pin(async move {
+            let mut ended = self.ended.clone();
+            let inner = async {
+                match self.inner {
+                    Some(signal) => until_cancelled(signal).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = until_done(&mut ended) => {}
+                () = inner => {}
+            }
+        })
+    }
+
+    fn wakes(&self) -> bool {
+        true
+    }
 }
 
 impl<'s> LegSpec<'s> {
@@ -285,6 +332,7 @@ impl<'s> LegSpec<'s> {
             gate: None,
             last_event_id: None,
             listen: None,
+            standalone: None,
         }
     }
 }
@@ -500,13 +548,60 @@ impl McpClient {
             listen: Some(&listen),
             ..LegSpec::post("tools/call", message, Some(id))
         };
-        let answered = self.resumable(op, spec).await;
+        let answered = if session.id.is_some() {
+            // M14: a stateful server may ask its questions on the standalone GET stream,
+            // so one is open for the call's lifetime, and the call waits (briefly) for it
+            // to open so a question sent at once is not lost.
+            let (end, ended) = tokio::sync::watch::channel(false);
+            let (opened_tx, opened) = tokio::sync::oneshot::channel();
+            let stream = Standalone {
+                call_id: id,
+                ended,
+                opened: Some(opened_tx),
+            };
+            let post = async {
+                let wait = STANDALONE_OPEN_WAIT.min(op.deadline.remaining() / 4);
+                let _ = tokio::time::timeout(wait, opened).await;
+                let answered = self.resumable(op, spec).await;
+                let _ = end.send(true);
+                answered
+            };
+            let (answered, ()) = tokio::join!(post, self.standalone(op, &listen, stream));
+            answered
+        } else {
+            self.resumable(op, spec).await
+        };
         if let Err(McpError::SessionExpired { .. }) = &answered {
             // M5: never silently re-send a tools/call; forget the session so the next
             // operation starts a fresh one.
             self.forget(&session).await;
         }
         answered.map(|a| a.message.unwrap_or(Value::Null))
+    }
+
+    /// M14: the standalone GET stream of one call, open until the call ends (or its
+    /// budget or signal does), through the vault like every leg. The server's requests in
+    /// it are answered as a response stream's are. A server that offers none (405), or
+    /// already has one open for the session (409), simply gets none; no failure of this
+    /// stream touches the call.
+    async fn standalone(&self, op: &Operation<'_>, listen: &Listen<'_>, stream: Standalone) {
+        let spec = LegSpec {
+            http: Method::Get,
+            method: "standalone stream",
+            session: Some(listen.session),
+            message: None,
+            id: None,
+            gate: None,
+            last_event_id: None,
+            listen: Some(listen),
+            standalone: Some(stream),
+        };
+        match Box::pin(self.leg_spec(op, spec)).await {
+            Ok(_) => {}
+            Err(error) => {
+                tracing::debug!(server = %self.server.name, %error, "the standalone stream is closed");
+            }
+        }
     }
 
     /// M16: sends a request whose answer may come in an event stream; when the stream
@@ -569,6 +664,7 @@ impl McpClient {
                         gate: None,
                         last_event_id: Some(last_event_id),
                         listen: Some(listen),
+                        standalone: None,
                     },
                 )
                 .await;
@@ -891,7 +987,11 @@ impl McpClient {
 
     /// One HTTP exchange through the vault (M1), bounded by what is left of the deadline
     /// (M3), with the session's headers and `User-Agent` (M17).
-    async fn leg_spec(&self, op: &Operation<'_>, spec: LegSpec<'_>) -> Result<Answer, McpError> {
+    async fn leg_spec(
+        &self,
+        op: &Operation<'_>,
+        mut spec: LegSpec<'_>,
+    ) -> Result<Answer, McpError> {
         let server = &self.server.name;
         let method = spec.method;
         let Some(granted) = op.deadline.grant() else {
@@ -926,8 +1026,17 @@ impl McpClient {
             (None, Some(last)) => request
                 .header("accept", "text/event-stream")
                 .header("last-event-id", last.clone()),
+            // M14: the standalone GET stream.
+            (None, None) if spec.http == Method::Get => {
+                request.header("accept", "text/event-stream")
+            }
             (None, None) => request,
         };
+        if let Some(opened) = spec.standalone.as_mut().and_then(|s| s.opened.take()) {
+            request = request.on_head(Box::new(move |status| {
+                let _ = opened.send(status);
+            }));
+        }
         let sent_session_id = spec.session.and_then(|s| s.id.as_deref());
         if let Some(session) = spec.session {
             if let Some(session_id) = &session.id {
@@ -982,8 +1091,19 @@ impl McpClient {
         } else {
             op.signal
         };
-        let Some(id) = spec.id else {
-            return self.egress.send(request, signal).await;
+        // M14: a standalone stream also stops when its call ends.
+        let until = spec.standalone.as_ref().map(|s| UntilEnded {
+            inner: signal,
+            ended: s.ended.clone(),
+        });
+        let signal = match &until {
+            Some(until) => Some(until as &dyn CancellationSignal),
+            None => signal,
+        };
+        let (id, standalone) = match (spec.id, &spec.standalone) {
+            (Some(id), _) => (id, false),
+            (None, Some(stream)) => (stream.call_id, true),
+            (None, None) => return self.egress.send(request, signal).await,
         };
         let Some(listen) = spec.listen else {
             // An event stream may stay open after our answer: stop reading once it is in.
@@ -994,13 +1114,22 @@ impl McpClient {
             return self.egress.send(request, signal).await;
         };
         let (requests, mut inbox) = tokio::sync::mpsc::unbounded_channel();
+        // A standalone stream's event ids are its own, never the call's resumption point.
+        let marks = if standalone {
+            Arc::default()
+        } else {
+            listen.marks.clone()
+        };
         let mut watch = Watch::new(
             id,
-            listen.marks.clone(),
+            marks,
             Some(requests),
             listen.notices.clone(),
             listen.on_progress.clone(),
         );
+        if standalone {
+            watch = watch.standalone();
+        }
         let request = request.complete_when(Box::new(move |body: &[u8]| watch.feed(body)));
         let (done, finished) = tokio::sync::watch::channel(false);
         let send = async {
@@ -1130,6 +1259,7 @@ impl McpClient {
             gate: None,
             last_event_id: None,
             listen: None,
+            standalone: None,
         };
         match self.leg_spec(&op, spec).await {
             Ok(_)

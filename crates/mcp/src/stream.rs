@@ -86,6 +86,9 @@ pub(crate) type OnProgress = Arc<dyn Fn() + Send + Sync>;
 /// read so far after every chunk.
 pub(crate) struct Watch {
     our_id: i64,
+    /// False on a standalone GET stream: it carries no response of ours, so it is read
+    /// until the call ends, not until a response arrives.
+    completes: bool,
     /// Bytes of this leg's body already read as complete events.
     consumed: usize,
     marks: Arc<Mutex<Marks>>,
@@ -105,6 +108,7 @@ impl Watch {
     ) -> Self {
         Self {
             our_id,
+            completes: true,
             consumed: 0,
             marks,
             counted: false,
@@ -112,6 +116,13 @@ impl Watch {
             notices,
             on_progress,
         }
+    }
+
+    /// A watch of the standalone GET stream open during call `our_id` (M14): it answers
+    /// the server's requests and hands on the call's notices, and never completes.
+    pub(crate) fn standalone(mut self) -> Self {
+        self.completes = false;
+        self
     }
 
     /// Reads the complete events not read yet; true once our response is among them.
@@ -167,7 +178,7 @@ impl Watch {
             return false;
         };
         if sse::is_response_to(&message, self.our_id) {
-            return true;
+            return self.completes;
         }
         let Some(method) = message.get("method").and_then(Value::as_str) else {
             return false;

@@ -112,6 +112,10 @@ pub type BeforeTransfer = Box<
 /// row stands for its request, whatever the outcome).
 pub type IntentObserver = Box<dyn FnOnce(i64) + Send>;
 
+/// Told the HTTP status as soon as the response head arrives, before any body byte (a
+/// caller that must know a long-lived stream is open before it sends something else).
+pub type HeadObserver = Box<dyn FnOnce(u16) + Send>;
+
 /// One outbound call, described without any HTTP-library type.
 pub struct EgressRequest {
     method: Method,
@@ -127,6 +131,7 @@ pub struct EgressRequest {
     complete_when: Option<CompleteFn>,
     before_transfer: Option<BeforeTransfer>,
     on_intent: Option<IntentObserver>,
+    on_head: Option<HeadObserver>,
 }
 
 impl std::fmt::Debug for EgressRequest {
@@ -156,6 +161,7 @@ impl EgressRequest {
             complete_when: None,
             before_transfer: None,
             on_intent: None,
+            on_head: None,
         }
     }
 
@@ -219,6 +225,13 @@ impl EgressRequest {
     /// is committed; never called for a call that did not reach that point.
     pub fn on_intent(mut self, observe: IntentObserver) -> Self {
         self.on_intent = Some(observe);
+        self
+    }
+
+    /// Calls `observe` with the status once the response head arrived; never called for
+    /// a call that got no answer.
+    pub fn on_head(mut self, observe: HeadObserver) -> Self {
+        self.on_head = Some(observe);
         self
     }
 
@@ -679,6 +692,7 @@ impl EgressClient {
             http_request,
             request.max_response_bytes,
             complete_when,
+            request.on_head,
         );
         let driven = self.drive(transfer, signal, backstop).await;
 
@@ -949,9 +963,13 @@ async fn transfer(
     request: reqwest::Request,
     limit: usize,
     mut complete: Option<CompleteFn>,
+    on_head: Option<HeadObserver>,
 ) -> Result<Transfer, reqwest::Error> {
     let mut response = http.execute(request).await?;
     let status = response.status().as_u16();
+    if let Some(observe) = on_head {
+        observe(status);
+    }
     let headers = response
         .headers()
         .iter()

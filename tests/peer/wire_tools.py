@@ -34,6 +34,8 @@ WIRE: dict = {
     "user_agents": Counter(),
     "methods": Counter(),
     "get_resumptions": 0,
+    "standalone_opened": 0,
+    "standalone_closed": 0,
     "resumable_started": 0,
 }
 
@@ -89,6 +91,14 @@ def wrap(app):
             WIRE["methods"][scope["method"]] += 1
             if scope["method"] == "GET" and b"last-event-id" in headers:
                 WIRE["get_resumptions"] += 1
+            elif scope["method"] == "GET":
+                # The standalone stream: counted closed once the SDK is done with it,
+                # which is when the client drops the connection.
+                WIRE["standalone_opened"] += 1
+                try:
+                    return await app(scope, receive, send)
+                finally:
+                    WIRE["standalone_closed"] += 1
             if scope["method"] == "DELETE":
                 WIRE["deletes"] += 1
 
@@ -158,6 +168,19 @@ def register(mcp: MCPServer) -> None:
         result = await ctx.elicit("What name should the ticket carry?", Name)
         if result.action == "accept":
             return f"accepted: {result.data.name}"
+        return result.action
+
+    @mcp.tool()
+    async def ask_name_on_get_stream(ctx: Context) -> str:
+        """Elicits a name with no related request, so the SDK sends the question on the
+        standalone GET stream (not in the call's response stream)."""
+        result = await ctx.session.elicit_form(
+            "What name should the ticket carry?",
+            {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+            related_request_id=None,
+        )
+        if result.action == "accept":
+            return f"accepted: {result.content['name']}"
         return result.action
 
     @mcp.tool()

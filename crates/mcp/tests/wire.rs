@@ -184,6 +184,73 @@ async fn an_elicitation_is_answered_by_the_elicitor_only_with_the_operator_polic
     assert!(asked[0].timeout > Duration::ZERO && asked[0].timeout < Duration::from_secs(20));
 }
 
+/// Waits (bounded) until the peer counted the standalone streams closed as they opened.
+async fn standalone_streams_closed(peer: &Peer) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let stats = wire_stats(peer);
+        if stats["standalone_closed"] == stats["standalone_opened"]
+            || tokio::time::Instant::now() > deadline
+        {
+            return stats;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_question_on_the_standalone_get_stream_is_answered_and_the_stream_closes_with_the_call() {
+    let peer = start(STATEFUL_SSE).await;
+    let f = fixture().await;
+    let answers = Arc::new(Answers {
+        asked: Mutex::new(Vec::new()),
+    });
+    let client = client(&f, &peer, |s| s.elicitation = ElicitationPolicy::Operator);
+    let outcome = client
+        .call_tool(
+            ToolCallRequest {
+                elicitor: Some(ElicitorHandle(answers.clone())),
+                ..call("ask_name_on_get_stream", json!({}))
+            },
+            None,
+        )
+        .await;
+    // M14: the question came on the GET stream, not in the call's response stream.
+    assert_eq!(outcome.result.text, "accepted: Ada");
+    assert_eq!(
+        answers.asked.lock().unwrap()[0].tool,
+        "ask_name_on_get_stream"
+    );
+    let legs: Vec<&str> = outcome.legs.iter().map(|l| l.method.as_str()).collect();
+    assert!(legs.contains(&"standalone stream"), "{legs:?}");
+    assert!(legs.contains(&"elicitation answer"), "{legs:?}");
+    // The GET lives only as long as the call: closed once it answered.
+    let stats = standalone_streams_closed(&peer).await;
+    assert_eq!(stats["standalone_opened"], 1, "{stats}");
+    assert_eq!(stats["standalone_closed"], 1, "{stats}");
+    // Outside a tools/call no standalone stream is opened.
+    assert!(matches!(
+        client.send_request(Request::ListTools, None).await,
+        Ok(Reply::Tools(_))
+    ));
+    client.close().await.unwrap();
+    assert_eq!(wire_stats(&peer)["standalone_opened"], 1);
+}
+
+#[tokio::test]
+async fn a_server_without_a_session_gets_no_standalone_stream() {
+    let peer = start(STATELESS).await;
+    let f = fixture().await;
+    let client = client(&f, &peer, |_| {});
+    let echoed = client
+        .call_tool(call("echo", json!({"text": "hi"})), None)
+        .await;
+    assert_eq!(echoed.result.text, "hi");
+    let stats = wire_stats(&peer);
+    assert_eq!(stats["standalone_opened"], 0, "{stats}");
+    assert!(stats["methods"].get("GET").is_none(), "{stats}");
+}
+
 #[tokio::test]
 async fn progress_and_log_notices_reach_the_caller_in_order() {
     let peer = start(STATEFUL_SSE).await;

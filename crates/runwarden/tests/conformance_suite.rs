@@ -18,12 +18,7 @@ const VERSIONS: [&str; 2] = ["0.1.16", "0.2.0-alpha.12"];
 const REQUIRED_ANYWAY: &[&str] = &["json-schema-ref-no-deref"];
 
 /// Required scenarios known to fail, with why. Each must still fail.
-const EXPECTED_FAILURES: &[(&str, &str)] = &[(
-    "elicitation-sep1034-client-defaults",
-    "the scenario's server sends elicitation/create on the standalone GET stream (not tied to \
-     the call); the client opens no GET stream while a call is in flight, so the question \
-     never arrives and the call runs out of budget",
-)];
+const EXPECTED_FAILURES: &[(&str, &str)] = &[];
 
 /// How many scenarios run at once: each is a Node process plus a few short CLI runs.
 const WORKERS: usize = 3;

@@ -52,8 +52,8 @@ pub use audit::{AuditEvent, AuditRow, VerifyReport};
 pub use delivery::Delivery;
 pub use egress::{
     BeforeTransfer, CallObserver, CompleteFn, DEFAULT_BACKSTOP_TICK, DEFAULT_MAX_RESPONSE_BYTES,
-    EgressClient, EgressConfig, EgressRequest, EgressResponse, HeadObserver, IntentObserver, MAX_BACKSTOP_TICK,
-    MAX_TICK, Method,
+    EgressClient, EgressConfig, EgressRequest, EgressResponse, HeadObserver, IntentObserver,
+    MAX_BACKSTOP_TICK, MAX_TICK, Method,
 };
 pub use envelope::Algorithm;
 pub use error::{EgressError, VaultError};

@@ -139,6 +139,11 @@ fn answer(script: &Script, state: &Mutex<State>, request: &HttpRequest) -> Reply
             Some(_) => {}
         }
     }
+    // A server that offers no standalone GET stream (M14); resumption GETs are scripted
+    // below.
+    if request.method == "GET" && request.header("last-event-id").is_none() {
+        return Reply::text(405, "no standalone stream here");
+    }
     if script.stall == Some(method.as_str()) {
         return Reply::Stall;
     }

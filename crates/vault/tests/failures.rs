@@ -153,3 +153,32 @@ async fn every_call_that_reaches_the_network_writes_an_intent_and_a_completion_a
     assert_eq!(report.rows_verified, 11);
     assert_eq!(report.incomplete_calls, 0);
 }
+
+#[tokio::test]
+async fn the_head_observer_hears_the_status_while_the_body_is_still_open() {
+    let f = fixture().await;
+    let server = TestServer::start(|_| Reply::event_stream(Vec::new(), true)).await;
+    let (heard, head) = tokio::sync::oneshot::channel();
+    let request = EgressRequest::new(Method::Get, server.url("/stream"))
+        .timeout(Duration::from_secs(10))
+        .on_head(Box::new(move |status| {
+            let _ = heard.send(status);
+        }));
+    let flag = runwarden_vault::CancelFlag::new();
+    let send = f.client.send(request, Some(&flag));
+    let stop = async {
+        // The body never ends: only the head can have told us.
+        let status = tokio::time::timeout(Duration::from_secs(5), head)
+            .await
+            .expect("the head arrives before the body ends")
+            .unwrap();
+        flag.cancel();
+        status
+    };
+    let (sent, status) = tokio::join!(send, stop);
+    assert_eq!(status, 200);
+    assert!(
+        matches!(sent, Err(EgressError::CancelledInFlight { .. })),
+        "{sent:?}"
+    );
+}

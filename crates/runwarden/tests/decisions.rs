@@ -433,3 +433,62 @@ async fn an_uncertain_write_parks_the_run_and_each_resolve_does_what_it_says() {
     }
     worker.stop_idle().await;
 }
+
+/// M14 + R12 end to end: a server's question (`elicitation/create` from the real Python
+/// peer, in the call's response stream) becomes an `input` decision when the server's
+/// policy is `operator`; an operator answers it from another process with `runwarden
+/// answer`, and the answer reaches the server, which puts it in the tool's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_question_is_answered_by_an_operator_and_the_answer_reaches_the_server() {
+    let peer = Peer::start(&[]);
+    let sandbox = Sandbox::initialised();
+    sandbox.allow_loopback();
+    sandbox.append_config(&format!(
+        "[mcp.servers.peer]\nurl = \"{}\"\nelicitation = \"operator\"\ntimeout_seconds = 60\n\n[agents.asker]\nprovider = \"scripted\"\nscript = \"asker.json\"\ntools = [\"peer__ask_name\"]\n",
+        peer.url()
+    ));
+    std::fs::write(
+        sandbox.path().join("asker.json"),
+        json!([
+            {"tool_calls": [{"name": "peer__ask_name", "arguments": {}}]},
+            {"text": "done"}
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let sandbox = Arc::new(sandbox);
+    runwarden(&sandbox, &["mcp", "import", "peer"]).await.ok();
+
+    let started = Instant::now();
+    let mut run = Child::start(&sandbox, &["run", "--agent", "asker", "name the ticket"]);
+    let first = run.err_line().await;
+    let run_id = first
+        .strip_prefix("run ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("the run names itself first: {first}"))
+        .to_string();
+    // The question shows in the run's log: wait for it there, not on a clock.
+    let mut follow = Child::start(&sandbox, &["events", &run_id, "--follow"]);
+    loop {
+        let line = follow.line().await;
+        if line.contains("waiting for an operator: input decision") {
+            break;
+        }
+    }
+    let decision = pending(&sandbox, &run_id).await;
+    assert_eq!(decision["kind"], "input", "{decision:#}");
+    let id = decision["decision_id"].as_str().unwrap();
+    runwarden(&sandbox, &["answer", id, "--content", r#"{"name": "Ada"}"#])
+        .await
+        .ok();
+
+    let ended = run.ended(started, WAIT).await;
+    assert_eq!(ended.code, Some(0), "{ended:#?}");
+    let texts = tool_texts(&events(&sandbox, &run_id).await);
+    assert_eq!(
+        texts,
+        ["accepted: Ada"],
+        "the server got the operator's answer"
+    );
+    follow.signal("TERM");
+}

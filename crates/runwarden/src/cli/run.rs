@@ -329,6 +329,9 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
     let on_ctrl_c = interrupted.clone();
     super::signals::on_interrupt(move || on_ctrl_c.notify_one());
     let executor = cx.root.executor("run", false, None).await?;
+    // O6, R12: what other processes write on a shared SQLite file (an operator's answer to
+    // this run's question, a cancel) reaches this process's feed within 250 ms.
+    cx.root.watch_other_writers().await?;
     let agents = cx.root.agents("run").await?;
     let budgets = args.budgets.checked(cx.config.agent(&args.agent)?)?;
     let agent = agents.build(&args.agent).await?;

@@ -177,6 +177,16 @@ pub enum SettleAnswer {
     LeaseLost,
 }
 
+/// The page size a store reads for a list request's `limit`: 0 means the default of 50,
+/// and no page is larger than 1,000 (runs and decisions alike, on every backend).
+pub fn page_limit(requested: u32) -> i64 {
+    if requested == 0 {
+        50
+    } else {
+        i64::from(requested.min(1_000))
+    }
+}
+
 /// Which runs [`RunStore::run_list`] returns.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunFilter {

@@ -82,6 +82,33 @@ async fn decision_of(f: &Fixture, run_id: &str) -> Decision {
 }
 
 /// What a worker does once the run is queued again: claim it, execute it.
+/// A run whose one non-idempotent `create` call needs an approval that expires after
+/// `approval`, executed until it parked on it.
+struct Parked {
+    server: TestServer,
+    calls: Arc<Mutex<Vec<Value>>>,
+    agent: runwarden_runtime::AgentSpec,
+    run: runwarden_runtime::Run,
+    pending: Decision,
+}
+
+async fn parked(f: &Fixture, approval: Duration) -> Parked {
+    let (server, calls) = recording().await;
+    let mut create = f.tool(&server.url("/mcp"), "create", Effect::NonIdempotentWrite);
+    create.approval = Some(approval);
+    let agent = f.agent(plan(), vec![create]);
+    let run = f.executor.create_sync("helper", "go").await.unwrap();
+    f.executor.execute(&run, &agent, "go", None).await;
+    let pending = decision_of(f, &run.id).await;
+    Parked {
+        server,
+        calls,
+        agent,
+        run,
+        pending,
+    }
+}
+
 async fn resume(f: &Fixture, agent: &runwarden_runtime::AgentSpec) -> Outcome {
     let claim = Claim {
         owner: f.executor.owner().into(),
@@ -198,13 +225,13 @@ async fn a_required_approval_parks_the_run_and_approve_runs_the_call_exactly_onc
 #[tokio::test]
 async fn a_denial_reaches_the_model_as_the_tool_result_and_the_run_completes() {
     let f = fixture().await;
-    let (server, calls) = recording().await;
-    let mut create = f.tool(&server.url("/mcp"), "create", Effect::NonIdempotentWrite);
-    create.approval = Some(Duration::from_secs(3600));
-    let agent = f.agent(plan(), vec![create]);
-    let run = f.executor.create_sync("helper", "go").await.unwrap();
-    f.executor.execute(&run, &agent, "go", None).await;
-    let pending = decision_of(&f, &run.id).await;
+    let Parked {
+        server: _server,
+        calls,
+        agent,
+        run,
+        pending,
+    } = parked(&f, Duration::from_secs(3600)).await;
 
     let no_reason = answer(&f, &pending.id, reply(Answer::Deny)).await;
     assert!(
@@ -235,13 +262,13 @@ async fn a_denial_reaches_the_model_as_the_tool_result_and_the_run_completes() {
 #[tokio::test]
 async fn edited_arguments_are_checked_against_the_schema_and_reach_the_server() {
     let f = fixture().await;
-    let (server, calls) = recording().await;
-    let mut create = f.tool(&server.url("/mcp"), "create", Effect::NonIdempotentWrite);
-    create.approval = Some(Duration::from_secs(3600));
-    let agent = f.agent(plan(), vec![create]);
-    let run = f.executor.create_sync("helper", "go").await.unwrap();
-    f.executor.execute(&run, &agent, "go", None).await;
-    let pending = decision_of(&f, &run.id).await;
+    let Parked {
+        server: _server,
+        calls,
+        agent,
+        run,
+        pending,
+    } = parked(&f, Duration::from_secs(3600)).await;
 
     let bad = AnswerRequest {
         arguments: Some(json!({"q": 5})),
@@ -293,13 +320,13 @@ async fn edited_arguments_are_checked_against_the_schema_and_reach_the_server() 
 #[tokio::test]
 async fn an_approval_nobody_answers_expires_as_a_denial_with_reason_expired() {
     let f = fixture().await;
-    let (server, calls) = recording().await;
-    let mut create = f.tool(&server.url("/mcp"), "create", Effect::NonIdempotentWrite);
-    create.approval = Some(Duration::from_millis(1));
-    let agent = f.agent(plan(), vec![create]);
-    let run = f.executor.create_sync("helper", "go").await.unwrap();
-    f.executor.execute(&run, &agent, "go", None).await;
-    let pending = decision_of(&f, &run.id).await;
+    let Parked {
+        server: _server,
+        calls,
+        agent,
+        run,
+        pending,
+    } = parked(&f, Duration::from_millis(1)).await;
 
     let after = pending.expires_ms;
     assert_eq!(expire_due(&*f.store, after).await.unwrap(), 1);
@@ -329,13 +356,13 @@ async fn an_approval_nobody_answers_expires_as_a_denial_with_reason_expired() {
 #[tokio::test]
 async fn an_approval_after_a_cancel_is_refused_and_nothing_is_sent() {
     let f = fixture().await;
-    let (server, calls) = recording().await;
-    let mut create = f.tool(&server.url("/mcp"), "create", Effect::NonIdempotentWrite);
-    create.approval = Some(Duration::from_secs(3600));
-    let agent = f.agent(plan(), vec![create]);
-    let run = f.executor.create_sync("helper", "go").await.unwrap();
-    f.executor.execute(&run, &agent, "go", None).await;
-    let pending = decision_of(&f, &run.id).await;
+    let Parked {
+        server: _server,
+        calls,
+        agent: _,
+        run,
+        pending,
+    } = parked(&f, Duration::from_secs(3600)).await;
     f.executor.cancel(&run.id).await.unwrap();
     let refused = answer(&f, &pending.id, reply(Answer::Approve)).await;
     let Err(DecideError::Refused { refusal, message }) = refused else {

@@ -63,11 +63,7 @@ impl PgStore {
     ) -> Result<Vec<Decision>, StoreError> {
         self.with("listing decisions", async {
             let client = self.client().await?;
-            let limit = if filter.limit == 0 {
-                50
-            } else {
-                i64::from(filter.limit.min(1_000))
-            };
+            let limit = runwarden_runtime::store::page_limit(filter.limit);
             let stmt = client
                 .prepare_cached(&format!(
                     "SELECT {DECISION_COLUMNS} FROM decisions

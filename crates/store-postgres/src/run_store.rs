@@ -341,11 +341,7 @@ impl RunStore for PgStore {
     async fn run_list(&self, filter: RunFilter) -> Result<Vec<Run>, StoreError> {
         self.with("listing runs", async {
             let client = self.client().await?;
-            let limit = if filter.limit == 0 {
-                50
-            } else {
-                i64::from(filter.limit.min(1_000))
-            };
+            let limit = runwarden_runtime::store::page_limit(filter.limit);
             let stmt = client
                 .prepare_cached(&format!(
                     "SELECT {RUN_COLUMNS} FROM runs

@@ -74,11 +74,7 @@ impl SqliteStore {
         filter: DecisionFilter,
     ) -> Result<Vec<Decision>, StoreError> {
         self.run("listing decisions", move |conn| {
-            let limit = if filter.limit == 0 {
-                50
-            } else {
-                i64::from(filter.limit.min(1_000))
-            };
+            let limit = runwarden_runtime::store::page_limit(filter.limit);
             let mut stmt = conn.prepare_cached(&format!(
                 "SELECT {DECISION_COLUMNS} FROM decisions
                  WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR run_id = ?2)

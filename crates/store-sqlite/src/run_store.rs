@@ -323,11 +323,7 @@ impl RunStore for SqliteStore {
 
     async fn run_list(&self, filter: RunFilter) -> Result<Vec<Run>, StoreError> {
         self.run("listing runs", move |conn| {
-            let limit = if filter.limit == 0 {
-                50
-            } else {
-                i64::from(filter.limit.min(1_000))
-            };
+            let limit = runwarden_runtime::store::page_limit(filter.limit);
             let mut stmt = conn.prepare_cached(&format!(
                 "SELECT {RUN_COLUMNS} FROM runs
                  WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR agent = ?2)

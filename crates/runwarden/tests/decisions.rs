@@ -490,5 +490,7 @@ async fn a_servers_question_is_answered_by_an_operator_and_the_answer_reaches_th
         ["accepted: Ada"],
         "the server got the operator's answer"
     );
-    follow.signal("TERM");
+    // The follower ends by itself after the run's final event.
+    let followed = follow.ended(started, WAIT).await;
+    assert_eq!(followed.code, Some(0), "{followed:#?}");
 }

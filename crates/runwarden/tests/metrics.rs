@@ -84,3 +84,41 @@ async fn two_servers_on_one_database_report_their_own_request_counters() {
     first.signal("TERM");
     second.signal("TERM");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_errors_are_counted_by_kind_and_decisions_pending_are_reported() {
+    let mcp = runwarden_testkit::TestServer::start(runwarden_testkit::mcp_handler(
+        vec![runwarden_testkit::tool("create")],
+        &[],
+    ))
+    .await;
+    let sandbox = install(&mcp, json!([{"text": "done"}])).await;
+    sandbox.append_config("[metrics]\nrequire_token = false\n");
+    let (server, ready) = serve_api(&sandbox).await;
+    let api = ready["url"].as_str().unwrap().to_string();
+    let busy = "runwarden_store_errors_total{kind=\"busy\"}";
+    let before = scrape(&format!("{api}/metrics")).await;
+    assert_eq!(counter(&before, busy), 0, "{before}");
+    assert!(
+        before
+            .lines()
+            .any(|l| l == "runwarden_db_decisions_pending 0"),
+        "{before}"
+    );
+
+    // Another process holds the write lock: the readiness probe's write fails as `busy`.
+    let holder = rusqlite::Connection::open(sandbox.database()).unwrap();
+    holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let answer = reqwest::get(format!("{api}/readyz")).await.unwrap();
+    assert_eq!(answer.status(), 503);
+    holder.execute_batch("ROLLBACK").unwrap();
+
+    let after = scrape(&format!("{api}/metrics")).await;
+    assert!(counter(&after, busy) >= 1, "{after}");
+    assert_eq!(
+        counter(&after, "runwarden_store_errors_total{kind=\"corrupt\"}"),
+        0,
+        "{after}"
+    );
+    server.signal("TERM");
+}

@@ -4,6 +4,7 @@
 //! `runwarden-storetest`, and the vault relies on exactly what that suite checks.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 
@@ -45,7 +46,35 @@ pub enum StoreFault {
     Other,
 }
 
+/// Every kind, in a fixed order (for metrics).
+pub const STORE_FAULTS: [StoreFault; 7] = [
+    StoreFault::Busy,
+    StoreFault::ReadOnly,
+    StoreFault::DiskFull,
+    StoreFault::TooManyFiles,
+    StoreFault::Io,
+    StoreFault::Corrupt,
+    StoreFault::Other,
+];
+
+/// Store errors this process has built so far, per kind, in [`STORE_FAULTS`] order. Every
+/// `StoreError` is built by [`StoreError::with_fault`], which counts it here; the process's
+/// `/metrics` reports these as `runwarden_store_errors_total{kind}` (SPEC O5: per process).
+static FAULTS_SEEN: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
+
+/// How many store errors of each kind this process has seen, in [`STORE_FAULTS`] order.
+pub fn store_errors_seen() -> [(StoreFault, u64); 7] {
+    STORE_FAULTS.map(|fault| (fault, FAULTS_SEEN[fault.index()].load(Ordering::Relaxed)))
+}
+
 impl StoreFault {
+    fn index(self) -> usize {
+        STORE_FAULTS
+            .iter()
+            .position(|f| *f == self)
+            .unwrap_or(STORE_FAULTS.len() - 1)
+    }
+
     /// The stable lowercase name of the kind (for logs and metrics).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -73,6 +102,7 @@ impl StoreError {
         fault: StoreFault,
         message: impl ToString,
     ) -> Self {
+        FAULTS_SEEN[fault.index()].fetch_add(1, Ordering::Relaxed);
         Self {
             operation: operation.into(),
             message: message.to_string(),

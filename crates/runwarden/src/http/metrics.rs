@@ -75,6 +75,12 @@ struct CallLabels {
     delivery: String,
 }
 
+/// A store error's labels: its kind (`busy`, `read_only`, `disk_full`, ...).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
 /// What the metrics read at each scrape from parts built after them.
 #[derive(Default)]
 struct Sources {
@@ -82,6 +88,8 @@ struct Sources {
     slots: Option<Arc<std::sync::atomic::AtomicUsize>>,
     /// The status watcher, and how many of its queries were counted already.
     watcher: Option<(runwarden_runtime::StatusWatcher, u64)>,
+    /// The store errors counted already, per kind.
+    store_errors: [u64; 7],
 }
 
 /// The process's metrics.
@@ -95,6 +103,8 @@ pub(crate) struct Metrics {
     calls: Family<CallLabels, Counter>,
     slots_busy: Gauge,
     watcher_queries: Counter,
+    store_errors: Family<KindLabels, Counter>,
+    db_decisions_pending: Gauge,
     sources: std::sync::Mutex<Sources>,
 }
 
@@ -162,6 +172,18 @@ impl Metrics {
             "Batched status reads this process's watcher made (R6)",
             watcher_queries.clone(),
         );
+        let store_errors = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "store_errors",
+            "Store errors this process met, by kind (busy, read_only, disk_full, too_many_files, io, corrupt, other)",
+            store_errors.clone(),
+        );
+        let db_decisions_pending = Gauge::default();
+        registry.register(
+            "db_decisions_pending",
+            "Operator decisions waiting for an answer in the database: one per run waiting for approval (R12; every node reports the same figure)",
+            db_decisions_pending.clone(),
+        );
         Self {
             registry,
             requests,
@@ -172,6 +194,8 @@ impl Metrics {
             calls,
             slots_busy,
             watcher_queries,
+            store_errors,
+            db_decisions_pending,
             sources: std::sync::Mutex::default(),
         }
     }
@@ -214,6 +238,17 @@ impl Metrics {
             let now = watcher.queries();
             self.watcher_queries.inc_by(now.saturating_sub(*counted));
             *counted = now;
+        }
+        for ((fault, seen), counted) in runwarden_vault::store::store_errors_seen()
+            .into_iter()
+            .zip(sources.store_errors.iter_mut())
+        {
+            self.store_errors
+                .get_or_create(&KindLabels {
+                    kind: fault.as_str(),
+                })
+                .inc_by(seen.saturating_sub(*counted));
+            *counted = seen;
         }
     }
 
@@ -258,6 +293,11 @@ impl Metrics {
                     status: status.as_str().to_string(),
                 })
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
+            if status == RunState::WaitingForApproval {
+                // R12: a waiting run waits on exactly one pending decision.
+                self.db_decisions_pending
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
         }
         for (action, n) in calls {
             self.db_audit
@@ -315,7 +355,15 @@ mod tests {
         calls("http_call", runwarden_vault::Delivery::Answered);
         let slots = Arc::new(std::sync::atomic::AtomicUsize::new(3));
         metrics.watch_slots(slots);
-        let text = metrics.render(&[(RunState::Running, 2)], &[("http_call".into(), 7)]);
+        let _full = runwarden_vault::store::StoreError::with_fault(
+            "appending an audit row",
+            runwarden_vault::store::StoreFault::DiskFull,
+            "disk full",
+        );
+        let text = metrics.render(
+            &[(RunState::Running, 2), (RunState::WaitingForApproval, 4)],
+            &[("http_call".into(), 7)],
+        );
         for line in [
             "runwarden_db_runs{status=\"running\"} 2",
             "runwarden_db_runs{status=\"queued\"} 0",
@@ -333,9 +381,17 @@ mod tests {
             "runwarden_outbound_calls_total{action=\"http_call\",delivery=\"answered\"} 2",
             "runwarden_outbound_calls_total{action=\"http_call_cancelled\",delivery=\"maybe_delivered\"} 1",
             "runwarden_worker_slots_busy 3",
+            "runwarden_db_decisions_pending 4",
+            "runwarden_store_errors_total{kind=\"corrupt\"} 0",
             "# EOF",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }
+        // Counted per process: other tests of this binary may add to it, never take away.
+        let disk_full = text
+            .lines()
+            .find_map(|l| l.strip_prefix("runwarden_store_errors_total{kind=\"disk_full\"} "))
+            .and_then(|n| n.parse::<u64>().ok());
+        assert!(disk_full >= Some(1), "{text}");
     }
 }

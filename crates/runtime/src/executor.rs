@@ -54,6 +54,9 @@ pub struct ExecutorConfig {
     pub heartbeat: Duration,
     /// The least time between two progress events of one call (L6, M15).
     pub progress_interval: Duration,
+    /// O5: put each tool call's arguments, as the model produced them, on its `tool_call`
+    /// span as `arguments`. Off by default: arguments may hold personal data.
+    pub record_arguments: bool,
 }
 
 impl ExecutorConfig {
@@ -68,6 +71,7 @@ impl ExecutorConfig {
             lease: DEFAULT_LEASE,
             heartbeat: DEFAULT_HEARTBEAT,
             progress_interval: PROGRESS_INTERVAL,
+            record_arguments: false,
         }
     }
 }
@@ -1080,15 +1084,20 @@ impl Executor {
             output_schema: tool.output_schema.clone(),
             notices: Some(notices.sink()),
         };
+        let span = tracing::info_span!(
+            "tool_call",
+            round,
+            tool = %call.name,
+            server = %tool.client.server().name,
+            arguments = tracing::field::Empty,
+        );
+        if self.config.record_arguments {
+            span.record("arguments", call.arguments.to_string());
+        }
         let outcome = tool
             .client
             .call_tool(mcp_call, Some(&signal))
-            .instrument(tracing::info_span!(
-                "tool_call",
-                round,
-                tool = %call.name,
-                server = %tool.client.server().name,
-            ))
+            .instrument(span)
             .await;
         let returned = Instant::now();
         // No progress or log event may follow the step that ends the call.

@@ -113,6 +113,7 @@ max_requeues = 3            # retries of retryable failures and stale reclaims, 
 # OpenTelemetry traces over OTLP/HTTP: a run, its steps, each outbound call, API requests.
 # [telemetry]
 # otlp_endpoint = "http://127.0.0.1:4318"
+# record_arguments = false         # true puts each tool call's arguments on its span
 
 # Log lines on stderr; the level comes from RUNWARDEN_LOG (default warn).
 # [log]
@@ -164,8 +165,10 @@ struct FileConfig {
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct TelemetrySection {
-    /// The OTLP/HTTP collector (`http://127.0.0.1:4318`); spans go to `<endpoint>/v1/traces`. Default: none, no traces. Span attributes never hold a secret, a header or an argument value.
+    /// The OTLP/HTTP collector (`http://127.0.0.1:4318`); spans go to `<endpoint>/v1/traces`. Default: none, no traces. Span attributes never hold a secret or a header, nor an argument value unless `record_arguments` is set.
     otlp_endpoint: Option<String>,
+    /// Put each tool call's arguments, as the model produced them, on its `tool_call` span (attribute `arguments`). Default `false`: arguments may hold personal data. Secrets are never in them (the vault places credentials at the wire).
+    record_arguments: Option<bool>,
 }
 
 /// `[telemetry] otlp_endpoint` of the file at `path`, read before the configuration is
@@ -926,6 +929,8 @@ pub(crate) struct Config {
     pub(crate) client_token_file: Option<PathBuf>,
     /// `[metrics]`.
     pub(crate) metrics: MetricsSettings,
+    /// `[telemetry] record_arguments` (O5): tool call arguments on their spans.
+    pub(crate) record_arguments: bool,
 }
 
 /// Where the data lives (O3 amended), first match wins: `$RUNWARDEN_DATABASE_URL`,
@@ -1071,6 +1076,7 @@ impl Config {
                 require_token: file.metrics.require_token.unwrap_or(true),
                 listen: file.metrics.listen,
             },
+            record_arguments: file.telemetry.record_arguments.unwrap_or(false),
         })
     }
 

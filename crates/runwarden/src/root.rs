@@ -266,11 +266,16 @@ impl Root {
             let config = ExecutorConfig {
                 lease: settings.lease,
                 heartbeat: settings.heartbeat,
+                record_arguments: self.config.record_arguments,
                 ..ExecutorConfig::new(owner)
             };
             Executor::with_queue(self.queue().await?, watcher, config)
         } else {
-            Executor::new(self.runs().await?, watcher, ExecutorConfig::new(owner))
+            let config = ExecutorConfig {
+                record_arguments: self.config.record_arguments,
+                ..ExecutorConfig::new(owner)
+            };
+            Executor::new(self.runs().await?, watcher, config)
         };
         if let Some(observer) = cancel_latency {
             executor = executor.with_cancel_latency(observer);

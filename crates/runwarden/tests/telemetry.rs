@@ -119,3 +119,33 @@ async fn an_api_request_continues_the_callers_trace() {
     assert_eq!(request.parent_span_id, "00f067aa0ba902b7");
     assert_eq!(request.attributes["http.route"], "/healthz");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_arguments_puts_the_arguments_on_the_tool_call_span_and_never_the_secret() {
+    let mut receiver = OtlpReceiver::start().await;
+    let mcp = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
+    let sandbox = install(
+        &mcp,
+        json!([
+            {"tool_calls": [{"name": "srv__create", "arguments": {"title": "printer"}}]},
+            {"text": "done"}
+        ]),
+    )
+    .await;
+    sandbox.append_config(&format!(
+        "[telemetry]\notlp_endpoint = \"{}\"\nrecord_arguments = true\n",
+        receiver.endpoint()
+    ));
+
+    runwarden(&sandbox, &["run", "--agent", "a", "file it"])
+        .await
+        .ok()
+        .says("COMPLETED");
+
+    let tool_call = receiver.wait_for("tool_call", WAIT).await;
+    let recorded = tool_call.attributes.get("arguments").expect("recorded");
+    let arguments: Value = serde_json::from_str(recorded).unwrap();
+    assert_eq!(arguments, json!({"title": "printer"}));
+    let everything = format!("{:?}", receiver.spans());
+    assert!(!everything.contains(SIGIL), "a span holds the secret");
+}

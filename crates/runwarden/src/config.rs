@@ -199,6 +199,57 @@ fn otlp_endpoint(text: &str) -> anyhow::Result<String> {
     Ok(text.trim_end_matches('/').to_string())
 }
 
+/// `mcp.servers.t.tools.search.efect: ` for a parse error about a key (an unknown field),
+/// so the message names the key with its table and not only a line number; empty when
+/// the error is not about a bare key on its own line.
+fn key_of_error(text: &str, error: &toml::de::Error) -> String {
+    let Some(span) = error.span() else {
+        return String::new();
+    };
+    let Some(key) = text.get(span.clone()) else {
+        return String::new();
+    };
+    let line_start = text[..span.start].rfind('\n').map_or(0, |i| i + 1);
+    let bare = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !bare || !text[line_start..span.start].trim().is_empty() {
+        return String::new();
+    }
+    let table = text[..line_start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|line| line.starts_with('['))
+        .and_then(|line| line.split(']').next())
+        .map(|header| header.trim_start_matches('[').trim());
+    match table {
+        Some(table) => format!("{table}.{key}: "),
+        None => format!("{key}: "),
+    }
+}
+
+/// A URL runwarden sends requests to (an MCP server, a model API, the CLI's server):
+/// http or https with a host, checked when the file loads so the error names the key
+/// (`mcp.servers.tickets.url: ...`) instead of surfacing at the first call.
+pub(crate) fn http_url(key: &str, text: &str) -> anyhow::Result<()> {
+    let example = "like \"https://mcp.example.com/mcp\"";
+    let url = url::Url::parse(text.trim()).map_err(|e| {
+        anyhow::anyhow!("{key}: {text:?} is not a URL ({e}): write an http(s) URL, {example}")
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        bail!(
+            "{key}: {text:?} has scheme {:?}: runwarden only talks http and https, {example}",
+            url.scheme()
+        );
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        bail!("{key}: {text:?} has no host: write an http(s) URL, {example}");
+    }
+    Ok(())
+}
+
 /// `[metrics]`: who may read `/metrics`.
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -592,6 +643,9 @@ fn agent(
         max_wall_seconds: section.max_wall_seconds,
         max_tool_calls: section.max_tool_calls,
     };
+    if let Some(base_url) = &section.base_url {
+        http_url(&format!("agents.{name}.base_url"), base_url)?;
+    }
     if section.anthropic_version.is_some() && section.provider != "anthropic" {
         bail!(
             "{at}: anthropic_version applies to provider = \"anthropic\" only: remove it, or change the provider"
@@ -754,8 +808,9 @@ fn mcp_server(
         );
     }
     if section.url.trim().is_empty() {
-        bail!("{at}: url is empty");
+        bail!("mcp.servers.{name}.url is empty: give the server's Streamable HTTP endpoint");
     }
+    http_url(&format!("mcp.servers.{name}.url"), &section.url)?;
     let auth = match section.auth {
         None => None,
         Some(auth) => {
@@ -793,7 +848,7 @@ fn mcp_server(
     let mut server = ServerConfig::new(name, section.url);
     server.auth = auth;
     if let Some(text) = section.effect {
-        server.effect = effect(&text, &at)?;
+        server.effect = effect(&text, &format!("mcp.servers.{name}.effect"))?;
     }
     if let Some(timeout) = section.timeout_seconds {
         server.timeout = seconds(&format!("{at} timeout_seconds"), timeout)?;
@@ -825,7 +880,8 @@ fn mcp_server(
     for (tool, declared) in section.tools {
         let at = format!("[mcp.servers.{name}.tools.{tool}]");
         if let Some(text) = &declared.effect {
-            server.tools.insert(tool.clone(), effect(text, &at)?);
+            let key = format!("mcp.servers.{name}.tools.{tool}.effect");
+            server.tools.insert(tool.clone(), effect(text, &key)?);
         }
         let required = declared
             .approval
@@ -984,10 +1040,19 @@ impl Config {
             .unwrap_or_else(|| PathBuf::from("runwarden.toml"))
     }
 
+    /// The file the operator named with `--config` or `$RUNWARDEN_CONFIG`, if any. A named
+    /// file must exist (a typo is not a silent default); the default `./runwarden.toml`
+    /// may be absent.
+    pub(crate) fn named(flag: Option<&Path>) -> Option<PathBuf> {
+        flag.map(Path::to_path_buf)
+            .or_else(|| env(CONFIG_ENV).map(PathBuf::from))
+    }
+
     /// Loads the file if it exists (defaults otherwise) and applies the environment.
     pub(crate) fn load(path: &Path) -> anyhow::Result<Self> {
         let file: FileConfig = match std::fs::read_to_string(path) {
             Ok(text) => toml::from_str(&text)
+                .map_err(|e| anyhow::anyhow!("{}{e}", key_of_error(&text, &e)))
                 .with_context(|| format!("while reading the configuration {}", path.display()))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileConfig::default(),
             Err(e) => {
@@ -1070,7 +1135,13 @@ impl Config {
                 .collect::<anyhow::Result<_>>()?,
             worker: worker_settings(file.worker)?,
             serve: serve_settings(file.serve, &resolve)?,
-            client_server: file.client.server,
+            client_server: match file.client.server {
+                Some(url) => {
+                    http_url("client.server", &url)?;
+                    Some(url)
+                }
+                None => None,
+            },
             client_token_file: file.client.token_file.map(&resolve),
             metrics: MetricsSettings {
                 require_token: file.metrics.require_token.unwrap_or(true),
@@ -1650,5 +1721,53 @@ effect = "read_only"
             let err = format!("{:#}", Config::load(&path).unwrap_err());
             assert!(err.contains(expected), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn urls_and_tool_overrides_are_checked_when_the_file_loads_naming_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.toml");
+        for (text, key, why) in [
+            (
+                "[mcp.servers.tickets]\nurl = \"mcp.example.com/mcp\"\n",
+                "mcp.servers.tickets.url: ",
+                "is not a URL",
+            ),
+            (
+                "[mcp.servers.tickets]\nurl = \"ftp://mcp.example.com/mcp\"\n",
+                "mcp.servers.tickets.url: ",
+                "scheme \"ftp\"",
+            ),
+            (
+                "[agents.a]\nprovider = \"openai\"\nmodel = \"m\"\nbase_url = \"localhost:8080/v1\"\n",
+                "agents.a.base_url: ",
+                "http",
+            ),
+            (
+                "[client]\nserver = \"http://\"\n",
+                "client.server: ",
+                "",
+            ),
+            (
+                "[mcp.servers.t]\nurl = \"http://x\"\n[mcp.servers.t.tools.search]\neffect = \"harmless\"\n",
+                "mcp.servers.t.tools.search.effect: ",
+                "unknown effect \"harmless\"",
+            ),
+            (
+                "[mcp.servers.t]\nurl = \"http://x\"\n[mcp.servers.t.tools.search]\nefect = \"read_only\"\n",
+                "efect",
+                "tools.search",
+            ),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let err = format!("{:#}", Config::load(&path).unwrap_err());
+            assert!(err.contains(key) && err.contains(why), "{text}: {err}");
+        }
+        std::fs::write(
+            &path,
+            "[mcp.servers.t]\nurl = \"https://mcp.example.com:8443/mcp\"\n",
+        )
+        .unwrap();
+        Config::load(&path).expect("an https URL with a port loads");
     }
 }

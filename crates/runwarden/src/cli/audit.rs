@@ -7,6 +7,7 @@ use runwarden_vault::audit::action;
 use runwarden_vault::store::AuditFilter;
 use runwarden_vault::{AuditRow, Vault};
 use serde::Serialize;
+use serde_json::Value;
 
 use super::Context;
 use crate::output;
@@ -90,45 +91,58 @@ impl<'a> RowView<'a> {
 
     /// One line for people.
     pub(crate) fn line(&self) -> String {
-        let e = self.event;
-        let mut text = format!(
-            "#{} {} {} {} {} {}{} status={} {}ms",
-            self.id,
-            self.time,
-            e.action,
-            if e.action == action::HTTP_CALL_STARTED {
-                "intent"
-            } else if e.success {
-                "ok"
-            } else {
-                "FAILED"
-            },
-            e.method,
-            e.host,
-            e.path,
-            e.status,
-            e.duration_ms
-        );
-        if let Some(secret) = &e.secret {
-            text.push_str(&format!(" secret={secret}"));
-        }
-        if let Some(run) = &e.correlation {
-            text.push_str(&format!(" run={run}"));
-        }
-        if let Some(intent) = e.intent_id {
-            text.push_str(&format!(" intent=#{intent}"));
-        }
-        if let Some(error) = &e.error {
-            text.push_str(&format!(" error=\"{error}\""));
-        }
-        if let Some(outcome) = self.outcome {
-            text.push_str(&format!(" INCOMPLETE: {outcome}"));
-        }
-        text
+        row_line(&serde_json::to_value(self).unwrap_or(Value::Null))
     }
 }
 
+/// One row for people, from its JSON (so a row from the store and one from the API print
+/// the same).
+pub(crate) fn row_line(row: &Value) -> String {
+    let text = |name: &str| row[name].as_str().unwrap_or_default().to_string();
+    let action = text("action");
+    let mut line = format!(
+        "#{} {} {action} {} {} {}{} status={} {}ms",
+        row["id"],
+        text("time"),
+        if action == action::HTTP_CALL_STARTED {
+            "intent"
+        } else if row["success"] == true {
+            "ok"
+        } else {
+            "FAILED"
+        },
+        text("method"),
+        text("host"),
+        text("path"),
+        row["status"],
+        row["duration_ms"]
+    );
+    if let Some(secret) = row["secret"].as_str() {
+        line.push_str(&format!(" secret={secret}"));
+    }
+    if let Some(run) = row["correlation"].as_str() {
+        line.push_str(&format!(" run={run}"));
+    }
+    if let Some(intent) = row["intent_id"].as_i64() {
+        line.push_str(&format!(" intent=#{intent}"));
+    }
+    if let Some(error) = row["error"].as_str() {
+        line.push_str(&format!(" error=\"{error}\""));
+    }
+    if let Some(outcome) = row["outcome"].as_str() {
+        line.push_str(&format!(" INCOMPLETE: {outcome}"));
+    }
+    line
+}
+
+/// The largest page `GET /v1/audit` serves; `--limit 0` (all rows) through a server asks
+/// for this many.
+const SERVER_MAX_ROWS: u32 = 1000;
+
 pub(crate) async fn run(cx: &Context, command: AuditCommand) -> anyhow::Result<ExitCode> {
+    if let Some(server) = &cx.server {
+        return through_server(cx, server, command).await;
+    }
     let vault = cx.vault().await?;
     match command {
         AuditCommand::List { action, run, limit } => {
@@ -141,17 +155,11 @@ pub(crate) async fn run(cx: &Context, command: AuditCommand) -> anyhow::Result<E
             };
             let rows = vault.audit_list(filter).await?;
             let views = RowView::all(&vault, &rows).await?;
-            output::emit(cx.json, &views, || {
-                if views.is_empty() {
-                    "no audit rows match".into()
-                } else {
-                    views
-                        .iter()
-                        .map(RowView::line)
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                }
-            });
+            let views: Vec<Value> = views
+                .iter()
+                .map(serde_json::to_value)
+                .collect::<Result<_, _>>()?;
+            print_rows(cx.json, &views);
             Ok(ExitCode::SUCCESS)
         }
         AuditCommand::Verify { adopt_anchor } => {
@@ -161,37 +169,96 @@ pub(crate) async fn run(cx: &Context, command: AuditCommand) -> anyhow::Result<E
             } else {
                 false
             };
-            let report = vault.audit_verify().await?;
-            output::emit(cx.json, &report, || {
-                let mut text = match (&report.first_bad_row, &report.problem) {
-                    (Some(row), Some(problem)) => format!(
-                        "BROKEN at row {row}: {problem} ({} rows verified before it)",
-                        report.rows_verified
-                    ),
-                    _ => format!(
-                        "intact: {} rows, chain and tip anchor verified{}",
-                        report.rows_verified,
-                        match (report.anchored_rows, adopted) {
-                            (Some(n), true) => format!("; anchor file created at row {n}"),
-                            (Some(n), false) => format!("; anchor file at row {n}"),
-                            (None, _) => String::new(),
-                        }
-                    ),
-                };
-                if report.incomplete_calls > 0 {
-                    text.push_str(&format!(
-                        "\n{} calls have no recorded outcome (intent rows without a completion; see `runwarden audit list --action http_call_started`)",
-                        report.incomplete_calls
-                    ));
-                }
-                text
-            });
-            Ok(if report.intact {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
+            let report = serde_json::to_value(vault.audit_verify().await?)?;
+            Ok(print_verify(cx.json, &report, adopted))
         }
+    }
+}
+
+/// `audit list|verify` through the server's audit API: the same rows and report, printed
+/// the same way.
+async fn through_server(
+    cx: &Context,
+    server: &crate::client::ApiClient,
+    command: AuditCommand,
+) -> anyhow::Result<ExitCode> {
+    match command {
+        AuditCommand::List { action, run, limit } => {
+            let limit = if limit == 0 {
+                SERVER_MAX_ROWS
+            } else {
+                limit.min(SERVER_MAX_ROWS)
+            };
+            let mut query = url::form_urlencoded::Serializer::new(String::new());
+            query.append_pair("limit", &limit.to_string());
+            if let Some(action) = &action {
+                query.append_pair("action", action);
+            }
+            if let Some(run) = &run {
+                query.append_pair("run", run);
+            }
+            let answer = server
+                .get(&format!("/v1/audit?{}", query.finish()))
+                .await?;
+            let body = server.expect(answer).await?;
+            let rows = body["rows"].as_array().cloned().unwrap_or_default();
+            print_rows(cx.json, &rows);
+            Ok(ExitCode::SUCCESS)
+        }
+        AuditCommand::Verify { adopt_anchor } => {
+            if adopt_anchor {
+                return Err(super::Misuse(
+                    "--adopt-anchor writes the anchor file next to the database: run it on the server's machine without --server".into(),
+                )
+                .into());
+            }
+            let answer = server.get("/v1/audit/verify").await?;
+            let report = server.expect(answer).await?;
+            Ok(print_verify(cx.json, &report, false))
+        }
+    }
+}
+
+fn print_rows(json: bool, rows: &[Value]) {
+    output::emit(json, &rows, || {
+        if rows.is_empty() {
+            "no audit rows match".into()
+        } else {
+            rows.iter().map(row_line).collect::<Vec<_>>().join("\n")
+        }
+    });
+}
+
+/// Prints a verify report (from the vault or the API); exit 1 when the log is broken.
+fn print_verify(json: bool, report: &Value, adopted: bool) -> ExitCode {
+    output::emit(json, report, || {
+        let rows_verified = &report["rows_verified"];
+        let mut text = match (report["first_bad_row"].as_i64(), report["problem"].as_str()) {
+            (Some(row), Some(problem)) => format!(
+                "BROKEN at row {row}: {problem} ({rows_verified} rows verified before it)"
+            ),
+            _ => format!(
+                "intact: {rows_verified} rows, chain and tip anchor verified{}",
+                match (report["anchored_rows"].as_i64(), adopted) {
+                    (Some(n), true) => format!("; anchor file created at row {n}"),
+                    (Some(n), false) => format!("; anchor file at row {n}"),
+                    (None, _) => String::new(),
+                }
+            ),
+        };
+        match report["incomplete_calls"].as_u64().unwrap_or(0) {
+            0 => {}
+            n => text.push_str(&format!(
+                "\n{n} {} no recorded outcome (intent rows without a completion; see `runwarden audit list --action http_call_started`)",
+                if n == 1 { "call has" } else { "calls have" }
+            )),
+        }
+        text
+    });
+    if report["intact"] == true {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

@@ -49,6 +49,27 @@ pub(crate) enum McpCommand {
         #[arg(long)]
         answer: Option<String>,
     },
+    /// Declare a server in the configuration file (its comments are kept); then import it.
+    Add(super::mcp_edit::AddArgs),
+    /// Remove a server from the configuration file.
+    Remove {
+        /// The server's name in [mcp.servers].
+        name: String,
+    },
+}
+
+impl McpCommand {
+    /// The subcommand's name when it needs the local installation (the store, the vault
+    /// or the configuration file): no API route does it.
+    pub(crate) fn local_only(&self) -> Option<&'static str> {
+        match self {
+            Self::Import { .. } => Some("mcp import"),
+            Self::Call { .. } => Some("mcp call"),
+            Self::Add(_) => Some("mcp add"),
+            Self::Remove { .. } => Some("mcp remove"),
+            Self::List { .. } | Self::Health => None,
+        }
+    }
 }
 
 /// A flag that Ctrl-C cancels, through the same signal path a run uses.
@@ -70,6 +91,8 @@ pub(crate) async fn run(cx: &Context, command: McpCommand) -> anyhow::Result<Exi
             args,
             answer,
         } => call(cx, &name, &tool, &args, answer.as_deref()).await,
+        McpCommand::Add(args) => super::mcp_edit::add(cx, args),
+        McpCommand::Remove { name } => super::mcp_edit::remove(cx, &name),
     }
 }
 
@@ -120,13 +143,7 @@ impl<'a> ToolView<'a> {
     }
 
     fn line(&self) -> String {
-        match self.refused {
-            None => format!(
-                "  {:<40} {:<22} {}",
-                self.local_name, self.effect, self.remote_name
-            ),
-            Some(reason) => format!("  {:<40} REFUSED: {reason}", self.local_name),
-        }
+        tool_line(&serde_json::to_value(self).unwrap_or(Value::Null))
     }
 }
 
@@ -263,7 +280,88 @@ pub(crate) fn server_views<'a>(
         .collect()
 }
 
+/// The servers for people, from their JSON (so the store's and the API's print the same).
+fn servers_text(servers: &[Value]) -> String {
+    if servers.is_empty() {
+        return "no MCP servers configured: add one with `runwarden mcp add NAME URL`".into();
+    }
+    let mut text = String::new();
+    for s in servers {
+        let name = s["name"].as_str().unwrap_or_default();
+        text.push_str(&format!(
+            "{name} {} (default effect {}, {} s budget): {}\n",
+            s["url"].as_str().unwrap_or_default(),
+            s["effect"].as_str().unwrap_or_default(),
+            s["timeout_seconds"],
+            contact_text(s)
+        ));
+        let tools = s["tools"].as_array().map(Vec::as_slice).unwrap_or_default();
+        if tools.is_empty() {
+            text.push_str(&format!(
+                "  no tools imported: run `runwarden mcp import {name}`\n"
+            ));
+        }
+        for tool in tools {
+            text.push_str(&tool_line(tool));
+            text.push('\n');
+        }
+    }
+    text.trim_end().to_string()
+}
+
+/// A server view's last contact, as [`contact_line`] says it.
+fn contact_text(server: &Value) -> String {
+    let mut parts = Vec::new();
+    if let Some(time) = server["last_success"].as_str() {
+        parts.push(format!("last success {time}"));
+    }
+    if let Some(time) = server["last_failure"].as_str() {
+        parts.push(format!(
+            "last failure {time} ({})",
+            server["last_error"].as_str().unwrap_or("")
+        ));
+    }
+    if parts.is_empty() {
+        "never contacted".into()
+    } else {
+        parts.join("; ")
+    }
+}
+
+/// One tool for people, from its JSON view.
+fn tool_line(tool: &Value) -> String {
+    let local = tool["local_name"].as_str().unwrap_or_default();
+    match tool["refused"].as_str() {
+        None => format!(
+            "  {:<40} {:<22} {}",
+            local,
+            tool["effect"].as_str().unwrap_or_default(),
+            tool["remote_name"].as_str().unwrap_or_default()
+        ),
+        Some(reason) => format!("  {local:<40} REFUSED: {reason}"),
+    }
+}
+
+/// `GET /v1/mcp/servers`: the server's configured MCP servers, tools and liveness.
+async fn servers_from(server: &crate::client::ApiClient) -> anyhow::Result<Vec<Value>> {
+    let answer = server.get("/v1/mcp/servers").await?;
+    let body = server.expect(answer).await?;
+    Ok(body["servers"].as_array().cloned().unwrap_or_default())
+}
+
 async fn list(cx: &Context, only: Option<&str>) -> anyhow::Result<ExitCode> {
+    if let Some(server) = &cx.server {
+        let servers: Vec<Value> = servers_from(server)
+            .await?
+            .into_iter()
+            .filter(|s| only.is_none_or(|name| s["name"] == name))
+            .collect();
+        if let (Some(name), true) = (only, servers.is_empty()) {
+            bail!("the server at --server has no MCP server named {name:?}");
+        }
+        output::emit(cx.json, &servers, || servers_text(&servers));
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(name) = only {
         cx.config.mcp_server(name)?;
     }
@@ -271,34 +369,11 @@ async fn list(cx: &Context, only: Option<&str>) -> anyhow::Result<ExitCode> {
     let catalogue = store.catalogue_list(only).await?;
     let health = store.health_list().await?;
     let servers = server_views(&cx.config, only, &catalogue, &health);
-    output::emit(cx.json, &servers, || {
-        if servers.is_empty() {
-            return "no MCP servers configured: add [mcp.servers.NAME] with a url to runwarden.toml".into();
-        }
-        let mut text = String::new();
-        for s in &servers {
-            let h = health.iter().find(|h| h.server == s.name);
-            text.push_str(&format!(
-                "{} {} (default effect {}, {} s budget): {}\n",
-                s.name,
-                s.url,
-                s.effect,
-                s.timeout_seconds,
-                contact_line(h)
-            ));
-            if s.tools.is_empty() {
-                text.push_str(&format!(
-                    "  no tools imported: run `runwarden mcp import {}`\n",
-                    s.name
-                ));
-            }
-            for tool in &s.tools {
-                text.push_str(&tool.line());
-                text.push('\n');
-            }
-        }
-        text.trim_end().to_string()
-    });
+    let views: Vec<Value> = servers
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<Result<_, _>>()?;
+    output::emit(cx.json, &views, || servers_text(&views));
     // M10 (amended): the list is printed either way, so the operator sees the names the
     // server offers; a declaration for a tool it does not offer then fails the command.
     for server in cx.config.mcp_servers.values() {
@@ -314,9 +389,58 @@ async fn list(cx: &Context, only: Option<&str>) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `mcp health --server`: the API has no ping of its own, so this reports each server's
+/// last contact as the server recorded it (its runs and imports keep it current); a server
+/// is up when its last contact succeeded.
+async fn health_from(cx: &Context, server: &crate::client::ApiClient) -> anyhow::Result<ExitCode> {
+    let servers = servers_from(server).await?;
+    if servers.is_empty() {
+        bail!("the server at --server has no MCP servers configured");
+    }
+    let mut all_up = true;
+    let rows: Vec<Value> = servers
+        .iter()
+        .map(|s| {
+            // RFC 3339 UTC with milliseconds: the text order is the time order.
+            let up = match (s["last_success"].as_str(), s["last_failure"].as_str()) {
+                (Some(success), Some(failure)) => success >= failure,
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            all_up &= up;
+            serde_json::json!({
+                "server": s["name"], "up": up, "last_success": s["last_success"],
+                "last_failure": s["last_failure"], "error": if up { Value::Null } else { s["last_error"].clone() },
+            })
+        })
+        .collect();
+    output::emit(cx.json, &rows, || {
+        rows.iter()
+            .zip(&servers)
+            .map(|(row, s)| {
+                let state = if row["up"] == true { "up" } else { "DOWN" };
+                format!(
+                    "{}: {state} at its last contact; {}",
+                    row["server"].as_str().unwrap_or_default(),
+                    contact_text(s)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    Ok(if all_up {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
 async fn health(cx: &Context) -> anyhow::Result<ExitCode> {
+    if let Some(server) = &cx.server {
+        return health_from(cx, server).await;
+    }
     if cx.config.mcp_servers.is_empty() {
-        bail!("no MCP servers configured: add [mcp.servers.NAME] with a url to runwarden.toml");
+        bail!("no MCP servers configured: add one with `runwarden mcp add NAME URL`");
     }
     let stop = ctrl_c_flag();
     let mut rows = Vec::new();
@@ -458,10 +582,13 @@ async fn call(
     });
     output::emit(cx.json, &report, || {
         let total: u128 = outcome.legs.iter().map(|l| l.elapsed.as_millis()).sum();
+        let legs = match outcome.legs.len() {
+            1 => "1 leg".to_string(),
+            n => format!("{n} legs"),
+        };
         let mut text = format!(
-            "{}\n{label}: {name} {remote} ({} legs, {total} ms)",
-            result.text,
-            outcome.legs.len()
+            "{}\n{label}: {name} {remote} ({legs}, {total} ms)",
+            result.text
         );
         if result.outcome == ToolOutcome::Cancelled {
             let effect = if result.sent() {

@@ -1,11 +1,15 @@
 //! The command line: one clap tree, one module per command group.
 
 pub(crate) mod audit;
+mod completions;
 mod decisions;
 mod egress;
 pub(crate) mod init;
 pub(crate) mod mcp;
+mod mcp_edit;
 pub(crate) mod run;
+mod run_remote;
+mod runs;
 mod secret;
 mod serve;
 mod signals;
@@ -22,6 +26,9 @@ use runwarden_vault::{EgressClient, Vault};
 use crate::config::Config;
 use crate::root::{Root, Store};
 
+/// The environment variable that stands for `--server`.
+const SERVER_ENV: &str = "RUNWARDEN_SERVER";
+
 /// runwarden: durable tool-calling agent runs behind a credential vault.
 #[derive(Debug, Parser)]
 #[command(name = "runwarden", version, about)]
@@ -32,9 +39,11 @@ pub(crate) struct Cli {
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     pub(crate) json: bool,
-    /// Talk to a running `runwarden serve` at this URL instead of the store (status, cancel,
-    /// events, enqueue); the token comes from $RUNWARDEN_TOKEN or [client] token_file.
-    #[arg(long, global = true, value_name = "URL", env = "RUNWARDEN_SERVER")]
+    /// Talk to a running `runwarden serve` at this URL instead of the store (run, runs,
+    /// status, cancel, events, enqueue, decisions, mcp list|health, audit); the token comes
+    /// from $RUNWARDEN_TOKEN or [client] token_file. Commands that only work on the local
+    /// installation refuse it.
+    #[arg(long, global = true, value_name = "URL", env = SERVER_ENV)]
     server: Option<String>,
     /// How log lines (stderr) are written [default: [log] format, else text]; the level
     /// comes from $RUNWARDEN_LOG (default warn).
@@ -79,6 +88,9 @@ enum Command {
     Mcp(mcp::McpCommand),
     /// Run an agent synchronously, printing each step; Ctrl-C cancels the run.
     Run(run::RunArgs),
+    /// List runs, newest first.
+    #[command(subcommand)]
+    Runs(runs::RunsCommand),
     /// Cancel a run (exit 0 when it cancelled it).
     Cancel(run::RunIdArgs),
     /// A run's status, termination reason, rounds, lease holder and pending effect.
@@ -107,7 +119,37 @@ enum Command {
     Resolve(decisions::ResolveArgs),
     /// Answer a server's question: --content JSON, --decline or --cancel.
     Answer(decisions::AnswerArgs),
+    /// Print a shell completion script: `runwarden completions bash > /etc/bash_completion.d/runwarden`.
+    Completions(completions::CompletionsArgs),
 }
+
+impl Command {
+    /// The command's name when it works on the local installation alone (no API route does
+    /// what it does), so `--server` is refused rather than silently ignored.
+    fn local_only(&self) -> Option<&'static str> {
+        match self {
+            Self::Demo(_) => Some("demo"),
+            Self::Init(_) => Some("init"),
+            Self::Secret(_) => Some("secret"),
+            Self::Egress(_) => Some("egress"),
+            Self::Mcp(command) => command.local_only(),
+            Self::Worker(_) => Some("worker"),
+            Self::Reap => Some("reap"),
+            Self::Serve(_) => Some("serve"),
+            Self::Token(_) => Some("token"),
+            _ => None,
+        }
+    }
+}
+
+/// A command line that cannot work as given (a named configuration file that does not
+/// exist, `--server` on a local-only command): exit status 2, like clap's own usage errors.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Misuse(pub(crate) String);
+
+/// The exit status of a [`Misuse`].
+const EXIT_MISUSE: u8 = 2;
 
 #[derive(Debug, Subcommand)]
 enum DecisionsCommand {
@@ -161,6 +203,17 @@ impl Context {
 
 /// Runs one command; the exit code says how it went.
 pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let json = cli.json;
+    match run_command(cli).await {
+        Err(error) if error.downcast_ref::<Misuse>().is_some() => {
+            crate::output::error(json, &error);
+            Ok(ExitCode::from(EXIT_MISUSE))
+        }
+        outcome => outcome,
+    }
+}
+
+async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
     // A core of a process with a call in flight holds the secret being placed and the raw
     // master key. The long-running commands that hold both refuse to start without this.
     if let Err(problem) = crate::harden::no_core_dumps() {
@@ -172,11 +225,35 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         eprintln!("warning: {problem}; a core dump of this process could hold secrets");
     }
-    // The demo brings its own temporary installation: no configuration is read.
+    // `--server` (or $RUNWARDEN_SERVER) is an explicit request to work through a server: a
+    // command that cannot says so instead of quietly using the local store. A `[client]
+    // server` in the file is only a default for the commands that can.
+    if let (Some(_), Some(name)) = (&cli.server, cli.command.local_only()) {
+        return Err(Misuse(format!(
+            "`runwarden {name}` works on the local installation, not through a server: drop --server (and unset ${SERVER_ENV})"
+        ))
+        .into());
+    }
+    // The demo brings its own temporary installation, and completions are the command
+    // tree alone: no configuration is read.
     let command = match cli.command {
         Command::Demo(args) => return crate::demo::run(cli.json, args).await,
+        Command::Completions(args) => return completions::print(args),
         command => command,
     };
+    // A configuration the operator named must exist: a typo is not a silent default.
+    // `init` is how one is created.
+    if let Some(named) = Config::named(cli.config.as_deref())
+        && !matches!(command, Command::Init(_))
+        && !named.exists()
+    {
+        let path = named.display();
+        return Err(Misuse(format!(
+            "the configuration file {path} does not exist: create it with `runwarden --config {path} init`, or fix the path (--config or ${})",
+            crate::config::CONFIG_ENV
+        ))
+        .into());
+    }
     let path = Config::locate(cli.config.as_deref());
     let config = Config::load(&path)?;
     let server = match cli.server.as_deref().or(config.client_server.as_deref()) {
@@ -199,7 +276,11 @@ async fn dispatch(cx: &Context, command: Command) -> anyhow::Result<ExitCode> {
         Command::Egress(command) => egress::run(cx, command).await,
         Command::Audit(command) => audit::run(cx, command).await,
         Command::Mcp(command) => mcp::run(cx, command).await,
-        Command::Run(args) => run::run(cx, args).await,
+        Command::Run(args) => match &cx.server {
+            Some(server) => run_remote::run(cx, server, args).await,
+            None => run::run(cx, args).await,
+        },
+        Command::Runs(command) => runs::run(cx, command).await,
         Command::Cancel(args) => run::cancel(cx, args).await,
         Command::Status(args) => run::status(cx, args).await,
         Command::Events(args) => run::events(cx, args).await,
@@ -213,5 +294,7 @@ async fn dispatch(cx: &Context, command: Command) -> anyhow::Result<ExitCode> {
         Command::Deny(args) => decisions::deny(cx, args).await,
         Command::Resolve(args) => decisions::resolve(cx, args).await,
         Command::Answer(args) => decisions::answer(cx, args).await,
+        // Dispatched above, before any configuration is read.
+        Command::Completions(args) => completions::print(args),
     }
 }

@@ -29,11 +29,11 @@ const EXIT_CANCELLED: u8 = 130;
 pub(crate) struct RunArgs {
     /// The agent, from [agents.NAME].
     #[arg(long)]
-    agent: String,
+    pub(crate) agent: String,
     /// What to ask the agent.
-    prompt: String,
+    pub(crate) prompt: String,
     #[command(flatten)]
-    budgets: BudgetArgs,
+    pub(crate) budgets: BudgetArgs,
 }
 
 /// R13: a run's own budgets; each may only lower its agent's.
@@ -547,7 +547,7 @@ pub(crate) async fn status(cx: &Context, args: RunIdArgs) -> anyhow::Result<Exit
 }
 
 /// The inverse of [`event_json`].
-fn event_from_json(event: &Value) -> RunEvent {
+pub(crate) fn event_from_json(event: &Value) -> RunEvent {
     let time_ms = event["time"]
         .as_str()
         .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())

@@ -1,0 +1,232 @@
+//! `runwarden mcp add|remove`: declare or drop an MCP server by editing the configuration
+//! file in place. toml_edit keeps the operator's comments, order and formatting; the edited
+//! text is checked by the same loader every command uses before it replaces the file,
+//! atomically (a temporary file in the same directory, then a rename) and with its mode.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use clap::{Args, ValueEnum};
+use toml_edit::{DocumentMut, InlineTable, Item, Table, value};
+
+use super::Context;
+use super::egress::PlacementKind;
+use crate::config::Config;
+use crate::output;
+
+#[derive(Debug, Args)]
+pub(crate) struct AddArgs {
+    /// The server's name: its tools become NAME__TOOL.
+    name: String,
+    /// Its Streamable HTTP endpoint, like https://mcp.example.com/mcp.
+    url: String,
+    /// A vault secret placed on every request to it (`runwarden secret put S` first).
+    #[arg(long, value_name = "S", requires = "placement")]
+    auth_secret: Option<String>,
+    /// Where the secret goes.
+    #[arg(long, value_name = "P", requires = "auth_secret")]
+    placement: Option<PlacementKind>,
+    /// The header name, for --placement header.
+    #[arg(long, requires = "auth_secret")]
+    header: Option<String>,
+    /// Text before the secret, for --placement header (e.g. "Token ").
+    #[arg(long, requires = "auth_secret")]
+    prefix: Option<String>,
+    /// The query parameter, for --placement query.
+    #[arg(long, requires = "auth_secret")]
+    param: Option<String>,
+    /// The default effect of its tools: read_only, idempotent_write or
+    /// non_idempotent_write [default: non_idempotent_write].
+    #[arg(long, value_name = "E")]
+    effect: Option<String>,
+    /// One budget per operation in seconds, spent across its HTTP legs [default: 20].
+    #[arg(long, value_name = "S")]
+    timeout: Option<f64>,
+}
+
+/// The configuration file to edit: it must exist (`init` creates one), and a symbolic link
+/// is followed so the link stays a link.
+fn config_file(cx: &Context) -> anyhow::Result<PathBuf> {
+    let path = &cx.config.path;
+    if !path.exists() {
+        bail!(
+            "there is no configuration file at {}: create one with `runwarden init`",
+            path.display()
+        );
+    }
+    std::fs::canonicalize(path).with_context(|| format!("while resolving {}", path.display()))
+}
+
+fn read_document(path: &Path) -> anyhow::Result<DocumentMut> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("while reading the configuration {}", path.display()))?;
+    text.parse::<DocumentMut>()
+        .with_context(|| format!("while reading the configuration {}", path.display()))
+}
+
+/// `[mcp.servers]` of the document, created (as implicit tables, so no empty `[mcp]`
+/// header appears) when `create` is set.
+fn servers_table<'d>(
+    document: &'d mut DocumentMut,
+    path: &Path,
+    create: bool,
+) -> anyhow::Result<Option<&'d mut Table>> {
+    let not_a_table = || {
+        anyhow::anyhow!(
+            "{}: mcp.servers is not a table: write each server as [mcp.servers.NAME]",
+            path.display()
+        )
+    };
+    if !create && document.get("mcp").is_none() {
+        return Ok(None);
+    }
+    let mcp = document.entry("mcp").or_insert_with(|| {
+        let mut table = Table::new();
+        table.set_implicit(true);
+        Item::Table(table)
+    });
+    let mcp = mcp.as_table_mut().ok_or_else(not_a_table)?;
+    if !create && mcp.get("servers").is_none() {
+        return Ok(None);
+    }
+    let servers = mcp.entry("servers").or_insert_with(|| {
+        let mut table = Table::new();
+        table.set_implicit(true);
+        Item::Table(table)
+    });
+    Ok(Some(servers.as_table_mut().ok_or_else(not_a_table)?))
+}
+
+/// Checks `text` with the loader every command uses, then puts it in place of `path`
+/// atomically, with the file's mode. On any error the file is left as it was.
+fn replace_checked(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let mut staged = tempfile::Builder::new()
+        .prefix(".runwarden.toml.")
+        .tempfile_in(dir)
+        .with_context(|| format!("while creating a temporary file in {}", dir.display()))?;
+    staged
+        .write_all(text.as_bytes())
+        .and_then(|()| staged.as_file().sync_all())
+        .context("while writing the edited configuration")?;
+    // The same rules as loading; relative paths resolve alike (same directory).
+    Config::load(staged.path())?;
+    let permissions = std::fs::metadata(path)
+        .with_context(|| format!("while reading the mode of {}", path.display()))?
+        .permissions();
+    std::fs::set_permissions(staged.path(), permissions)
+        .context("while giving the edited configuration the file's mode")?;
+    staged
+        .persist(path)
+        .with_context(|| format!("while replacing {}", path.display()))?;
+    Ok(())
+}
+
+pub(crate) fn add(cx: &Context, args: AddArgs) -> anyhow::Result<ExitCode> {
+    let path = config_file(cx)?;
+    let mut document = read_document(&path)?;
+    let name = args.name.clone();
+    let servers = servers_table(&mut document, &path, true)?
+        .context("the [mcp.servers] table was just created")?;
+    if servers.contains_key(&name) {
+        bail!(
+            "an MCP server named {name:?} is already in {}: pick another name, or `runwarden mcp remove {name}` first",
+            path.display()
+        );
+    }
+    let mut server = Table::new();
+    server["url"] = value(args.url.clone());
+    if let (Some(secret), Some(kind)) = (&args.auth_secret, args.placement) {
+        let mut auth = InlineTable::new();
+        auth.insert("secret", secret.as_str().into());
+        let placement = kind
+            .to_possible_value()
+            .map(|v| v.get_name().to_string())
+            .unwrap_or_default();
+        auth.insert("placement", placement.into());
+        for (key, text) in [
+            ("header", &args.header),
+            ("prefix", &args.prefix),
+            ("param", &args.param),
+        ] {
+            if let Some(text) = text {
+                auth.insert(key, text.as_str().into());
+            }
+        }
+        server["auth"] = value(auth);
+    }
+    if let Some(effect) = &args.effect {
+        server["effect"] = value(effect.as_str());
+    }
+    if let Some(timeout) = args.timeout {
+        // A whole number is written as one (`20`, not `20.0`), as an operator would.
+        server["timeout_seconds"] = if timeout.fract() == 0.0 && timeout.abs() < 1e9 {
+            value(timeout as i64)
+        } else {
+            value(timeout)
+        };
+    }
+    servers.insert(&name, Item::Table(server));
+    replace_checked(&path, &document.to_string())
+        .with_context(|| format!("server {name} was not added; {} is unchanged", path.display()))?;
+    let report = serde_json::json!({ "added": name, "url": args.url, "config": path });
+    output::emit(cx.json, &report, || {
+        format!(
+            "added MCP server {name} to {}; import its tools with `runwarden mcp import {name}`",
+            path.display()
+        )
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn remove(cx: &Context, name: &str) -> anyhow::Result<ExitCode> {
+    let path = config_file(cx)?;
+    let mut document = read_document(&path)?;
+    let servers = servers_table(&mut document, &path, false)?;
+    let removed = servers.and_then(|servers| servers.remove(name));
+    if removed.is_none() {
+        let known: Vec<&str> = cx.config.mcp_servers.keys().map(String::as_str).collect();
+        if known.is_empty() {
+            bail!(
+                "no MCP server named {name:?} in {}: none is configured",
+                path.display()
+            );
+        }
+        bail!(
+            "no MCP server named {name:?} in {}: the configured ones are {}",
+            path.display(),
+            known.join(", ")
+        );
+    }
+    replace_checked(&path, &document.to_string()).with_context(|| {
+        format!(
+            "server {name} was not removed; {} is unchanged",
+            path.display()
+        )
+    })?;
+    // Agents that name the server's tools keep their patterns: say which, so the operator
+    // can edit them (a pattern that matches nothing binds no tool).
+    let prefix = format!("{name}__");
+    let users: Vec<&str> = cx
+        .config
+        .agents
+        .values()
+        .filter(|agent| agent.tools.iter().any(|t| t.starts_with(&prefix)))
+        .map(|agent| agent.name.as_str())
+        .collect();
+    let report = serde_json::json!({ "removed": name, "config": path, "agents_naming_its_tools": users });
+    output::emit(cx.json, &report, || {
+        let mut text = format!("removed MCP server {name} from {}", path.display());
+        if !users.is_empty() {
+            text.push_str(&format!(
+                "\nthese agents still list its tools ({prefix}...): {}",
+                users.join(", ")
+            ));
+        }
+        text
+    });
+    Ok(ExitCode::SUCCESS)
+}

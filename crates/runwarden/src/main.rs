@@ -41,7 +41,7 @@ fn logging(
     let (traces, provider) = match otlp_endpoint.map(telemetry::provider) {
         Some(Ok(provider)) => (Some(telemetry::layer(&provider)), Some(provider)),
         Some(Err(error)) => {
-            eprintln!("warning: traces are off: {error:#}");
+            eprintln!("warning: traces are off: {}", output::one_line(&error));
             (None, None)
         }
         None => (None, None),

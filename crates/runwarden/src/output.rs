@@ -57,6 +57,17 @@ pub(crate) fn one_line(error: &anyhow::Error) -> String {
     message
 }
 
+/// `1 leg`, `2 legs`: a count with its noun agreeing (`one` and `many` are the noun's
+/// two forms, so irregular plurals read right too).
+pub(crate) fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
 /// Unix milliseconds as RFC 3339 UTC with milliseconds.
 pub(crate) fn time(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
@@ -75,6 +86,14 @@ mod tests {
     #[derive(Debug, thiserror::Error)]
     #[error("while preparing the credential: {0}")]
     struct Preparing(#[source] Missing);
+
+    #[test]
+    fn a_count_agrees_with_its_noun() {
+        assert_eq!(count(1u32, "leg", "legs"), "1 leg");
+        assert_eq!(count(2u32, "leg", "legs"), "2 legs");
+        assert_eq!(count(0u32, "worker slot", "worker slots"), "0 worker slots");
+        assert_eq!(count(1u64, "call has", "calls have"), "1 call has");
+    }
 
     #[test]
     fn an_error_chain_says_each_thing_once_on_one_line() {

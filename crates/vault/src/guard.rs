@@ -328,17 +328,42 @@ pub(crate) fn describe_for_audit(raw_url: &str) -> (String, String) {
             Some(Host::Ipv6(ip)) => ip.to_string(),
             None => String::new(),
         };
+        // A refused row keeps the port, as an answered one does (`Target::audit_host`):
+        // `127.0.0.1:8080` and `127.0.0.1:9090` are different services. `port()` is
+        // `None` for the scheme's default port.
+        let host = match (url.port(), host.contains(':')) {
+            (None, _) => host,
+            (Some(port), false) => format!("{host}:{port}"),
+            (Some(port), true) => format!("[{host}]:{port}"),
+        };
         return (cut(&host, 253), cut(url.path(), 256));
     }
-    let Ok((_, rest)) = split_scheme(text) else {
+    let Ok((scheme, rest)) = split_scheme(text) else {
         return (String::new(), String::new());
     };
+    // Another scheme (`file:///etc/passwd`, `ftp://...`) is shown as what it is: the
+    // scheme and authority in the host column and the path beside it, never a path
+    // segment read as a host (`etc`). Userinfo, query and fragment stay out.
+    let scheme = scheme.to_ascii_lowercase();
+    let plain_scheme = scheme
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
+    if let Ok(url) = Url::parse(text)
+        && plain_scheme
+    {
+        let host = url.host_str().unwrap_or_default();
+        let host = match url.port() {
+            Some(port) => format!("{scheme}://{host}:{port}"),
+            None => format!("{scheme}://{host}"),
+        };
+        return (cut(&host, 253), cut(url.path(), 256));
+    }
     let (_, host) = split_authority(raw_authority(rest));
     let plain = host
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b"-._:[]".contains(&b));
-    let host = if plain {
-        cut(&host.to_ascii_lowercase(), 64)
+    let host = if plain && plain_scheme {
+        cut(&format!("{scheme}://{}", host.to_ascii_lowercase()), 64)
     } else {
         String::new()
     };
@@ -845,14 +870,17 @@ mod tests {
     }
 
     #[test]
-    fn audit_descriptions_carry_no_query_and_no_userinfo() {
+    fn audit_descriptions_keep_the_port_and_the_scheme_but_no_query_and_no_userinfo() {
         let cases = [
             (
                 "http://user:pw@Example.COM./a/b?token=x#f",
                 ("example.com", "/a/b"),
             ),
-            ("http://[::1]:8080/p?q=1", ("::1", "/p")),
-            ("ftp://files.example/x?y", ("files.example", "")),
+            ("http://[::1]:8080/p?q=1", ("[::1]:8080", "/p")),
+            ("https://api.example:443/p", ("api.example", "/p")),
+            ("http://127.0.0.1:9/p", ("127.0.0.1:9", "/p")),
+            ("ftp://u:pw@files.example/x?y", ("ftp://files.example", "/x")),
+            ("file:///etc/passwd", ("file://", "/etc/passwd")),
             ("garbage", ("", "")),
             ("http://exa mple.com/?secret", ("", "")),
         ];

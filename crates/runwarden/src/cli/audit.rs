@@ -238,7 +238,8 @@ fn print_verify(json: bool, report: &Value, adopted: bool) -> ExitCode {
                 "BROKEN at row {row}: {problem} ({rows_verified} rows verified before it)"
             ),
             _ => format!(
-                "intact: {rows_verified} rows, chain and tip anchor verified{}",
+                "intact: {}, chain and tip anchor verified{}",
+                output::count(report["rows_verified"].as_u64().unwrap_or(0), "row", "rows"),
                 match (report["anchored_rows"].as_i64(), adopted) {
                     (Some(n), true) => format!("; anchor file created at row {n}"),
                     (Some(n), false) => format!("; anchor file at row {n}"),
@@ -249,8 +250,8 @@ fn print_verify(json: bool, report: &Value, adopted: bool) -> ExitCode {
         match report["incomplete_calls"].as_u64().unwrap_or(0) {
             0 => {}
             n => text.push_str(&format!(
-                "\n{n} {} no recorded outcome (intent rows without a completion; see `runwarden audit list --action http_call_started`)",
-                if n == 1 { "call has" } else { "calls have" }
+                "\n{} no recorded outcome (intent rows without a completion; see `runwarden audit list --action http_call_started`)",
+                output::count(n, "call has", "calls have")
             )),
         }
         text

@@ -26,7 +26,8 @@ pub(crate) enum PlacementKind {
 #[derive(Debug, Subcommand)]
 pub(crate) enum EgressCommand {
     /// Send one request through the vault; print the status or the refusal, and the audit
-    /// row. Exits 0 when the target answered (any status), 1 when refused or failed.
+    /// row. Exits 0 on a 2xx or 3xx answer, 1 on a 4xx or 5xx, a refusal or a failure (as
+    /// the audit row says FAILED).
     Test {
         /// The target URL.
         url: String,
@@ -120,6 +121,15 @@ pub(crate) async fn run(cx: &Context, command: EgressCommand) -> anyhow::Result<
     let rows = client.vault().audit_list(filter).await?;
     let audit = rows.first().map(RowView::new);
     let (code, summary, json) = match &outcome {
+        // The same verdict as the audit row: an error status is a failed check.
+        Ok(response) if response.status >= 400 => (
+            ExitCode::FAILURE,
+            format!(
+                "HTTP {} (an error status: the check failed)",
+                response.status
+            ),
+            serde_json::json!({ "status": response.status, "body_bytes": response.body.len(), "truncated": response.truncated, "audit": audit }),
+        ),
         Ok(response) => (
             ExitCode::SUCCESS,
             format!(

@@ -201,8 +201,8 @@ async fn import(cx: &Context, name: &str) -> anyhow::Result<ExitCode> {
     let report = serde_json::json!({ "server": name, "imported": views.len(), "refused": refused, "offers_tools": true, "tools": received });
     output::emit(cx.json, &report, || {
         let mut text = format!(
-            "imported {} tools from {name} ({refused} refused)",
-            views.len()
+            "imported {} from {name} ({refused} refused)",
+            output::count(views.len() as u64, "tool", "tools")
         );
         for view in &views {
             text.push('\n');
@@ -582,10 +582,7 @@ async fn call(
     });
     output::emit(cx.json, &report, || {
         let total: u128 = outcome.legs.iter().map(|l| l.elapsed.as_millis()).sum();
-        let legs = match outcome.legs.len() {
-            1 => "1 leg".to_string(),
-            n => format!("{n} legs"),
-        };
+        let legs = output::count(outcome.legs.len() as u64, "leg", "legs");
         let mut text = format!(
             "{}\n{label}: {name} {remote} ({legs}, {total} ms)",
             result.text

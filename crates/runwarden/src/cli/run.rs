@@ -189,7 +189,7 @@ impl AgentSource for AgentBuilder {
     /// configuration that cannot run dead-letters it.
     async fn agent(&self, name: &str) -> Result<AgentSpec, AgentError> {
         self.build(name).await.map_err(|e| {
-            let problem = format!("{e:#}");
+            let problem = crate::output::one_line(&e);
             if crate::faults::is_transient(&e) {
                 AgentError::Unavailable(problem)
             } else {

@@ -105,7 +105,8 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
     );
     if !cx.json {
         eprintln!(
-            "serving the API and {concurrency} worker slots; Ctrl-C or SIGTERM drains, a second exits at once"
+            "serving the API and {}; Ctrl-C or SIGTERM drains, a second exits at once",
+            output::count(concurrency as u64, "worker slot", "worker slots")
         );
     }
 

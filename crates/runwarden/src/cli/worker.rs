@@ -118,8 +118,10 @@ pub(crate) async fn worker(cx: &Context, args: WorkerArgs) -> anyhow::Result<Exi
         output::line(report);
     } else {
         eprintln!(
-            "worker stopped: {} runs claimed, {} recovered by its reaper, {} still running were left to their leases",
-            summary.claimed, summary.rescued, summary.abandoned
+            "worker stopped: {} claimed, {} recovered by its reaper, {} still running left to their leases",
+            output::count(summary.claimed as u64, "run", "runs"),
+            summary.rescued,
+            summary.abandoned
         );
     }
     Ok(ExitCode::SUCCESS)

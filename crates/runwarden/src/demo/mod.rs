@@ -101,7 +101,8 @@ allow = ["127.0.0.1"]
 url = "{url}"
 # create_ticket takes 30 s to answer: give the call room, the demo cancels it anyway.
 timeout_seconds = 60
-# Every other tool keeps the default effect, non_idempotent_write (SPEC M10).
+# Every other tool keeps the default effect, non_idempotent_write: a write that is never
+# retried once it may have reached the server.
 [mcp.servers.{SERVER}.tools.lookup_user]
 effect = "read_only"
 
@@ -482,13 +483,13 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
     } else {
         summary(status, row.pending_effect.as_deref(), &rows, &verify);
         output::line(format!(
-            "\napproval  run {}: {DESK}__create_ticket needs an operator; the run waits ({}), the server saw {} calls\n          decision {} approved by demo; the run resumed: {}, the server saw {} call (once)",
+            "\napproval  run {}: {DESK}__create_ticket needs an operator; the run waits ({}), the server saw {}\n          decision {} approved by demo; the run resumed: {}, the server saw {} (once)",
             act.run_id,
             act.parked.as_str(),
-            act.calls_while_waiting,
+            output::count(act.calls_while_waiting as u64, "call", "calls"),
             act.decision_id,
             act.outcome.as_str(),
-            act.calls_after
+            output::count(act.calls_after as u64, "call", "calls")
         ));
         if !problems.is_empty() {
             eprintln!(
@@ -736,8 +737,8 @@ fn summary(status: &str, fence: Option<&str>, rows: &[AuditRow], verify: &Verify
     output::line(match (&verify.first_bad_row, &verify.problem) {
         (Some(row), Some(problem)) => format!("verify    BROKEN at row {row}: {problem}"),
         _ => format!(
-            "verify    intact: {} rows, chain and tip anchor verified",
-            verify.rows_verified
+            "verify    intact: {}, chain and tip anchor verified",
+            output::count(verify.rows_verified.max(0) as u64, "row", "rows")
         ),
     });
 }

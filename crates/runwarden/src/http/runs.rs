@@ -96,7 +96,11 @@ pub(super) async fn create(
                 if ApiError::store_fault(&e).is_some() {
                     return ApiError::from(e); // the catalogue could not be read: 503
                 }
-                ApiError::AgentUnavailable(format!("agent {} cannot run: {e:#}", body.agent))
+                ApiError::AgentUnavailable(format!(
+                    "agent {} cannot run: {}",
+                    body.agent,
+                    crate::output::one_line(&e)
+                ))
             })?;
             let run = state
                 .executor

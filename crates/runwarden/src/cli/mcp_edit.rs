@@ -125,6 +125,71 @@ fn replace_checked(path: &Path, text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Calls `each` with every table of `table`, nested ones included, in no set order.
+fn visit_tables(table: &mut Table, each: &mut dyn FnMut(&mut Table)) {
+    for (_, item) in table.iter_mut() {
+        match item {
+            Item::Table(inner) => {
+                each(inner);
+                visit_tables(inner, each);
+            }
+            Item::ArrayOfTables(array) => {
+                for inner in array.iter_mut() {
+                    each(inner);
+                    visit_tables(inner, each);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The text above a removed table (comments that may be about the tables before it, like
+/// the template's commented-out settings) moves to the table that followed it, or to the
+/// end of the file: removing a server never deletes an operator's comments.
+fn keep_comments_above(document: &mut DocumentMut, removed: &Table) {
+    let above = removed
+        .decor()
+        .prefix()
+        .and_then(|p| p.as_str())
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    if above.is_empty() {
+        return;
+    }
+    let Some(at) = removed.position() else {
+        return;
+    };
+    let mut next: Option<isize> = None;
+    visit_tables(document.as_table_mut(), &mut |table| {
+        if let Some(p) = table.position().filter(|p| *p > at && !table.is_implicit()) {
+            next = Some(next.map_or(p, |n| n.min(p)));
+        }
+    });
+    match next {
+        Some(next) => visit_tables(document.as_table_mut(), &mut |table| {
+            if table.position() == Some(next) {
+                let own = table
+                    .decor()
+                    .prefix()
+                    .and_then(|p| p.as_str())
+                    .unwrap_or_default()
+                    .to_string();
+                table.decor_mut().set_prefix(format!("{above}\n{own}"));
+            }
+        }),
+        None => {
+            let trailing = document
+                .trailing()
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            document.set_trailing(format!("{above}\n{trailing}"));
+        }
+    }
+}
+
 pub(crate) fn add(cx: &Context, args: AddArgs) -> anyhow::Result<ExitCode> {
     let path = config_file(cx)?;
     let mut document = read_document(&path)?;
@@ -170,6 +235,20 @@ pub(crate) fn add(cx: &Context, args: AddArgs) -> anyhow::Result<ExitCode> {
         };
     }
     servers.insert(&name, Item::Table(server));
+    // The new table goes last. Comments after the file's last key (the template's
+    // commented-out settings) are the document's trailing text: they stay above the new
+    // table, where they were, instead of ending up below its keys as if they were its own.
+    let trailing = document
+        .trailing()
+        .as_str()
+        .unwrap_or_default()
+        .trim_end()
+        .to_string();
+    document.set_trailing("");
+    if let Some(table) = document["mcp"]["servers"][&name].as_table_mut() {
+        let blank = if trailing.is_empty() { "\n" } else { "\n\n" };
+        table.decor_mut().set_prefix(format!("{trailing}{blank}"));
+    }
     replace_checked(&path, &document.to_string())
         .with_context(|| format!("server {name} was not added; {} is unchanged", path.display()))?;
     let report = serde_json::json!({ "added": name, "url": args.url, "config": path });
@@ -187,6 +266,9 @@ pub(crate) fn remove(cx: &Context, name: &str) -> anyhow::Result<ExitCode> {
     let mut document = read_document(&path)?;
     let servers = servers_table(&mut document, &path, false)?;
     let removed = servers.and_then(|servers| servers.remove(name));
+    if let Some(Item::Table(table)) = &removed {
+        keep_comments_above(&mut document, table);
+    }
     if removed.is_none() {
         let known: Vec<&str> = cx.config.mcp_servers.keys().map(String::as_str).collect();
         if known.is_empty() {

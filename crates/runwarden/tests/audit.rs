@@ -268,7 +268,7 @@ async fn a_call_killed_mid_flight_leaves_its_intent_listed_as_incomplete_and_cou
     crate::support::runwarden(&sandbox, &["audit", "verify"])
         .await
         .ok()
-        .says("1 calls have no recorded outcome");
+        .says("1 call has no recorded outcome");
 }
 
 #[test]

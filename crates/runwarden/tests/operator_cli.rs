@@ -43,8 +43,7 @@ fn a_named_configuration_file_that_does_not_exist_is_an_error_saying_how_to_crea
         let output = output
             .says(&missing_text)
             .says("does not exist")
-            .says("runwarden --config");
-        assert!(output.stderr.contains(" init`"), "{output:#?}");
+            .says("run `runwarden init` with the same --config");
         assert!(!output.stdout.contains("No MCP servers"), "{output:#?}");
     }
     // Without either, the default discovery stays: no ./runwarden.toml means defaults,

@@ -247,9 +247,9 @@ async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
         && !matches!(command, Command::Init(_))
         && !named.exists()
     {
-        let path = named.display();
         return Err(Misuse(format!(
-            "the configuration file {path} does not exist: create it with `runwarden --config {path} init`, or fix the path (--config or ${})",
+            "the configuration file {} does not exist: run `runwarden init` with the same --config (or ${}) to create it, or fix the path",
+            named.display(),
             crate::config::CONFIG_ENV
         ))
         .into());

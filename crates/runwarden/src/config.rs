@@ -1743,11 +1743,7 @@ effect = "read_only"
                 "agents.a.base_url: ",
                 "http",
             ),
-            (
-                "[client]\nserver = \"http://\"\n",
-                "client.server: ",
-                "",
-            ),
+            ("[client]\nserver = \"http://\"\n", "client.server: ", ""),
             (
                 "[mcp.servers.t]\nurl = \"http://x\"\n[mcp.servers.t.tools.search]\neffect = \"harmless\"\n",
                 "mcp.servers.t.tools.search.effect: ",

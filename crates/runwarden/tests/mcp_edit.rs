@@ -67,7 +67,10 @@ fn mcp_add_declares_a_server_that_loads_keeping_the_files_comments_order_and_mod
         ),
         "{after}"
     );
-    let mode = std::fs::metadata(sandbox.config()).unwrap().permissions().mode();
+    let mode = std::fs::metadata(sandbox.config())
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o640, "the file keeps its mode");
     assert!(leftovers(&sandbox).is_empty());
 
@@ -95,15 +98,38 @@ fn mcp_add_refuses_a_duplicate_and_a_bad_declaration_and_leaves_the_file_as_it_w
             "mcp.servers.files.url: ",
         ),
         (
-            vec!["mcp", "add", "files", "https://f.example/mcp", "--effect", "harmless"],
+            vec![
+                "mcp",
+                "add",
+                "files",
+                "https://f.example/mcp",
+                "--effect",
+                "harmless",
+            ],
             "mcp.servers.files.effect: unknown effect \"harmless\"",
         ),
         (
-            vec!["mcp", "add", "files", "https://f.example/mcp", "--auth-secret", "s", "--placement", "header"],
+            vec![
+                "mcp",
+                "add",
+                "files",
+                "https://f.example/mcp",
+                "--auth-secret",
+                "s",
+                "--placement",
+                "header",
+            ],
             "auth placement \"header\" needs header",
         ),
         (
-            vec!["mcp", "add", "files", "https://f.example/mcp", "--timeout", "0"],
+            vec![
+                "mcp",
+                "add",
+                "files",
+                "https://f.example/mcp",
+                "--timeout",
+                "0",
+            ],
             "timeout_seconds must be a number of seconds",
         ),
         (

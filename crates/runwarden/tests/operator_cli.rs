@@ -60,7 +60,10 @@ fn a_named_configuration_file_that_does_not_exist_is_an_error_saying_how_to_crea
         .ok();
     assert!(missing.exists());
     sandbox
-        .run_command(bare(sandbox.path(), &["--config", &missing_text, "mcp", "list"]))
+        .run_command(bare(
+            sandbox.path(),
+            &["--config", &missing_text, "mcp", "list"],
+        ))
         .ok();
 }
 
@@ -109,7 +112,10 @@ fn completions_are_generated_for_bash_zsh_and_fish_and_the_bash_script_parses() 
             .stdout;
         assert!(script.len() > 1000, "{shell}: {script}");
         for subcommand in ["enqueue", "decisions"] {
-            assert!(script.contains(subcommand), "{shell} completes {subcommand}");
+            assert!(
+                script.contains(subcommand),
+                "{shell} completes {subcommand}"
+            );
         }
         if shell == "bash" {
             let path = sandbox.path().join("runwarden.bash");
@@ -148,7 +154,9 @@ async fn runs_list_mcp_list_and_audit_print_the_same_on_the_store_and_through_a_
     let mcp = TestServer::start(mcp_handler(vec![tool("search")], &[])).await;
     let sandbox = install(&mcp, json!([{"text": "done"}])).await;
     for _ in 0..2 {
-        runwarden(&sandbox, &["run", "--agent", "b", "go"]).await.ok();
+        runwarden(&sandbox, &["run", "--agent", "b", "go"])
+            .await
+            .ok();
     }
     let queued = runwarden(&sandbox, &["enqueue", "--agent", "a", "later"])
         .await
@@ -177,7 +185,10 @@ async fn runs_list_mcp_list_and_audit_print_the_same_on_the_store_and_through_a_
         assert!(!store.stdout.trim().is_empty(), "{args:?}");
     }
 
-    let all = runwarden(&sandbox, &["--json", "runs", "list"]).await.ok().json();
+    let all = runwarden(&sandbox, &["--json", "runs", "list"])
+        .await
+        .ok()
+        .json();
     let all = all.as_array().unwrap();
     assert_eq!(all.len(), 3, "{all:?}");
     assert_eq!(all[0]["run_id"], queued.as_str(), "newest first");
@@ -194,7 +205,10 @@ async fn runs_list_mcp_list_and_audit_print_the_same_on_the_store_and_through_a_
         .stdout;
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 2, "a header and one run: {text}");
-    assert!(lines[0].starts_with("RUN") && lines[1].contains("completed"), "{text}");
+    assert!(
+        lines[0].starts_with("RUN") && lines[1].contains("completed"),
+        "{text}"
+    );
     runwarden(&sandbox, &["runs", "list", "--status", "finished"])
         .await
         .fails()
@@ -232,7 +246,10 @@ async fn run_through_a_server_prints_its_events_and_ctrl_c_cancels_it_through_th
         .env("RUNWARDEN_TOKEN", &operator);
     let mut run = Live::spawn(command);
     let queued = run.err_line().await;
-    assert!(queued.contains("queued on the server (Ctrl-C cancels it)"), "{queued}");
+    assert!(
+        queued.contains("queued on the server (Ctrl-C cancels it)"),
+        "{queued}"
+    );
     // The server's worker makes the call; the CLI prints the events as they come.
     while method(&mcp.next_request(WAIT).await) != "tools/call" {}
     let started = run.line().await;
@@ -268,10 +285,13 @@ async fn run_through_a_server_prints_its_events_and_ctrl_c_cancels_it_through_th
             .any(|l| l.contains("non_idempotent_write was in flight")),
         "R7: the fence is reported: {ended:#?}"
     );
-    let status = runwarden(&sandbox, &["--json", "status", summary.split(' ').nth(1).unwrap()])
-        .await
-        .ok()
-        .json();
+    let status = runwarden(
+        &sandbox,
+        &["--json", "status", summary.split(' ').nth(1).unwrap()],
+    )
+    .await
+    .ok()
+    .json();
     assert_eq!(status["status"], "cancelled", "{status}");
 }
 
@@ -328,7 +348,9 @@ async fn mcp_call_counts_its_legs_in_words_and_an_import_error_says_each_cause_o
         "[mcp.servers.locked]\nurl = \"{}\"\nauth = {{ secret = \"absent\", placement = \"bearer\" }}\n",
         mcp.url("/mcp")
     ));
-    let failed = runwarden(&sandbox, &["mcp", "import", "locked"]).await.fails();
+    let failed = runwarden(&sandbox, &["mcp", "import", "locked"])
+        .await
+        .fails();
     assert_eq!(
         failed.stderr.matches("no secret named \"absent\"").count(),
         1,

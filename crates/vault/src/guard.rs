@@ -879,7 +879,10 @@ mod tests {
             ("http://[::1]:8080/p?q=1", ("[::1]:8080", "/p")),
             ("https://api.example:443/p", ("api.example", "/p")),
             ("http://127.0.0.1:9/p", ("127.0.0.1:9", "/p")),
-            ("ftp://u:pw@files.example/x?y", ("ftp://files.example", "/x")),
+            (
+                "ftp://u:pw@files.example/x?y",
+                ("ftp://files.example", "/x"),
+            ),
             ("file:///etc/passwd", ("file://", "/etc/passwd")),
             ("garbage", ("", "")),
             ("http://exa mple.com/?secret", ("", "")),

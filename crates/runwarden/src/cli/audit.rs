@@ -197,9 +197,7 @@ async fn through_server(
             if let Some(run) = &run {
                 query.append_pair("run", run);
             }
-            let answer = server
-                .get(&format!("/v1/audit?{}", query.finish()))
-                .await?;
+            let answer = server.get(&format!("/v1/audit?{}", query.finish())).await?;
             let body = server.expect(answer).await?;
             let rows = body["rows"].as_array().cloned().unwrap_or_default();
             print_rows(cx.json, &rows);
@@ -234,9 +232,9 @@ fn print_verify(json: bool, report: &Value, adopted: bool) -> ExitCode {
     output::emit(json, report, || {
         let rows_verified = &report["rows_verified"];
         let mut text = match (report["first_bad_row"].as_i64(), report["problem"].as_str()) {
-            (Some(row), Some(problem)) => format!(
-                "BROKEN at row {row}: {problem} ({rows_verified} rows verified before it)"
-            ),
+            (Some(row), Some(problem)) => {
+                format!("BROKEN at row {row}: {problem} ({rows_verified} rows verified before it)")
+            }
             _ => format!(
                 "intact: {}, chain and tip anchor verified{}",
                 output::count(report["rows_verified"].as_u64().unwrap_or(0), "row", "rows"),

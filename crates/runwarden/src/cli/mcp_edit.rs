@@ -180,11 +180,7 @@ fn keep_comments_above(document: &mut DocumentMut, removed: &Table) {
             }
         }),
         None => {
-            let trailing = document
-                .trailing()
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
+            let trailing = document.trailing().as_str().unwrap_or_default().to_string();
             document.set_trailing(format!("{above}\n{trailing}"));
         }
     }
@@ -249,8 +245,12 @@ pub(crate) fn add(cx: &Context, args: AddArgs) -> anyhow::Result<ExitCode> {
         let blank = if trailing.is_empty() { "\n" } else { "\n\n" };
         table.decor_mut().set_prefix(format!("{trailing}{blank}"));
     }
-    replace_checked(&path, &document.to_string())
-        .with_context(|| format!("server {name} was not added; {} is unchanged", path.display()))?;
+    replace_checked(&path, &document.to_string()).with_context(|| {
+        format!(
+            "server {name} was not added; {} is unchanged",
+            path.display()
+        )
+    })?;
     let report = serde_json::json!({ "added": name, "url": args.url, "config": path });
     output::emit(cx.json, &report, || {
         format!(
@@ -299,7 +299,8 @@ pub(crate) fn remove(cx: &Context, name: &str) -> anyhow::Result<ExitCode> {
         .filter(|agent| agent.tools.iter().any(|t| t.starts_with(&prefix)))
         .map(|agent| agent.name.as_str())
         .collect();
-    let report = serde_json::json!({ "removed": name, "config": path, "agents_naming_its_tools": users });
+    let report =
+        serde_json::json!({ "removed": name, "config": path, "agents_naming_its_tools": users });
     output::emit(cx.json, &report, || {
         let mut text = format!("removed MCP server {name} from {}", path.display());
         if !users.is_empty() {

@@ -94,7 +94,7 @@ pub(crate) async fn run(
                 }
             });
             tokio::pin!(follow);
-            let followed = loop {
+            loop {
                 tokio::select! {
                     followed = &mut follow => break followed,
                     by = &mut stop, if cancelled_at.is_none() => {
@@ -103,8 +103,7 @@ pub(crate) async fn run(
                         cancel(server, &run_id).await;
                     }
                 }
-            };
-            followed
+            }
         };
         after = followed?;
         let report = run_view(server, &run_id).await?;
@@ -137,7 +136,10 @@ pub(crate) async fn run(
             ));
         }
         if let (Some(at), "CANCELLED") = (cancelled_at, outcome) {
-            text.push_str(&format!(" ({} ms after the cancel)", at.elapsed().as_millis()));
+            text.push_str(&format!(
+                " ({} ms after the cancel)",
+                at.elapsed().as_millis()
+            ));
             if let Some(effect) = status["pending_effect"].as_str() {
                 text.push_str(&format!("\na {effect} was in flight: its effect on the server is unknown and it will not be retried"));
             }
@@ -160,7 +162,10 @@ async fn run_view(server: &ApiClient, run_id: &str) -> anyhow::Result<Value> {
 /// `POST /v1/runs/{id}/cancel`; a refusal (the run had just ended) is said, not fatal:
 /// the follow then shows how it ended.
 async fn cancel(server: &ApiClient, run_id: &str) {
-    let outcome = match server.post(&format!("/v1/runs/{run_id}/cancel"), json!({})).await {
+    let outcome = match server
+        .post(&format!("/v1/runs/{run_id}/cancel"), json!({}))
+        .await
+    {
         Ok(answer) => server.expect(answer).await.map(drop),
         Err(error) => Err(error),
     };

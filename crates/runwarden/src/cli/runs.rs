@@ -135,7 +135,10 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3, "{text}");
         assert!(lines[0].starts_with("RUN") && lines[0].ends_with("REASON"));
-        assert!(lines[1].ends_with(&reason), "the reason is never cut: {text}");
+        assert!(
+            lines[1].ends_with(&reason),
+            "the reason is never cut: {text}"
+        );
         assert!(lines[2].contains("queued") && !lines[2].ends_with(' '));
         assert_eq!(table(&[]), "no runs match");
     }

@@ -169,7 +169,7 @@ impl Metrics {
         let watcher_queries = Counter::default();
         registry.register(
             "status_watcher_queries",
-            "Batched status reads this process's watcher made (R6)",
+            "Batched status reads this process's watcher made",
             watcher_queries.clone(),
         );
         let store_errors = Family::<KindLabels, Counter>::default();
@@ -181,7 +181,7 @@ impl Metrics {
         let db_decisions_pending = Gauge::default();
         registry.register(
             "db_decisions_pending",
-            "Operator decisions waiting for an answer in the database: one per run waiting for approval (R12; every node reports the same figure)",
+            "Operator decisions waiting for an answer in the database: one per run waiting for approval (every node reports the same figure)",
             db_decisions_pending.clone(),
         );
         Self {

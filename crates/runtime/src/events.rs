@@ -243,6 +243,29 @@ pub struct RunEnded {
 pub struct RunStopped {
     /// The segment's outcome.
     pub outcome: Outcome,
+    /// Why, when the store wrote the stop with the status change because no segment
+    /// held the run (cancelled while queued or while waiting for a decision); a
+    /// segment's own stop has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// R8: the final event of a run cancelled from `previous`, written by the store in the
+/// cancel's transaction when no segment holds the run to write its own `run_stopped`
+/// (queued, or parked on a decision). `None` for a running run: its segment records the
+/// stop at its boundary.
+pub fn cancelled_from(previous: crate::RunState, why: &str) -> Option<EventBody> {
+    let where_ = match previous {
+        crate::RunState::Queued => {
+            "while queued: no worker will take it up, and a retry it was waiting for will not happen"
+        }
+        crate::RunState::WaitingForApproval => "while it waited for an operator decision",
+        _ => return None,
+    };
+    Some(EventBody::RunStopped(RunStopped {
+        outcome: Outcome::Cancelled,
+        reason: Some(format!("{why} {where_}")),
+    }))
 }
 
 /// `model_progress`: how far a streaming model call has got (L6), written at most a few
@@ -723,6 +746,11 @@ mod tests {
             }),
             EventBody::RunStopped(RunStopped {
                 outcome: Outcome::Cancelled,
+                reason: None,
+            }),
+            EventBody::RunStopped(RunStopped {
+                outcome: Outcome::Cancelled,
+                reason: Some("cancelled by an operator while queued".into()),
             }),
             EventBody::ModelProgress(ModelProgress {
                 round: 2,

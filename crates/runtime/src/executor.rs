@@ -152,6 +152,9 @@ struct Segment<'a> {
     spent: Mutex<Spent>,
     /// R12: the answered approvals of the log, by the model's call id.
     approvals: Mutex<HashMap<String, DecisionAnswered>>,
+    /// R8: set once this segment stored a final event (`run_completed`, `run_failed`):
+    /// a cancel that then wins the row gets no second one.
+    ended: AtomicBool,
 }
 
 /// How a segment of a queued run behaves beyond a synchronous one.
@@ -477,6 +480,9 @@ impl Executor {
         };
         match self.store.run_event_append(append).await {
             Ok(Some(seq)) => {
+                if crate::events::is_final_kind(kind) {
+                    segment.ended.store(true, Ordering::SeqCst);
+                }
                 if let Some(observer) = &segment.observer {
                     observer(&RunEvent {
                         run_id: segment.run.id.clone(),
@@ -715,6 +721,7 @@ impl Executor {
             budget: Arc::default(),
             spent: Mutex::default(),
             approvals: Mutex::default(),
+            ended: AtomicBool::new(false),
         };
         let history = match self.store.run_events(&run.id, 0, 0).await {
             Ok(history) => history,
@@ -761,9 +768,14 @@ impl Executor {
         *segment.approvals.lock().unwrap_or_else(|p| p.into_inner()) = progress.approvals.clone();
         let _wall = self.wall_timer(&segment);
         let outcome = self.rounds(&segment, progress).await;
-        if matches!(outcome, Outcome::Cancelled) {
+        if matches!(outcome, Outcome::Cancelled) && !segment.ended.load(Ordering::SeqCst) {
             // The cancel already won the row: mark the stop for readers, settle nothing.
-            let stopped = EventBody::RunStopped(RunStopped { outcome });
+            // R8: unless this segment's end is in the log already (a cancel that won the
+            // row between the final step and the settle): never two terminal events.
+            let stopped = EventBody::RunStopped(RunStopped {
+                outcome,
+                reason: None,
+            });
             let _ = self.record(&segment, stopped, false, None).await;
         }
         outcome

@@ -29,6 +29,7 @@ mod elicitor;
 pub mod events;
 mod executor;
 pub mod feed;
+pub mod idempotency;
 mod progress;
 pub mod queue;
 mod requeue;
@@ -59,8 +60,9 @@ pub use executor::{
     SegmentOptions, run_request,
 };
 pub use feed::{Change, ChangeFeed};
+pub use idempotency::{IDEMPOTENCY_RETENTION_MS, KeyedCreate, RunCreateKeyed};
 pub use progress::PROGRESS_INTERVAL;
-pub use queue::{DeadLetter, QueueStore, RequeueAnswer};
+pub use queue::{DeadLetter, QueueStore, RequeueAnswer, WORKER_FORGOTTEN_AFTER_MS};
 pub use requeue::{REAP_LIMIT, reap, reap_at};
 pub use retry::{RequeueCause, RetryDecision, RetryPolicy};
 pub use schema_check::check as schema_check;
@@ -69,5 +71,6 @@ pub use state::{EFFECT_UNCERTAIN, MODEL_NO_ANSWER, MODEL_TRUNCATED, Outcome, Run
 pub use store::{CancelAnswer, Run, RunEvent, RunFilter, RunStore};
 pub use watcher::{DEFAULT_WATCH_INTERVAL, StatusWatcher, WatcherConfig};
 pub use worker::{
-    AgentError, AgentSource, OutcomeObserver, StopLevel, Worker, WorkerConfig, WorkerSummary,
+    AgentError, AgentSource, OutcomeObserver, StopLevel, WORKER_BEAT, Worker, WorkerConfig,
+    WorkerSummary,
 };

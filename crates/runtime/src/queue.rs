@@ -144,4 +144,21 @@ pub trait QueueStore: RunStore {
     /// `requeue_count` by one; a dead letter keeps `pending_effect`. False means skipped:
     /// the row changed since it was read, and nothing changed now.
     async fn run_rescue_apply(&self, params: RescueApply) -> Result<bool, StoreError>;
+
+    /// Worker presence: records that worker `id` is alive at `now_ms` (its claim loop
+    /// beats every [`WORKER_BEAT`](crate::WORKER_BEAT)), and forgets workers gone for a
+    /// day. The default keeps nothing.
+    async fn worker_seen(&self, id: &str, now_ms: i64) -> Result<(), StoreError> {
+        let _ = (id, now_ms);
+        Ok(())
+    }
+
+    /// When any worker was last seen, Unix milliseconds UTC; `None` when none ever was
+    /// (or the store keeps no presence).
+    async fn worker_last_seen(&self) -> Result<Option<i64>, StoreError> {
+        Ok(None)
+    }
 }
+
+/// How long worker rows are kept after their last beat.
+pub const WORKER_FORGOTTEN_AFTER_MS: i64 = 24 * 60 * 60 * 1000;

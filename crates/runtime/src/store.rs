@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::decision::{AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter};
 use crate::feed::ChangeFeed;
+use crate::idempotency::{KeyedCreate, RunCreateKeyed};
 use crate::state::RunState;
 
 /// A run row (R1).
@@ -206,6 +207,21 @@ pub struct RunFilter {
 pub trait RunStore: Send + Sync + 'static {
     /// Inserts a run with its first event sequence free.
     async fn run_create(&self, params: RunCreate) -> Result<Run, StoreError>;
+
+    /// Creates a run under a client's idempotency key, in one transaction: a new key (or
+    /// one older than [`IDEMPOTENCY_RETENTION_MS`](crate::IDEMPOTENCY_RETENTION_MS)) is
+    /// stored with the run; a known key answers the run it made if the body hash matches,
+    /// and [`KeyedCreate::Reused`] if not. A unique (scope, key) makes racing requests
+    /// create one run.
+    ///
+    /// The default refuses: a store that keeps no keys cannot promise one run per key.
+    async fn run_create_keyed(&self, params: RunCreateKeyed) -> Result<KeyedCreate, StoreError> {
+        let _ = params;
+        Err(StoreError::new(
+            "creating a run with an idempotency key",
+            "this store keeps no idempotency keys: use the SQLite or PostgreSQL store",
+        ))
+    }
 
     /// One run.
     async fn run_get(&self, id: &str) -> Result<Option<Run>, StoreError>;

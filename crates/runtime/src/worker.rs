@@ -18,6 +18,10 @@ use crate::retry::{RequeueCause, RetryPolicy};
 use crate::state::{Outcome, RunState};
 use crate::store::{Run, RunSettle};
 
+/// How often a worker writes its presence row; a worker not seen for three beats is
+/// taken to be gone (`enqueue` says so).
+pub const WORKER_BEAT: Duration = Duration::from_secs(5);
+
 /// Builds the agent a queued run names, when a worker claims it.
 #[async_trait]
 pub trait AgentSource: Send + Sync {
@@ -167,6 +171,7 @@ impl Worker {
         let permits = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
         let rescued = Arc::new(AtomicUsize::new(0));
         let reaper = self.clone().spawn_reaper(rescued.clone());
+        let presence = self.clone().spawn_presence();
         let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<Outcome>();
         let mut summary = WorkerSummary::default();
         let mut running = 0usize;
@@ -240,6 +245,7 @@ impl Worker {
             }
         }
         reaper.abort();
+        presence.abort();
         summary.abandoned = running;
         summary.rescued = rescued.load(Ordering::SeqCst);
         for outcome in outcomes {
@@ -273,6 +279,24 @@ impl Worker {
             _ = stop.changed() => {}
             Some(outcome) = done.recv() => { *running -= 1; outcomes.push(outcome); }
         }
+    }
+
+    /// Beats this worker's presence row every [`WORKER_BEAT`], from the start, so
+    /// `enqueue` can tell when no worker is there to claim a run.
+    fn spawn_presence(self: Arc<Self>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(WORKER_BEAT);
+            loop {
+                tick.tick().await;
+                if let Err(error) = self
+                    .queue
+                    .worker_seen(self.executor.owner(), now_ms())
+                    .await
+                {
+                    tracing::warn!(%error, "could not record this worker's presence");
+                }
+            }
+        })
     }
 
     fn spawn_reaper(self: Arc<Self>, rescued: Arc<AtomicUsize>) -> tokio::task::JoinHandle<()> {

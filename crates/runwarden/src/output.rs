@@ -17,6 +17,13 @@ pub(crate) fn line(text: impl std::fmt::Display) {
     }
 }
 
+/// Writes one line to stdout and says whether it got there, for a caller that must act
+/// on a reader going away (`run` cancels its run) instead of exiting.
+pub(crate) fn try_line(text: impl std::fmt::Display) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{text}").and_then(|()| stdout.flush())
+}
+
 /// Prints `value` as JSON, or `human` as text.
 pub(crate) fn emit<T: Serialize>(json: bool, value: &T, human: impl FnOnce() -> String) {
     if json {

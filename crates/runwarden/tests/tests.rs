@@ -27,6 +27,7 @@ mod rotate;
 mod run;
 mod secret;
 mod sigil;
+mod stops;
 mod support;
 mod telemetry;
 mod tls;

@@ -13,7 +13,7 @@ use runwarden_runtime::decision::{
     Answer, AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionKind,
     DecisionStatus, EXPIRED_REASON, Refusal,
 };
-use runwarden_runtime::events::{DecisionAnswered, EventBody};
+use runwarden_runtime::events::{DecisionAnswered, EventBody, cancelled_from};
 use runwarden_vault::store::StoreError;
 use serde_json::Value;
 use tokio_postgres::{GenericClient, Row};
@@ -225,6 +225,11 @@ async fn answer(
                 &[&CANCEL_REASON, &params.now_ms, &decision.run_id],
             )
             .await?;
+            // R8: the parked run's final event, with the cancel (no segment holds it).
+            if let Some(body) = cancelled_from(RunState::WaitingForApproval, CANCEL_REASON) {
+                crate::final_event::append_final(tx, &decision.run_id, &body, params.now_ms)
+                    .await?;
+            }
         } else {
             // Back to the queue, due now: any worker on any node claims it. R11: a person
             // said what an uncertain write did, so its fence is cleared.

@@ -33,6 +33,8 @@ mod catalogue_store;
 mod connection;
 mod decision_store;
 mod failure;
+mod final_event;
+mod idempotency_store;
 mod listener;
 mod migrate;
 mod queue_store;

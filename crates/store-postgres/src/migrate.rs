@@ -61,6 +61,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0009_catalogue_output_schema",
         sql: include_str!("../migrations/0009_catalogue_output_schema.sql"),
     },
+    Migration {
+        version: 11,
+        name: "0011_keys_and_workers",
+        sql: include_str!("../migrations/0011_keys_and_workers.sql"),
+    },
 ];
 
 /// The advisory lock key that serialises migrations across nodes ("rwmigrat" in ASCII).

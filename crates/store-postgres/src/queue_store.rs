@@ -11,12 +11,15 @@
 //! and the late decision changes nothing.
 
 use async_trait::async_trait;
+use runwarden_runtime::events::RunEnded;
 use runwarden_runtime::queue::{Claim, QueueStore, RequeueAnswer, RequeueApply, RescueApply};
 use runwarden_runtime::store::Run;
-use runwarden_runtime::{RetryDecision, RunState};
+use runwarden_runtime::{EventBody, RetryDecision, RunState, WORKER_FORGOTTEN_AFTER_MS};
 use runwarden_vault::store::StoreError;
+use tokio_postgres::GenericClient;
 
 use crate::PgStore;
+use crate::failure::{Failure, finish};
 use crate::run_store::{RUN_COLUMNS, run_row};
 
 const REQUEUEING: &str = "requeueing a run";
@@ -149,58 +152,102 @@ impl QueueStore for PgStore {
 
     async fn run_rescue_apply(&self, params: RescueApply) -> Result<bool, StoreError> {
         self.with("rescuing a stale run", async {
-            let client = self.client().await?;
-            let requeue_count = i64::from(params.requeue_count);
-            // R9: still stale, still held by the same owner with the same count and fence:
-            // a heartbeat (or a fence, which renews the lease) that landed first wins.
-            let changed = match params.decision {
-                RetryDecision::Requeue { retry_at_ms } => {
-                    client
-                        .execute(
-                            "UPDATE runs SET status = 'queued', claimed_by = NULL,
-                                 lease_expires_ms = NULL, retry_at_ms = $6,
-                                 termination_reason = $7, requeue_count = requeue_count + 1,
-                                 updated_ms = $2
-                             WHERE id = $1 AND status = 'running' AND lease_expires_ms < $2
-                                 AND claimed_by IS NOT DISTINCT FROM $3
-                                 AND requeue_count = $4
-                                 AND pending_effect IS NOT DISTINCT FROM $5",
-                            &[
-                                &params.id,
-                                &params.now_ms,
-                                &params.owner,
-                                &requeue_count,
-                                &params.pending_effect,
-                                &retry_at_ms,
-                                &params.reason,
-                            ],
-                        )
-                        .await?
-                }
-                // R7: pending_effect stays, so the record shows the write that was in flight.
-                RetryDecision::DeadLetter(_) => {
-                    client
-                        .execute(
-                            "UPDATE runs SET status = 'failed', termination_reason = $6,
-                                 updated_ms = $2
-                             WHERE id = $1 AND status = 'running' AND lease_expires_ms < $2
-                                 AND claimed_by IS NOT DISTINCT FROM $3
-                                 AND requeue_count = $4
-                                 AND pending_effect IS NOT DISTINCT FROM $5",
-                            &[
-                                &params.id,
-                                &params.now_ms,
-                                &params.owner,
-                                &requeue_count,
-                                &params.pending_effect,
-                                &params.reason,
-                            ],
-                        )
-                        .await?
-                }
-            };
-            Ok(changed == 1)
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let result = rescue_apply(&*tx, &params).await;
+            finish(tx, result).await
         })
         .await
     }
+
+    async fn worker_seen(&self, id: &str, now_ms: i64) -> Result<(), StoreError> {
+        self.with("recording a worker's presence", async {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "INSERT INTO workers (id, seen_ms) VALUES ($1, $2)
+                     ON CONFLICT (id) DO UPDATE SET seen_ms = GREATEST(workers.seen_ms, EXCLUDED.seen_ms)",
+                    &[&id, &now_ms],
+                )
+                .await?;
+            let forgotten = now_ms - WORKER_FORGOTTEN_AFTER_MS;
+            client
+                .execute("DELETE FROM workers WHERE seen_ms < $1", &[&forgotten])
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn worker_last_seen(&self) -> Result<Option<i64>, StoreError> {
+        self.with("reading when a worker was last seen", async {
+            let client = self.client().await?;
+            let row = client
+                .query_one("SELECT MAX(seen_ms) FROM workers", &[])
+                .await?;
+            Ok(row.try_get(0)?)
+        })
+        .await
+    }
+}
+
+/// R9: the reaper's guarded rescue inside the caller's transaction; R8: a dead letter
+/// appends the run's final event with it (the segment that held the run is gone).
+async fn rescue_apply(conn: &impl GenericClient, params: &RescueApply) -> Result<bool, Failure> {
+    let requeue_count = i64::from(params.requeue_count);
+    // R9: still stale, still held by the same owner with the same count and fence:
+    // a heartbeat (or a fence, which renews the lease) that landed first wins.
+    let changed = match params.decision {
+        RetryDecision::Requeue { retry_at_ms } => {
+            conn.execute(
+                "UPDATE runs SET status = 'queued', claimed_by = NULL,
+                         lease_expires_ms = NULL, retry_at_ms = $6,
+                         termination_reason = $7, requeue_count = requeue_count + 1,
+                         updated_ms = $2
+                     WHERE id = $1 AND status = 'running' AND lease_expires_ms < $2
+                         AND claimed_by IS NOT DISTINCT FROM $3
+                         AND requeue_count = $4
+                         AND pending_effect IS NOT DISTINCT FROM $5",
+                &[
+                    &params.id,
+                    &params.now_ms,
+                    &params.owner,
+                    &requeue_count,
+                    &params.pending_effect,
+                    &retry_at_ms,
+                    &params.reason,
+                ],
+            )
+            .await?
+        }
+        // R7: pending_effect stays, so the record shows the write that was in flight.
+        RetryDecision::DeadLetter(_) => {
+            conn.execute(
+                "UPDATE runs SET status = 'failed', termination_reason = $6,
+                         updated_ms = $2
+                     WHERE id = $1 AND status = 'running' AND lease_expires_ms < $2
+                         AND claimed_by IS NOT DISTINCT FROM $3
+                         AND requeue_count = $4
+                         AND pending_effect IS NOT DISTINCT FROM $5",
+                &[
+                    &params.id,
+                    &params.now_ms,
+                    &params.owner,
+                    &requeue_count,
+                    &params.pending_effect,
+                    &params.reason,
+                ],
+            )
+            .await?
+        }
+    };
+    if changed == 1
+        && let RetryDecision::DeadLetter(_) = params.decision
+    {
+        let body = EventBody::RunFailed(RunEnded {
+            reason: params.reason.clone(),
+        });
+        crate::final_event::append_final(conn, &params.id, &body, params.now_ms).await?;
+    }
+    Ok(changed == 1)
 }

@@ -11,11 +11,12 @@ use async_trait::async_trait;
 use runwarden_runtime::decision::{
     AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter,
 };
+use runwarden_runtime::events::cancelled_from;
 use runwarden_runtime::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
     RunFilter, RunSettle, RunStore, SettleAnswer,
 };
-use runwarden_runtime::{ChangeFeed, RunState};
+use runwarden_runtime::{ChangeFeed, KeyedCreate, RunCreateKeyed, RunState};
 use runwarden_vault::store::StoreError;
 use tokio_postgres::{GenericClient, Row};
 
@@ -36,70 +37,13 @@ impl RunStore for PgStore {
     async fn run_create(&self, params: RunCreate) -> Result<Run, StoreError> {
         self.with("creating a run", async {
             let client = self.client().await?;
-            let request = params.request.as_ref().map(serde_json::Value::to_string);
-            // R3: a synchronous run is claimed by its segment at birth; a queued run has no
-            // owner until a worker's guarded claim.
-            let (status, claimed_by, lease_expires_ms) = match &params.status {
-                NewRunStatus::Running {
-                    owner,
-                    lease_until_ms,
-                } => (
-                    RunState::Running,
-                    Some(owner.clone()),
-                    Some(*lease_until_ms),
-                ),
-                NewRunStatus::Queued => (RunState::Queued, None, None),
-            };
-            let stmt = client
-                .prepare_cached(
-                    "INSERT INTO runs (id, agent, status, request, claimed_by, lease_expires_ms,
-                                       correlation, created_ms, updated_ms)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
-                     ON CONFLICT (id) DO NOTHING",
-                )
-                .await?;
-            let inserted = client
-                .execute(
-                    &stmt,
-                    &[
-                        &params.id,
-                        &params.agent,
-                        &status.as_str(),
-                        &request,
-                        &claimed_by,
-                        &lease_expires_ms,
-                        &params.correlation,
-                        &params.now_ms,
-                    ],
-                )
-                .await?;
-            if inserted == 0 {
-                return Err(StoreError::new(
-                    "creating a run",
-                    format!(
-                        "a run with id {} already exists: give every run a fresh UUIDv7",
-                        params.id
-                    ),
-                )
-                .into());
-            }
-            Ok(Run {
-                id: params.id.clone(),
-                agent: params.agent.clone(),
-                status,
-                termination_reason: None,
-                request: params.request.clone(),
-                claimed_by,
-                lease_expires_ms,
-                pending_effect: None,
-                requeue_count: 0,
-                rounds: 0,
-                correlation: params.correlation.clone(),
-                created_ms: params.now_ms,
-                updated_ms: params.now_ms,
-            })
+            insert_run(&**client, &params).await
         })
         .await
+    }
+
+    async fn run_create_keyed(&self, params: RunCreateKeyed) -> Result<KeyedCreate, StoreError> {
+        self.create_keyed(params).await
     }
 
     async fn run_get(&self, id: &str) -> Result<Option<Run>, StoreError> {
@@ -170,6 +114,11 @@ impl RunStore for PgStore {
                 }
                 // R12: the cancel wins over a decision the run waits on.
                 crate::decision_store::drop_pending(&*tx, id, now_ms).await?;
+                // R8: no segment holds a queued or parked run, so its final event is
+                // written here, with the status change.
+                if let Some(body) = cancelled_from(previous, CANCEL_REASON) {
+                    crate::final_event::append_final(&*tx, id, &body, now_ms).await?;
+                }
                 Ok(CancelAnswer::Cancelled { previous })
             }
             .await;
@@ -446,6 +395,70 @@ async fn read_status(
     };
     let row = conn.query_opt(sql, &[&id]).await?;
     row.map(|row| parse_status(id, row.try_get(0)?)).transpose()
+}
+
+/// Inserts a new run (R1, R3), inside the caller's transaction when there is one.
+pub(crate) async fn insert_run(
+    conn: &impl GenericClient,
+    params: &RunCreate,
+) -> Result<Run, Failure> {
+    let request = params.request.as_ref().map(serde_json::Value::to_string);
+    // R3: a synchronous run is claimed by its segment at birth; a queued run has no
+    // owner until a worker's guarded claim.
+    let (status, claimed_by, lease_expires_ms) = match &params.status {
+        NewRunStatus::Running {
+            owner,
+            lease_until_ms,
+        } => (
+            RunState::Running,
+            Some(owner.clone()),
+            Some(*lease_until_ms),
+        ),
+        NewRunStatus::Queued => (RunState::Queued, None, None),
+    };
+    let inserted = conn
+        .execute(
+            "INSERT INTO runs (id, agent, status, request, claimed_by, lease_expires_ms,
+                               correlation, created_ms, updated_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
+             ON CONFLICT (id) DO NOTHING",
+            &[
+                &params.id,
+                &params.agent,
+                &status.as_str(),
+                &request,
+                &claimed_by,
+                &lease_expires_ms,
+                &params.correlation,
+                &params.now_ms,
+            ],
+        )
+        .await?;
+    if inserted == 0 {
+        return Err(StoreError::new(
+            "creating a run",
+            format!(
+                "a run with id {} already exists: give every run a fresh UUIDv7",
+                params.id
+            ),
+        )
+        .into());
+    }
+    Ok(Run {
+        id: params.id.clone(),
+        agent: params.agent.clone(),
+        status,
+        termination_reason: None,
+        request: params.request.clone(),
+        claimed_by,
+        lease_expires_ms,
+        pending_effect: None,
+        requeue_count: 0,
+        rounds: 0,
+        correlation: params.correlation.clone(),
+        created_ms: params.now_ms,
+        updated_ms: params.now_ms,
+    })
 }
 
 /// Run `id`; with `lock`, the row stays locked until the caller's transaction ends.

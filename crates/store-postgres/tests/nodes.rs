@@ -51,7 +51,8 @@ async fn nodes_starting_together_apply_each_migration_once() {
             "0006_audit_intent",
             "0007_notify",
             "0008_decisions",
-            "0009_catalogue_output_schema"
+            "0009_catalogue_output_schema",
+            "0011_keys_and_workers"
         ]
     );
 }

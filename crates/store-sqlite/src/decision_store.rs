@@ -9,7 +9,7 @@ use runwarden_runtime::decision::{
     Answer, AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionKind,
     DecisionStatus, Refusal,
 };
-use runwarden_runtime::events::{DecisionAnswered, EventBody};
+use runwarden_runtime::events::{DecisionAnswered, EventBody, cancelled_from};
 use runwarden_runtime::{Change, RunState};
 use runwarden_vault::store::StoreError;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
@@ -214,6 +214,7 @@ fn answer(conn: &mut Connection, params: &DecisionAnswer) -> Result<Answered, Fa
         params.now_ms,
     )?;
     let mut new_status = None;
+    let mut final_seq = None;
     if decision.kind.parks_the_run() {
         if params.answer == Answer::Cancel {
             // R4: a cancel by answer is the cancel: terminal, the stored request dropped.
@@ -224,6 +225,13 @@ fn answer(conn: &mut Connection, params: &DecisionAnswer) -> Result<Answered, Fa
                 params![CANCEL_REASON, params.now_ms, decision.run_id],
             )?;
             new_status = Some(RunState::Cancelled);
+            // R8: the parked run's final event, with the cancel (no segment holds it).
+            if let Some(body) = cancelled_from(RunState::WaitingForApproval, CANCEL_REASON)
+                && let Some(last) =
+                    crate::final_event::append_final(&tx, &decision.run_id, &body, params.now_ms)?
+            {
+                final_seq = Some(last);
+            }
         } else {
             // Back to the queue, due now: any worker on any node claims it. R11: a person
             // said what an uncertain write did, so its fence is cleared.
@@ -239,6 +247,8 @@ fn answer(conn: &mut Connection, params: &DecisionAnswer) -> Result<Answered, Fa
         }
     }
     tx.commit()?;
+    // The feed names the last event appended; readers re-read from their own cursor.
+    let seq = final_seq.unwrap_or(seq);
     Ok((AnswerOutcome::Answered(decision), Some(seq), new_status))
 }
 

@@ -35,6 +35,8 @@ mod catalogue_store;
 mod connection;
 mod decision_store;
 mod failure;
+mod final_event;
+mod idempotency_store;
 mod migrate;
 mod other_writers;
 mod permissions;

@@ -60,6 +60,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0009_catalogue_output_schema",
         sql: include_str!("../migrations/0009_catalogue_output_schema.sql"),
     },
+    Migration {
+        version: 11,
+        name: "0011_keys_and_workers",
+        sql: include_str!("../migrations/0011_keys_and_workers.sql"),
+    },
 ];
 
 /// Brings the schema up to date. The version is read first, without a lock a reader

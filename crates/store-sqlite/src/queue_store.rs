@@ -9,11 +9,13 @@
 //! reaper that lands first wins and the late decision changes nothing.
 
 use async_trait::async_trait;
+use runwarden_runtime::events::RunEnded;
 use runwarden_runtime::queue::{Claim, QueueStore, RequeueAnswer, RequeueApply, RescueApply};
 use runwarden_runtime::store::Run;
-use runwarden_runtime::{RetryDecision, RunState};
+use runwarden_runtime::{Change, EventBody};
+use runwarden_runtime::{RetryDecision, RunState, WORKER_FORGOTTEN_AFTER_MS};
 use runwarden_vault::store::StoreError;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::SqliteStore;
 use crate::failure::Failure;
@@ -67,8 +69,24 @@ impl QueueStore for SqliteStore {
     async fn run_rescue_apply(&self, params: RescueApply) -> Result<bool, StoreError> {
         let run_id = params.id.clone();
         let decision = params.decision;
-        let applied = self
-            .run(RESCUING, move |conn| rescue_apply(conn, &params))
+        let (applied, seq) = self
+            .run(RESCUING, move |conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let applied = rescue_apply(&tx, &params)?;
+                // R8: the reaper's dead letter is the run's end; its final event goes in
+                // with it (the segment that held the run is gone).
+                let seq = match (applied, params.decision) {
+                    (true, RetryDecision::DeadLetter(_)) => {
+                        let body = EventBody::RunFailed(RunEnded {
+                            reason: params.reason.clone(),
+                        });
+                        crate::final_event::append_final(&tx, &params.id, &body, params.now_ms)?
+                    }
+                    _ => None,
+                };
+                tx.commit()?;
+                Ok((applied, seq))
+            })
             .await?;
         if applied {
             let status = match decision {
@@ -77,7 +95,34 @@ impl QueueStore for SqliteStore {
             };
             publish_status(self.feed(), &run_id, status);
         }
+        if let Some(seq) = seq {
+            self.feed().publish(Change::Appended { run_id, seq });
+        }
         Ok(applied)
+    }
+
+    async fn worker_seen(&self, id: &str, now_ms: i64) -> Result<(), StoreError> {
+        let id = id.to_owned();
+        self.run("recording a worker's presence", move |conn| {
+            conn.execute(
+                "INSERT INTO workers (id, seen_ms) VALUES (?1, ?2)
+                 ON CONFLICT (id) DO UPDATE SET seen_ms = MAX(seen_ms, excluded.seen_ms)",
+                params![id, now_ms],
+            )?;
+            conn.execute(
+                "DELETE FROM workers WHERE seen_ms < ?1",
+                [now_ms - WORKER_FORGOTTEN_AFTER_MS],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn worker_last_seen(&self) -> Result<Option<i64>, StoreError> {
+        self.run("reading when a worker was last seen", |conn| {
+            Ok(conn.query_row("SELECT MAX(seen_ms) FROM workers", [], |row| row.get(0))?)
+        })
+        .await
     }
 }
 

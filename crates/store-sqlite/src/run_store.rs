@@ -10,11 +10,12 @@ use async_trait::async_trait;
 use runwarden_runtime::decision::{
     AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter,
 };
+use runwarden_runtime::events::cancelled_from;
 use runwarden_runtime::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
     RunFilter, RunSettle, RunStore, SettleAnswer,
 };
-use runwarden_runtime::{Change, ChangeFeed, RunState};
+use runwarden_runtime::{Change, ChangeFeed, KeyedCreate, RunCreateKeyed, RunState};
 use runwarden_vault::store::StoreError;
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use serde_json::Value;
@@ -35,66 +36,14 @@ const SETTLING: &str = "settling a run";
 impl RunStore for SqliteStore {
     async fn run_create(&self, params: RunCreate) -> Result<Run, StoreError> {
         let run = self
-            .run("creating a run", move |conn| {
-                let request = params.request.as_ref().map(Value::to_string);
-                // R3: a synchronous run is claimed by its segment at birth; a queued run has no
-                // owner until a worker's guarded claim.
-                let (status, claimed_by, lease_expires_ms) = match &params.status {
-                    NewRunStatus::Running {
-                        owner,
-                        lease_until_ms,
-                    } => (
-                        RunState::Running,
-                        Some(owner.clone()),
-                        Some(*lease_until_ms),
-                    ),
-                    NewRunStatus::Queued => (RunState::Queued, None, None),
-                };
-                let inserted = conn.execute(
-                    "INSERT INTO runs (id, agent, status, request, claimed_by, lease_expires_ms,
-                                   correlation, created_ms, updated_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)
-                 ON CONFLICT (id) DO NOTHING",
-                    params![
-                        params.id,
-                        params.agent,
-                        status.as_str(),
-                        request,
-                        claimed_by,
-                        lease_expires_ms,
-                        params.correlation,
-                        params.now_ms,
-                    ],
-                )?;
-                if inserted == 0 {
-                    return Err(StoreError::new(
-                        "creating a run",
-                        format!(
-                            "a run with id {} already exists: give every run a fresh UUIDv7",
-                            params.id
-                        ),
-                    )
-                    .into());
-                }
-                Ok(Run {
-                    id: params.id,
-                    agent: params.agent,
-                    status,
-                    termination_reason: None,
-                    request: params.request,
-                    claimed_by,
-                    lease_expires_ms,
-                    pending_effect: None,
-                    requeue_count: 0,
-                    rounds: 0,
-                    correlation: params.correlation,
-                    created_ms: params.now_ms,
-                    updated_ms: params.now_ms,
-                })
-            })
+            .run("creating a run", move |conn| insert_run(conn, params))
             .await?;
         publish_status(self.feed(), &run.id, run.status);
         Ok(run)
+    }
+
+    async fn run_create_keyed(&self, params: RunCreateKeyed) -> Result<KeyedCreate, StoreError> {
+        self.create_keyed(params).await
     }
 
     async fn run_get(&self, id: &str) -> Result<Option<Run>, StoreError> {
@@ -154,10 +103,10 @@ impl RunStore for SqliteStore {
                 // `previous` is the state the cancel really left.
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
                 let Some(previous) = read_status(&tx, &id)? else {
-                    return Ok(CancelAnswer::NotFound);
+                    return Ok((CancelAnswer::NotFound, None));
                 };
                 if previous.is_terminal() {
-                    return Ok(CancelAnswer::AlreadyTerminal(previous));
+                    return Ok((CancelAnswer::AlreadyTerminal(previous), None));
                 }
                 // R4: the stored request goes (nothing may resume the run); pending_effect and
                 // claimed_by stay, so the reaper and people can see a cancelled mid-write run (R7).
@@ -178,12 +127,22 @@ impl RunStore for SqliteStore {
                 }
                 // R12: the cancel wins over a decision the run waits on.
                 crate::decision_store::drop_pending(&tx, &id, now_ms)?;
+                // R8: no segment holds a queued or parked run, so its final event is
+                // written here, with the status change.
+                let seq = match cancelled_from(previous, CANCEL_REASON) {
+                    Some(body) => crate::final_event::append_final(&tx, &id, &body, now_ms)?,
+                    None => None,
+                };
                 tx.commit()?;
-                Ok(CancelAnswer::Cancelled { previous })
+                Ok((CancelAnswer::Cancelled { previous }, seq))
             })
             .await?;
+        let (answer, seq) = answer;
         if matches!(answer, CancelAnswer::Cancelled { .. }) {
             publish_status(self.feed(), &run_id, RunState::Cancelled);
+        }
+        if let Some(seq) = seq {
+            self.feed().publish(Change::Appended { run_id, seq });
         }
         Ok(answer)
     }
@@ -419,6 +378,65 @@ impl RunStore for SqliteStore {
     async fn decision_list(&self, filter: DecisionFilter) -> Result<Vec<Decision>, StoreError> {
         self.decisions(filter).await
     }
+}
+
+/// Inserts a new run (R1, R3), inside the caller's transaction when there is one.
+pub(crate) fn insert_run(conn: &Connection, params: RunCreate) -> Result<Run, Failure> {
+    let request = params.request.as_ref().map(Value::to_string);
+    // R3: a synchronous run is claimed by its segment at birth; a queued run has no
+    // owner until a worker's guarded claim.
+    let (status, claimed_by, lease_expires_ms) = match &params.status {
+        NewRunStatus::Running {
+            owner,
+            lease_until_ms,
+        } => (
+            RunState::Running,
+            Some(owner.clone()),
+            Some(*lease_until_ms),
+        ),
+        NewRunStatus::Queued => (RunState::Queued, None, None),
+    };
+    let inserted = conn.execute(
+        "INSERT INTO runs (id, agent, status, request, claimed_by, lease_expires_ms,
+                           correlation, created_ms, updated_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)
+         ON CONFLICT (id) DO NOTHING",
+        params![
+            params.id,
+            params.agent,
+            status.as_str(),
+            request,
+            claimed_by,
+            lease_expires_ms,
+            params.correlation,
+            params.now_ms,
+        ],
+    )?;
+    if inserted == 0 {
+        return Err(StoreError::new(
+            "creating a run",
+            format!(
+                "a run with id {} already exists: give every run a fresh UUIDv7",
+                params.id
+            ),
+        )
+        .into());
+    }
+    Ok(Run {
+        id: params.id,
+        agent: params.agent,
+        status,
+        termination_reason: None,
+        request: params.request,
+        claimed_by,
+        lease_expires_ms,
+        pending_effect: None,
+        requeue_count: 0,
+        rounds: 0,
+        correlation: params.correlation,
+        created_ms: params.now_ms,
+        updated_ms: params.now_ms,
+    })
 }
 
 /// The status of run `id` inside the caller's transaction; `None` when there is no run.

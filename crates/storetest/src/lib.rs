@@ -44,6 +44,8 @@ pub use vault::exercise_vault_store;
 
 mod catalogue;
 mod decisions;
+mod finals;
+mod keys;
 mod queue;
 mod runs;
 mod tokens;

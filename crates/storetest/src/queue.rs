@@ -66,6 +66,9 @@ pub async fn exercise_queue_store(store: Arc<dyn QueueStore>) {
     the_old_owner_cannot_append_after_the_reaper_took_the_run(s).await;
 
     committed_writes_are_published_on_the_feed(s).await;
+
+    crate::keys::exercise(&store).await;
+    crate::finals::exercise(&store).await;
 }
 
 fn queued_at(id: &str, created_ms: i64) -> RunCreate {

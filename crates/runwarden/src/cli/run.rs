@@ -25,6 +25,9 @@ use crate::output;
 /// Exit status of a cancelled run (128 + SIGINT).
 const EXIT_CANCELLED: u8 = 130;
 
+/// The cause [`super::signals::Interrupt`] reports when the reader of stdout went away.
+pub(crate) const CLOSED_STDOUT: &str = "a closed standard output";
+
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// The agent, from [agents.NAME].
@@ -203,14 +206,9 @@ impl AgentSource for AgentBuilder {
 /// cannot read (a newer kind, a damaged payload) is still shown, raw, with why: a viewer
 /// never hides a row.
 pub(crate) fn event_line(event: &RunEvent) -> String {
-    let text = |s: &str| -> String {
-        let line = s.lines().next().unwrap_or_default();
-        if line.chars().count() > 120 {
-            format!("{}…", line.chars().take(119).collect::<String>())
-        } else {
-            line.to_string()
-        }
-    };
+    // Never cut: an error is read to find out why a run failed, and its end is often the
+    // part that says why. A text of several lines goes on indented continuation lines.
+    let text = |s: &str| -> String { s.trim_end().lines().collect::<Vec<_>>().join("\n    ") };
     let body = match EventBody::decode(&event.run_id, event.seq, &event.kind, &event.payload) {
         Ok(body) => body,
         Err(EventDecodeError::UnknownKind { .. }) => {
@@ -261,7 +259,10 @@ pub(crate) fn event_line(event: &RunEvent) -> String {
         ),
         EventBody::RunCompleted(e) => format!("completed: {}", text(&e.reason)),
         EventBody::RunFailed(e) => format!("failed: {}", text(&e.reason)),
-        EventBody::RunStopped(e) => format!("stopped: {}", e.outcome.as_str()),
+        EventBody::RunStopped(e) => match &e.reason {
+            Some(reason) => format!("stopped: {}: {}", e.outcome.as_str(), text(reason)),
+            None => format!("stopped: {}", e.outcome.as_str()),
+        },
         EventBody::ModelProgress(e) => format!("model streaming: {} tokens so far", e.tokens),
         EventBody::ToolProgress(e) => {
             let of = e.total.map(|t| format!(" of {t}")).unwrap_or_default();
@@ -325,9 +326,11 @@ fn print_event(json: bool, event: &RunEvent) {
 
 pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode> {
     // Installed before any work, so an early Ctrl-C still cancels through the operator path.
-    let interrupted = Arc::new(tokio::sync::Notify::new());
-    let on_ctrl_c = interrupted.clone();
-    super::signals::on_interrupt(move || on_ctrl_c.notify_one());
+    // Ctrl-C, SIGTERM, SIGHUP and a closed standard output all cancel the run (the
+    // process must not die with the run left to a later worker).
+    let interrupted = Arc::new(super::signals::Interrupt::default());
+    super::signals::cancel_on_signals(interrupted.clone());
+    super::signals::cancel_on_closed_stdout(interrupted.clone());
     let executor = cx.root.executor("run", false, None).await?;
     // O6, R12: what other processes write on a shared SQLite file (an operator's answer to
     // this run's question, a cancel) reaches this process's feed within 250 ms.
@@ -342,22 +345,42 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
     if !cx.json {
         eprintln!("run {} (Ctrl-C cancels it)", run.id);
     }
-    // Ctrl-C goes through the operator's cancel path: the guarded row update, then the
+    // Each cause goes through the operator's cancel path: the guarded row update, then the
     // in-process wake-up of the run's in-flight calls.
-    let (canceller, run_id) = (executor.clone(), run.id.clone());
+    let (canceller, run_id, waiter) = (executor.clone(), run.id.clone(), interrupted.clone());
     let cancelled_at: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
     let stamp = cancelled_at.clone();
     tokio::spawn(async move {
-        interrupted.notified().await; // a Ctrl-C before the run existed is kept as a permit
+        let cause = waiter.fired().await; // a cause before the run existed is kept as a permit
         *stamp.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-        tracing::info!(run = %run_id, actor = "cli (Ctrl-C)", "cancelling the run");
+        let actor = format!("cli ({cause})");
+        tracing::info!(run = %run_id, actor, "cancelling the run");
         if let Err(error) = canceller.cancel(&run_id).await {
             eprintln!("error: could not cancel run {run_id}: {error}");
         }
     });
     let json = cx.json;
-    let observer: runwarden_runtime::Observer =
-        Arc::new(move |event: &RunEvent| print_event(json, event));
+    // A step that cannot be printed because the reader went away (`| head -1`) cancels the
+    // run; nothing more is printed to the closed pipe.
+    let stdout_gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (gone, on_gone) = (stdout_gone.clone(), interrupted.clone());
+    let observer: runwarden_runtime::Observer = Arc::new(move |event: &RunEvent| {
+        if gone.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let text = if json {
+            event_json(event).to_string()
+        } else {
+            event_line(event)
+        };
+        if let Err(error) = output::try_line(&text) {
+            gone.store(true, std::sync::atomic::Ordering::SeqCst);
+            on_gone.fire(CLOSED_STDOUT);
+            if error.kind() != std::io::ErrorKind::BrokenPipe {
+                eprintln!("error: could not write to standard output: {error}");
+            }
+        }
+    });
     let outcome = executor
         .execute(&run, &agent, &args.prompt, Some(observer))
         .await;
@@ -379,7 +402,9 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
         "termination_reason": final_row.termination_reason, "pending_effect": final_row.pending_effect,
         "usage": { "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens },
     });
-    output::emit(cx.json, &summary, || {
+    let stdout_closed = stdout_gone.load(std::sync::atomic::Ordering::SeqCst)
+        || interrupted.cause() == Some(CLOSED_STDOUT);
+    let human = || {
         let mut text = format!("run {} {}", run.id, outcome.as_str());
         if let Some(reason) = &final_row.termination_reason {
             text.push_str(&format!(": {reason}"));
@@ -400,15 +425,28 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .map(|t| t.elapsed().as_millis());
-            if let Some(ms) = since {
-                text.push_str(&format!(" ({ms} ms after Ctrl-C)"));
+            if let (Some(ms), Some(cause)) = (since, interrupted.cause()) {
+                text.push_str(&format!(" ({ms} ms after {cause})"));
             }
             if let Some(effect) = &final_row.pending_effect {
                 text.push_str(&format!("\na {effect} was in flight: its effect on the server is unknown and it will not be retried"));
             }
         }
         text
-    });
+    };
+    if stdout_closed {
+        // The reader is gone: the summary still reaches the user, on stderr.
+        eprintln!(
+            "{}",
+            if cx.json {
+                summary.to_string()
+            } else {
+                human()
+            }
+        );
+    } else {
+        output::emit(cx.json, &summary, human);
+    }
     Ok(match outcome {
         Outcome::Completed => ExitCode::SUCCESS,
         Outcome::Cancelled => ExitCode::from(EXIT_CANCELLED),

@@ -36,6 +36,11 @@ pub(crate) enum ApiError {
     /// 409: the decision takes no answer now (answered, expired, its run cancelled or
     /// finished).
     DecisionRefused(String),
+    /// 409: the `Idempotency-Key` made another run from another body.
+    IdempotencyKeyReused {
+        /// The run the key made.
+        run_id: String,
+    },
     /// 400: the body is not JSON.
     InvalidJson(String),
     /// 400: the body or query has a field we do not know.
@@ -75,6 +80,7 @@ impl ApiError {
             Self::RunAlreadyTerminal(_) => (StatusCode::CONFLICT, "run_already_terminal"),
             Self::DecisionNotFound(_) => (StatusCode::NOT_FOUND, "decision_not_found"),
             Self::DecisionRefused(_) => (StatusCode::CONFLICT, "decision_refused"),
+            Self::IdempotencyKeyReused { .. } => (StatusCode::CONFLICT, "idempotency_key_reused"),
             Self::InvalidJson(_) => (StatusCode::BAD_REQUEST, "invalid_json"),
             Self::UnknownField(_) => (StatusCode::BAD_REQUEST, "unknown_field"),
             Self::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
@@ -98,6 +104,9 @@ impl ApiError {
             Self::NotFound => "no such route: see /v1/openapi.json for the API".into(),
             Self::MethodNotAllowed => "this route does not take that method".into(),
             Self::RunNotFound(id) => format!("no run with id {id}"),
+            Self::IdempotencyKeyReused { run_id } => format!(
+                "this Idempotency-Key already made run {run_id} from a different body: send a new key with a new request"
+            ),
             Self::DecisionNotFound(id) => {
                 format!("no decision with id {id}: GET /v1/decisions lists them")
             }

@@ -2,11 +2,17 @@
 //! cancel one through the process's cancel hub.
 
 use anyhow::Context as _;
+use axum::Extension;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use runwarden_runtime::decision::arguments_hash;
+use runwarden_runtime::idempotency::check_key;
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
-use runwarden_runtime::{Budgets, CancelAnswer, RunFilter, RunState, run_request};
+use runwarden_runtime::{
+    Budgets, CancelAnswer, KeyedCreate, RunCreateKeyed, RunFilter, RunState, run_request,
+};
+use runwarden_vault::ApiToken;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -54,10 +60,45 @@ async fn run_view(state: &AppState, id: &str) -> Result<Value, ApiError> {
     }
 }
 
+/// The header a client sends to make `POST /v1/runs` safe to retry.
+const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// The client's `Idempotency-Key`, checked; `None` when it sent none.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let key = value.to_str().map_err(|_| {
+        ApiError::InvalidRequest("the Idempotency-Key header is not printable ASCII".into())
+    })?;
+    check_key(key).map_err(ApiError::InvalidRequest)?;
+    Ok(Some(key.to_string()))
+}
+
+/// The SHA-256 of the request as understood (defaults filled in, keys sorted), so two
+/// bodies that ask for the same run hash the same whatever their spelling.
+fn body_hash(body: &CreateRun) -> String {
+    let mode = match body.mode {
+        Mode::Queued => "queued",
+        Mode::Sync => "sync",
+    };
+    arguments_hash(&json!({
+        "agent": body.agent,
+        "prompt": body.prompt,
+        "mode": mode,
+        "max_output_tokens_total": body.max_output_tokens_total,
+        "max_wall_seconds": body.max_wall_seconds,
+        "max_tool_calls": body.max_tool_calls,
+    }))
+}
+
 pub(super) async fn create(
     State(state): State<AppState>,
+    token: Option<Extension<ApiToken>>,
+    headers: HeaderMap,
     Json(body): Json<CreateRun>,
 ) -> Result<Response, ApiError> {
+    let key = idempotency_key(&headers)?;
     let Some(agent) = state.config.agents.get(&body.agent) else {
         return Err(ApiError::AgentNotFound(body.agent));
     };
@@ -75,23 +116,59 @@ pub(super) async fn create(
         Mode::Queued => {
             // R9: the row is the state; the stored request is all a worker needs.
             let id = uuid::Uuid::now_v7().to_string();
-            let run = state
-                .runs
-                .run_create(RunCreate {
-                    id: id.clone(),
-                    agent: body.agent,
-                    correlation: id,
-                    request: Some(run_request(&body.prompt, &budgets)),
-                    status: NewRunStatus::Queued,
-                    now_ms: now_ms(),
-                })
-                .await
-                .context("while storing a queued run")?;
+            let hash = body_hash(&body);
+            let create = RunCreate {
+                id: id.clone(),
+                agent: body.agent,
+                correlation: id,
+                request: Some(run_request(&body.prompt, &budgets)),
+                status: NewRunStatus::Queued,
+                now_ms: now_ms(),
+            };
+            let run = match key {
+                None => state
+                    .runs
+                    .run_create(create)
+                    .await
+                    .context("while storing a queued run")?,
+                Some(key) => {
+                    // Keys are per caller: one token's key never answers another's run.
+                    let scope = token.map_or_else(|| "api".to_string(), |t| t.0.id);
+                    let keyed = RunCreateKeyed {
+                        run: create,
+                        scope,
+                        key,
+                        body_hash: hash,
+                    };
+                    match state
+                        .runs
+                        .run_create_keyed(keyed)
+                        .await
+                        .context("while storing a queued run")?
+                    {
+                        KeyedCreate::Created(run) => run,
+                        // The retry of a request that made its run: the same run, as it is now.
+                        KeyedCreate::Existing(run) => {
+                            return Ok(axum::Json(run_view(&state, &run.id).await?).into_response());
+                        }
+                        KeyedCreate::Reused { run_id } => {
+                            return Err(ApiError::IdempotencyKeyReused { run_id });
+                        }
+                    }
+                }
+            };
             // A new run has no steps: its usage is zero, in the shape a read answers.
             let view = run_json_with_usage(&run, &[]);
             Ok((StatusCode::ACCEPTED, axum::Json(view)).into_response())
         }
         Mode::Sync => {
+            if key.is_some() {
+                // A synchronous run answers when it ends; a retry cannot be told apart from
+                // a second run while the first still executes. Queued runs take keys.
+                return Err(ApiError::InvalidRequest(
+                    "Idempotency-Key applies to queued runs: leave \"mode\" out, or drop the header".into(),
+                ));
+            }
             let agent = state.agents.build(&body.agent).await.map_err(|e| {
                 if ApiError::store_fault(&e).is_some() {
                     return ApiError::from(e); // the catalogue could not be read: 503

@@ -171,6 +171,8 @@ impl Worker {
         let permits = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
         let rescued = Arc::new(AtomicUsize::new(0));
         let reaper = self.clone().spawn_reaper(rescued.clone());
+        // Seen before the first claim: whoever sees a run claimed also sees a worker.
+        self.beat().await;
         let presence = self.clone().spawn_presence();
         let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<Outcome>();
         let mut summary = WorkerSummary::default();
@@ -285,18 +287,24 @@ impl Worker {
     /// `enqueue` can tell when no worker is there to claim a run.
     fn spawn_presence(self: Arc<Self>) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(WORKER_BEAT);
+            let start = tokio::time::Instant::now() + WORKER_BEAT;
+            let mut tick = tokio::time::interval_at(start, WORKER_BEAT);
             loop {
                 tick.tick().await;
-                if let Err(error) = self
-                    .queue
-                    .worker_seen(self.executor.owner(), now_ms())
-                    .await
-                {
-                    tracing::warn!(%error, "could not record this worker's presence");
-                }
+                self.beat().await;
             }
         })
+    }
+
+    /// Writes this worker's presence row now.
+    async fn beat(&self) {
+        if let Err(error) = self
+            .queue
+            .worker_seen(self.executor.owner(), now_ms())
+            .await
+        {
+            tracing::warn!(%error, "could not record this worker's presence");
+        }
     }
 
     fn spawn_reaper(self: Arc<Self>, rescued: Arc<AtomicUsize>) -> tokio::task::JoinHandle<()> {

@@ -159,13 +159,23 @@ impl ApiClient {
         agent: &str,
         prompt: &str,
         budgets: &runwarden_runtime::Budgets,
+        idempotency_key: Option<&str>,
     ) -> anyhow::Result<Value> {
         let mut body = json!({ "agent": agent, "prompt": prompt, "mode": "queued" });
         // R13: only the budgets asked for travel; the server checks them.
         if let (Value::Object(fields), Some(body)) = (json!(budgets), body.as_object_mut()) {
             body.extend(fields);
         }
-        let answer = self.post("/v1/runs", body).await?;
+        let mut request = self
+            .http
+            .post(format!("{}/v1/runs", self.base))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(key) = idempotency_key {
+            // A retry with the same key answers the run the first request made.
+            request = request.header("idempotency-key", key);
+        }
+        let answer = self.send(request).await?;
         self.expect(answer).await
     }
 }

@@ -1,6 +1,6 @@
 //! Wire shapes shared by the CLI's `--json` output and the HTTP API, so both say the same.
 
-use runwarden_runtime::{Run, RunEvent, usage_of};
+use runwarden_runtime::{Budgets, Run, RunEvent, usage_of};
 use serde_json::{Value, json};
 
 use crate::output;
@@ -34,4 +34,18 @@ pub(crate) fn run_json_with_usage(run: &Run, events: &[RunEvent]) -> Value {
         "output_tokens": usage.output_tokens,
     });
     view
+}
+
+/// The SHA-256 of a run request as understood (defaults filled in, keys sorted): what an
+/// `Idempotency-Key` is bound to, the same for the API and `enqueue --idempotency-key`,
+/// so two spellings of one request hash the same.
+pub(crate) fn run_request_hash(agent: &str, prompt: &str, mode: &str, budgets: &Budgets) -> String {
+    runwarden_runtime::decision::arguments_hash(&json!({
+        "agent": agent,
+        "prompt": prompt,
+        "mode": mode,
+        "max_output_tokens_total": budgets.max_output_tokens_total,
+        "max_wall_seconds": budgets.max_wall_seconds,
+        "max_tool_calls": budgets.max_tool_calls,
+    }))
 }

@@ -23,6 +23,7 @@ mod mcp_edit;
 mod metrics;
 mod nodes;
 mod operator_cli;
+mod queueing;
 mod rotate;
 mod run;
 mod secret;

@@ -4,6 +4,7 @@ pub(crate) mod audit;
 mod completions;
 mod decisions;
 mod egress;
+mod hints;
 pub(crate) mod init;
 pub(crate) mod mcp;
 mod mcp_edit;

@@ -613,7 +613,10 @@ async fn events_from_server(
     server: &crate::client::ApiClient,
     args: EventsArgs,
 ) -> anyhow::Result<ExitCode> {
-    run_report(cx, &args.run_id).await?; // a clear answer for an unknown id
+    let report = run_report(cx, &args.run_id).await?; // a clear answer for an unknown id
+    if args.follow && report["status"] == RunState::Queued.as_str() {
+        eprintln!("{}", waiting_line(&args.run_id));
+    }
     if !args.follow {
         let answer = server
             .get(&format!("/v1/runs/{}/events?after=0", args.run_id))
@@ -655,8 +658,15 @@ async fn events_from_store(cx: &Context, args: EventsArgs) -> anyhow::Result<Exi
     if args.follow {
         cx.root.watch_other_writers().await?;
     }
-    if runs.run_get(&args.run_id).await?.is_none() {
+    let Some(run) = runs.run_get(&args.run_id).await? else {
         bail!("no run with id {}", args.run_id);
+    };
+    if args.follow && run.status == RunState::Queued {
+        // Not silent while nothing can happen: say what the run waits for.
+        eprintln!("{}", waiting_line(&args.run_id));
+        if let Some(hint) = super::hints::no_worker_hint(&*cx.root.queue().await?).await {
+            eprintln!("{hint}");
+        }
     }
     let mut after = 0;
     let mut ended_at: Option<Instant> = None;
@@ -694,6 +704,11 @@ async fn events_from_store(cx: &Context, args: EventsArgs) -> anyhow::Result<Exi
             () = grace_over => {}
         }
     }
+}
+
+/// What `events --follow` says about a run no worker has claimed yet.
+fn waiting_line(run_id: &str) -> String {
+    format!("run {run_id} is queued: waiting for a worker to claim it")
 }
 
 /// After a run is terminal with no final event yet, how long its segment may still write

@@ -4,10 +4,11 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use clap::Args;
+use runwarden_runtime::idempotency::check_key;
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
-use runwarden_runtime::{RequeueAnswer, RetryPolicy, reap};
+use runwarden_runtime::{KeyedCreate, RequeueAnswer, RetryPolicy, RunCreateKeyed, reap};
 use serde_json::json;
 
 use super::Context;
@@ -23,6 +24,10 @@ pub(crate) struct EnqueueArgs {
     prompt: String,
     #[command(flatten)]
     budgets: super::run::BudgetArgs,
+    /// Makes the enqueue safe to retry: the same key with the same request answers the
+    /// run the first one made (kept 24 h); with another request it is refused.
+    #[arg(long, value_name = "KEY")]
+    idempotency_key: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -45,7 +50,12 @@ pub(crate) async fn enqueue(cx: &Context, args: EnqueueArgs) -> anyhow::Result<E
     if let Some(server) = &cx.server {
         // The server checks the budgets against its own configuration of the agent.
         let run = server
-            .enqueue(&args.agent, &args.prompt, &args.budgets.asked())
+            .enqueue(
+                &args.agent,
+                &args.prompt,
+                &args.budgets.asked(),
+                args.idempotency_key.as_deref(),
+            )
             .await?;
         let report = json!({ "run_id": run["run_id"], "status": run["status"] });
         let id = run["run_id"].as_str().unwrap_or_default().to_string();
@@ -55,22 +65,53 @@ pub(crate) async fn enqueue(cx: &Context, args: EnqueueArgs) -> anyhow::Result<E
     let budgets = args.budgets.checked(cx.config.agent(&args.agent)?)?;
     let store = cx.store().await?;
     let id = uuid::Uuid::now_v7().to_string();
-    let run = store
-        .run_create(RunCreate {
-            id: id.clone(),
-            agent: args.agent.clone(),
-            correlation: id.clone(),
-            request: Some(runwarden_runtime::run_request(&args.prompt, &budgets)),
-            status: NewRunStatus::Queued,
-            now_ms: chrono::Utc::now().timestamp_millis(),
-        })
-        .await
-        .context("while storing the queued run")?;
+    let create = RunCreate {
+        id: id.clone(),
+        agent: args.agent.clone(),
+        correlation: id.clone(),
+        request: Some(runwarden_runtime::run_request(&args.prompt, &budgets)),
+        status: NewRunStatus::Queued,
+        now_ms: chrono::Utc::now().timestamp_millis(),
+    };
+    let run = match &args.idempotency_key {
+        None => store
+            .run_create(create)
+            .await
+            .context("while storing the queued run")?,
+        Some(key) => {
+            check_key(key).map_err(anyhow::Error::msg)?;
+            let keyed = RunCreateKeyed {
+                run: create,
+                // The command line's keys are its own: an API token's never answer them.
+                scope: "cli".into(),
+                key: key.clone(),
+                body_hash: crate::views::run_request_hash(
+                    &args.agent,
+                    &args.prompt,
+                    "queued",
+                    &budgets,
+                ),
+            };
+            match store
+                .run_create_keyed(keyed)
+                .await
+                .context("while storing the queued run")?
+            {
+                KeyedCreate::Created(run) | KeyedCreate::Existing(run) => run,
+                KeyedCreate::Reused { run_id } => bail!(
+                    "idempotency key {key:?} already made run {run_id} from a different request: use a new key for a new run"
+                ),
+            }
+        }
+    };
     output::emit(
         cx.json,
         &json!({ "run_id": run.id, "status": run.status.as_str() }),
         || run.id.clone(),
     );
+    if let Some(hint) = super::hints::no_worker_hint(&*store).await {
+        eprintln!("{hint}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

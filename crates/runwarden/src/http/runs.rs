@@ -6,7 +6,6 @@ use axum::Extension;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use runwarden_runtime::decision::arguments_hash;
 use runwarden_runtime::idempotency::check_key;
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
 use runwarden_runtime::{
@@ -75,23 +74,6 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     Ok(Some(key.to_string()))
 }
 
-/// The SHA-256 of the request as understood (defaults filled in, keys sorted), so two
-/// bodies that ask for the same run hash the same whatever their spelling.
-fn body_hash(body: &CreateRun) -> String {
-    let mode = match body.mode {
-        Mode::Queued => "queued",
-        Mode::Sync => "sync",
-    };
-    arguments_hash(&json!({
-        "agent": body.agent,
-        "prompt": body.prompt,
-        "mode": mode,
-        "max_output_tokens_total": body.max_output_tokens_total,
-        "max_wall_seconds": body.max_wall_seconds,
-        "max_tool_calls": body.max_tool_calls,
-    }))
-}
-
 pub(super) async fn create(
     State(state): State<AppState>,
     token: Option<Extension<ApiToken>>,
@@ -116,7 +98,11 @@ pub(super) async fn create(
         Mode::Queued => {
             // R9: the row is the state; the stored request is all a worker needs.
             let id = uuid::Uuid::now_v7().to_string();
-            let hash = body_hash(&body);
+            let mode = match body.mode {
+                Mode::Queued => "queued",
+                Mode::Sync => "sync",
+            };
+            let hash = crate::views::run_request_hash(&body.agent, &body.prompt, mode, &budgets);
             let create = RunCreate {
                 id: id.clone(),
                 agent: body.agent,

@@ -10,6 +10,7 @@ mod harden;
 mod http;
 mod live;
 mod output;
+mod reload;
 mod root;
 mod store_url;
 mod telemetry;

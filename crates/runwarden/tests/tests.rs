@@ -24,6 +24,7 @@ mod metrics;
 mod nodes;
 mod operator_cli;
 mod queueing;
+mod reload;
 mod rotate;
 mod run;
 mod secret;

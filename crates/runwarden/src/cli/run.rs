@@ -132,11 +132,20 @@ fn provider(
 
 /// Builds agents from the configuration and the imported catalogue, with one vault egress
 /// client and one MCP client per server shared by every run of this process.
+///
+/// The agents and MCP servers in force are one [`Registry`] behind a lock, so `serve`
+/// can swap them on SIGHUP ([`crate::reload`]); each build takes the registry of the
+/// moment, and a run already built keeps what it was built with.
 pub(crate) struct AgentBuilder {
-    config: crate::config::Config,
+    current: std::sync::RwLock<Arc<Registry>>,
     catalogue: Arc<dyn CatalogueStore>,
     egress: Arc<EgressClient>,
-    clients: crate::root::McpClients,
+}
+
+/// The agents and MCP servers in force, and one MCP client per server.
+pub(crate) struct Registry {
+    pub(crate) config: Arc<crate::config::Config>,
+    pub(crate) clients: crate::root::McpClients,
 }
 
 impl AgentBuilder {
@@ -147,26 +156,58 @@ impl AgentBuilder {
         egress: Arc<EgressClient>,
         clients: crate::root::McpClients,
     ) -> Self {
+        let registry = Registry {
+            config: Arc::new(config.clone()),
+            clients,
+        };
         Self {
-            config: config.clone(),
+            current: std::sync::RwLock::new(Arc::new(registry)),
             catalogue,
             egress,
-            clients,
         }
+    }
+
+    /// The registry in force now.
+    pub(crate) fn registry(&self) -> Arc<Registry> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The configuration in force now (agents and MCP servers as last reloaded).
+    pub(crate) fn config(&self) -> Arc<crate::config::Config> {
+        self.registry().config.clone()
+    }
+
+    /// Puts `registry` in force for every build from now on.
+    pub(crate) fn swap(&self, registry: Registry) {
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(registry);
+    }
+
+    /// The egress client new MCP clients go out through.
+    pub(crate) fn egress(&self) -> &Arc<EgressClient> {
+        &self.egress
+    }
+
+    /// The catalogue store MCP clients record liveness in.
+    pub(crate) fn catalogue(&self) -> &Arc<dyn CatalogueStore> {
+        &self.catalogue
     }
 
     /// The agent ready to run: provider, tools bound from the imported catalogue.
     pub(crate) async fn build(&self, name: &str) -> anyhow::Result<AgentSpec> {
-        let config = self.config.agent(name)?;
+        let registry = self.registry();
+        let config = registry.config.agent(name)?;
         let catalogue = self.catalogue.catalogue_list(None).await?;
         let mut tools = bind_tools(&config.tools, &catalogue, |server| {
-            self.clients.get(server).cloned()
+            registry.clients.get(server).cloned()
         })
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("while binding the tools of agent {name}"))?;
         // R12: the approval policy in force, like the effects (M10 amended).
         for tool in &mut tools {
-            tool.approval = self.config.approval_of(
+            tool.approval = registry.config.approval_of(
                 config,
                 &tool.client.server().name,
                 &tool.remote_name,

@@ -51,6 +51,9 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
     let limits = limits(cx);
     // One root, one backend: the API and the workers below share its store and feed.
     let state = AppState::new(cx.root.clone(), stop.clone()).await?;
+    // SIGHUP reloads the agents and MCP servers (and says what changed); runs in flight
+    // keep what they were built with.
+    crate::reload::on_hangup(state.agents.clone(), cx.config.path.clone());
     // O6: changes other processes make on a shared SQLite file reach this one's feed.
     cx.root.watch_other_writers().await?;
     let tls = cx.config.serve.tls.as_ref().map(tls_acceptor).transpose()?;

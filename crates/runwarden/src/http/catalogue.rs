@@ -11,6 +11,8 @@ use crate::cli::mcp::server_views;
 pub(super) async fn servers(State(state): State<AppState>) -> Result<axum::Json<Value>, ApiError> {
     let catalogue = state.catalogue.catalogue_list(None).await?;
     let health = state.catalogue.health_list().await?;
-    let views = server_views(&state.config, None, &catalogue, &health);
+    // The MCP servers in force now: `serve` reloads them on SIGHUP.
+    let config = state.agents.config();
+    let views = server_views(&config, None, &catalogue, &health);
     Ok(axum::Json(json!({ "servers": views })))
 }

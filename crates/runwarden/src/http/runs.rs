@@ -81,7 +81,9 @@ pub(super) async fn create(
     Json(body): Json<CreateRun>,
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers)?;
-    let Some(agent) = state.config.agents.get(&body.agent) else {
+    // The agents in force now: `serve` reloads them on SIGHUP.
+    let config = state.agents.config();
+    let Some(agent) = config.agents.get(&body.agent) else {
         return Err(ApiError::AgentNotFound(body.agent));
     };
     let budgets = Budgets {

@@ -755,6 +755,9 @@ async fn a_queued_run_cancelled_before_any_worker_is_never_claimed() {
     let cancelled = status(&sandbox, &id).await;
     assert_eq!(cancelled["status"], "cancelled", "{cancelled:#}");
     assert_eq!(cancelled["lease_holder"], Value::Null, "{cancelled:#}");
-    assert_eq!(events(&sandbox, &id).await, Vec::<Value>::new());
+    // R8: its one event is the final one the cancel wrote: nothing ran.
+    let log = events(&sandbox, &id).await;
+    assert_eq!(kinds(&log), ["run_stopped"], "{log:#?}");
+    assert_eq!(log[0]["payload"]["outcome"], "CANCELLED");
     assert_eq!(calls.total("lookup") + calls.total("create"), 0);
 }

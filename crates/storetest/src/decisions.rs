@@ -408,6 +408,22 @@ async fn an_uncertain_write_keeps_its_fence_until_answered_and_a_cancel_answer_c
                 after.pending_effect.as_deref(),
                 Some("non_idempotent_write")
             );
+            // R8: no segment holds a parked run, so the answer's transaction writes its
+            // final event, after the answer, and only one.
+            let log = store.run_events(run, 0, 0).await.unwrap();
+            let kinds: Vec<&str> = log.iter().map(|e| e.kind.as_str()).collect();
+            assert_eq!(
+                kinds[kinds.len() - 2..],
+                ["decision_answered", "run_stopped"],
+                "{kinds:?}"
+            );
+            let reason = log[log.len() - 1].payload["reason"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(
+                reason.contains("waited for an operator decision"),
+                "{reason}"
+            );
         } else {
             assert_eq!(after.status, RunState::Queued);
             assert_eq!(

@@ -250,6 +250,22 @@ pub struct RunStopped {
     pub reason: Option<String>,
 }
 
+/// R8: the final event of a cancelled run whose segment died before it recorded its
+/// stop; the reaper writes it once the lease has been over for [`ORPHAN_GRACE_MS`].
+pub fn stopped_orphan() -> EventBody {
+    EventBody::RunStopped(RunStopped {
+        outcome: Outcome::Cancelled,
+        reason: Some(
+            "cancelled by an operator while running; the process running it ended before it recorded the stop"
+                .into(),
+        ),
+    })
+}
+
+/// How long after a cancelled run's lease ran out the reaper takes its segment for dead
+/// (a live segment renews the lease every heartbeat until it records its stop).
+pub const ORPHAN_GRACE_MS: i64 = 60_000;
+
 /// R8: the final event of a run cancelled from `previous`, written by the store in the
 /// cancel's transaction when no segment holds the run to write its own `run_stopped`
 /// (queued, or parked on a decision). `None` for a running run: its segment records the

@@ -145,6 +145,21 @@ pub trait QueueStore: RunStore {
     /// the row changed since it was read, and nothing changed now.
     async fn run_rescue_apply(&self, params: RescueApply) -> Result<bool, StoreError>;
 
+    /// R8: cancelled runs whose segment died before it recorded its stop (their lease
+    /// ran out before `expired_before_ms`) get their final `run_stopped`, written with
+    /// `reason`, unless their log has a final event already; either way their lease is
+    /// cleared, so each cancelled run is looked at once. At most `limit` runs; answers
+    /// the ids that got an event. The default does nothing.
+    async fn run_stopped_orphans(
+        &self,
+        expired_before_ms: i64,
+        now_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError> {
+        let _ = (expired_before_ms, now_ms, limit);
+        Ok(Vec::new())
+    }
+
     /// Worker presence: records that worker `id` is alive at `now_ms` (its claim loop
     /// beats every [`WORKER_BEAT`](crate::WORKER_BEAT)), and forgets workers gone for a
     /// day. The default keeps nothing.

@@ -131,6 +131,14 @@ pub async fn reap_at(
         };
         rescued.push(Rescued { id: run.id, action });
     }
+    // R8: a cancelled run whose segment died gets the final event it never wrote.
+    let expired_before = now_ms - crate::events::ORPHAN_GRACE_MS;
+    for id in queue
+        .run_stopped_orphans(expired_before, now_ms, limit)
+        .await?
+    {
+        tracing::info!(run = %id, "the reaper recorded the stop of a cancelled run whose segment ended");
+    }
     Ok(rescued)
 }
 

@@ -160,6 +160,51 @@ impl QueueStore for PgStore {
         .await
     }
 
+    async fn run_stopped_orphans(
+        &self,
+        expired_before_ms: i64,
+        now_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError> {
+        self.with("recording the stop of cancelled runs", async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let result = async {
+                // The rows stay locked until the commit; another reaper skips them.
+                let rows = tx
+                    .query(
+                        "SELECT id FROM runs WHERE status = 'cancelled'
+                             AND lease_expires_ms IS NOT NULL AND lease_expires_ms < $1
+                         ORDER BY lease_expires_ms LIMIT $2
+                         FOR UPDATE SKIP LOCKED",
+                        &[&expired_before_ms, &i64::from(limit)],
+                    )
+                    .await?;
+                let body = runwarden_runtime::events::stopped_orphan();
+                let mut written = Vec::new();
+                for row in rows {
+                    let id: String = row.try_get(0)?;
+                    if crate::final_event::append_final(&*tx, &id, &body, now_ms)
+                        .await?
+                        .is_some()
+                    {
+                        written.push(id.clone());
+                    }
+                    // Looked at once: a cleared lease leaves the sweep's scope.
+                    tx.execute(
+                        "UPDATE runs SET lease_expires_ms = NULL WHERE id = $1 AND status = 'cancelled'",
+                        &[&id],
+                    )
+                    .await?;
+                }
+                Ok(written)
+            }
+            .await;
+            finish(tx, result).await
+        })
+        .await
+    }
+
     async fn worker_seen(&self, id: &str, now_ms: i64) -> Result<(), StoreError> {
         self.with("recording a worker's presence", async {
             let client = self.client().await?;

@@ -101,6 +101,51 @@ impl QueueStore for SqliteStore {
         Ok(applied)
     }
 
+    async fn run_stopped_orphans(
+        &self,
+        expired_before_ms: i64,
+        now_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError> {
+        let written = self
+            .run("recording the stop of cancelled runs", move |conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let ids = {
+                    let mut stmt = tx.prepare_cached(
+                        "SELECT id FROM runs WHERE status = 'cancelled'
+                             AND lease_expires_ms IS NOT NULL AND lease_expires_ms < ?1
+                         ORDER BY lease_expires_ms LIMIT ?2",
+                    )?;
+                    stmt.query_map(params![expired_before_ms, i64::from(limit)], |row| {
+                        row.get::<_, String>(0)
+                    })?
+                    .collect::<Result<Vec<_>, _>>()?
+                };
+                let body = runwarden_runtime::events::stopped_orphan();
+                let mut written = Vec::new();
+                for id in ids {
+                    if let Some(seq) = crate::final_event::append_final(&tx, &id, &body, now_ms)? {
+                        written.push((id.clone(), seq));
+                    }
+                    // Looked at once: a cleared lease leaves the sweep's scope.
+                    tx.execute(
+                        "UPDATE runs SET lease_expires_ms = NULL WHERE id = ?1 AND status = 'cancelled'",
+                        [&id],
+                    )?;
+                }
+                tx.commit()?;
+                Ok(written)
+            })
+            .await?;
+        for (run_id, seq) in &written {
+            self.feed().publish(Change::Appended {
+                run_id: run_id.clone(),
+                seq: *seq,
+            });
+        }
+        Ok(written.into_iter().map(|(id, _)| id).collect())
+    }
+
     async fn worker_seen(&self, id: &str, now_ms: i64) -> Result<(), StoreError> {
         let id = id.to_owned();
         self.run("recording a worker's presence", move |conn| {

@@ -17,6 +17,7 @@ pub(crate) async fn exercise(store: &Arc<dyn QueueStore>) {
     a_cancel_of_a_running_run_leaves_the_final_event_to_its_segment(s).await;
     the_reapers_dead_letter_writes_the_final_event_and_its_requeue_none(s).await;
     a_run_with_a_final_event_never_gets_a_second(s).await;
+    a_cancelled_run_whose_segment_died_gets_its_stop_from_the_reaper(s).await;
 }
 
 const OWNER: &str = "finals-owner";
@@ -164,4 +165,82 @@ async fn a_run_with_a_final_event_never_gets_a_second(store: &dyn QueueStore) {
     let log = events(store, "final-twice").await;
     assert_eq!(finals(&log).len(), 1, "R8: one terminal event: {log:?}");
     assert_eq!(log[0].payload["reason"], "the segment's own end");
+}
+
+async fn a_cancelled_run_whose_segment_died_gets_its_stop_from_the_reaper(store: &dyn QueueStore) {
+    let grace = runwarden_runtime::events::ORPHAN_GRACE_MS;
+    // Cancelled while running; its segment died, so no `run_stopped` came.
+    store
+        .run_create(create("final-orphan", running(T0 + 1_000), true))
+        .await
+        .unwrap();
+    store.run_cancel("final-orphan", T0 + 10).await.unwrap();
+    // Cancelled while running; its segment recorded its own stop.
+    store
+        .run_create(create("final-stopped", running(T0 + 1_000), true))
+        .await
+        .unwrap();
+    store.run_cancel("final-stopped", T0 + 10).await.unwrap();
+    let stop = EventAppend {
+        id: "final-stopped".into(),
+        owner: OWNER.into(),
+        kind: "run_stopped".into(),
+        payload: json!({"outcome": "CANCELLED"}),
+        clear_fence: false,
+        round: None,
+        now_ms: T0 + 20,
+    };
+    store.run_event_append(stop).await.unwrap().unwrap();
+
+    // Within the grace a live segment may still write its stop: nothing is written.
+    reap_at(
+        store,
+        &RetryPolicy::default(),
+        T0 + 1_000 + grace - 1,
+        1_000,
+        Some(0.5),
+    )
+    .await
+    .unwrap();
+    assert!(events(store, "final-orphan").await.is_empty());
+
+    let now = T0 + 1_001 + grace;
+    reap_at(store, &RetryPolicy::default(), now, 1_000, Some(0.5))
+        .await
+        .unwrap();
+    let orphan = events(store, "final-orphan").await;
+    assert_eq!(orphan.len(), 1, "{orphan:?}");
+    assert_eq!(orphan[0].kind, "run_stopped");
+    assert!(
+        orphan[0].payload["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ended before it recorded the stop"),
+        "{:?}",
+        orphan[0]
+    );
+    assert_eq!(
+        finals(&events(store, "final-stopped").await).len(),
+        1,
+        "never a second"
+    );
+    let row = store.run_get("final-orphan").await.unwrap().unwrap();
+    assert_eq!(row.status, RunState::Cancelled, "still cancelled");
+    assert_eq!(
+        row.claimed_by.as_deref(),
+        Some(OWNER),
+        "the last holder stays on record"
+    );
+
+    // Looked at once: a later pass writes nothing more.
+    reap_at(
+        store,
+        &RetryPolicy::default(),
+        now + grace,
+        1_000,
+        Some(0.5),
+    )
+    .await
+    .unwrap();
+    assert_eq!(events(store, "final-orphan").await.len(), 1);
 }

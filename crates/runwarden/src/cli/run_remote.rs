@@ -70,7 +70,7 @@ pub(crate) async fn run(
     let stop = stop_asked(); // before any work: an early Ctrl-C still cancels
     tokio::pin!(stop);
     let created = server
-        .enqueue(&args.agent, &args.prompt, &args.budgets.asked())
+        .enqueue(&args.agent, &args.prompt, &args.budgets.asked(), None)
         .await?;
     let Some(run_id) = created["run_id"].as_str().map(str::to_string) else {
         anyhow::bail!("the server created a run but did not say its id");

@@ -39,5 +39,6 @@ mod listener;
 mod migrate;
 mod queue_store;
 mod run_store;
+mod session_store;
 mod token_store;
 mod vault_store;

@@ -62,6 +62,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0009_catalogue_output_schema.sql"),
     },
     Migration {
+        version: 10,
+        name: "0010_console_sessions",
+        sql: include_str!("../migrations/0010_console_sessions.sql"),
+    },
+    Migration {
         version: 11,
         name: "0011_keys_and_workers",
         sql: include_str!("../migrations/0011_keys_and_workers.sql"),

@@ -37,3 +37,9 @@ async fn the_postgres_store_passes_the_queue_suite() {
     let db = TestDb::new().await;
     runwarden_storetest::exercise_queue_store(db.node().await).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_postgres_store_passes_the_session_suite() {
+    let db = TestDb::new().await;
+    runwarden_storetest::exercise_session_store(db.node().await).await;
+}

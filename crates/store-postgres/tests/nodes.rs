@@ -52,6 +52,7 @@ async fn nodes_starting_together_apply_each_migration_once() {
             "0007_notify",
             "0008_decisions",
             "0009_catalogue_output_schema",
+            "0010_console_sessions",
             "0011_keys_and_workers"
         ]
     );

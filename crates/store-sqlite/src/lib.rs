@@ -42,5 +42,6 @@ mod other_writers;
 mod permissions;
 mod queue_store;
 mod run_store;
+mod session_store;
 mod token_store;
 mod vault_store;

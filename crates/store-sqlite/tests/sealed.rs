@@ -131,3 +131,10 @@ async fn the_sqlite_store_passes_the_token_conformance_suite() {
     let store = runwarden_store_sqlite::SqliteStore::open(dir.path().join("tokens.db")).unwrap();
     runwarden_storetest::exercise_token_store(std::sync::Arc::new(store)).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sqlite_store_passes_the_session_conformance_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = runwarden_store_sqlite::SqliteStore::open(dir.path().join("sessions.db")).unwrap();
+    runwarden_storetest::exercise_session_store(std::sync::Arc::new(store)).await;
+}

@@ -32,6 +32,9 @@
 //!
 //! [`exercise_decision_store`] checks operator decisions (R12) on a fresh store: asking
 //! parks the run, answers are guarded (two racing leave one), a cancel wins, expiry.
+//!
+//! [`exercise_session_store`] checks console sessions (O4): found by id only, ended by
+//! expiry, sign-out and the token's revocation.
 
 #![deny(missing_docs)]
 
@@ -39,6 +42,7 @@ pub use catalogue::exercise_catalogue_store;
 pub use decisions::exercise_decision_store;
 pub use queue::exercise_queue_store;
 pub use runs::exercise_run_store;
+pub use sessions::exercise_session_store;
 pub use tokens::exercise_token_store;
 pub use vault::exercise_vault_store;
 
@@ -48,5 +52,6 @@ mod finals;
 mod keys;
 mod queue;
 mod runs;
+mod sessions;
 mod tokens;
 mod vault;

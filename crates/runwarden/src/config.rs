@@ -159,6 +159,34 @@ struct FileConfig {
     /// OpenTelemetry traces.
     #[serde(default)]
     telemetry: TelemetrySection,
+    /// The web console (`runwarden serve` at `/`).
+    #[serde(default)]
+    console: ConsoleSection,
+}
+
+/// `[console]` (O4).
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ConsoleSection {
+    /// How long a console sign-in lasts, in hours (1 to 720). Default `12`. Revoking the token ends its sessions at once.
+    session_hours: Option<u64>,
+}
+
+/// `[console]` (O4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConsoleSettings {
+    /// How long a console session lasts after sign-in.
+    pub(crate) session: Duration,
+}
+
+fn console_settings(section: ConsoleSection) -> anyhow::Result<ConsoleSettings> {
+    let hours = section.session_hours.unwrap_or(12);
+    if !(1..=720).contains(&hours) {
+        bail!("[console] session_hours must be between 1 and 720 (30 days), not {hours}");
+    }
+    Ok(ConsoleSettings {
+        session: Duration::from_secs(hours * 3600),
+    })
 }
 
 /// `[telemetry]` (O5).
@@ -987,6 +1015,8 @@ pub(crate) struct Config {
     pub(crate) metrics: MetricsSettings,
     /// `[telemetry] record_arguments` (O5): tool call arguments on their spans.
     pub(crate) record_arguments: bool,
+    /// `[console]`.
+    pub(crate) console: ConsoleSettings,
 }
 
 /// Where the data lives (O3 amended), first match wins: `$RUNWARDEN_DATABASE_URL`,
@@ -1148,6 +1178,7 @@ impl Config {
                 listen: file.metrics.listen,
             },
             record_arguments: file.telemetry.record_arguments.unwrap_or(false),
+            console: console_settings(file.console)?,
         })
     }
 

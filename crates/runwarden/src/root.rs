@@ -23,7 +23,7 @@ use runwarden_runtime::{
 use runwarden_store_postgres::PgStore;
 use runwarden_store_sqlite::{OtherWriters, SqliteStore};
 use runwarden_vault::store::{StoreError, TokenStore, VaultStore};
-use runwarden_vault::{EgressClient, Vault};
+use runwarden_vault::{EgressClient, SessionStore, Vault};
 use tokio::sync::OnceCell;
 
 use crate::cli::run::AgentBuilder;
@@ -31,9 +31,12 @@ use crate::config::Config;
 use crate::store_url::StoreUrl;
 
 /// Every seam a backend implements, as one object; [`Root`] upcasts it per seam.
-pub(crate) trait Store: VaultStore + TokenStore + CatalogueStore + QueueStore {}
+pub(crate) trait Store:
+    VaultStore + TokenStore + SessionStore + CatalogueStore + QueueStore
+{
+}
 
-impl<T> Store for T where T: VaultStore + TokenStore + CatalogueStore + QueueStore {}
+impl<T> Store for T where T: VaultStore + TokenStore + SessionStore + CatalogueStore + QueueStore {}
 
 /// O6 on SQLite: how often a process looks for commits made by other processes on the same
 /// file. A run enqueued, an event appended or a cancel made elsewhere reaches this
@@ -193,6 +196,11 @@ impl Root {
 
     /// API tokens.
     pub(crate) async fn tokens(&self) -> anyhow::Result<Arc<dyn TokenStore>> {
+        Ok(self.store().await?)
+    }
+
+    /// Console sessions (O4).
+    pub(crate) async fn sessions(&self) -> anyhow::Result<Arc<dyn SessionStore>> {
         Ok(self.store().await?)
     }
 

@@ -9,6 +9,7 @@
 mod audit;
 mod auth;
 mod catalogue;
+mod console;
 mod decisions;
 mod error;
 mod events;
@@ -53,6 +54,8 @@ pub(crate) struct AppState {
     pub(crate) catalogue: Arc<dyn CatalogueStore>,
     /// API tokens (only their hashes).
     pub(crate) tokens: Arc<dyn TokenStore>,
+    /// Console sessions (O4; only their ids' hashes).
+    pub(crate) sessions: Arc<dyn runwarden_vault::SessionStore>,
     /// Audit counts for the metrics.
     pub(crate) audit: Arc<dyn VaultStore>,
     /// The process's one executor: its cancel hub is the one the workers' and the sync
@@ -86,6 +89,7 @@ impl AppState {
             runs: root.queue().await?,
             catalogue: root.catalogue().await?,
             tokens: root.tokens().await?,
+            sessions: root.sessions().await?,
             audit: root.vault_store().await?,
             executor,
             agents: root.agents("serve").await?,
@@ -223,7 +227,9 @@ pub(crate) fn router(state: AppState) -> Router {
         }
         router = router.route(route.path, method_router);
     }
+    // O4: the web console's pages, streams and assets beside the API.
     router
+        .merge(console::router(state.clone()))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(error::BODY_LIMIT))

@@ -1,0 +1,42 @@
+// The runwarden console's one script (O4). It only opens the live streams a page names in
+// `data-stream` and puts the server's HTML fragments in place: every fragment is rendered
+// and escaped by the server, so nothing here builds markup from data.
+"use strict";
+
+function follow(target) {
+  const url = target.getAttribute("data-stream");
+  const mode = target.getAttribute("data-mode");
+  const headId = target.getAttribute("data-head");
+  const source = new EventSource(url);
+  document.body.setAttribute("data-live", "connecting");
+  source.addEventListener("open", () => document.body.setAttribute("data-live", "open"));
+  source.addEventListener("rows", (e) => {
+    if (mode === "replace") {
+      target.innerHTML = e.data;
+      document.body.setAttribute("data-rows-updated", String(Date.now()));
+    }
+  });
+  source.addEventListener("entry", (e) => {
+    if (mode === "append") {
+      target.insertAdjacentHTML("beforeend", e.data);
+    }
+  });
+  source.addEventListener("head", (e) => {
+    const head = headId && document.getElementById(headId);
+    if (head) {
+      head.innerHTML = e.data;
+    }
+  });
+  source.addEventListener("error", () => {
+    // The server ends a run's stream after its final event; the browser would reconnect
+    // and replay, so a closed stream stays closed.
+    if (source.readyState !== EventSource.OPEN) {
+      source.close();
+      document.body.setAttribute("data-live", "closed");
+    }
+  });
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  document.querySelectorAll("[data-stream]").forEach(follow);
+});

@@ -52,9 +52,11 @@ fn json_field(form: &Form, name: &str) -> Result<Option<Value>, PageError> {
     let Some(text) = form.text(name) else {
         return Ok(None);
     };
-    serde_json::from_str::<Value>(&text)
-        .map(Some)
-        .map_err(|e| PageError::BadRequest(format!("the {name} field is not JSON ({e}): give a JSON object like {{\"key\": \"value\"}}")))
+    serde_json::from_str::<Value>(&text).map(Some).map_err(|e| {
+        PageError::BadRequest(format!(
+            "the {name} field is not JSON ({e}): give a JSON object like {{\"key\": \"value\"}}"
+        ))
+    })
 }
 
 /// `POST /console/decisions/{id}`: answers a decision (R12) as the signed-in token.

@@ -447,8 +447,8 @@ pub(crate) fn cancel_buckets(exposition: &str) -> Vec<(String, u64)> {
             let own = total.saturating_sub(previous);
             previous = total;
             let label = match le.parse::<f64>() {
-                Ok(seconds) => format!("≤{} ms", seconds * 1000.0),
-                Err(_) => "more".to_string(),
+                Ok(seconds) if seconds.is_finite() => format!("≤{} ms", seconds * 1000.0),
+                _ => "more".to_string(),
             };
             (label, own)
         })

@@ -61,11 +61,9 @@ impl Signed {
     /// O4: a state-changing request must carry this session's CSRF token (the `csrf`
     /// field or the `X-CSRF-Token` header), compared in constant time.
     pub(crate) fn check_csrf(&self, headers: &HeaderMap, form: &Form) -> Result<(), PageError> {
-        let presented = form.get("csrf").or_else(|| {
-            headers
-                .get(CSRF_HEADER)
-                .and_then(|v| v.to_str().ok())
-        });
+        let presented = form
+            .get("csrf")
+            .or_else(|| headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()));
         match presented {
             Some(token) if csrf_matches(&self.csrf, token) => Ok(()),
             Some(_) => Err(PageError::Csrf(
@@ -185,7 +183,9 @@ pub(super) async fn login(
         return Err(PageError::Internal);
     };
     let mut response = Redirect::to("/runs").into_response();
-    response.headers_mut().insert(header::SET_COOKIE, set_cookie);
+    response
+        .headers_mut()
+        .insert(header::SET_COOKIE, set_cookie);
     Ok(response)
 }
 

@@ -231,7 +231,11 @@ impl Timeline {
             }
         }
         let usage = usage_of(&events);
-        let head = run_head(&run, (usage.input_tokens, usage.output_tokens), &self.signed);
+        let head = run_head(
+            &run,
+            (usage.input_tokens, usage.output_tokens),
+            &self.signed,
+        );
         self.pending
             .push_back(Event::default().event("head").data(head.into_string()));
         true

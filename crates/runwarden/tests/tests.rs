@@ -8,6 +8,7 @@ mod backend;
 mod budgets;
 mod config;
 mod conformance_suite;
+mod console;
 mod decisions;
 mod demo;
 mod deploy;

@@ -120,17 +120,29 @@ impl FromRequestParts<AppState> for Signed {
     }
 }
 
-/// O4: a state-changing request may not come from another origin. Browsers send `Origin`
-/// on every POST; when it is there it must name this host (SameSite=Strict already keeps
-/// the cookie off cross-site requests; this also covers the sign-in form).
+/// O4: a state-changing request may not come from another origin. Browsers say where a
+/// request comes from in `Sec-Fetch-Site` (whatever the referrer policy) and usually in
+/// `Origin`; under `Referrer-Policy: no-referrer` a form's `Origin` is `null`, which says
+/// nothing. Either header naming another site refuses the request (SameSite=Strict already
+/// keeps the cookie off cross-site requests; this also covers the sign-in form). The CSRF
+/// token stays the check that does not depend on the browser.
 pub(crate) fn same_origin(headers: &HeaderMap) -> Result<(), PageError> {
-    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    if let Some(site) = text(header::HeaderName::from_static("sec-fetch-site")) {
+        if !matches!(site, "same-origin" | "none") {
+            return Err(PageError::Csrf(format!(
+                "this request came from another site (Sec-Fetch-Site: {site}); open the console at its own address"
+            )));
+        }
+    }
+    let Some(origin) = text(header::ORIGIN).filter(|o| *o != "null") else {
         return Ok(());
     };
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
+    let host = text(header::HOST).unwrap_or_default();
     let origin_host = origin.split_once("://").map_or("", |(_, rest)| rest);
     if origin_host.eq_ignore_ascii_case(host) && !host.is_empty() {
         return Ok(());

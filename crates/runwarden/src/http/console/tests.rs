@@ -308,6 +308,26 @@ async fn a_post_from_another_origin_is_refused_even_with_the_csrf_token() {
     let answer = f.send(request).await;
     assert_eq!(answer.status, StatusCode::FORBIDDEN);
     assert!(answer.body.contains("another origin"), "{}", answer.body);
+    let cross_site = Request::post(format!("/console/runs/{run}/cancel"))
+        .header(header::COOKIE, &browser.cookie)
+        .header(header::ORIGIN, "null")
+        .header("sec-fetch-site", "cross-site")
+        .body(Body::from(format!("csrf={}", browser.csrf)))
+        .unwrap();
+    let answer = f.send(cross_site).await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN);
+    assert!(answer.body.contains("another site"), "{}", answer.body);
+    assert_eq!(
+        f.state
+            .runs
+            .run_get(&run)
+            .await
+            .unwrap()
+            .unwrap()
+            .status
+            .as_str(),
+        "queued"
+    );
 }
 
 #[tokio::test]

@@ -115,6 +115,10 @@ max_requeues = 3            # retries of retryable failures and stale reclaims, 
 # otlp_endpoint = "http://127.0.0.1:4318"
 # record_arguments = false         # true puts each tool call's arguments on its span
 
+# The web console at / (sign in with an API token).
+# [console]
+# session_hours = 12               # how long a sign-in lasts (1 to 720)
+
 # Log lines on stderr; the level comes from RUNWARDEN_LOG (default warn).
 # [log]
 # format = "text"                  # or "json": one object per line (--log-format overrides)

@@ -545,3 +545,29 @@ async fn the_metrics_page_draws_the_cancel_histogram_as_an_svg() {
     );
     assert!(page.body.contains("1 cancels observed"), "{}", page.body);
 }
+
+#[test]
+fn console_session_hours_default_to_12_and_out_of_range_values_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runwarden.toml");
+    std::fs::write(&path, "").unwrap();
+    let config = Config::load(&path).unwrap();
+    assert_eq!(
+        config.console.session,
+        std::time::Duration::from_secs(12 * 3600)
+    );
+    std::fs::write(&path, "[console]\nsession_hours = 2\n").unwrap();
+    let config = Config::load(&path).unwrap();
+    assert_eq!(
+        config.console.session,
+        std::time::Duration::from_secs(2 * 3600)
+    );
+    for bad in ["0", "721"] {
+        std::fs::write(&path, format!("[console]\nsession_hours = {bad}\n")).unwrap();
+        let error = format!("{:#}", Config::load(&path).unwrap_err());
+        assert!(
+            error.contains("[console] session_hours must be between 1 and 720"),
+            "{error}"
+        );
+    }
+}

@@ -132,12 +132,12 @@ pub(crate) fn same_origin(headers: &HeaderMap) -> Result<(), PageError> {
             .get(name)
             .and_then(|v: &HeaderValue| v.to_str().ok())
     };
-    if let Some(site) = text(header::HeaderName::from_static("sec-fetch-site")) {
-        if !matches!(site, "same-origin" | "none") {
-            return Err(PageError::Csrf(format!(
-                "this request came from another site (Sec-Fetch-Site: {site}); open the console at its own address"
-            )));
-        }
+    if let Some(site) = text(header::HeaderName::from_static("sec-fetch-site"))
+        && !matches!(site, "same-origin" | "none")
+    {
+        return Err(PageError::Csrf(format!(
+            "this request came from another site (Sec-Fetch-Site: {site}); open the console at its own address"
+        )));
     }
     let Some(origin) = text(header::ORIGIN).filter(|o| *o != "null") else {
         return Ok(());

@@ -144,7 +144,13 @@ try {
   await page.waitForSelector("#timeline li.final");
   check((await page.$("#cancel")) === null, "a cancelled run has no Cancel button");
   await save("run-cancelled");
-  report({ ok: true, ms: figures.cancel_to_peer_ms, polled_ms: seen.ms, fence });
+  // serve's own histogram: from the cancel hub waking the run to its call returning.
+  const metrics = await (await fetch(BASE + "/metrics", { headers: { authorization: `Bearer ${OPERATOR}` } })).text();
+  const sum = metrics.match(/^runwarden_cancel_latency_seconds_sum (\S+)/m);
+  const count = metrics.match(/^runwarden_cancel_latency_seconds_count (\S+)/m);
+  check(sum && count && Number(count[1]) === 1, `serve observed one cancel: ${count && count[1]}`);
+  figures.cancel_wake_to_return_ms = Number(sum[1]) * 1000;
+  report({ ok: true, ms: figures.cancel_to_peer_ms, polled_ms: seen.ms, fence, wake_to_return_ms: figures.cancel_wake_to_return_ms });
 
   step = "approval";
   const ticket = await api("POST", "/v1/runs", { agent: "ticket", prompt: "file a ticket" });

@@ -33,11 +33,16 @@ struct Answer {
 }
 
 async fn fixture() -> Fixture {
+    fixture_with("").await
+}
+
+/// A fixture whose configuration file starts with `extra`.
+async fn fixture_with(extra: &str) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runwarden.toml");
     std::fs::write(
         &path,
-        "[agents.a]\nprovider = \"scripted\"\nscript = \"plan.json\"\n",
+        format!("{extra}\n[agents.a]\nprovider = \"scripted\"\nscript = \"plan.json\"\n"),
     )
     .unwrap();
     std::fs::write(dir.path().join("plan.json"), r#"[{"text": "done"}]"#).unwrap();
@@ -167,6 +172,22 @@ async fn signing_in_sets_an_httponly_samesite_strict_cookie_without_secure_over_
         !cookie.contains(&f.operator),
         "the cookie holds a session id, never the API token"
     );
+}
+
+#[tokio::test]
+async fn over_tls_the_session_cookie_is_secure_and_lasts_the_configured_hours() {
+    // Only the paths are read here; the listener loads the files.
+    let f = fixture_with(
+        "[serve]\ntls_cert = \"cert.pem\"\ntls_key = \"key.pem\"\n\n[console]\nsession_hours = 2\n",
+    )
+    .await;
+    let answer = f
+        .post("/console/login", None, &format!("token={}", f.operator))
+        .await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER);
+    let cookie = answer.headers[header::SET_COOKIE].to_str().unwrap();
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    assert!(cookie.contains("Max-Age=7200"), "{cookie}");
 }
 
 #[tokio::test]

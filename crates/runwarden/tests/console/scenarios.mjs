@@ -153,11 +153,15 @@ try {
   report({ ok: true, ms: figures.cancel_to_peer_ms, polled_ms: seen.ms, fence, wake_to_return_ms: figures.cancel_wake_to_return_ms });
 
   step = "approval";
-  const ticket = await api("POST", "/v1/runs", { agent: "ticket", prompt: "file a ticket" });
-  await until("the run to park", async () => (await runStatus(ticket.run_id)) === "waiting_for_approval");
   await page.goto(BASE + "/decisions");
+  await page.waitForSelector("body[data-live=open]");
+  await page.evaluate(() => { window.__sameDocument = true; });
+  const ticket = await api("POST", "/v1/runs", { agent: "ticket", prompt: "file a ticket" });
   const card = `article.decision[data-kind=approval]:has(a[href="/runs/${ticket.run_id}"])`;
+  // The queue is live: the decision appears without a reload once the worker parks the run.
   await page.waitForSelector(card);
+  check(await page.evaluate(() => window.__sameDocument === true), "the queue grew without a reload");
+  check((await runStatus(ticket.run_id)) === "waiting_for_approval", "the run waits");
   check((await page.textContent(`${card} pre.arguments`)).includes("printer on fire"), "the arguments are shown");
   check((await peerStats()).create_ticket_calls === 0, "nothing was sent before the approval");
   await save("decisions");

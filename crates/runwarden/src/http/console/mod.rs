@@ -49,6 +49,7 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
         .route("/console/runs/{id}/cancel", post(actions::cancel))
         .route("/console/decisions/{id}", post(actions::answer))
         .route("/console/stream/runs", get(stream::runs))
+        .route("/console/stream/decisions", get(stream::decisions))
         .route("/console/stream/runs/{id}", get(stream::run))
         .route("/console/assets/{name}", get(assets::serve))
         .layer(axum::middleware::from_fn(security_headers))

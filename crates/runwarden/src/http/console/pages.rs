@@ -172,13 +172,11 @@ pub(super) async fn run(
     Ok(page(&format!("Run {id}"), &signed, "run", body))
 }
 
-/// `/decisions`: the pending queue with each call's arguments and the answers its kind
-/// allows (for an operator), then the latest answered.
-pub(super) async fn decisions(
-    State(state): State<AppState>,
-    signed: Signed,
-) -> Result<Response, PageError> {
-    let pending = state
+/// The pending decisions, newest first.
+pub(crate) async fn pending_decisions(
+    state: &AppState,
+) -> Result<Vec<runwarden_runtime::Decision>, runwarden_vault::store::StoreError> {
+    state
         .runs
         .decision_list(DecisionFilter {
             status: Some(DecisionStatus::Pending),
@@ -186,7 +184,24 @@ pub(super) async fn decisions(
             due_by_ms: None,
             limit: 100,
         })
-        .await?;
+        .await
+}
+
+/// The pending queue (what its live stream replaces).
+pub(crate) fn pending_list(pending: &[runwarden_runtime::Decision], signed: &Signed) -> Markup {
+    html! {
+        @if pending.is_empty() { p.empty #no-pending { "Nothing waits for an answer." } }
+        @for d in pending { (decision_card(&decision_json(d), signed)) }
+    }
+}
+
+/// `/decisions`: the pending queue with each call's arguments and the answers its kind
+/// allows (for an operator), kept live; then the latest answered.
+pub(super) async fn decisions(
+    State(state): State<AppState>,
+    signed: Signed,
+) -> Result<Response, PageError> {
+    let pending = pending_decisions(&state).await?;
     let answered = state
         .runs
         .decision_list(DecisionFilter {
@@ -199,8 +214,9 @@ pub(super) async fn decisions(
     let body = html! {
         h1 { "Decisions" }
         h2 { "Pending" }
-        @if pending.is_empty() { p.empty #no-pending { "Nothing waits for an answer." } }
-        @for d in &pending { (decision_card(&decision_json(d), &signed)) }
+        div #pending data-stream="/console/stream/decisions" data-mode="replace" {
+            (pending_list(&pending, &signed))
+        }
         h2 { "Recently answered" }
         @if answered.is_empty() { p.empty { "None yet." } }
         @for d in &answered { (decision_card(&decision_json(d), &signed)) }

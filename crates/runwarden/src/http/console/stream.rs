@@ -6,6 +6,7 @@
 //!   re-rendered when a run's status changes, at most every [`ROWS_EVERY`], and sent only
 //!   when it differs from the last one sent (so 200 status changes a second cost four
 //!   reads a second per open page).
+//! - `/console/stream/decisions`: the pending decisions, the same way.
 //! - `/console/stream/runs/{id}`: one run's new timeline entries and its head.
 
 use std::convert::Infallible;
@@ -21,7 +22,7 @@ use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
-use super::pages::{PAGE_SIZE, run_filter};
+use super::pages::{PAGE_SIZE, pending_decisions, pending_list, run_filter};
 use super::render::{Form, event_item, run_head, run_rows};
 use super::session::Signed;
 use super::{AppState, PageError};
@@ -59,9 +60,36 @@ async fn table_news(feed: &mut broadcast::Receiver<Change>) -> News {
     }
 }
 
-struct Rows {
+/// What a replacing stream renders: the runs table's first page (with the page's
+/// filters) or the pending decisions (with the viewer's buttons, or none).
+enum Table {
+    Runs(Form),
+    Decisions(Signed),
+}
+
+impl Table {
+    async fn render(&self, state: &AppState) -> Result<String, runwarden_vault::store::StoreError> {
+        match self {
+            Self::Runs(form) => {
+                let Ok(mut filter) = run_filter(form) else {
+                    return Ok(String::new());
+                };
+                filter.before_id = None;
+                filter.limit = PAGE_SIZE;
+                let list = state.runs.run_list(filter).await?;
+                Ok(run_rows(&list).into_string())
+            }
+            Self::Decisions(signed) => {
+                let pending = pending_decisions(state).await?;
+                Ok(pending_list(&pending, signed).into_string())
+            }
+        }
+    }
+}
+
+struct Replacing {
     state: AppState,
-    form: Form,
+    table: Table,
     feed: broadcast::Receiver<Change>,
     last: String,
     sent_at: Option<Instant>,
@@ -75,55 +103,61 @@ pub(super) async fn runs(
 ) -> Result<Response, PageError> {
     let form = Form::parse(raw.unwrap_or_default().as_bytes());
     run_filter(&form)?; // a bad filter is a 400 now, not a silent stream
+    Ok(replacing(state, Table::Runs(form)))
+}
+
+/// `GET /console/stream/decisions`: the pending decisions, live (a run asking parks it,
+/// which is a status change).
+pub(super) async fn decisions(State(state): State<AppState>, signed: Signed) -> Response {
+    replacing(state, Table::Decisions(signed))
+}
+
+/// A stream of `rows` messages, each the whole of `table` re-rendered: at once, then after
+/// a change at most every [`ROWS_EVERY`], and only when it differs from the last sent.
+fn replacing(state: AppState, table: Table) -> Response {
     // O6: subscribed before the first read, so no change after it is missed.
     let feed = state.runs.change_feed().subscribe();
-    let start = Rows {
+    let start = Replacing {
         state,
-        form,
+        table,
         feed,
         last: String::new(),
         sent_at: None,
     };
-    let stream = stream::unfold(start, |mut rows| async move {
+    let stream = stream::unfold(start, |mut r| async move {
         loop {
             // The first message is sent at once; later ones at most every ROWS_EVERY.
-            if let Some(sent_at) = rows.sent_at {
+            if let Some(sent_at) = r.sent_at {
                 let news = tokio::select! {
-                    news = table_news(&mut rows.feed) => news,
-                    _ = draining(&rows.state) => return None,
+                    news = table_news(&mut r.feed) => news,
+                    _ = draining(&r.state) => return None,
                 };
                 if news == News::Closed {
                     return None;
                 }
                 tokio::time::sleep_until(sent_at + ROWS_EVERY).await;
                 // Everything that arrived meanwhile is covered by the read below.
-                while rows.feed.try_recv().is_ok() {}
+                while r.feed.try_recv().is_ok() {}
             }
-            let Ok(mut filter) = run_filter(&rows.form) else {
-                return None;
-            };
-            filter.before_id = None;
-            filter.limit = PAGE_SIZE;
-            let list = match rows.state.runs.run_list(filter).await {
-                Ok(list) => list,
+            let html = match r.table.render(&r.state).await {
+                Ok(html) => html,
                 Err(error) => {
-                    tracing::warn!(%error, "could not read the runs for a console stream; ending it");
+                    tracing::warn!(%error, "could not read the store for a console stream; ending it");
                     return None;
                 }
             };
-            rows.sent_at = Some(Instant::now());
-            let html = run_rows(&list).into_string();
-            if html != rows.last {
-                rows.last = html.clone();
+            r.sent_at = Some(Instant::now());
+            if html != r.last {
+                r.last = html.clone();
                 let event: Result<Event, Infallible> =
                     Ok(Event::default().event("rows").data(html));
-                return Some((event, rows));
+                return Some((event, r));
             }
         }
     });
-    Ok(Sse::new(stream)
+    Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
-        .into_response())
+        .into_response()
 }
 
 struct Timeline {

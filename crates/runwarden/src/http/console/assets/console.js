@@ -10,11 +10,24 @@ function follow(target) {
   const source = new EventSource(url);
   document.body.setAttribute("data-live", "connecting");
   source.addEventListener("open", () => document.body.setAttribute("data-live", "open"));
-  source.addEventListener("rows", (e) => {
-    if (mode === "replace") {
-      target.innerHTML = e.data;
-      document.body.setAttribute("data-rows-updated", String(Date.now()));
+  // A replacement waits while the user types in the part it replaces (a deny reason,
+  // edited arguments), and lands when they leave it.
+  let held = null;
+  const replace = (html) => {
+    const active = document.activeElement;
+    if (active && active !== document.body && target.contains(active) && active.matches("input, textarea, select")) {
+      held = html;
+      return;
     }
+    held = null;
+    target.innerHTML = html;
+    document.body.setAttribute("data-rows-updated", String(Date.now()));
+  };
+  target.addEventListener("focusout", () => {
+    if (held !== null) setTimeout(() => held !== null && replace(held), 0);
+  });
+  source.addEventListener("rows", (e) => {
+    if (mode === "replace") replace(e.data);
   });
   source.addEventListener("entry", (e) => {
     if (mode === "append") {

@@ -47,6 +47,18 @@ impl Signed {
         self.token.role.allows(Role::Operator)
     }
 
+    /// True while the session still answers: not signed out, not expired, its token not
+    /// revoked. Live streams ask before each read, so they end with the session.
+    pub(crate) async fn still_live(&self, state: &AppState) -> bool {
+        match state.sessions.session_find(self.hash, now_ms()).await {
+            Ok(found) => found.is_some(),
+            Err(error) => {
+                tracing::warn!(%error, "could not check a console session; ending its stream");
+                false
+            }
+        }
+    }
+
     /// O4: a viewer sees no buttons, and the server refuses their state changes anyway.
     pub(crate) fn require_operator(&self) -> Result<(), PageError> {
         if self.is_operator() {

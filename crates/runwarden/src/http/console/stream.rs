@@ -89,6 +89,7 @@ impl Table {
 
 struct Replacing {
     state: AppState,
+    signed: Signed,
     table: Table,
     feed: broadcast::Receiver<Change>,
     last: String,
@@ -98,27 +99,28 @@ struct Replacing {
 /// `GET /console/stream/runs`: the runs table's rows, live.
 pub(super) async fn runs(
     State(state): State<AppState>,
-    _signed: Signed,
+    signed: Signed,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, PageError> {
     let form = Form::parse(raw.unwrap_or_default().as_bytes());
     run_filter(&form)?; // a bad filter is a 400 now, not a silent stream
-    Ok(replacing(state, Table::Runs(form)))
+    Ok(replacing(state, signed, Table::Runs(form)))
 }
 
 /// `GET /console/stream/decisions`: the pending decisions, live (a run asking parks it,
 /// which is a status change).
 pub(super) async fn decisions(State(state): State<AppState>, signed: Signed) -> Response {
-    replacing(state, Table::Decisions(signed))
+    replacing(state, signed.clone(), Table::Decisions(signed))
 }
 
 /// A stream of `rows` messages, each the whole of `table` re-rendered: at once, then after
 /// a change at most every [`ROWS_EVERY`], and only when it differs from the last sent.
-fn replacing(state: AppState, table: Table) -> Response {
+fn replacing(state: AppState, signed: Signed, table: Table) -> Response {
     // O6: subscribed before the first read, so no change after it is missed.
     let feed = state.runs.change_feed().subscribe();
     let start = Replacing {
         state,
+        signed,
         table,
         feed,
         last: String::new(),
@@ -138,6 +140,10 @@ fn replacing(state: AppState, table: Table) -> Response {
                 tokio::time::sleep_until(sent_at + ROWS_EVERY).await;
                 // Everything that arrived meanwhile is covered by the read below.
                 while r.feed.try_recv().is_ok() {}
+            }
+            // O4: a stream ends with its session (sign-out, expiry, a revoked token).
+            if !r.signed.still_live(&r.state).await {
+                return None;
             }
             let html = match r.table.render(&r.state).await {
                 Ok(html) => html,
@@ -236,6 +242,10 @@ impl Timeline {
     /// Queues the entries after the last one sent and the run's head; false when the
     /// stream must end (the run is gone or the store failed).
     async fn read(&mut self) -> bool {
+        // O4: a stream ends with its session (sign-out, expiry, a revoked token).
+        if !self.signed.still_live(&self.state).await {
+            return false;
+        }
         let events = match self.state.runs.run_events(&self.run_id, 0, 0).await {
             Ok(events) => events,
             Err(error) => {

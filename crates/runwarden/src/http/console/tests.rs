@@ -592,3 +592,33 @@ fn console_session_hours_default_to_12_and_out_of_range_values_are_refused() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_live_stream_ends_at_the_next_change_once_its_token_is_revoked() {
+    use futures_util::StreamExt as _;
+    let f = fixture().await;
+    let browser = f.sign_in(&f.viewer).await;
+    let request = Request::get("/console/stream/runs")
+        .header(header::COOKIE, &browser.cookie)
+        .body(Body::empty())
+        .unwrap();
+    let response = router(f.state.clone()).oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body().into_data_stream();
+    let first = tokio::time::timeout(std::time::Duration::from_secs(5), body.next())
+        .await
+        .expect("the first rows in time")
+        .expect("a frame")
+        .unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("event: rows"));
+    let viewer = runwarden_vault::token_verify(&*f.state.tokens, &f.viewer)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(f.state.tokens.token_revoke(&viewer.id).await.unwrap());
+    f.queued_run("a").await; // a change: the stream looks again, and finds no session
+    let end = tokio::time::timeout(std::time::Duration::from_secs(5), body.next())
+        .await
+        .expect("the stream ends in time");
+    assert!(end.is_none(), "the stream ended instead of sending {end:?}");
+}

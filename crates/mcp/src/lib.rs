@@ -33,6 +33,7 @@ pub mod naming;
 mod result;
 pub mod schema;
 mod sse;
+pub mod stateless;
 mod stream;
 
 pub use catalogue::{
@@ -45,7 +46,8 @@ pub use client::{
     ToolCall, ToolCallRequest, USER_AGENT,
 };
 pub use config::{
-    ConfigError, DEFAULT_TIMEOUT, Effect, ElicitationPolicy, PROGRESS_HARD_MAX, ServerConfig,
+    ConfigError, DEFAULT_TIMEOUT, Effect, ElicitationPolicy, PROGRESS_HARD_MAX, ProtocolPolicy,
+    ServerConfig,
 };
 pub use deadline::{Clock, ManualClock, SystemClock};
 pub use elicit::{
@@ -53,4 +55,5 @@ pub use elicit::{
 };
 pub use error::McpError;
 pub use result::{ToolOutcome, ToolResult};
+pub use stateless::{InputRequest, InputRequired, InputResume, STATELESS_VERSION};
 pub use stream::{Notice, NoticeSink};

@@ -402,7 +402,8 @@ pub struct McpClient {
     health: Option<Arc<dyn CatalogueStore>>,
     /// M19: each listed tool's `x-mcp-header` parameters (or why they are refused), by
     /// remote name, learnt from `tools/list`.
-    header_params: Mutex<std::collections::HashMap<String, Result<Vec<HeaderParam>, HeaderRefusal>>>,
+    header_params:
+        Mutex<std::collections::HashMap<String, Result<Vec<HeaderParam>, HeaderRefusal>>>,
 }
 
 impl std::fmt::Debug for McpClient {
@@ -1175,7 +1176,9 @@ impl McpClient {
                     continue;
                 }
                 Err(McpError::UnsupportedVersion { supported, .. })
-                    if supported.iter().any(|v| HANDSHAKE_VERSIONS.contains(&v.as_str())) =>
+                    if supported
+                        .iter()
+                        .any(|v| HANDSHAKE_VERSIONS.contains(&v.as_str())) =>
                 {
                     return Ok(None);
                 }
@@ -1244,9 +1247,9 @@ impl McpClient {
             return Err(McpError::Protocol {
                 server: self.server.name.clone(),
                 problem: format!(
-                    "the server speaks protocol version {:?}; runwarden speaks {}",
+                    "the server speaks protocol version {:?}; runwarden speaks {} (and {STATELESS_VERSION} through server/discover)",
                     one_line(&protocol),
-                    SUPPORTED_VERSIONS.join(", ")
+                    HANDSHAKE_VERSIONS.join(", ")
                 ),
             });
         }
@@ -1750,9 +1753,11 @@ impl McpClient {
 /// M19: the versions a server names when it refuses ours (JSON-RPC -32022, with or
 /// without an HTTP error status), each cut to one short line.
 fn unsupported_version(response: &EgressResponse) -> Option<Vec<String>> {
-    let json = response
-        .header("content-type")
-        .is_some_and(|t| t.trim_start().to_ascii_lowercase().starts_with("application/json"));
+    let json = response.header("content-type").is_some_and(|t| {
+        t.trim_start()
+            .to_ascii_lowercase()
+            .starts_with("application/json")
+    });
     if !json || response.truncated {
         return None;
     }

@@ -154,6 +154,12 @@ impl ServerConfig {
         }
     }
 
+    /// The same server with another protocol policy (M19).
+    pub fn with_protocol(mut self, protocol: ProtocolPolicy) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
     /// M10: the tool's own declaration, else the server's, else NON_IDEMPOTENT_WRITE.
     pub fn effect_of(&self, remote_tool: &str) -> Effect {
         self.tools.get(remote_tool).copied().unwrap_or(self.effect)

@@ -425,7 +425,10 @@ mod tests {
         .unwrap();
         let arguments = json!({"region": "eu", "priority": 42, "verbose": null, "query": "x"});
         let headers = mirrored_headers(&params, arguments.as_object().unwrap()).unwrap();
-        let mut headers: Vec<_> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        let mut headers: Vec<_> = headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
         headers.sort();
         assert_eq!(
             headers,
@@ -461,8 +464,7 @@ mod tests {
     fn only_an_input_required_result_asks_and_its_state_is_kept_exactly() {
         assert!(InputRequired::from_result(&json!({"content": []})).is_none());
         assert!(
-            InputRequired::from_result(&json!({"resultType": "complete", "content": []}))
-                .is_none()
+            InputRequired::from_result(&json!({"resultType": "complete", "content": []})).is_none()
         );
         let asked = InputRequired::from_result(&json!({
             "resultType": "input_required",

@@ -223,7 +223,10 @@ impl std::fmt::Debug for Reissue {
             .field("input_key", &self.input_key)
             .field(
                 "request_state",
-                &self.request_state.as_ref().map(|s| format!("[{} bytes]", s.len())),
+                &self
+                    .request_state
+                    .as_ref()
+                    .map(|s| format!("[{} bytes]", s.len())),
             )
             .finish()
     }

@@ -1018,7 +1018,15 @@ impl Executor {
                 .cloned();
             let Some(answered) = answered else {
                 return Err(self
-                    .ask(segment, DecisionKind::Approval, round, call, None, None, None)
+                    .ask(
+                        segment,
+                        DecisionKind::Approval,
+                        round,
+                        call,
+                        None,
+                        None,
+                        None,
+                    )
                     .await);
             };
             let denial = if answered.arguments_hash != arguments_hash(&call.arguments) {

@@ -36,8 +36,7 @@ pub async fn exercise_decision_store(store: Arc<dyn QueueStore>) {
     an_operator_answer_after_the_expiry_is_refused_and_the_expiry_denies(s).await;
     an_uncertain_write_keeps_its_fence_until_answered_and_a_cancel_answer_cancels(s).await;
     an_input_leaves_the_run_running_and_is_refused_once_the_run_finished(s).await;
-    an_input_required_parks_the_run_clears_its_fence_and_keeps_the_request_state_exactly(s)
-        .await;
+    an_input_required_parks_the_run_clears_its_fence_and_keeps_the_request_state_exactly(s).await;
     the_list_filters_by_run_and_status(s).await;
 }
 
@@ -484,7 +483,11 @@ async fn an_input_required_parks_the_run_clears_its_fence_and_keeps_the_request_
             panic!("an input takes accept");
         };
         assert_eq!(done.reissue.and_then(|r| r.request_state), request_state);
-        assert_eq!(status(store, run).await, RunState::Queued, "any worker resumes it");
+        assert_eq!(
+            status(store, run).await,
+            RunState::Queued,
+            "any worker resumes it"
+        );
         retire(store, run).await;
     }
     let plain = store
@@ -492,7 +495,10 @@ async fn an_input_required_parks_the_run_clears_its_fence_and_keeps_the_request_
         .await
         .unwrap()
         .map(|d| d.reissue);
-    assert!(matches!(plain, None | Some(None)), "other decisions have none");
+    assert!(
+        matches!(plain, None | Some(None)),
+        "other decisions have none"
+    );
 }
 
 async fn an_input_leaves_the_run_running_and_is_refused_once_the_run_finished(

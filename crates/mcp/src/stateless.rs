@@ -55,11 +55,13 @@ impl HeaderKind {
     }
 }
 
-/// One top-level tool parameter the server asked to see as a header (`x-mcp-header`).
+/// One tool parameter the server asked to see as a header (`x-mcp-header`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderParam {
-    /// The argument's property name.
+    /// The argument's property path from the arguments object, dot-joined for people.
     pub property: String,
+    /// The same path, one property name per level.
+    pub path: Vec<String>,
     /// The header's name after `Mcp-Param-`, as the server wrote it.
     pub name: String,
     /// Its declared type.
@@ -101,6 +103,15 @@ pub enum HeaderRefusal {
         /// The name.
         name: String,
     },
+    /// `x-mcp-header` sits where no argument value is found by property names alone (the
+    /// root, array items, a combinator branch).
+    #[error(
+        "x-mcp-header appears at {at}, which is not a property reached through properties alone"
+    )]
+    OffChain {
+        /// Where, as a JSON pointer-like path.
+        at: String,
+    },
 }
 
 /// Why one call's argument cannot be mirrored into its header; the call is refused unsent.
@@ -136,16 +147,74 @@ pub enum HeaderValueError {
 }
 
 /// M19: the parameters of `input_schema` marked `x-mcp-header`, checked by the spec's
-/// rules: a non-empty HTTP token, on a property declared as string, integer or boolean
-/// (not number, object, array or null), each name once ignoring case.
+/// rules: on a property reached from the root through `properties` alone, a non-empty
+/// HTTP token, on a property declared as string, integer or boolean (not number, object,
+/// array or null), each name once ignoring case.
 pub fn header_params(input_schema: &Value) -> Result<Vec<HeaderParam>, HeaderRefusal> {
     let mut params: Vec<HeaderParam> = Vec::new();
-    let Some(properties) = input_schema.get("properties").and_then(Value::as_object) else {
-        return Ok(params);
+    walk(input_schema, &mut Vec::new(), &mut params)?;
+    Ok(params)
+}
+
+/// True when `value` holds an `x-mcp-header` key anywhere.
+fn mentions_header(value: &Value) -> bool {
+    match value {
+        Value::Object(map) => map
+            .iter()
+            .any(|(k, v)| k == "x-mcp-header" || mentions_header(v)),
+        Value::Array(items) => items.iter().any(mentions_header),
+        _ => false,
+    }
+}
+
+fn walk(
+    schema: &Value,
+    path: &mut Vec<String>,
+    params: &mut Vec<HeaderParam>,
+) -> Result<(), HeaderRefusal> {
+    let Some(map) = schema.as_object() else {
+        return Ok(());
     };
-    for (property, schema) in properties {
+    for (key, value) in map {
+        match key.as_str() {
+            "x-mcp-header" if path.is_empty() => {
+                return Err(HeaderRefusal::OffChain {
+                    at: "the root".into(),
+                });
+            }
+            "x-mcp-header" => declare(schema, path, params)?,
+            "properties" => {
+                if let Some(properties) = value.as_object() {
+                    for (name, sub) in properties {
+                        path.push(name.clone());
+                        walk(sub, path, params)?;
+                        path.pop();
+                    }
+                }
+            }
+            other if mentions_header(value) => {
+                let mut at = path.join(".");
+                if !at.is_empty() {
+                    at.push('.');
+                }
+                at.push_str(other);
+                return Err(HeaderRefusal::OffChain { at });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn declare(
+    schema: &Value,
+    path: &[String],
+    params: &mut Vec<HeaderParam>,
+) -> Result<(), HeaderRefusal> {
+    let property = path.join(".");
+    {
         let Some(header) = schema.get("x-mcp-header") else {
-            continue;
+            return Ok(());
         };
         let name = match header.as_str() {
             Some(name) if !name.is_empty() => name,
@@ -176,11 +245,12 @@ pub fn header_params(input_schema: &Value) -> Result<Vec<HeaderParam>, HeaderRef
         }
         params.push(HeaderParam {
             property: property.clone(),
+            path: path.to_vec(),
             name: name.into(),
             kind,
         });
     }
-    Ok(params)
+    Ok(())
 }
 
 /// RFC 9110 `tchar`.
@@ -214,7 +284,15 @@ pub fn mirrored_headers(
 ) -> Result<Vec<(String, String)>, HeaderValueError> {
     let mut headers = Vec::new();
     for param in params {
-        let value = match arguments.get(&param.property) {
+        let mut found = None;
+        for (depth, name) in param.path.iter().enumerate() {
+            found = if depth == 0 {
+                arguments.get(name)
+            } else {
+                found.and_then(|v: &Value| v.get(name))
+            };
+        }
+        let value = match found {
             None | Some(Value::Null) => continue,
             Some(value) => value,
         };
@@ -412,6 +490,21 @@ mod tests {
         .unwrap();
         assert_eq!(ok.len(), 1);
         assert_eq!(ok[0].name, "Region");
+        assert!(matches!(
+            refused(
+                json!({"tags": {"type": "array", "items": {"type": "string", "x-mcp-header": "Tag"}}})
+            ),
+            HeaderRefusal::OffChain { .. }
+        ));
+        let nested = header_params(&schema(json!({
+            "target": {"type": "object", "properties": {"zone": {"type": "string", "x-mcp-header": "Zone"}}}
+        })))
+        .unwrap();
+        let arguments = json!({"target": {"zone": "eu-1"}});
+        assert_eq!(
+            mirrored_headers(&nested, arguments.as_object().unwrap()).unwrap(),
+            vec![("mcp-param-Zone".to_string(), "eu-1".to_string())]
+        );
     }
 
     #[test]

@@ -816,9 +816,7 @@ impl Executor {
                     DecisionKind::EffectUncertain,
                     uncertain.round,
                     &uncertain.call,
-                    Some(message),
-                    None,
-                    None,
+                    Question::said(message),
                 )
                 .await;
         }
@@ -1023,9 +1021,7 @@ impl Executor {
                         DecisionKind::Approval,
                         round,
                         call,
-                        None,
-                        None,
-                        None,
+                        Question::default(),
                     )
                     .await);
             };
@@ -1193,9 +1189,11 @@ impl Executor {
                     DecisionKind::Input,
                     round,
                     call,
-                    Some(message),
-                    question.params.get("requestedSchema").cloned(),
-                    Some(reissue),
+                    Question {
+                        message: Some(message),
+                        requested_schema: question.params.get("requestedSchema").cloned(),
+                        reissue: Some(reissue),
+                    },
                 )
                 .await);
         }
@@ -1277,9 +1275,7 @@ impl Executor {
                     DecisionKind::EffectUncertain,
                     round,
                     call,
-                    Some(message),
-                    None,
-                    None,
+                    Question::said(message),
                 )
                 .await);
         }
@@ -1299,10 +1295,13 @@ impl Executor {
         kind: DecisionKind,
         round: u32,
         call: &ToolCallRequest,
-        message: Option<String>,
-        requested_schema: Option<Value>,
-        reissue: Option<crate::decision::Reissue>,
+        question: Question,
     ) -> Outcome {
+        let Question {
+            message,
+            requested_schema,
+            reissue,
+        } = question;
         let now = now_ms();
         let timeout = segment
             .agent
@@ -1710,6 +1709,26 @@ impl Progress {
             content: text,
             is_error: outcome != StepOutcome::Succeeded,
         });
+    }
+}
+
+/// What a decision asks beyond its call (R12).
+#[derive(Default)]
+struct Question {
+    /// For people: what went wrong, or the server's question.
+    message: Option<String>,
+    /// Input: the schema the answer's content must match.
+    requested_schema: Option<Value>,
+    /// M19: how to re-issue the call once answered (an `input_required` result).
+    reissue: Option<crate::decision::Reissue>,
+}
+
+impl Question {
+    fn said(message: String) -> Self {
+        Self {
+            message: Some(message),
+            ..Self::default()
+        }
     }
 }
 

@@ -1,4 +1,5 @@
-//! The MCP client: the handshake and the session (M13), the three places a signal enters,
+//! The MCP client: the connection (a 2026-07-28 stateless one after `server/discover`, M19,
+//! or the handshake and its session, M13), the three places a signal enters,
 //! every leg sent through the vault's guarded egress client, the server's own requests
 //! answered while a stream is open (M14), progress handed on (M15) and broken streams
 //! resumed (M16).

@@ -356,7 +356,8 @@ pub struct InputRequest {
 }
 
 /// M19: a result that asks for input instead of answering (multi-round-trip requests).
-#[derive(Debug, Clone, PartialEq)]
+/// Its `Debug` shows the size of the server's state, not the state.
+#[derive(Clone, PartialEq)]
 pub struct InputRequired {
     /// The questions, in the server's order.
     pub requests: Vec<InputRequest>,
@@ -401,14 +402,44 @@ impl InputRequired {
 }
 
 /// M19: the answers to one `input_required` result, for the re-issued request. The
-/// answers belong to that request alone; no other request carries them.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// answers belong to that request alone; no other request carries them. Its `Debug`
+/// shows the keys answered and the size of the state, not what they hold.
+#[derive(Clone, Default, PartialEq)]
 pub struct InputResume {
     /// `inputResponses`: each question's key and its result (for an elicitation,
     /// `{"action": ..., "content": ...}`).
     pub responses: Map<String, Value>,
     /// The `requestState` the server sent, exactly; `None` when it sent none.
     pub request_state: Option<String>,
+}
+
+fn state_size(state: &Option<String>) -> Option<String> {
+    state.as_ref().map(|s| format!("[{} bytes]", s.len()))
+}
+
+impl std::fmt::Debug for InputRequired {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InputRequired")
+            .field(
+                "requests",
+                &self
+                    .requests
+                    .iter()
+                    .map(|r| (&r.key, &r.method))
+                    .collect::<Vec<_>>(),
+            )
+            .field("request_state", &state_size(&self.request_state))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for InputResume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InputResume")
+            .field("answered", &self.responses.keys().collect::<Vec<_>>())
+            .field("request_state", &state_size(&self.request_state))
+            .finish()
+    }
 }
 
 impl InputResume {
@@ -567,6 +598,7 @@ mod tests {
         .unwrap();
         assert_eq!(asked.requests[0].key, "confirm");
         assert_eq!(asked.request_state.as_deref(), Some("{\"nonce\": 1}"));
+        assert!(!format!("{asked:?}").contains("nonce"), "{asked:?}");
         let mut params = json!({"name": "t"});
         InputResume {
             responses: Map::new(),
@@ -574,5 +606,12 @@ mod tests {
         }
         .apply(&mut params);
         assert!(params.get("requestState").is_none());
+        let resume = InputResume {
+            responses: Map::new(),
+            request_state: asked.request_state.clone(),
+        };
+        resume.apply(&mut params);
+        assert_eq!(params["requestState"], "{\"nonce\": 1}", "echoed exactly");
+        assert!(!format!("{resume:?}").contains("nonce"), "{resume:?}");
     }
 }

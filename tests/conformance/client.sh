@@ -55,8 +55,49 @@ print(json.dumps({"schema": tool["received_input_schema"]}))
 ')"
         rw mcp call conf json_schema_echo --args "$schema"
         ;;
+    sep-2322-client-request-state)
+        # M19: each tool answers input_required; the operator's answer is given up front and
+        # the call is re-issued with it and the server's requestState.
+        rw mcp import conf
+        rw mcp call conf test_mrtr_echo_state --answer '{"confirmed": true}'
+        rw mcp call conf test_mrtr_no_state --answer '{"confirmed": true}'
+        rw mcp call conf test_mrtr_unrelated
+        rw mcp call conf test_mrtr_no_result_type
+        ;;
+    http-standard-headers)
+        rw mcp import conf
+        rw mcp call conf test_headers
+        rw mcp call conf my-hyphenated-tool
+        ;;
+    http-custom-headers)
+        # The calls (and their arguments) come from the scenario's context.
+        rw mcp import conf
+        python3 -c '
+import json, os
+for call in json.loads(os.environ["MCP_CONFORMANCE_CONTEXT"])["toolCalls"]:
+    print(call["name"])
+    print(json.dumps(call["arguments"]))
+' | while IFS= read -r name && IFS= read -r args; do
+            rw mcp call conf "$name" --args "$args"
+        done
+        ;;
+    http-invalid-tool-headers)
+        # The import refuses every tool whose x-mcp-header is invalid; a call of one is
+        # refused before anything is sent (so each of those must fail here).
+        rw mcp import conf
+        rw mcp call conf valid_tool --args '{"region": "us-east1"}'
+        for tool in invalid_empty_header invalid_object_header invalid_array_header \
+                invalid_null_header invalid_number_header invalid_duplicate_same_case \
+                invalid_duplicate_diff_case invalid_space_in_name invalid_colon_in_name \
+                invalid_non_ascii_name invalid_control_char_name; do
+            if rw mcp call conf "$tool" --args '{}' >/dev/null 2>&1; then
+                echo "client.sh: $tool was called" >&2
+                exit 1
+            fi
+        done
+        ;;
     *)
-        # initialize, json-schema-ref-no-deref and any scenario that only needs the
+        # initialize, request-metadata, json-schema-ref-no-deref and any scenario that only needs the
         # handshake and discovery: import the catalogue.
         rw mcp import conf
         ;;

@@ -24,6 +24,7 @@ from mcp.types import CallToolResult, CancelledNotificationParams, TextContent
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+import modern_tools
 import shape_tools
 import wire_tools
 
@@ -117,6 +118,7 @@ async def _on_cancelled(ctx, params: CancelledNotificationParams) -> None:
 
 wire_tools.register(mcp)
 shape_tools.register(mcp)
+modern_tools.register(mcp)
 
 mcp._lowlevel_server.add_notification_handler(
     "notifications/cancelled", CancelledNotificationParams, _on_cancelled
@@ -135,7 +137,7 @@ async def main() -> int:
         json_response=args.json_response,
         **wire_tools.app_options(args.stateless),
     )
-    app = wire_tools.wrap(app)
+    app = wire_tools.wrap(modern_tools.wrap(app))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

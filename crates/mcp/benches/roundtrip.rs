@@ -169,6 +169,7 @@ async fn main() {
         elicitor: None,
         output_schema: None,
         notices: None,
+        ..Default::default()
     };
     let arguments = || json!({"text": "hello"}).as_object().unwrap().clone();
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hello"}}}).to_string();
@@ -266,6 +267,7 @@ async fn main() {
                 elicitor: None,
                 output_schema: None,
                 notices: None,
+                ..Default::default()
             };
             client.call_tool(call, None).await.result.is_success()
         }

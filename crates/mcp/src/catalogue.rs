@@ -92,6 +92,13 @@ fn schema_status(tool: &ListedTool) -> SchemaStatus {
             "its outputSchema {problem}, so its results could not be checked; the tool is refused"
         ));
     }
+    if let Err(refusal) = crate::stateless::header_params(&tool.input_schema) {
+        // M19: a tool whose x-mcp-header declarations break the rules is excluded; the
+        // server's other tools are kept.
+        return SchemaStatus::Refused(format!(
+            "its inputSchema's x-mcp-header is invalid: {refusal}; the tool is refused"
+        ));
+    }
     match normalise_input_schema(&tool.input_schema) {
         Ok(schema) => SchemaStatus::Usable(schema),
         Err(refusal) => SchemaStatus::Refused(refusal.to_string()),

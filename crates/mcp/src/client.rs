@@ -1,4 +1,5 @@
-//! The MCP client: the handshake and the session (M13), the three places a signal enters,
+//! The MCP client: the connection (a 2026-07-28 stateless one after `server/discover`, M19,
+//! or the handshake and its session, M13), the three places a signal enters,
 //! every leg sent through the vault's guarded egress client, the server's own requests
 //! answered while a stream is open (M14), progress handed on (M15) and broken streams
 //! resumed (M16).
@@ -18,12 +19,16 @@ use runwarden_vault::{
 use serde_json::{Map, Value, json};
 
 use crate::catalogue::{CatalogueStore, Contact};
-use crate::config::{ElicitationPolicy, PROGRESS_HARD_MAX, ServerConfig};
+use crate::config::{ElicitationPolicy, PROGRESS_HARD_MAX, ProtocolPolicy, ServerConfig};
 use crate::deadline::{Clock, Deadline, MIN_LEG, SystemClock};
 use crate::elicit::{ElicitationAnswer, ElicitationRequest};
 use crate::error::{McpError, one_line};
 use crate::result::ToolResult;
 use crate::sse;
+use crate::stateless::{
+    self, HeaderParam, HeaderRefusal, InputRequired, InputResume, MAX_INPUT_ROUNDS,
+    STATELESS_VERSION,
+};
 use crate::stream::{Marks, NoticeSink, OnProgress, ServerRequest, Watch};
 
 fn now_ms() -> i64 {
@@ -32,8 +37,13 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// The protocol versions this client accepts, newest first (M17); it offers the first.
-pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+/// The protocol versions this client accepts, newest first (M17, M19): the stateless
+/// 2026-07-28 through `server/discover`, the others through the `initialize` handshake,
+/// which offers the second.
+pub const SUPPORTED_VERSIONS: [&str; 4] = ["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// The versions the `initialize` handshake accepts (M17).
+const HANDSHAKE_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
 
 /// The version of the old HTTP+SSE transport, refused with a message that says so (M17).
 const OLD_HTTP_SSE_VERSION: &str = "2024-11-05";
@@ -159,6 +169,14 @@ pub struct ToolCallRequest {
     pub output_schema: Option<Value>,
     /// Gets the call's progress and log notifications as they arrive (M15).
     pub notices: Option<NoticeSink>,
+    /// M19: with `true`, a result that asks for input (`input_required`) comes back as
+    /// [`ToolCall::input_required`] for the caller to ask someone and re-issue later (a
+    /// run parks); with `false`, the client answers it at once through `elicitor` (or
+    /// declines) and re-issues the request within the same budget.
+    pub park_on_input: bool,
+    /// M19: the answers to an earlier `input_required` result of this same call, sent
+    /// with the request (`inputResponses`, and the server's `requestState` unchanged).
+    pub resume: Option<InputResume>,
 }
 
 /// One HTTP exchange of an operation, for reports and tests.
@@ -185,6 +203,9 @@ pub struct ToolCall {
     pub legs: Vec<LegReport>,
     /// The JSON-RPC id of the `tools/call`, once one was sent.
     pub request_id: Option<i64>,
+    /// M19: the server asked for input and the call was made with `park_on_input`; the
+    /// result then says so and nothing of the tool's work was done.
+    pub input_required: Option<InputRequired>,
 }
 
 /// What the handshake negotiated.
@@ -196,6 +217,9 @@ struct Session {
     protocol: String,
     /// Whether the server offers tools.
     tools: bool,
+    /// M19: a 2026-07-28 connection: no session, `_meta` on every request, cancellation by
+    /// closing the stream and no notifications.
+    stateless: bool,
 }
 
 /// One operation: its deadline, the caller's signal and the legs so far.
@@ -278,6 +302,8 @@ struct LegSpec<'s> {
     listen: Option<&'s Listen<'s>>,
     /// M14: the leg is the standalone GET stream of a call.
     standalone: Option<Standalone>,
+    /// M19: the call's mirrored `Mcp-Param-*` headers.
+    headers: Vec<(String, String)>,
 }
 
 /// M14: what the standalone GET stream of one `tools/call` needs: the call it serves, the
@@ -333,6 +359,7 @@ impl<'s> LegSpec<'s> {
             last_event_id: None,
             listen: None,
             standalone: None,
+            headers: Vec::new(),
         }
     }
 }
@@ -374,6 +401,10 @@ pub struct McpClient {
     next_id: AtomicI64,
     actor: String,
     health: Option<Arc<dyn CatalogueStore>>,
+    /// M19: each listed tool's `x-mcp-header` parameters (or why they are refused), by
+    /// remote name, learnt from `tools/list`.
+    header_params:
+        Mutex<std::collections::HashMap<String, Result<Vec<HeaderParam>, HeaderRefusal>>>,
 }
 
 impl std::fmt::Debug for McpClient {
@@ -401,6 +432,7 @@ impl McpClient {
             next_id: AtomicI64::new(1),
             actor: "mcp".into(),
             health: None,
+            header_params: Mutex::default(),
         }
     }
 
@@ -477,7 +509,10 @@ impl McpClient {
                 Deadline::stretchable(&*self.clock, self.server.timeout, PROGRESS_HARD_MAX);
         }
         let mut request_id = None;
-        let outcome = self.call_tool_legs(&op, &call, &mut request_id).await;
+        let mut input_required = None;
+        let outcome = self
+            .call_tool_legs(&op, &call, &mut request_id, &mut input_required)
+            .await;
         self.record_contact(outcome.as_ref().map(|_| ())).await;
         // V8: a failure before the tools/call leg (handshake, gate, no tools) sent no call.
         let delivery = match (&outcome, request_id) {
@@ -495,6 +530,11 @@ impl McpClient {
                 .await;
         }
         let result = match outcome {
+            // M19: nothing of the tool's work was done; the caller asks and re-issues.
+            Ok(_) if input_required.is_some() => ToolResult::from_wire(
+                &json!({"content": [{"type": "text", "text": "the server asks for input before it runs this tool"}], "isError": true}),
+                None,
+            ),
             Ok(result) => ToolResult::from_wire(&result, call.output_schema.as_ref()),
             Err(error) => ToolResult::from_error(error, delivery),
         };
@@ -502,6 +542,7 @@ impl McpClient {
             result,
             legs: op.legs(),
             request_id,
+            input_required,
         }
     }
 
@@ -510,9 +551,148 @@ impl McpClient {
         op: &Operation<'_>,
         call: &ToolCallRequest,
         request_id: &mut Option<i64>,
+        input_required: &mut Option<InputRequired>,
     ) -> Result<Value, McpError> {
         let session = self.session(op).await?;
         self.require_tools(&session)?;
+        let headers = if session.stateless {
+            self.param_headers(op, call).await?
+        } else {
+            Vec::new()
+        };
+        let mut resume = call.resume.clone();
+        let mut rounds = 0;
+        loop {
+            let result = self
+                .call_once(op, &session, call, &headers, resume.as_ref(), request_id)
+                .await?;
+            // M19: a result without `resultType` is complete.
+            let Some(asked) = InputRequired::from_result(&result) else {
+                return Ok(result);
+            };
+            // A question only an operator can answer parks the caller; one the policy
+            // declines (or one the client refuses) is answered here and now.
+            let elicits = |r: &crate::stateless::InputRequest| r.method == "elicitation/create";
+            if call.park_on_input
+                && self.server.elicitation == ElicitationPolicy::Operator
+                && asked.requests.iter().all(elicits)
+            {
+                if asked.requests.len() != 1 {
+                    return Err(McpError::InputRefused {
+                        server: self.server.name.clone(),
+                        tool: call.tool.clone(),
+                        problem: format!(
+                            "the server asked {} questions at once; a parked run answers one per round",
+                            asked.requests.len()
+                        ),
+                    });
+                }
+                *input_required = Some(asked);
+                return Ok(result);
+            }
+            rounds += 1;
+            if rounds > MAX_INPUT_ROUNDS {
+                return Err(McpError::InputRefused {
+                    server: self.server.name.clone(),
+                    tool: call.tool.clone(),
+                    problem: format!(
+                        "the server still asked for input after {MAX_INPUT_ROUNDS} rounds"
+                    ),
+                });
+            }
+            resume = Some(self.answer_inputs(op, &session, call, &asked).await?);
+        }
+    }
+
+    /// M19: answers the questions of an `input_required` result at once: an elicitation
+    /// through the call's elicitor (declined without one), anything else is refused.
+    async fn answer_inputs(
+        &self,
+        op: &Operation<'_>,
+        session: &Session,
+        call: &ToolCallRequest,
+        asked: &InputRequired,
+    ) -> Result<InputResume, McpError> {
+        let listen = Listen {
+            tool: Some(&call.tool),
+            elicitor: call.elicitor.as_ref(),
+            ..Listen::plain(session)
+        };
+        let mut responses = Map::new();
+        for request in &asked.requests {
+            if request.method != "elicitation/create" {
+                return Err(McpError::InputRefused {
+                    server: self.server.name.clone(),
+                    tool: call.tool.clone(),
+                    problem: format!(
+                        "the server asked for {:?} as input, which runwarden does not offer",
+                        one_line(&request.method)
+                    ),
+                });
+            }
+            let answer = self.elicit(op, &listen, &request.params).await;
+            responses.insert(request.key.clone(), answer);
+        }
+        Ok(InputResume {
+            responses,
+            request_state: asked.request_state.clone(),
+        })
+    }
+
+    /// M19: the call's `Mcp-Param-*` headers. The tool's `x-mcp-header` parameters are
+    /// learnt from `tools/list` (listed in this operation when this client has not seen
+    /// the tool yet); a tool whose declarations break the rules, or an argument that
+    /// cannot be a header, refuses the call before anything is sent.
+    async fn param_headers(
+        &self,
+        op: &Operation<'_>,
+        call: &ToolCallRequest,
+    ) -> Result<Vec<(String, String)>, McpError> {
+        let known = |client: &Self| {
+            client
+                .header_params
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&call.tool)
+                .cloned()
+        };
+        let params = match known(self) {
+            Some(params) => Some(params),
+            None => {
+                self.list_tools(op).await?;
+                known(self)
+            }
+        };
+        let params = match params {
+            // A tool the server does not list has nothing to mirror.
+            None => return Ok(Vec::new()),
+            Some(Err(refusal)) => {
+                return Err(McpError::ToolHeaders {
+                    server: self.server.name.clone(),
+                    tool: call.tool.clone(),
+                    problem: refusal.to_string(),
+                });
+            }
+            Some(Ok(params)) => params,
+        };
+        stateless::mirrored_headers(&params, &call.arguments).map_err(|e| McpError::HeaderValue {
+            server: self.server.name.clone(),
+            tool: call.tool.clone(),
+            problem: e.to_string(),
+        })
+    }
+
+    /// One `tools/call` request (with a resumed one's answers), its stream listened to.
+    async fn call_once(
+        &self,
+        op: &Operation<'_>,
+        session: &Arc<Session>,
+        call: &ToolCallRequest,
+        headers: &[(String, String)],
+        resume: Option<&InputResume>,
+        request_id: &mut Option<i64>,
+    ) -> Result<Value, McpError> {
+        let session = session.clone();
         let id = self.next_id();
         *request_id = Some(id);
         let params =
@@ -524,6 +704,9 @@ impl McpClient {
         // on every leg); only when this process exports traces.
         if let Some(traceparent) = runwarden_vault::trace::traceparent() {
             params["_meta"]["traceparent"] = json!(traceparent);
+        }
+        if let Some(resume) = resume {
+            resume.apply(&mut params);
         }
         let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
         let on_progress: Option<OnProgress> = op.deadline.stretches().then(|| {
@@ -546,6 +729,7 @@ impl McpClient {
             session: Some(&session),
             gate: call.gate.clone(),
             listen: Some(&listen),
+            headers: headers.to_vec(),
             ..LegSpec::post("tools/call", message, Some(id))
         };
         let answered = if session.id.is_some() {
@@ -595,6 +779,7 @@ impl McpClient {
             last_event_id: None,
             listen: Some(listen),
             standalone: Some(stream),
+            headers: Vec::new(),
         };
         match Box::pin(self.leg_spec(op, spec)).await {
             Ok(_) => {}
@@ -665,6 +850,7 @@ impl McpClient {
                         last_event_id: Some(last_event_id),
                         listen: Some(listen),
                         standalone: None,
+                        headers: Vec::new(),
                     },
                 )
                 .await;
@@ -747,6 +933,14 @@ impl McpClient {
 
     async fn notify(&self, op: &Operation<'_>, notification: Notification) -> Result<(), McpError> {
         let session = self.session(op).await?;
+        if session.stateless {
+            // M19: a 2026-07-28 server takes no notifications from a client; a request
+            // is cancelled by closing its response stream.
+            return Err(McpError::Protocol {
+                server: self.server.name.clone(),
+                problem: "the server speaks 2026-07-28, which has no client notifications: a request is cancelled by closing its stream".into(),
+            });
+        }
         let (method, params) = match notification {
             Notification::Cancelled { request_id, reason } => (
                 "notifications/cancelled",
@@ -771,6 +965,12 @@ impl McpClient {
         let Some(session) = self.session.lock().await.clone() else {
             return;
         };
+        if session.stateless {
+            // M4 (amended), M19: a 2026-07-28 server learns of the cancel from the closed
+            // response stream (the vault's teardown closed it); no notification exists.
+            tracing::debug!(server = %self.server.name, request_id, "call abandoned; its stream was closed");
+            return;
+        }
         let op = Operation {
             deadline: Deadline::start(&*self.clock, CANCEL_NOTICE_BUDGET),
             signal: None,
@@ -853,13 +1053,19 @@ impl McpClient {
             .get("name")
             .and_then(Value::as_str)
             .ok_or_else(|| self.malformed("tools/list", "a tool has no name"))?;
+        let input_schema = tool.get("inputSchema").cloned().unwrap_or(Value::Null);
+        // M19: what each call of this tool mirrors into headers, or why it is refused.
+        self.header_params
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), stateless::header_params(&input_schema));
         Ok(ListedTool {
             name: name.to_string(),
             description: tool
                 .get("description")
                 .and_then(Value::as_str)
                 .map(str::to_string),
-            input_schema: tool.get("inputSchema").cloned().unwrap_or(Value::Null),
+            input_schema,
             output_schema: tool.get("outputSchema").cloned(),
             task_support: tool
                 .pointer("/execution/taskSupport")
@@ -905,8 +1111,110 @@ impl McpClient {
         }
     }
 
-    /// M2: `initialize`, then `notifications/initialized`; both legs carry the signal.
+    /// M19, M2: the stateless revision when the server serves it (`server/discover`),
+    /// else the `initialize` handshake. Every leg carries the signal.
     async fn handshake(&self, op: &Operation<'_>) -> Result<Session, McpError> {
+        if self.server.protocol == ProtocolPolicy::Auto
+            && let Some(session) = self.discover(op).await?
+        {
+            return Ok(session);
+        }
+        self.initialize(op).await
+    }
+
+    /// M19: the client's `_meta` for a 2026-07-28 request: the version, the capabilities
+    /// (no sampling, no roots; elicitation only when the operator answers this server's
+    /// questions) and who it is.
+    fn request_meta(&self, version: &str) -> Map<String, Value> {
+        let mut meta = Map::new();
+        meta.insert(stateless::META_VERSION.into(), json!(version));
+        meta.insert(
+            stateless::META_CAPABILITIES.into(),
+            self.client_capabilities(),
+        );
+        meta.insert(
+            stateless::META_CLIENT_INFO.into(),
+            json!({"name": "runwarden", "version": env!("CARGO_PKG_VERSION")}),
+        );
+        meta
+    }
+
+    /// M14: what the client declares it can do.
+    fn client_capabilities(&self) -> Value {
+        match self.server.elicitation {
+            ElicitationPolicy::Operator => json!({"elicitation": {"form": {}}}),
+            ElicitationPolicy::Decline => json!({}),
+        }
+    }
+
+    /// M19: probes `server/discover` at 2026-07-28. `Some` when the server serves it; a
+    /// server that refuses the version (-32022) naming 2026-07-28 among what it serves is
+    /// asked once more; anything an older server answers (an HTTP error status, a
+    /// JSON-RPC error, a result without 2026-07-28) is `None`, so the caller falls back
+    /// to `initialize`. A failure that says nothing about the server's era (transport,
+    /// cancel, budget) is the operation's error.
+    async fn discover(&self, op: &Operation<'_>) -> Result<Option<Session>, McpError> {
+        for attempt in 0..2 {
+            let probe = Session {
+                id: None,
+                protocol: STATELESS_VERSION.into(),
+                tools: false,
+                stateless: true,
+            };
+            let id = self.next_id();
+            let message = json!({
+                "jsonrpc": "2.0", "id": id, "method": "server/discover",
+                "params": {"_meta": self.request_meta(STATELESS_VERSION)},
+            });
+            let answer = match self
+                .leg(op, Some(&probe), "server/discover", message, Some(id))
+                .await
+            {
+                Ok(answer) => answer,
+                Err(McpError::UnsupportedVersion { supported, .. })
+                    if attempt == 0 && supported.iter().any(|v| v == STATELESS_VERSION) =>
+                {
+                    continue;
+                }
+                Err(McpError::UnsupportedVersion { supported, .. })
+                    if supported
+                        .iter()
+                        .any(|v| HANDSHAKE_VERSIONS.contains(&v.as_str())) =>
+                {
+                    return Ok(None);
+                }
+                Err(error @ McpError::UnsupportedVersion { .. }) => return Err(error),
+                Err(
+                    McpError::Status { .. }
+                    | McpError::Rpc { .. }
+                    | McpError::Malformed { .. }
+                    | McpError::EmptyBody { .. }
+                    | McpError::ContentType { .. }
+                    | McpError::Html { .. }
+                    | McpError::NoResponse { .. },
+                ) => return Ok(None),
+                Err(error) => return Err(error),
+            };
+            let result = answer.message.unwrap_or(Value::Null);
+            let serves = result
+                .get("supportedVersions")
+                .and_then(Value::as_array)
+                .is_some_and(|v| v.iter().any(|v| v.as_str() == Some(STATELESS_VERSION)));
+            if !serves {
+                return Ok(None);
+            }
+            return Ok(Some(Session {
+                id: None,
+                protocol: STATELESS_VERSION.into(),
+                tools: result.pointer("/capabilities/tools").is_some(),
+                stateless: true,
+            }));
+        }
+        Ok(None)
+    }
+
+    /// M2: `initialize`, then `notifications/initialized`; both legs carry the signal.
+    async fn initialize(&self, op: &Operation<'_>) -> Result<Session, McpError> {
         let id = self.next_id();
         let params = InitializeRequestParams::new(
             ClientCapabilities::default(),
@@ -916,10 +1224,7 @@ impl McpClient {
         let mut params = serde_json::to_value(params).unwrap_or_else(|_| json!({}));
         // M14: no sampling, no roots; elicitation (form mode) only when the operator
         // answers this server's questions.
-        params["capabilities"] = match self.server.elicitation {
-            ElicitationPolicy::Operator => json!({"elicitation": {"form": {}}}),
-            ElicitationPolicy::Decline => json!({}),
-        };
+        params["capabilities"] = self.client_capabilities();
         let message = json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": params});
         let answer = self.leg(op, None, "initialize", message, Some(id)).await?;
         let result: InitializeResult =
@@ -935,17 +1240,17 @@ impl McpClient {
                 server: self.server.name.clone(),
                 problem: format!(
                     "the server speaks protocol version {OLD_HTTP_SSE_VERSION}, the old HTTP+SSE transport, which runwarden does not support: point the url at the server's Streamable HTTP endpoint (protocol {} or newer)",
-                    SUPPORTED_VERSIONS[SUPPORTED_VERSIONS.len() - 1]
+                    HANDSHAKE_VERSIONS[HANDSHAKE_VERSIONS.len() - 1]
                 ),
             });
         }
-        if !SUPPORTED_VERSIONS.contains(&protocol.as_str()) {
+        if !HANDSHAKE_VERSIONS.contains(&protocol.as_str()) {
             return Err(McpError::Protocol {
                 server: self.server.name.clone(),
                 problem: format!(
-                    "the server speaks protocol version {:?}; runwarden speaks {}",
+                    "the server speaks protocol version {:?}; runwarden speaks {} (and {STATELESS_VERSION} through server/discover)",
                     one_line(&protocol),
-                    SUPPORTED_VERSIONS.join(", ")
+                    HANDSHAKE_VERSIONS.join(", ")
                 ),
             });
         }
@@ -953,6 +1258,7 @@ impl McpClient {
             id: answer.response.header("mcp-session-id").map(str::to_string),
             protocol,
             tools: result.capabilities.tools.is_some(),
+            stateless: false,
         };
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
         self.leg(
@@ -1014,6 +1320,42 @@ impl McpClient {
             .max_response_bytes(MAX_RESPONSE_BYTES)
             .actor(self.actor.clone())
             .reason(format!("mcp {server} {method}"));
+        if let (Some(message), Some(session)) = (spec.message.as_mut(), spec.session)
+            && session.stateless
+            && message.get("id").is_some()
+            && message.get("method").is_some()
+        {
+            // M19: every request of a 2026-07-28 connection carries the version, the
+            // client's capabilities and identity in `_meta`, matching the version header.
+            if !message.get("params").is_some_and(Value::is_object) {
+                message["params"] = json!({});
+            }
+            let params = &mut message["params"];
+            if !params.get("_meta").is_some_and(Value::is_object) {
+                params["_meta"] = json!({});
+            }
+            if let Some(meta) = params["_meta"].as_object_mut() {
+                meta.extend(self.request_meta(&session.protocol));
+            }
+        }
+        if let Some(message) = &spec.message
+            && let Some(name) = message.get("method").and_then(Value::as_str)
+        {
+            // M19: the method, and for the methods that name something the name, as
+            // headers on every POST, so gateways route without reading the body.
+            request = request.header("mcp-method", stateless::encode_header_value(name));
+            let named = match name {
+                "tools/call" | "prompts/get" => message.pointer("/params/name"),
+                "resources/read" => message.pointer("/params/uri"),
+                _ => None,
+            };
+            if let Some(named) = named.and_then(Value::as_str) {
+                request = request.header("mcp-name", stateless::encode_header_value(named));
+            }
+        }
+        for (name, value) in &spec.headers {
+            request = request.header(name.clone(), value.clone());
+        }
         request = match (&spec.message, &spec.last_event_id) {
             (Some(message), _) => {
                 let body = serde_json::to_vec(message).expect("JSON values always serialize");
@@ -1260,6 +1602,7 @@ impl McpClient {
             last_event_id: None,
             listen: None,
             standalone: None,
+            headers: Vec::new(),
         };
         match self.leg_spec(&op, spec).await {
             Ok(_)
@@ -1319,6 +1662,13 @@ impl McpClient {
             return Err(McpError::SessionExpired {
                 server,
                 method: method_s,
+            });
+        }
+        if let Some(supported) = unsupported_version(&response) {
+            return Err(McpError::UnsupportedVersion {
+                server,
+                method: method_s,
+                supported,
             });
         }
         if !response.is_success() {
@@ -1399,6 +1749,38 @@ impl McpClient {
             response,
         })
     }
+}
+
+/// M19: the versions a server names when it refuses ours (JSON-RPC -32022, with or
+/// without an HTTP error status), each cut to one short line.
+fn unsupported_version(response: &EgressResponse) -> Option<Vec<String>> {
+    let json = response.header("content-type").is_some_and(|t| {
+        t.trim_start()
+            .to_ascii_lowercase()
+            .starts_with("application/json")
+    });
+    if !json || response.truncated {
+        return None;
+    }
+    let message: Value = serde_json::from_slice(&response.body).ok()?;
+    let error = message.get("error")?;
+    if error.get("code").and_then(Value::as_i64) != Some(stateless::UNSUPPORTED_VERSION) {
+        return None;
+    }
+    Some(
+        error
+            .pointer("/data/supported")
+            .and_then(Value::as_array)
+            .map(|versions| {
+                versions
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .take(8)
+                    .map(|v| one_line(v).chars().take(32).collect())
+                    .collect()
+            })
+            .unwrap_or_default(),
+    )
 }
 
 /// M14: a JSON-RPC error for a request whose capability we never declared.

@@ -80,6 +80,36 @@ impl ElicitationPolicy {
     }
 }
 
+/// Which protocol revision the client speaks with a server (M19).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProtocolPolicy {
+    /// Probe `server/discover` and speak the stateless 2026-07-28 revision when the server
+    /// serves it; fall back to the `initialize` handshake (2025-11-25) when it answers the
+    /// probe with an error or an HTTP status, as older servers do.
+    #[default]
+    Auto,
+    /// Only the `initialize` handshake (2025-11-25 and older), no probe: for a server
+    /// known to be old, or one whose 2026-07-28 support the operator does not want.
+    Handshake,
+}
+
+impl ProtocolPolicy {
+    /// The stable name used in configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Handshake => "2025-11-25",
+        }
+    }
+
+    /// Parses a configured name.
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Auto, Self::Handshake]
+            .into_iter()
+            .find(|p| p.as_str() == text)
+    }
+}
+
 /// The longest one operation may last when progress notifications extend its deadline
 /// (M15): the hard maximum behind `progress_extends_deadline`.
 pub const PROGRESS_HARD_MAX: Duration = Duration::from_secs(600);
@@ -104,6 +134,8 @@ pub struct ServerConfig {
     /// M15: a progress notification restarts the `tools/call` budget, never past
     /// [`PROGRESS_HARD_MAX`]; off by default, so a chatty server cannot hold a call open.
     pub progress_extends_deadline: bool,
+    /// M19: whether to probe for the stateless 2026-07-28 revision.
+    pub protocol: ProtocolPolicy,
 }
 
 impl ServerConfig {
@@ -118,7 +150,14 @@ impl ServerConfig {
             timeout: DEFAULT_TIMEOUT,
             elicitation: ElicitationPolicy::Decline,
             progress_extends_deadline: false,
+            protocol: ProtocolPolicy::Auto,
         }
+    }
+
+    /// The same server with another protocol policy (M19).
+    pub fn with_protocol(mut self, protocol: ProtocolPolicy) -> Self {
+        self.protocol = protocol;
+        self
     }
 
     /// M10: the tool's own declaration, else the server's, else NON_IDEMPOTENT_WRITE.

@@ -176,6 +176,56 @@ pub enum McpError {
         /// Why the last attempt failed, one line.
         cause: String,
     },
+    /// M19: the server refused the protocol version we asked for (JSON-RPC -32022) and
+    /// serves none runwarden speaks.
+    #[error(
+        "server {server} refused {method}: it serves protocol version(s) {}, none of which runwarden speaks ({})",
+        if supported.is_empty() { "(none named)".to_string() } else { supported.join(", ") },
+        crate::client::SUPPORTED_VERSIONS.join(", ")
+    )]
+    UnsupportedVersion {
+        /// The server.
+        server: String,
+        /// The leg.
+        method: String,
+        /// The versions it named, each cut to one short line.
+        supported: Vec<String>,
+    },
+    /// M19: the tool declares `x-mcp-header` parameters the spec forbids, so it is refused
+    /// (at import, and at call time if it was imported before); nothing was sent.
+    #[error(
+        "tool {tool} of server {server} is refused: {problem}; the server must fix its x-mcp-header declarations"
+    )]
+    ToolHeaders {
+        /// The server.
+        server: String,
+        /// The remote tool name.
+        tool: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// M19: an argument mirrored into an `Mcp-Param-*` header cannot be a header value;
+    /// `tools/call` was not sent.
+    #[error("tools/call {tool} to server {server} not sent: {problem}")]
+    HeaderValue {
+        /// The server.
+        server: String,
+        /// The remote tool name.
+        tool: String,
+        /// What is wrong, naming the argument.
+        problem: String,
+    },
+    /// M19: the server asked for input runwarden cannot give (not an elicitation, several
+    /// questions at once while parking, or more rounds than the ceiling).
+    #[error("tools/call {tool} to server {server} stopped: {problem}")]
+    InputRefused {
+        /// The server.
+        server: String,
+        /// The remote tool name.
+        tool: String,
+        /// What was asked and why it is not answered.
+        problem: String,
+    },
     /// M6: discovery did not end within the page ceiling.
     #[error("server {server} kept paginating tools/list past {pages} pages; discovery was stopped")]
     TooManyPages {
@@ -194,7 +244,11 @@ impl McpError {
     /// error status counts as the server's answer.
     pub fn delivery(&self) -> Delivery {
         match self {
-            Self::NotSent { .. } | Self::Gated { .. } | Self::NoTools { .. } => Delivery::NotSent,
+            Self::NotSent { .. }
+            | Self::Gated { .. }
+            | Self::NoTools { .. }
+            | Self::ToolHeaders { .. }
+            | Self::HeaderValue { .. } => Delivery::NotSent,
             Self::Cancelled { in_flight, .. } => {
                 if *in_flight {
                     Delivery::MaybeDelivered
@@ -203,9 +257,11 @@ impl McpError {
                 }
             }
             Self::Egress { source, .. } => source.delivery(),
-            Self::Status { .. } | Self::SessionExpired { .. } | Self::Rpc { .. } => {
-                Delivery::Answered
-            }
+            Self::Status { .. }
+            | Self::SessionExpired { .. }
+            | Self::Rpc { .. }
+            | Self::UnsupportedVersion { .. }
+            | Self::InputRefused { .. } => Delivery::Answered,
             Self::TooLarge { .. }
             | Self::Html { .. }
             | Self::ContentType { .. }

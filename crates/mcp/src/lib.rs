@@ -1,8 +1,10 @@
 //! An MCP client over Streamable HTTP whose every byte goes through the runwarden vault.
 //!
 //! [`McpClient`] talks to one server declared by a [`ServerConfig`]. It negotiates the
-//! protocol (offers 2025-11-25; accepts 2025-06-18 and 2025-03-26), keeps one session per
-//! server until [`McpClient::close`] ends it, answers the server's own requests, hands
+//! protocol: the stateless 2026-07-28 revision when the server serves it (probed with
+//! `server/discover`, see [`stateless`]), else the `initialize` handshake (offers
+//! 2025-11-25; accepts 2025-06-18 and 2025-03-26), whose session it keeps until
+//! [`McpClient::close`] ends it, answers the server's own requests, hands
 //! progress and log [`Notice`]s to the caller, resumes broken event streams, spends one
 //! deadline per operation across its legs,
 //! and takes a [`CancellationSignal`](runwarden_vault::CancellationSignal) in exactly three
@@ -33,6 +35,7 @@ pub mod naming;
 mod result;
 pub mod schema;
 mod sse;
+pub mod stateless;
 mod stream;
 
 pub use catalogue::{
@@ -45,7 +48,8 @@ pub use client::{
     ToolCall, ToolCallRequest, USER_AGENT,
 };
 pub use config::{
-    ConfigError, DEFAULT_TIMEOUT, Effect, ElicitationPolicy, PROGRESS_HARD_MAX, ServerConfig,
+    ConfigError, DEFAULT_TIMEOUT, Effect, ElicitationPolicy, PROGRESS_HARD_MAX, ProtocolPolicy,
+    ServerConfig,
 };
 pub use deadline::{Clock, ManualClock, SystemClock};
 pub use elicit::{
@@ -53,4 +57,5 @@ pub use elicit::{
 };
 pub use error::McpError;
 pub use result::{ToolOutcome, ToolResult};
+pub use stateless::{InputRequest, InputRequired, InputResume, STATELESS_VERSION};
 pub use stream::{Notice, NoticeSink};

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use runwarden_mcp::{
-    ManualClock, McpError, Reply, Request, SchemaStatus, ServerConfig, ToolCallRequest,
-    ToolOutcome, build_catalogue,
+    ManualClock, McpError, ProtocolPolicy, Reply, Request, SchemaStatus, ServerConfig,
+    ToolCallRequest, ToolOutcome, build_catalogue,
 };
 use runwarden_testkit::Seen;
 use runwarden_vault::CancelFlag;
@@ -58,6 +58,7 @@ fn call(tool: &str) -> ToolCallRequest {
         elicitor: None,
         output_schema: None,
         notices: None,
+        ..Default::default()
     }
 }
 
@@ -267,7 +268,11 @@ async fn schemas_off_the_wire_are_normalised_and_named_locally(profile: Profile)
     else {
         panic!("discovery failed")
     };
-    let catalogue = build_catalogue(&ServerConfig::new("tickets", server.url("/mcp")), &tools, 0);
+    let catalogue = build_catalogue(
+        &ServerConfig::new("tickets", server.url("/mcp")).with_protocol(ProtocolPolicy::Handshake),
+        &tools,
+        0,
+    );
     assert_eq!(catalogue[0].local_name, "tickets__files_read");
     assert_eq!(catalogue[0].remote_name, "files.read");
     assert_eq!(

@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use runwarden_mcp::{McpClient, Request, ServerConfig, ToolCallRequest};
+use runwarden_mcp::{McpClient, ProtocolPolicy, Request, ServerConfig, ToolCallRequest};
 use runwarden_testkit::{
     Channel, HOSTILE_SIGIL, TestServer, echo_handler, find_form, forms_of, hostile_placements,
     received_credential, tool,
@@ -29,7 +29,8 @@ async fn an_echoed_credential_never_reaches_a_tool_result_an_error_or_an_audit_r
         for echo in Channel::ALL {
             *channel.lock().unwrap() = echo;
             // A fresh client per channel, so each one starts with a handshake.
-            let mut config = ServerConfig::new("tickets", server.url("/mcp"));
+            let mut config = ServerConfig::new("tickets", server.url("/mcp"))
+                .with_protocol(ProtocolPolicy::Handshake);
             config.auth = Some(Credential {
                 secret: name.clone(),
                 placement: placement.clone(),
@@ -46,6 +47,7 @@ async fn an_echoed_credential_never_reaches_a_tool_result_an_error_or_an_audit_r
                         elicitor: None,
                         output_schema: None,
                         notices: None,
+                        ..Default::default()
                     },
                     None,
                 )

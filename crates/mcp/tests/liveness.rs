@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use runwarden_mcp::{CatalogueStore, McpClient, Request, ServerConfig};
+use runwarden_mcp::{CatalogueStore, McpClient, ProtocolPolicy, Request, ServerConfig};
 use runwarden_store_sqlite::SqliteStore;
 use runwarden_testkit::{Reply, TestServer, mcp_handler, tool};
 use runwarden_vault::CancelFlag;
@@ -16,7 +16,11 @@ async fn success_and_failure_are_recorded_and_a_cancellation_is_not() {
     let up = TestServer::start(mcp_handler(vec![tool("search")], &[])).await;
     let down = TestServer::start(|_| Reply::text(500, "broken")).await;
     let client = |name: &str, url: String| {
-        McpClient::new(ServerConfig::new(name, url), f.egress.clone()).with_health(store.clone())
+        McpClient::new(
+            ServerConfig::new(name, url).with_protocol(ProtocolPolicy::Handshake),
+            f.egress.clone(),
+        )
+        .with_health(store.clone())
     };
 
     client("up", up.url("/mcp"))

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use runwarden_mcp::{
-    McpClient, Reply, Request, ServerConfig, ToolCallRequest, ToolOutcome, build_catalogue,
+    McpClient, ProtocolPolicy, Reply, Request, ServerConfig, ToolCallRequest, ToolOutcome,
+    build_catalogue,
 };
 use runwarden_testkit::Peer;
 use runwarden_vault::CancelFlag;
@@ -23,6 +24,7 @@ fn call(tool: &str, arguments: Value) -> ToolCallRequest {
         elicitor: None,
         output_schema: None,
         notices: None,
+        ..Default::default()
     }
 }
 
@@ -58,7 +60,7 @@ async fn start(flags: &'static [&'static str]) -> Peer {
 async fn the_real_peer_imports_with_local_names_and_usable_schemas() {
     let peer = start(&[]).await;
     let f = fixture().await;
-    let server = ServerConfig::new("peer", peer.url());
+    let server = ServerConfig::new("peer", peer.url()).with_protocol(ProtocolPolicy::Handshake);
     let client = McpClient::new(server.clone(), f.egress.clone());
     let Ok(Reply::Tools(tools)) = client.send_request(Request::ListTools, None).await else {
         panic!("discovery failed")
@@ -87,7 +89,10 @@ async fn the_real_peer_imports_with_local_names_and_usable_schemas() {
 async fn the_real_peer_answers_calls_and_is_error_is_a_failed_result() {
     let peer = start(&[]).await;
     let f = fixture().await;
-    let client = McpClient::new(ServerConfig::new("peer", peer.url()), f.egress.clone());
+    let client = McpClient::new(
+        ServerConfig::new("peer", peer.url()).with_protocol(ProtocolPolicy::Handshake),
+        f.egress.clone(),
+    );
     let echoed = client
         .call_tool(call("echo", json!({"text": "hello"})), None)
         .await;
@@ -112,7 +117,10 @@ async fn the_real_peer_answers_calls_and_is_error_is_a_failed_result() {
 async fn a_stateless_json_peer_works_without_a_session() {
     let peer = start(&["--stateless", "--json-response"]).await;
     let f = fixture().await;
-    let client = McpClient::new(ServerConfig::new("peer", peer.url()), f.egress.clone());
+    let client = McpClient::new(
+        ServerConfig::new("peer", peer.url()).with_protocol(ProtocolPolicy::Handshake),
+        f.egress.clone(),
+    );
     assert!(
         matches!(client.send_request(Request::ListTools, None).await, Ok(Reply::Tools(t)) if !t.is_empty())
     );
@@ -127,7 +135,7 @@ async fn a_slow_tool_cancelled_mid_call_ends_promptly_and_the_server_stops_it() 
     let peer = start(&[]).await;
     let f = fixture().await;
     let client = Arc::new(McpClient::new(
-        ServerConfig::new("peer", peer.url()),
+        ServerConfig::new("peer", peer.url()).with_protocol(ProtocolPolicy::Handshake),
         f.egress.clone(),
     ));
     let flag = CancelFlag::new();

@@ -5,8 +5,8 @@
 //! tool that only runs as a task is refused at import.
 
 use runwarden_mcp::{
-    CatalogueEntry, McpClient, Reply, Request, SchemaStatus, ServerConfig, ToolCallRequest,
-    ToolOutcome, build_catalogue,
+    CatalogueEntry, McpClient, ProtocolPolicy, Reply, Request, SchemaStatus, ServerConfig,
+    ToolCallRequest, ToolOutcome, build_catalogue,
 };
 use runwarden_testkit::Peer;
 use serde_json::{Value, json};
@@ -67,7 +67,10 @@ async fn a_pydantic_nested_model_imports_with_its_constraints_and_is_callable_in
     for flags in MODES {
         let peer = start(flags).await;
         let f = fixture().await;
-        let client = McpClient::new(ServerConfig::new("peer", peer.url()), f.egress.clone());
+        let client = McpClient::new(
+            ServerConfig::new("peer", peer.url()).with_protocol(ProtocolPolicy::Handshake),
+            f.egress.clone(),
+        );
         let catalogue = import(&client).await;
         let order = entry(&catalogue, "place_order");
         let SchemaStatus::Usable(schema) = &order.schema else {
@@ -114,7 +117,10 @@ async fn structured_content_reaches_the_model_and_a_result_off_its_output_schema
     for flags in MODES {
         let peer = start(flags).await;
         let f = fixture().await;
-        let client = McpClient::new(ServerConfig::new("peer", peer.url()), f.egress.clone());
+        let client = McpClient::new(
+            ServerConfig::new("peer", peer.url()).with_protocol(ProtocolPolicy::Handshake),
+            f.egress.clone(),
+        );
         let catalogue = import(&client).await;
         let weather = entry(&catalogue, "weather");
         assert!(
@@ -165,7 +171,10 @@ async fn structured_content_reaches_the_model_and_a_result_off_its_output_schema
 async fn a_tool_that_requires_tasks_is_listed_as_refused_with_the_reason() {
     let peer = start(&[]).await;
     let f = fixture().await;
-    let client = McpClient::new(ServerConfig::new("peer", peer.url()), f.egress.clone());
+    let client = McpClient::new(
+        ServerConfig::new("peer", peer.url()).with_protocol(ProtocolPolicy::Handshake),
+        f.egress.clone(),
+    );
     let catalogue = import(&client).await;
     let job = entry(&catalogue, "long_job");
     assert!(

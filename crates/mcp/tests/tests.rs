@@ -8,4 +8,5 @@ mod liveness;
 mod peer;
 mod seams;
 mod shape;
+mod stateless;
 mod wire;

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use runwarden_mcp::{
     ElicitationAnswer, ElicitationFuture, ElicitationPolicy, ElicitationRequest, Elicitor,
-    ElicitorHandle, MAX_RESUMES, McpClient, McpError, Notice, NoticeSink, Reply, Request,
-    ServerConfig, ToolCallRequest, ToolOutcome, USER_AGENT,
+    ElicitorHandle, MAX_RESUMES, McpClient, McpError, Notice, NoticeSink, ProtocolPolicy, Reply,
+    Request, ServerConfig, ToolCallRequest, ToolOutcome, USER_AGENT,
 };
 use runwarden_testkit::{HttpRequest, Peer, Reply as TestReply, TestServer, mcp_handler};
 use runwarden_vault::Delivery;
@@ -39,7 +39,7 @@ fn wire_stats(peer: &Peer) -> Value {
 }
 
 fn client(f: &Fixture, peer: &Peer, configure: impl FnOnce(&mut ServerConfig)) -> McpClient {
-    let mut server = ServerConfig::new("peer", peer.url());
+    let mut server = ServerConfig::new("peer", peer.url()).with_protocol(ProtocolPolicy::Handshake);
     configure(&mut server);
     McpClient::new(server, f.egress.clone())
 }
@@ -416,7 +416,8 @@ async fn no_sampling_or_roots_capability_is_declared_and_elicitation_only_for_th
     ] {
         let f = fixture().await;
         let mut server = scripted::start(Script::new(scripted::SESSION_SSE)).await;
-        let mut config = ServerConfig::new("tickets", server.url("/mcp"));
+        let mut config = ServerConfig::new("tickets", server.url("/mcp"))
+            .with_protocol(ProtocolPolicy::Handshake);
         config.elicitation = policy;
         let client = McpClient::new(config, f.egress.clone());
         assert!(client.send_request(Request::Ping, None).await.is_ok());

@@ -731,6 +731,7 @@ async fn overhead(ctx: &Ctx) -> Overhead {
                 elicitor: None,
                 output_schema: None,
                 notices: None,
+                ..Default::default()
             };
             let result = bare.call_tool(call, Some(&flag)).await.result;
             bare_mcp.push(started.elapsed());

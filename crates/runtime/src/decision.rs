@@ -33,7 +33,8 @@ pub enum DecisionKind {
     /// A non-idempotent write whose call may have reached the server and got no answer
     /// (R11): a person says whether it took effect.
     EffectUncertain,
-    /// An MCP server asked for input during a call (`elicitation/create`, M14).
+    /// An MCP server asked for input: during a call (`elicitation/create`, M14), or as
+    /// the call's result (`input_required`, M19; the run then parks).
     Input,
 }
 
@@ -54,7 +55,8 @@ impl DecisionKind {
             .find(|k| k.as_str() == text)
     }
 
-    /// True for the kinds that park the run (no lease, no slot) until answered.
+    /// True for the kinds that park the run (no lease, no slot) until answered; an
+    /// `input` decision parks when it carries a re-issue ([`Decision::parks_the_run`]).
     pub fn parks_the_run(self) -> bool {
         !matches!(self, Self::Input)
     }
@@ -198,6 +200,56 @@ pub struct Decision {
     pub actor: Option<String>,
     /// When it was answered.
     pub answered_ms: Option<i64>,
+    /// M19: the call ended with the server's `input_required`; how to re-issue it once
+    /// answered (the run is parked meanwhile). `None` for an elicitation during a call.
+    pub reissue: Option<Reissue>,
+}
+
+/// M19: what a parked `input` decision keeps so that any worker, on any node, days later,
+/// can re-issue the call with the answer: the question's key and the server's
+/// `requestState`, exactly as sent (opaque: never inspected, never shown).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Reissue {
+    /// The key of the question in `inputRequests` (the answer goes back under it).
+    pub input_key: String,
+    /// The server's `requestState`; `None` when it sent none (and then none is sent back).
+    pub request_state: Option<String>,
+}
+
+impl std::fmt::Debug for Reissue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The state is the server's own and may hold anything: its size only.
+        f.debug_struct("Reissue")
+            .field("input_key", &self.input_key)
+            .field(
+                "request_state",
+                &self
+                    .request_state
+                    .as_ref()
+                    .map(|s| format!("[{} bytes]", s.len())),
+            )
+            .finish()
+    }
+}
+
+impl Decision {
+    /// True when the run waits parked (no lease, no slot) until this is answered: an
+    /// approval, an uncertain effect, or an input asked by an `input_required` result.
+    pub fn parks_the_run(&self) -> bool {
+        self.kind.parks_the_run() || self.reissue.is_some()
+    }
+
+    /// M19: the answer as the server reads it in `inputResponses` (an elicitation's
+    /// result): accept with the content, cancel, else decline (a decline, an expiry).
+    pub fn elicitation_result(&self) -> Value {
+        match (self.answer, &self.content) {
+            (Some(Answer::Accept), Some(content)) => {
+                serde_json::json!({"action": "accept", "content": content})
+            }
+            (Some(Answer::Cancel), _) => serde_json::json!({"action": "cancel"}),
+            _ => serde_json::json!({"action": "decline"}),
+        }
+    }
 }
 
 /// Parameters of [`RunStore::decision_ask`](crate::store::RunStore::decision_ask).

@@ -91,6 +91,7 @@ impl Elicitor for RunElicitor {
                 content: None,
                 actor: None,
                 answered_ms: None,
+                reissue: None,
             };
             let id = decision.id.clone();
             let event = EventBody::DecisionAsked(DecisionAsked {
@@ -101,6 +102,7 @@ impl Elicitor for RunElicitor {
                 tool,
                 arguments_hash: decision.arguments_hash.clone(),
                 expires_ms: decision.expires_ms,
+                reissue: false,
             });
             let ask = DecisionAsk {
                 decision,

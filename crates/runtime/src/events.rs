@@ -351,6 +351,10 @@ pub struct DecisionAsked {
     pub arguments_hash: String,
     /// When it expires, Unix milliseconds UTC.
     pub expires_ms: i64,
+    /// M19: the call ended with the server's `input_required`, so the run is parked and its
+    /// answer is sent by re-issuing the call (absent for an elicitation during a call).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reissue: bool,
 }
 
 /// `decision_answered`: the decision's answer, appended by the answer's own transaction
@@ -796,6 +800,17 @@ mod tests {
                 tool: "srv__create".into(),
                 arguments_hash: "ab".repeat(32),
                 expires_ms: 1_700_000_000_000,
+                reissue: false,
+            }),
+            EventBody::DecisionAsked(DecisionAsked {
+                decision_id: "d2".into(),
+                kind: DecisionKind::Input,
+                round: 1,
+                call_id: "c1".into(),
+                tool: "srv__create".into(),
+                arguments_hash: "ab".repeat(32),
+                expires_ms: 1_700_000_000_000,
+                reissue: true,
             }),
             EventBody::DecisionAnswered(DecisionAnswered {
                 decision_id: "d1".into(),

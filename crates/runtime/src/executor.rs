@@ -155,6 +155,9 @@ struct Segment<'a> {
     /// R8: set once this segment stored a final event (`run_completed`, `run_failed`):
     /// a cancel that then wins the row gets no second one.
     ended: AtomicBool,
+    /// M19: answered `input` decisions of calls to re-issue, by the model's call id
+    /// (the decision's id; taken once the call is re-issued).
+    inputs: Mutex<HashMap<String, String>>,
 }
 
 /// How a segment of a queued run behaves beyond a synchronous one.
@@ -722,6 +725,7 @@ impl Executor {
             spent: Mutex::default(),
             approvals: Mutex::default(),
             ended: AtomicBool::new(false),
+            inputs: Mutex::default(),
         };
         let history = match self.store.run_events(&run.id, 0, 0).await {
             Ok(history) => history,
@@ -766,6 +770,7 @@ impl Executor {
         }
         *segment.spent.lock().unwrap_or_else(|p| p.into_inner()) = progress.spent;
         *segment.approvals.lock().unwrap_or_else(|p| p.into_inner()) = progress.approvals.clone();
+        *segment.inputs.lock().unwrap_or_else(|p| p.into_inner()) = progress.inputs.clone();
         let _wall = self.wall_timer(&segment);
         let outcome = self.rounds(&segment, progress).await;
         if matches!(outcome, Outcome::Cancelled) && !segment.ended.load(Ordering::SeqCst) {
@@ -793,6 +798,8 @@ impl Executor {
             terminal: _,
             spent: _,
             approvals: _,
+            inputs: _,
+            reissue_asked: _,
         } = progress;
         if let Some(uncertain) = uncertain_write {
             // R11: a non-idempotent write whose effect is unknown is never re-sent. R12: a
@@ -809,8 +816,7 @@ impl Executor {
                     DecisionKind::EffectUncertain,
                     uncertain.round,
                     &uncertain.call,
-                    Some(message),
-                    None,
+                    Question::said(message),
                 )
                 .await;
         }
@@ -1010,7 +1016,13 @@ impl Executor {
                 .cloned();
             let Some(answered) = answered else {
                 return Err(self
-                    .ask(segment, DecisionKind::Approval, round, call, None, None)
+                    .ask(
+                        segment,
+                        DecisionKind::Approval,
+                        round,
+                        call,
+                        Question::default(),
+                    )
                     .await);
             };
             let denial = if answered.arguments_hash != arguments_hash(&call.arguments) {
@@ -1050,6 +1062,32 @@ impl Executor {
                 arguments = edited;
             }
         }
+        // M19, R12: the server asked for input and an operator answered: the call is
+        // re-issued with the answer and the server's `requestState`, exactly as stored.
+        let taken = segment
+            .inputs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&call.id);
+        let input_resume = match taken {
+            Some(decision_id) => match self.store.decision_get(&decision_id).await {
+                Ok(Some(decision)) => decision.reissue.as_ref().map(|reissue| {
+                    let mut responses = serde_json::Map::new();
+                    responses.insert(reissue.input_key.clone(), decision.elicitation_result());
+                    runwarden_mcp::InputResume {
+                        responses,
+                        request_state: reissue.request_state.clone(),
+                    }
+                }),
+                Ok(None) => None,
+                Err(error) => {
+                    // Nothing was sent: a retry reads it again.
+                    let reason = format!("the operator's answer could not be read: {error}");
+                    return Err(self.fail(segment, reason, true).await);
+                }
+            },
+            None => None,
+        };
         if !self.take_tool_call(segment) {
             // R13: counted before the call; the budget's stop settles the run.
             return Err(self.must_stop(segment).await.unwrap_or(Outcome::Failed));
@@ -1095,6 +1133,9 @@ impl Executor {
             // M7 (amended): the structured result is checked against what the tool declared.
             output_schema: tool.output_schema.clone(),
             notices: Some(notices.sink()),
+            // M19, R12: a server's `input_required` parks the run on an `input` decision.
+            park_on_input: true,
+            resume: input_resume,
         };
         let span = tracing::info_span!(
             "tool_call",
@@ -1120,6 +1161,41 @@ impl Executor {
             .take();
         if let Some(failure) = failure {
             return Err(self.fence_failed(segment, failure).await);
+        }
+        if let Some(asked) = outcome.input_required {
+            // M19, R12: nothing of the tool's work was done; the run parks on an `input`
+            // decision holding the server's `requestState`, and whichever worker resumes
+            // it re-issues the call with the answer. The fence is cleared with the park.
+            let Some(question) = asked.requests.first() else {
+                let reason = "the server asked for input but named no question".to_string();
+                return Err(self.fail(segment, reason, false).await);
+            };
+            let message = question
+                .params
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .chars()
+                .take(2_000)
+                .collect::<String>();
+            let message = format!("{} asks: {message}", tool.client.server().name);
+            let reissue = crate::decision::Reissue {
+                input_key: question.key.clone(),
+                request_state: asked.request_state.clone(),
+            };
+            return Err(self
+                .ask(
+                    segment,
+                    DecisionKind::Input,
+                    round,
+                    call,
+                    Question {
+                        message: Some(message),
+                        requested_schema: question.params.get("requestedSchema").cloned(),
+                        reissue: Some(reissue),
+                    },
+                )
+                .await);
         }
         let result = outcome.result;
         let label = match result.outcome {
@@ -1199,8 +1275,7 @@ impl Executor {
                     DecisionKind::EffectUncertain,
                     round,
                     call,
-                    Some(message),
-                    None,
+                    Question::said(message),
                 )
                 .await);
         }
@@ -1220,9 +1295,13 @@ impl Executor {
         kind: DecisionKind,
         round: u32,
         call: &ToolCallRequest,
-        message: Option<String>,
-        requested_schema: Option<Value>,
+        question: Question,
     ) -> Outcome {
+        let Question {
+            message,
+            requested_schema,
+            reissue,
+        } = question;
         let now = now_ms();
         let timeout = segment
             .agent
@@ -1255,6 +1334,7 @@ impl Executor {
             content: None,
             actor: None,
             answered_ms: None,
+            reissue,
         };
         let body = EventBody::DecisionAsked(DecisionAsked {
             decision_id: decision.id.clone(),
@@ -1264,6 +1344,7 @@ impl Executor {
             tool: call.name.clone(),
             arguments_hash: decision.arguments_hash.clone(),
             expires_ms,
+            reissue: decision.reissue.is_some(),
         });
         let payload = body.to_payload();
         let ask = DecisionAsk {
@@ -1455,6 +1536,10 @@ struct Progress {
     uncertain_write: Option<UncertainWrite>,
     /// R12: answered approvals, by the model's call id.
     approvals: HashMap<String, DecisionAnswered>,
+    /// M19: answered `input` decisions whose call is re-issued, by call id (decision id).
+    inputs: HashMap<String, String>,
+    /// M19: the ids of `input` decisions asked by an `input_required` result.
+    reissue_asked: std::collections::HashSet<String>,
     /// Why the run must fail: its last model turn was cut or empty (L4).
     unusable_turn: Option<String>,
     /// What the run spent so far (R13).
@@ -1484,6 +1569,8 @@ impl Progress {
             terminal: None,
             spent: Spent::default(),
             approvals: HashMap::new(),
+            inputs: HashMap::new(),
+            reissue_asked: std::collections::HashSet::new(),
         };
         for event in history {
             let body = EventBody::decode(&event.run_id, event.seq, &event.kind, &event.payload)?;
@@ -1529,6 +1616,9 @@ impl Progress {
                     progress.answered(&step.call_id, step.tool, step.text, step.outcome);
                 }
                 EventBody::DecisionAsked(asked) => {
+                    if asked.reissue {
+                        progress.reissue_asked.insert(asked.decision_id.clone());
+                    }
                     if let Some(uncertain) = progress.uncertain_write.as_mut()
                         && asked.kind == DecisionKind::EffectUncertain
                         && uncertain.call.id == asked.call_id
@@ -1599,8 +1689,14 @@ impl Progress {
                     self.uncertain_write = None;
                 }
             }
-            // An input's answer went back to the server during its call.
-            DecisionKind::Input => {}
+            // M19: an answer to an `input_required` result waits for its call's re-issue;
+            // an elicitation's answer went back to the server during its call.
+            DecisionKind::Input => {
+                if self.reissue_asked.contains(&answered.decision_id) {
+                    self.inputs
+                        .insert(answered.call_id.clone(), answered.decision_id.clone());
+                }
+            }
         }
     }
 
@@ -1613,6 +1709,26 @@ impl Progress {
             content: text,
             is_error: outcome != StepOutcome::Succeeded,
         });
+    }
+}
+
+/// What a decision asks beyond its call (R12).
+#[derive(Default)]
+struct Question {
+    /// For people: what went wrong, or the server's question.
+    message: Option<String>,
+    /// Input: the schema the answer's content must match.
+    requested_schema: Option<Value>,
+    /// M19: how to re-issue the call once answered (an `input_required` result).
+    reissue: Option<crate::decision::Reissue>,
+}
+
+impl Question {
+    fn said(message: String) -> Self {
+        Self {
+            message: Some(message),
+            ..Self::default()
+        }
     }
 }
 

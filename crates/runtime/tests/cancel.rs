@@ -226,6 +226,7 @@ async fn a_call_whose_run_is_already_cancelled_is_refused_before_send() {
         elicitor: None,
         output_schema: None,
         notices: None,
+        ..Default::default()
     };
     let outcome = tool.client.call_tool(call, Some(&signal)).await;
     assert!(!outcome.result.sent());

@@ -194,8 +194,10 @@ pub async fn fixture_with(config: WatcherConfig) -> Fixture {
 impl Fixture {
     /// A tool of server `srv` at `url` with the given effect.
     pub fn tool(&self, url: &str, remote: &str, effect: Effect) -> BoundTool {
+        // These fixtures' servers speak the 2025-11-25 session protocol (the handshake
+        // legs are what the delivery tests look at).
         let client = Arc::new(McpClient::new(
-            ServerConfig::new("srv", url),
+            ServerConfig::new("srv", url).with_protocol(runwarden_mcp::ProtocolPolicy::Handshake),
             self.egress.clone(),
         ));
         BoundTool {
@@ -220,7 +222,8 @@ impl Fixture {
         effect: Effect,
         budget: Duration,
     ) -> BoundTool {
-        let mut server = ServerConfig::new("srv", url);
+        let mut server =
+            ServerConfig::new("srv", url).with_protocol(runwarden_mcp::ProtocolPolicy::Handshake);
         server.timeout = budget;
         BoundTool {
             client: Arc::new(McpClient::new(server, self.egress.clone())),

@@ -65,6 +65,7 @@ timeout_seconds = 30
 # approval_timeout_seconds = 86400     # then it is denied as "expired" (default 24 h)
 # elicitation = "decline"              # the default; "operator" asks a person (an input decision)
 # progress_extends_deadline = false    # true: progress restarts the budget (at most 600 s in all)
+# protocol = "auto"                    # M19: 2026-07-28 when served, else 2025-11-25; "2025-11-25" never probes
 # [mcp.servers.tickets.tools.search]
 # effect = "read_only"
 # approval = "none"                    # a tool's own policy beats its server's
@@ -762,6 +763,8 @@ struct ServerSection {
     elicitation: Option<String>,
     /// Whether a progress notification restarts the `tools/call` budget (at most 600 s in all). Default `false`.
     progress_extends_deadline: Option<bool>,
+    /// Which protocol revision: `auto` (the default: 2026-07-28 through `server/discover` when the server serves it, else the 2025-11-25 handshake) or `2025-11-25` (the handshake only, no probe).
+    protocol: Option<String>,
     /// Per-tool settings by the tool's name on the server.
     #[serde(default)]
     tools: BTreeMap<String, ToolSection>,
@@ -908,6 +911,12 @@ fn mcp_server(
     }
     if let Some(extends) = section.progress_extends_deadline {
         server.progress_extends_deadline = extends;
+    }
+    if let Some(text) = section.protocol {
+        // M19: "auto" negotiates 2026-07-28 when served; "2025-11-25" only handshakes.
+        server.protocol = runwarden_mcp::ProtocolPolicy::parse(&text).with_context(|| {
+            format!("{at}: unknown protocol {text:?}: use \"auto\" (the default) or \"2025-11-25\"")
+        })?;
     }
     for (tool, declared) in section.tools {
         let at = format!("[mcp.servers.{name}.tools.{tool}]");
@@ -1583,6 +1592,14 @@ mod tests {
         let s = chosen.mcp_server("s").unwrap();
         assert_eq!(s.elicitation, ElicitationPolicy::Operator);
         assert!(s.progress_extends_deadline);
+        // M19: the 2026-07-28 revision is negotiated unless the operator pins the handshake.
+        assert_eq!(s.protocol, runwarden_mcp::ProtocolPolicy::Auto);
+        let pinned = load("protocol = \"2025-11-25\"").unwrap();
+        assert_eq!(
+            pinned.mcp_server("s").unwrap().protocol,
+            runwarden_mcp::ProtocolPolicy::Handshake
+        );
+        assert!(format!("{:#}", load("protocol = \"2026\"").unwrap_err()).contains("\"auto\""));
         let error = format!("{:#}", load("elicitation = \"ask\"").unwrap_err());
         assert!(
             error.contains("[mcp.servers.s]")

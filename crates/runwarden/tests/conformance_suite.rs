@@ -1,9 +1,10 @@
 //! The official MCP conformance suite (`@modelcontextprotocol/conformance`, versions 0.1.16
 //! and 0.2.0-alpha.12, installed by `scripts/conformance.sh`) drives runwarden's CLI through
 //! `tests/conformance/client.sh` in each of its client scenarios. Every scenario that is not
-//! about OAuth (`auth/*`, M18) or only about the 2026-07-28 revision (M19) must pass, except
-//! the few listed in [`EXPECTED_FAILURES`] with the reason; a listed one that passes fails
-//! the test, so the list never goes stale.
+//! about OAuth (`auth/*`, M18) or only about the 2026-07-28 revision must pass, and so must
+//! the 2026-07-28 scenarios in [`REQUIRED_2026`] and `tools_call` run again with
+//! `--spec-version 2026-07-28` (M19), except the few listed in [`EXPECTED_FAILURES`] with
+//! the reason; a listed one that passes fails the test, so the list never goes stale.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -16,6 +17,23 @@ const VERSIONS: [&str; 2] = ["0.1.16", "0.2.0-alpha.12"];
 /// Scenarios tagged only with the 2026-07-28 revision that are about what every client must
 /// do anyway, so they are required too: never fetch a remote `$ref` (M8).
 const REQUIRED_ANYWAY: &[&str] = &["json-schema-ref-no-deref"];
+
+/// M19: the 2026-07-28 client scenarios runwarden must pass (stateless requests, `_meta`,
+/// `requestState`, the standard and mirrored headers).
+const REQUIRED_2026: &[&str] = &[
+    "request-metadata",
+    "sep-2322-client-request-state",
+    "http-standard-headers",
+    "http-custom-headers",
+    "http-invalid-tool-headers",
+];
+
+/// M19: scenarios run a second time at the 2026-07-28 revision (`--spec-version`), shown
+/// as `NAME@2026-07-28`, each required.
+const AT_2026: &[&str] = &["tools_call"];
+
+/// The suffix of a scenario run at the 2026-07-28 revision.
+const AT_2026_SUFFIX: &str = "@2026-07-28";
 
 /// Required scenarios known to fail, with why. Each must still fail.
 const EXPECTED_FAILURES: &[(&str, &str)] = &[];
@@ -103,9 +121,18 @@ impl Suite {
     /// suite's failing lines.
     fn run(&self, scenario: &str, results: &Path) -> Result<(), String> {
         let client = repo_root().join("tests/conformance/client.sh");
-        let output = self
-            .command()
-            .args(["client", "--scenario", scenario, "--timeout", "30000"])
+        let mut command = self.command();
+        command.arg("client");
+        // M19: `NAME@2026-07-28` is NAME at the 2026-07-28 revision.
+        let scenario = match scenario.strip_suffix(AT_2026_SUFFIX) {
+            Some(name) => {
+                command.args(["--spec-version", "2026-07-28"]);
+                name
+            }
+            None => scenario,
+        };
+        let output = command
+            .args(["--scenario", scenario, "--timeout", "30000"])
             .arg("--command")
             .arg(format!("bash {}", client.display()))
             .arg("-o")
@@ -134,19 +161,24 @@ fn required(name: &str, tags: &str) -> bool {
         return false;
     }
     REQUIRED_ANYWAY.contains(&name)
+        || REQUIRED_2026.contains(&name)
+        || name.ends_with(AT_2026_SUFFIX)
         || tags
             .split(',')
             .any(|tag| tag == "extension" || (tag.starts_with("20") && tag != "2026-07-28"))
 }
 
 #[test]
-fn the_official_conformance_suite_passes_every_scenario_not_about_oauth_or_the_2026_revision() {
+fn the_official_conformance_suite_passes_every_scenario_not_about_oauth_and_the_listed_2026_ones() {
     let dir = suite_dir();
     let results = tempfile::tempdir().expect("a results directory");
     let suites: Vec<Suite> = VERSIONS.iter().map(|v| Suite::new(&dir, v)).collect();
     let mut queue = VecDeque::new();
     for (index, suite) in suites.iter().enumerate() {
         for (name, tags) in suite.client_scenarios() {
+            if AT_2026.contains(&name.as_str()) && suite.version != VERSIONS[0] {
+                queue.push_back((index, format!("{name}{AT_2026_SUFFIX}"), tags.clone()));
+            }
             queue.push_back((index, name, tags));
         }
     }
@@ -181,7 +213,7 @@ fn the_official_conformance_suite_passes_every_scenario_not_about_oauth_or_the_2
         let required_ones: Vec<_> = mine.iter().filter(|o| required(&o.1, &o.2)).collect();
         let required_passed = required_ones.iter().filter(|o| o.3.is_ok()).count();
         println!(
-            "conformance {}: {passed} of {} client scenarios passed; required (not auth/*, not only 2026-07-28): {required_passed} of {}",
+            "conformance {}: {passed} of {} client scenarios passed; required (not auth/*; 2026-07-28 only as listed): {required_passed} of {}",
             suite.version,
             mine.len(),
             required_ones.len()

@@ -444,7 +444,7 @@ async fn a_servers_question_is_answered_by_an_operator_and_the_answer_reaches_th
     let sandbox = Sandbox::initialised();
     sandbox.allow_loopback();
     sandbox.append_config(&format!(
-        "[mcp.servers.peer]\nurl = \"{}\"\nelicitation = \"operator\"\ntimeout_seconds = 60\n\n[agents.asker]\nprovider = \"scripted\"\nscript = \"asker.json\"\ntools = [\"peer__ask_name\"]\n",
+        "[mcp.servers.peer]\nurl = \"{}\"\nelicitation = \"operator\"\ntimeout_seconds = 60\n# A question inside a call's stream is the 2025-11-25 way (M14).\nprotocol = \"2025-11-25\"\n\n[agents.asker]\nprovider = \"scripted\"\nscript = \"asker.json\"\ntools = [\"peer__ask_name\"]\n",
         peer.url()
     ));
     std::fs::write(

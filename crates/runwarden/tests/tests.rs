@@ -22,6 +22,7 @@ mod logs;
 mod mcp;
 mod mcp_edit;
 mod metrics;
+mod mrtr;
 mod nodes;
 mod operator_cli;
 mod queueing;

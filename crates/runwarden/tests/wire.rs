@@ -30,7 +30,7 @@ fn sandbox(peer: &Peer, plan: Value) -> Arc<Sandbox> {
     sandbox.allow_loopback();
     let mut text = std::fs::read_to_string(sandbox.config()).unwrap();
     text.push_str(&format!(
-        "\n[mcp.servers.peer]\nurl = \"{}\"\neffect = \"read_only\"\n\n[agents.a]\nprovider = \"scripted\"\nscript = \"plan.json\"\ntools = [\"peer__*\"]\n",
+        "\n[mcp.servers.peer]\nurl = \"{}\"\neffect = \"read_only\"\n# These tests are about the 2025-11-25 session wire (M13-M16).\nprotocol = \"2025-11-25\"\n\n[agents.a]\nprovider = \"scripted\"\nscript = \"plan.json\"\ntools = [\"peer__*\"]\n",
         peer.url()
     ));
     std::fs::write(sandbox.config(), text).unwrap();

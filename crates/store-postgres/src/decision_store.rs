@@ -11,7 +11,7 @@
 use runwarden_runtime::RunState;
 use runwarden_runtime::decision::{
     Answer, AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionKind,
-    DecisionStatus, EXPIRED_REASON, Refusal,
+    DecisionStatus, EXPIRED_REASON, Refusal, Reissue,
 };
 use runwarden_runtime::events::{DecisionAnswered, EventBody, cancelled_from};
 use runwarden_vault::store::StoreError;
@@ -23,7 +23,7 @@ use crate::failure::{Failure, finish};
 
 const DECISION_COLUMNS: &str = "id, run_id, kind, round, call_id, tool, arguments, arguments_hash, message, \
      requested_schema, asked_ms, expires_ms, status, answer, reason, answer_arguments, content, \
-     actor, answered_ms";
+     actor, answered_ms, input_key, request_state";
 
 /// R4: the reason a cancel by answer writes, as a plain cancel does.
 const CANCEL_REASON: &str = "cancelled by an operator (answering a decision)";
@@ -86,15 +86,23 @@ impl PgStore {
 async fn ask(tx: &impl GenericClient, params: &DecisionAsk) -> Result<Option<i64>, Failure> {
     let d = &params.decision;
     // The kinds that park release the lease and leave the stored request and the fence.
-    let sql = if d.kind.parks_the_run() {
-        "UPDATE runs SET status = 'waiting_for_approval', lease_expires_ms = NULL, updated_ms = $1
-         WHERE id = $2 AND claimed_by = $3 AND status = 'running'"
+    // M19: an `input_required` result did none of the tool's work, so its park clears the
+    // write fence.
+    let changed = if d.parks_the_run() {
+        tx.execute(
+            "UPDATE runs SET status = 'waiting_for_approval', lease_expires_ms = NULL,
+                 pending_effect = CASE WHEN $4 THEN NULL ELSE pending_effect END, updated_ms = $1
+             WHERE id = $2 AND claimed_by = $3 AND status = 'running'",
+            &[&d.asked_ms, &d.run_id, &params.owner, &d.reissue.is_some()],
+        )
+        .await?
     } else {
-        "UPDATE runs SET updated_ms = $1 WHERE id = $2 AND claimed_by = $3 AND status = 'running'"
+        tx.execute(
+            "UPDATE runs SET updated_ms = $1 WHERE id = $2 AND claimed_by = $3 AND status = 'running'",
+            &[&d.asked_ms, &d.run_id, &params.owner],
+        )
+        .await?
     };
-    let changed = tx
-        .execute(sql, &[&d.asked_ms, &d.run_id, &params.owner])
-        .await?;
     if changed != 1 {
         return Ok(None);
     }
@@ -108,7 +116,7 @@ async fn ask(tx: &impl GenericClient, params: &DecisionAsk) -> Result<Option<i64
     .await?;
     tx.execute(
         &format!(
-            "INSERT INTO decisions ({DECISION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', NULL, NULL, NULL, NULL, NULL, NULL)"
+            "INSERT INTO decisions ({DECISION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', NULL, NULL, NULL, NULL, NULL, NULL, $13, $14)"
         ),
         &[
             &d.id,
@@ -123,6 +131,8 @@ async fn ask(tx: &impl GenericClient, params: &DecisionAsk) -> Result<Option<i64
             &d.requested_schema.as_ref().map(Value::to_string),
             &d.asked_ms,
             &d.expires_ms,
+            &d.reissue.as_ref().map(|r| r.input_key.clone()),
+            &d.reissue.as_ref().and_then(|r| r.request_state.clone()),
         ],
     )
     .await?;
@@ -150,7 +160,7 @@ async fn answer(
     };
     let run = run_status.as_deref().and_then(RunState::parse);
     let expiry = params.answer == Answer::Expired;
-    let waiting = if before.kind.parks_the_run() {
+    let waiting = if before.parks_the_run() {
         RunState::WaitingForApproval
     } else {
         RunState::Running
@@ -215,7 +225,7 @@ async fn answer(
         params.now_ms,
     )
     .await?;
-    if decision.kind.parks_the_run() {
+    if decision.parks_the_run() {
         if params.answer == Answer::Cancel {
             // R4: a cancel by answer is the cancel: terminal, the stored request dropped.
             tx.execute(
@@ -319,6 +329,8 @@ fn decode(row: &Row) -> Result<Decision, Failure> {
     let requested_schema: Option<String> = row.try_get(9)?;
     let answer_arguments: Option<String> = row.try_get(15)?;
     let content: Option<String> = row.try_get(16)?;
+    let input_key: Option<String> = row.try_get(19)?;
+    let request_state: Option<String> = row.try_get(20)?;
     Ok(Decision {
         run_id: row.try_get(1)?,
         kind,
@@ -344,6 +356,10 @@ fn decode(row: &Row) -> Result<Decision, Failure> {
         content: content.as_deref().map(|t| json(t, "content")).transpose()?,
         actor: row.try_get(17)?,
         answered_ms: row.try_get(18)?,
+        reissue: input_key.map(|input_key| Reissue {
+            input_key,
+            request_state,
+        }),
         id,
     })
 }

@@ -7,7 +7,7 @@
 
 use runwarden_runtime::decision::{
     Answer, AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionKind,
-    DecisionStatus, Refusal,
+    DecisionStatus, Refusal, Reissue,
 };
 use runwarden_runtime::events::{DecisionAnswered, EventBody, cancelled_from};
 use runwarden_runtime::{Change, RunState};
@@ -21,7 +21,7 @@ use crate::run_store::publish_status;
 
 const DECISION_COLUMNS: &str = "id, run_id, kind, round, call_id, tool, arguments, arguments_hash, message, \
      requested_schema, asked_ms, expires_ms, status, answer, reason, answer_arguments, content, \
-     actor, answered_ms";
+     actor, answered_ms, input_key, request_state";
 
 /// R4: the reason a cancel by answer writes, as a plain cancel does.
 const CANCEL_REASON: &str = "cancelled by an operator (answering a decision)";
@@ -29,7 +29,7 @@ const CANCEL_REASON: &str = "cancelled by an operator (answering a decision)";
 impl SqliteStore {
     pub(crate) async fn ask(&self, params: DecisionAsk) -> Result<Option<i64>, StoreError> {
         let run_id = params.decision.run_id.clone();
-        let parks = params.decision.kind.parks_the_run();
+        let parks = params.decision.parks_the_run();
         let seq = self
             .run("asking a decision", move |conn| ask(conn, &params))
             .await?;
@@ -99,13 +99,16 @@ fn ask(conn: &mut Connection, params: &DecisionAsk) -> Result<Option<i64>, Failu
     let d = &params.decision;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     // The kinds that park release the lease and leave the stored request and the fence:
-    // the run holds no slot and any worker may resume it once it is answered.
-    let changed = if d.kind.parks_the_run() {
+    // the run holds no slot and any worker may resume it once it is answered. M19: an
+    // `input_required` result was the server's answer and did none of the tool's work, so
+    // its park clears the write fence.
+    let changed = if d.parks_the_run() {
         tx.execute(
             "UPDATE runs SET status = 'waiting_for_approval', lease_expires_ms = NULL,
+                 pending_effect = CASE WHEN ?4 THEN NULL ELSE pending_effect END,
                  updated_ms = ?1
              WHERE id = ?2 AND claimed_by = ?3 AND status = 'running'",
-            params![d.asked_ms, d.run_id, params.owner],
+            params![d.asked_ms, d.run_id, params.owner, d.reissue.is_some()],
         )?
     } else {
         tx.execute(
@@ -124,7 +127,7 @@ fn ask(conn: &mut Connection, params: &DecisionAsk) -> Result<Option<i64>, Failu
         d.asked_ms,
     )?;
     tx.execute(
-        &format!("INSERT INTO decisions ({DECISION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 'pending', NULL, NULL, NULL, NULL, NULL, NULL)"),
+        &format!("INSERT INTO decisions ({DECISION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 'pending', NULL, NULL, NULL, NULL, NULL, NULL, ?13, ?14)"),
         params![
             d.id,
             d.run_id,
@@ -138,6 +141,8 @@ fn ask(conn: &mut Connection, params: &DecisionAsk) -> Result<Option<i64>, Failu
             d.requested_schema.as_ref().map(Value::to_string),
             d.asked_ms,
             d.expires_ms,
+            d.reissue.as_ref().map(|r| r.input_key.clone()),
+            d.reissue.as_ref().and_then(|r| r.request_state.clone()),
         ],
     )?;
     tx.commit()?;
@@ -164,7 +169,7 @@ fn answer(conn: &mut Connection, params: &DecisionAnswer) -> Result<Answered, Fa
         params.reason.clone()
     };
     // The guard: pending, on the right side of the expiry, and the run still waits on it.
-    let run_status = if before.kind.parks_the_run() {
+    let run_status = if before.parks_the_run() {
         "waiting_for_approval"
     } else {
         "running"
@@ -215,7 +220,7 @@ fn answer(conn: &mut Connection, params: &DecisionAnswer) -> Result<Answered, Fa
     )?;
     let mut new_status = None;
     let mut final_seq = None;
-    if decision.kind.parks_the_run() {
+    if decision.parks_the_run() {
         if params.answer == Answer::Cancel {
             // R4: a cancel by answer is the cancel: terminal, the stored request dropped.
             tx.execute(
@@ -339,6 +344,8 @@ struct Columns {
     content: Option<String>,
     actor: Option<String>,
     answered_ms: Option<i64>,
+    input_key: Option<String>,
+    request_state: Option<String>,
 }
 
 fn columns(row: &Row<'_>) -> rusqlite::Result<Columns> {
@@ -362,6 +369,8 @@ fn columns(row: &Row<'_>) -> rusqlite::Result<Columns> {
         content: row.get(16)?,
         actor: row.get(17)?,
         answered_ms: row.get(18)?,
+        input_key: row.get(19)?,
+        request_state: row.get(20)?,
     })
 }
 
@@ -413,5 +422,9 @@ fn decode(c: Columns) -> Result<Decision, Failure> {
         reason: c.reason,
         actor: c.actor,
         answered_ms: c.answered_ms,
+        reissue: c.input_key.map(|input_key| Reissue {
+            input_key,
+            request_state: c.request_state,
+        }),
     })
 }

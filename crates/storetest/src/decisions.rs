@@ -11,7 +11,7 @@ use std::sync::Arc;
 use runwarden_runtime::RunState;
 use runwarden_runtime::decision::{
     Answer, AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionKind,
-    DecisionStatus, Refusal, arguments_hash,
+    DecisionStatus, Refusal, Reissue, arguments_hash,
 };
 use runwarden_runtime::queue::{Claim, QueueStore};
 use runwarden_runtime::store::{FenceMark, NewRunStatus, RunCreate, RunSettle, SettleAnswer};
@@ -36,6 +36,7 @@ pub async fn exercise_decision_store(store: Arc<dyn QueueStore>) {
     an_operator_answer_after_the_expiry_is_refused_and_the_expiry_denies(s).await;
     an_uncertain_write_keeps_its_fence_until_answered_and_a_cancel_answer_cancels(s).await;
     an_input_leaves_the_run_running_and_is_refused_once_the_run_finished(s).await;
+    an_input_required_parks_the_run_clears_its_fence_and_keeps_the_request_state_exactly(s).await;
     the_list_filters_by_run_and_status(s).await;
 }
 
@@ -81,6 +82,7 @@ fn decision(id: &str, run_id: &str, kind: DecisionKind) -> Decision {
         content: None,
         actor: None,
         answered_ms: None,
+        reissue: None,
     }
 }
 
@@ -433,6 +435,70 @@ async fn an_uncertain_write_keeps_its_fence_until_answered_and_a_cancel_answer_c
             retire(store, run).await;
         }
     }
+}
+
+/// M19, R12: an `input` decision asked by an `input_required` result parks the run (no
+/// lease), clears the write fence (the server did none of the tool's work), and keeps the
+/// question's key and the server's `requestState` byte for byte, for any worker to
+/// re-issue the call once it is answered; a state the server did not send stays absent.
+async fn an_input_required_parks_the_run_clears_its_fence_and_keeps_the_request_state_exactly(
+    store: &dyn QueueStore,
+) {
+    let state = "{\"nonce\": \"ü-\u{1F600}\", \"n\": 1}  \n";
+    for (run, id, request_state) in [
+        ("dr-mrtr-s", "d-mrtr-s", Some(state.to_string())),
+        ("dr-mrtr-n", "d-mrtr-n", None),
+    ] {
+        running_run(store, run).await;
+        assert!(
+            store
+                .run_fence_mark(FenceMark {
+                    id: run.into(),
+                    owner: OWNER.into(),
+                    effect: "non_idempotent_write".into(),
+                    lease_until_ms: T0 + LEASE,
+                    now_ms: T0 + 5,
+                })
+                .await
+                .unwrap()
+        );
+        let mut asked = decision(id, run, DecisionKind::Input);
+        asked.requested_schema = Some(json!({"type": "object"}));
+        asked.reissue = Some(Reissue {
+            input_key: "confirm".into(),
+            request_state: request_state.clone(),
+        });
+        assert!(ask(store, asked, OWNER).await.is_some());
+        let parked = store.run_get(run).await.unwrap().unwrap();
+        assert_eq!(parked.status, RunState::WaitingForApproval);
+        assert_eq!(parked.lease_expires_ms, None, "a parked run holds no lease");
+        assert_eq!(parked.pending_effect, None, "the park clears the fence");
+        let read = store.decision_get(id).await.unwrap().unwrap();
+        let reissue = read.reissue.expect("the re-issue is kept");
+        assert_eq!(reissue.input_key, "confirm");
+        assert_eq!(reissue.request_state, request_state);
+        let mut accept = answer(id, Answer::Accept, T0 + 40);
+        accept.content = Some(json!({"confirmed": true}));
+        let AnswerOutcome::Answered(done) = answered(store, accept).await else {
+            panic!("an input takes accept");
+        };
+        assert_eq!(done.reissue.and_then(|r| r.request_state), request_state);
+        assert_eq!(
+            status(store, run).await,
+            RunState::Queued,
+            "any worker resumes it"
+        );
+        retire(store, run).await;
+    }
+    let plain = store
+        .decision_get("d-inp")
+        .await
+        .unwrap()
+        .map(|d| d.reissue);
+    assert!(
+        matches!(plain, None | Some(None)),
+        "other decisions have none"
+    );
 }
 
 async fn an_input_leaves_the_run_running_and_is_refused_once_the_run_finished(

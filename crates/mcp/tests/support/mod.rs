@@ -7,7 +7,7 @@ pub mod scripted;
 use std::sync::Arc;
 use std::time::Duration;
 
-use runwarden_mcp::{ManualClock, McpClient, ServerConfig};
+use runwarden_mcp::{ManualClock, McpClient, ProtocolPolicy, ServerConfig};
 use runwarden_vault::store::AuditFilter;
 use runwarden_vault::{AuditRow, EgressClient, Vault};
 
@@ -31,7 +31,10 @@ pub async fn fixture() -> Fixture {
 impl Fixture {
     /// A client for `url` named `tickets`, on `clock` when given.
     pub fn client(&self, url: String, clock: Option<Arc<ManualClock>>) -> McpClient {
-        let client = McpClient::new(ServerConfig::new("tickets", url), self.egress.clone());
+        let client = McpClient::new(
+            ServerConfig::new("tickets", url).with_protocol(ProtocolPolicy::Handshake),
+            self.egress.clone(),
+        );
         match clock {
             Some(clock) => client.with_clock(clock),
             None => client,

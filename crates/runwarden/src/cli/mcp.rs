@@ -562,6 +562,9 @@ async fn call(
         // M7 (amended): an imported tool's results are checked against its outputSchema.
         output_schema: entry.and_then(|e| e.output_schema.clone()),
         notices: None,
+        // M19: an `input_required` result is answered from the command line at once.
+        park_on_input: false,
+        resume: None,
     };
     let outcome = client.call_tool(request, Some(&stop)).await;
     let result = &outcome.result;

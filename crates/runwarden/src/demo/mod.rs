@@ -101,6 +101,8 @@ allow = ["127.0.0.1"]
 url = "{url}"
 # create_ticket takes 30 s to answer: give the call room, the demo cancels it anyway.
 timeout_seconds = 60
+# The demo's servers speak the 2025-11-25 session protocol: no 2026-07-28 probe (M19).
+protocol = "2025-11-25"
 # Every other tool keeps the default effect, non_idempotent_write: a write that is never
 # retried once it may have reached the server.
 [mcp.servers.{SERVER}.tools.lookup_user]
@@ -115,6 +117,7 @@ max_rounds = 5
 # The second act: the same kind of server, answering at once, behind an approval (R12).
 [mcp.servers.{DESK}]
 url = "{desk_url}"
+protocol = "2025-11-25"
 
 [agents.{APPROVER}]
 provider = "scripted"

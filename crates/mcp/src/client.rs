@@ -12,10 +12,11 @@ use rmcp::model::{
     InitializeRequestParams, InitializeResult, NumberOrString, PaginatedRequestParams,
     ProtocolVersion,
 };
-use runwarden_vault::{
-    CancellationSignal, Credential, Delivery, EgressClient, EgressError, EgressRequest, EgressResponse, Method,
-};
 use runwarden_vault::oauth::{AuthorizationPrompt, OAuthClient, OAuthError};
+use runwarden_vault::{
+    CancellationSignal, Credential, Delivery, EgressClient, EgressError, EgressRequest,
+    EgressResponse, Method,
+};
 use serde_json::{Map, Value, json};
 
 use crate::catalogue::{CatalogueStore, Contact};

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use runwarden_mcp::{Effect, ElicitationPolicy, ServerConfig};
+use runwarden_vault::oauth::{AuthMethod, Grant, OAuthSettings, SigningAlg};
 use runwarden_vault::{
     Algorithm, Credential, EgressConfig, EgressPolicy, MAX_TICK, MasterKey, Placement, SecretName,
 };
-use runwarden_vault::oauth::{AuthMethod, Grant, OAuthSettings, SigningAlg};
 use serde::Deserialize;
 
 use crate::store_url::StoreUrl;
@@ -850,29 +850,41 @@ fn oauth_settings(section: OAuthSection, at: &str) -> anyhow::Result<OAuthSettin
         Some(AuthMethod::ClientSecretBasic | AuthMethod::ClientSecretPost)
             if settings.client_secret.is_none() =>
         {
-            bail!("{at}: auth_method {:?} needs client_secret = \"<vault secret>\"", section.auth_method.unwrap_or_default())
+            bail!(
+                "{at}: auth_method {:?} needs client_secret = \"<vault secret>\"",
+                section.auth_method.unwrap_or_default()
+            )
         }
         _ => {}
     }
     if grant == Grant::ClientCredentials {
         if settings.client_id.is_none() {
-            bail!("{at}: grant \"client_credentials\" needs client_id (and client_secret or private_key)");
+            bail!(
+                "{at}: grant \"client_credentials\" needs client_id (and client_secret or private_key)"
+            );
         }
         if settings.client_secret.is_none()
             && settings.private_key.is_none()
             && settings.auth_method != Some(AuthMethod::None)
         {
-            bail!("{at}: grant \"client_credentials\" needs client_secret or private_key (vault secret names)");
+            bail!(
+                "{at}: grant \"client_credentials\" needs client_secret or private_key (vault secret names)"
+            );
         }
     }
     if let Some(url) = section.client_metadata_url {
         let parsed = url::Url::parse(&url).ok();
         if !parsed.is_some_and(|u| u.scheme() == "https" && u.path() != "/") {
-            bail!("{at}: client_metadata_url must be an https URL with a path (the Client ID Metadata Document)");
+            bail!(
+                "{at}: client_metadata_url must be an https URL with a path (the Client ID Metadata Document)"
+            );
         }
         settings.client_metadata_url = Some(url);
     }
-    if settings.client_id.is_some() && settings.client_metadata_url.is_some() && grant == Grant::ClientCredentials {
+    if settings.client_id.is_some()
+        && settings.client_metadata_url.is_some()
+        && grant == Grant::ClientCredentials
+    {
         bail!("{at}: client_metadata_url goes with grant \"authorization_code\"");
     }
     settings.scopes = section.scopes;

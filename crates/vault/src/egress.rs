@@ -716,14 +716,8 @@ impl EgressClient {
                     status: t.status,
                     location,
                 };
-                self.finish(
-                    &record,
-                    answered,
-                    t.status,
-                    Err(error),
-                    secret.as_ref(),
-                )
-                .await
+                self.finish(&record, answered, t.status, Err(error), secret.as_ref())
+                    .await
             }
             Driven::Done(Ok(t)) => {
                 tracing::debug!(host = %record.host, status = t.status, reason = ?record.reason, "outbound call answered");
@@ -734,14 +728,8 @@ impl EgressClient {
                     truncated: t.truncated,
                     audit_id: None,
                 };
-                self.finish(
-                    &record,
-                    answered,
-                    t.status,
-                    Ok(response),
-                    secret.as_ref(),
-                )
-                .await
+                self.finish(&record, answered, t.status, Ok(response), secret.as_ref())
+                    .await
             }
             Driven::Done(Err(e)) => {
                 // V8: only a failure to connect proves that no request byte left; a timeout

@@ -28,7 +28,10 @@ pub(crate) struct PrintedPrompt;
 impl AuthorizationPrompt for PrintedPrompt {
     fn open(&self, server: &str, url: &str) {
         eprintln!("authorize server {server}: open {url}");
-        eprintln!("waiting up to {} s for the browser to come back to runwarden...", LOGIN_WAIT.as_secs());
+        eprintln!(
+            "waiting up to {} s for the browser to come back to runwarden...",
+            LOGIN_WAIT.as_secs()
+        );
     }
 }
 
@@ -72,7 +75,10 @@ pub(crate) async fn login(cx: &Context, name: &str) -> anyhow::Result<ExitCode> 
     }
     let status = oauth.status().await?;
     output::emit(cx.json, &ServerStatus::new(name, &status), || {
-        format!("server {name} authorized\n{}", ServerStatus::new(name, &status).lines())
+        format!(
+            "server {name} authorized\n{}",
+            ServerStatus::new(name, &status).lines()
+        )
     });
     Ok(ExitCode::SUCCESS)
 }

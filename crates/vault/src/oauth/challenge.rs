@@ -122,7 +122,8 @@ mod tests {
 
     #[test]
     fn unquoted_values_escapes_and_other_schemes_are_read() {
-        let found = Challenge::parse(r#"Basic realm="x", Bearer error=invalid_token, scope="a\"b""#);
+        let found =
+            Challenge::parse(r#"Basic realm="x", Bearer error=invalid_token, scope="a\"b""#);
         assert_eq!(found.error.as_deref(), Some("invalid_token"));
         assert_eq!(found.scope, Some(vec!["a\"b".to_string()]));
         assert_eq!(Challenge::parse("Basic realm=\"x\""), Challenge::default());

@@ -67,7 +67,9 @@ impl Pkce {
 pub(crate) enum KeyProblem {
     #[error("the private key is not PEM (expected -----BEGIN PRIVATE KEY-----)")]
     NotPem,
-    #[error("the private key is not a {alg} key in PKCS#8 form (convert it with `openssl pkcs8 -topk8 -nocrypt`)")]
+    #[error(
+        "the private key is not a {alg} key in PKCS#8 form (convert it with `openssl pkcs8 -topk8 -nocrypt`)"
+    )]
     Rejected { alg: &'static str },
     #[error("signing failed")]
     Signing,
@@ -121,12 +123,9 @@ pub(crate) fn client_assertion(
     let rng = SystemRandom::new();
     let signature = match alg {
         SigningAlg::Es256 => {
-            let key = EcdsaKeyPair::from_pkcs8(
-                &signature::ECDSA_P256_SHA256_FIXED_SIGNING,
-                &der,
-                &rng,
-            )
-            .map_err(|_| KeyProblem::Rejected { alg: "P-256" })?;
+            let key =
+                EcdsaKeyPair::from_pkcs8(&signature::ECDSA_P256_SHA256_FIXED_SIGNING, &der, &rng)
+                    .map_err(|_| KeyProblem::Rejected { alg: "P-256" })?;
             key.sign(&rng, signing_input.as_bytes())
                 .map_err(|_| KeyProblem::Signing)?
                 .as_ref()
@@ -140,8 +139,13 @@ pub(crate) fn client_assertion(
             }
             .map_err(|_| KeyProblem::Rejected { alg: "RSA" })?;
             let mut out = vec![0u8; key.public().modulus_len()];
-            key.sign(&signature::RSA_PKCS1_SHA256, &rng, signing_input.as_bytes(), &mut out)
-                .map_err(|_| KeyProblem::Signing)?;
+            key.sign(
+                &signature::RSA_PKCS1_SHA256,
+                &rng,
+                signing_input.as_bytes(),
+                &mut out,
+            )
+            .map_err(|_| KeyProblem::Signing)?;
             out
         }
     };
@@ -167,15 +171,14 @@ mod tests {
     #[test]
     fn an_es256_assertion_verifies_with_the_public_key() {
         let rng = SystemRandom::new();
-        let pkcs8 =
-            EcdsaKeyPair::generate_pkcs8(&signature::ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
-                .unwrap();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&signature::ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
+            .unwrap();
         let pem = format!(
             "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
             base64::engine::general_purpose::STANDARD.encode(pkcs8.as_ref())
         );
-        let jwt = client_assertion(pem.as_bytes(), SigningAlg::Es256, "c1", "http://as", 100)
-            .unwrap();
+        let jwt =
+            client_assertion(pem.as_bytes(), SigningAlg::Es256, "c1", "http://as", 100).unwrap();
         let parts: Vec<&str> = jwt.split('.').collect();
         assert_eq!(parts.len(), 3);
         let key = EcdsaKeyPair::from_pkcs8(
@@ -191,7 +194,10 @@ mod tests {
         );
         let signed = format!("{}.{}", parts[0], parts[1]);
         public
-            .verify(signed.as_bytes(), &URL_SAFE_NO_PAD.decode(parts[2]).unwrap())
+            .verify(
+                signed.as_bytes(),
+                &URL_SAFE_NO_PAD.decode(parts[2]).unwrap(),
+            )
             .expect("the signature verifies");
         let claims: serde_json::Value =
             serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();

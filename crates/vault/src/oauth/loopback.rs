@@ -85,11 +85,14 @@ impl Loopback {
             let (path, query) = target.split_once('?').unwrap_or((target, ""));
             if path != "/callback" {
                 let _ = stream
-                    .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    .write_all(
+                        b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                    )
                     .await;
                 continue;
             }
-            let body = "runwarden: the authorization response arrived; you may close this window.\n";
+            let body =
+                "runwarden: the authorization response arrived; you may close this window.\n";
             let answer = format!(
                 "HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\ncache-control: no-store\r\n\r\n{body}",
                 body.len()

@@ -226,7 +226,9 @@ pub enum OAuthError {
         problem: String,
     },
     /// RFC 8414 §3.3: the metadata names another issuer than the one it was fetched for.
-    #[error("server {server}: the authorization server metadata names issuer {found}, not {expected}; refused (RFC 8414 §3.3)")]
+    #[error(
+        "server {server}: the authorization server metadata names issuer {found}, not {expected}; refused (RFC 8414 §3.3)"
+    )]
     IssuerMismatch {
         /// The MCP server.
         server: String,
@@ -236,7 +238,9 @@ pub enum OAuthError {
         found: String,
     },
     /// RFC 9728 §3.3: the Protected Resource Metadata is about another resource.
-    #[error("server {server}: the protected resource metadata is for {found}, not for {expected}; refused (RFC 9728 §3.3)")]
+    #[error(
+        "server {server}: the protected resource metadata is for {found}, not for {expected}; refused (RFC 9728 §3.3)"
+    )]
     ResourceMismatch {
         /// The MCP server.
         server: String,
@@ -258,7 +262,9 @@ pub enum OAuthError {
         description: Option<String>,
     },
     /// An authorization code grant needs the operator, and this process has none.
-    #[error("server {server} needs an operator's authorization: run `runwarden mcp login {server}`")]
+    #[error(
+        "server {server} needs an operator's authorization: run `runwarden mcp login {server}`"
+    )]
     LoginRequired {
         /// The MCP server.
         server: String,
@@ -280,7 +286,9 @@ pub enum OAuthError {
         problem: String,
     },
     /// The server kept asking for more scope after [`STEP_UP_LIMIT`] step-ups.
-    #[error("server {server} still answered 403 insufficient_scope after {limit} scope step-ups; check the scopes the client may hold")]
+    #[error(
+        "server {server} still answered 403 insufficient_scope after {limit} scope step-ups; check the scopes the client may hold"
+    )]
     StepUpLimit {
         /// The MCP server.
         server: String,
@@ -415,7 +423,10 @@ impl Vault {
         if !name.as_str().starts_with(TOKEN_PREFIX) {
             return Err(not_found());
         }
-        let bytes = self.internal_get(name.as_str()).await?.ok_or_else(not_found)?;
+        let bytes = self
+            .internal_get(name.as_str())
+            .await?
+            .ok_or_else(not_found)?;
         let record: TokenRecord = serde_json::from_slice(&bytes).map_err(|_| not_found())?;
         Ok(SecretValue::new(record.access_token.as_bytes().to_vec()))
     }
@@ -743,7 +754,13 @@ impl OAuthClient {
                 }
                 form.push(("resource", found.resource.clone()));
                 let token = self
-                    .token_request(&found.metadata, &identity, form, "client_credentials", signal)
+                    .token_request(
+                        &found.metadata,
+                        &identity,
+                        form,
+                        "client_credentials",
+                        signal,
+                    )
                     .await?;
                 (identity, token)
             }
@@ -1005,7 +1022,9 @@ impl OAuthClient {
         {
             return Err(OAuthError::Config {
                 server: self.server.clone(),
-                problem: "the authorization server does not offer PKCE with S256, which MCP requires".into(),
+                problem:
+                    "the authorization server does not offer PKCE with S256, which MCP requires"
+                        .into(),
             });
         }
         let loopback = loopback::Loopback::bind()
@@ -1088,9 +1107,10 @@ impl OAuthClient {
                 "its state does not match the request's (a forged or stale redirect)".into(),
             ));
         }
-        // RFC 9207: the issuer that answered must be the one asked.
+        // RFC 9207 §2.4: the issuer that answered must be the one asked, compared as
+        // strings (no normalisation: a trailing-slash variant is another issuer).
         match param("iss") {
-            Some(iss) if !discovery::same_url(iss, &metadata.issuer) => {
+            Some(iss) if iss != metadata.issuer => {
                 return Err(refuse(format!(
                     "it comes from issuer {}, not {} (RFC 9207)",
                     one_line(iss),
@@ -1157,6 +1177,8 @@ impl OAuthClient {
             "redirect_uris": [redirect_uri],
             "grant_types": ["authorization_code", "refresh_token"],
             "response_types": ["code"],
+            // SEP-837: a loopback redirect makes this a native application.
+            "application_type": "native",
         });
         if let Some(method) = wanted {
             body["token_endpoint_auth_method"] = method.into();
@@ -1207,11 +1229,17 @@ impl OAuthClient {
     }
 
     /// A secret of the vault, by name, as bytes.
-    async fn secret(&self, name: &Option<SecretName>, what: &str) -> Result<SecretValue, OAuthError> {
+    async fn secret(
+        &self,
+        name: &Option<SecretName>,
+        what: &str,
+    ) -> Result<SecretValue, OAuthError> {
         let Some(name) = name else {
             return Err(OAuthError::Config {
                 server: self.server.clone(),
-                problem: format!("the token endpoint method needs {what}; set it in [mcp.servers.NAME] auth.oauth"),
+                problem: format!(
+                    "the token endpoint method needs {what}; set it in [mcp.servers.NAME] auth.oauth"
+                ),
             });
         };
         self.vault()
@@ -1237,14 +1265,17 @@ impl OAuthClient {
                 let secret = match &identity.registered_secret {
                     Some(secret) => Zeroizing::new(secret.clone()),
                     None => {
-                        let value = self.secret(&self.settings.client_secret, "a client_secret").await?;
+                        let value = self
+                            .secret(&self.settings.client_secret, "a client_secret")
+                            .await?;
                         Zeroizing::new(String::from_utf8_lossy(value.expose()).into_owned())
                     }
                 };
                 if method == AuthMethod::ClientSecretBasic {
                     // RFC 6749 §2.3.1: both parts form-encoded before base64.
                     let id: String =
-                        url::form_urlencoded::byte_serialize(identity.client_id.as_bytes()).collect();
+                        url::form_urlencoded::byte_serialize(identity.client_id.as_bytes())
+                            .collect();
                     let pass: Zeroizing<String> = Zeroizing::new(
                         url::form_urlencoded::byte_serialize(secret.as_bytes()).collect(),
                     );
@@ -1259,7 +1290,9 @@ impl OAuthClient {
                 }
             }
             AuthMethod::PrivateKeyJwt => {
-                let pem = self.secret(&self.settings.private_key, "a private_key").await?;
+                let pem = self
+                    .secret(&self.settings.private_key, "a private_key")
+                    .await?;
                 let assertion = crypto::client_assertion(
                     pem.expose(),
                     self.settings.signing_alg,
@@ -1366,9 +1399,18 @@ mod tests {
     #[test]
     fn a_token_is_cached_per_issuer_resource_and_scopes() {
         let a = token_key("http://as", "http://r/mcp", &["b".into(), "a".into()]);
-        assert_eq!(a, token_key("http://as", "http://r/mcp", &["a".into(), "b".into()]));
-        assert_ne!(a, token_key("http://as", "http://other/mcp", &["a".into(), "b".into()]));
-        assert_ne!(a, token_key("http://as2", "http://r/mcp", &["a".into(), "b".into()]));
+        assert_eq!(
+            a,
+            token_key("http://as", "http://r/mcp", &["a".into(), "b".into()])
+        );
+        assert_ne!(
+            a,
+            token_key("http://as", "http://other/mcp", &["a".into(), "b".into()])
+        );
+        assert_ne!(
+            a,
+            token_key("http://as2", "http://r/mcp", &["a".into(), "b".into()])
+        );
         assert_ne!(a, token_key("http://as", "http://r/mcp", &["a".into()]));
         assert!(a.starts_with(TOKEN_PREFIX));
         assert!(SecretName::new(&a).is_ok());
@@ -1382,7 +1424,10 @@ mod tests {
             AuthMethod::ClientSecretPost
         );
         assert_eq!(
-            choose_secret_method(Some(&["client_secret_post".into(), "client_secret_basic".into()])),
+            choose_secret_method(Some(&[
+                "client_secret_post".into(),
+                "client_secret_basic".into()
+            ])),
             AuthMethod::ClientSecretBasic
         );
     }

@@ -52,7 +52,8 @@ async fn nodes_starting_together_apply_each_migration_once() {
             "0007_notify",
             "0008_decisions",
             "0009_catalogue_output_schema",
-            "0011_keys_and_workers"
+            "0011_keys_and_workers",
+            "0012_oauth_refresh_lease"
         ]
     );
 }

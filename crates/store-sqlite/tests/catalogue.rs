@@ -73,7 +73,8 @@ async fn a_vault_only_database_gets_the_mcp_tables_on_open_and_keeps_its_records
             (7, "0007_notify".to_owned()),
             (8, "0008_decisions".to_owned()),
             (9, "0009_catalogue_output_schema".to_owned()),
-            (11, "0011_keys_and_workers".to_owned())
+            (11, "0011_keys_and_workers".to_owned()),
+            (12, "0012_oauth_refresh_lease".to_owned())
         ]
     );
     let old: Option<SealedRecord> = store.sealed_get(SealedKind::Secret, "old").await.unwrap();

@@ -196,6 +196,29 @@ impl Vault {
         Ok(self.store.sealed_delete(SealedKind::Internal, name).await?)
     }
 
+    /// M18: the cross-process refresh lease of a token record.
+    pub(crate) async fn oauth_lease_acquire(
+        &self,
+        key: &str,
+        holder: &str,
+        ttl_ms: i64,
+    ) -> Result<bool, VaultError> {
+        let now = now_ms();
+        Ok(self
+            .store
+            .oauth_lease_acquire(key, holder, now, now + ttl_ms)
+            .await?)
+    }
+
+    /// M18: gives a refresh lease back.
+    pub(crate) async fn oauth_lease_release(
+        &self,
+        key: &str,
+        holder: &str,
+    ) -> Result<(), VaultError> {
+        Ok(self.store.oauth_lease_release(key, holder).await?)
+    }
+
     /// Re-wraps every data key (secrets and the audit key) from the loaded master key to
     /// `new`, in one store transaction: an interruption leaves every record under exactly
     /// one of the two keys. This `Vault` still holds the old key: open a new one after.

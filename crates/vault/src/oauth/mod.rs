@@ -53,6 +53,12 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 /// The largest metadata or token response read.
 const MAX_BODY: usize = 256 * 1024;
 
+/// How long a refresh lease lasts: longer than one token request's bound.
+const LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// How long a renewal waits for another process's refresh before it gives up.
+const LEASE_WAIT: Duration = Duration::from_secs(20);
+
 /// The prefix of the vault records that hold tokens; [`Placement::OAuth`] reads no other.
 const TOKEN_PREFIX: &str = "oauth.";
 
@@ -561,19 +567,12 @@ impl OAuthClient {
         };
         if token.expires_soon(now_ms()) {
             let _one = self.flight.lock().await;
-            // Another task may have renewed it while this one waited.
-            token = match self.load_token(&binding.token_key).await? {
-                Some(token) => token,
-                None => return Ok(None),
-            };
-            if token.expires_soon(now_ms()) {
-                match self.renew(&binding, &token, signal).await {
-                    Ok(renewed) => token = renewed,
-                    // Without a refresh token an operator's grant cannot renew here: the
-                    // request goes without, and its 401 says what to do.
-                    Err(OAuthError::LoginRequired { .. }) => return Ok(None),
-                    Err(error) => return Err(error),
-                }
+            match self.renew_once(&binding, token.obtained_ms, signal).await {
+                Ok(renewed) => token = renewed,
+                // Without a refresh token an operator's grant cannot renew here: the
+                // request goes without, and its 401 says what to do.
+                Err(OAuthError::LoginRequired { .. }) => return Ok(None),
+                Err(error) => return Err(error),
             }
         }
         Ok(Some(self.held(&binding.token_key, token.obtained_ms)?))
@@ -635,15 +634,12 @@ impl OAuthClient {
         }
         if let Some(sent) = sent
             && let Some(binding) = self.load_binding().await?
-            && let Some(token) = self.load_token(&binding.token_key).await?
         {
-            if binding.token_key != sent.credential.secret.as_str()
-                || token.obtained_ms > sent.obtained_ms
-            {
-                // Renewed by another task since this request went out.
+            if binding.token_key != sent.credential.secret.as_str() {
+                // Authorized afresh by another task since this request went out.
                 return Ok(());
             }
-            match self.renew(&binding, &token, signal).await {
+            match self.renew_once(&binding, sent.obtained_ms, signal).await {
                 Ok(_) => return Ok(()),
                 Err(OAuthError::TokenRefused { .. } | OAuthError::LoginRequired { .. }) => {}
                 Err(error) => return Err(error),
@@ -690,6 +686,65 @@ impl OAuthClient {
             }
         }
         Ok(status)
+    }
+
+    /// One renewal across every process on the store (M18): the first to take the token's
+    /// refresh lease renews it; the others wait for the record to change and use the new
+    /// token. A token obtained after `seen_ms` (the one the caller holds) is already new.
+    async fn renew_once(
+        &self,
+        binding: &Binding,
+        seen_ms: i64,
+        signal: Option<&dyn CancellationSignal>,
+    ) -> Result<TokenRecord, OAuthError> {
+        let holder = crypto::random_token(12);
+        let key = &binding.token_key;
+        let started = tokio::time::Instant::now();
+        loop {
+            let current = self.load_token(key).await?;
+            if let Some(token) = current
+                && token.obtained_ms > seen_ms
+            {
+                return Ok(token);
+            }
+            let leased = self
+                .vault()
+                .oauth_lease_acquire(key, &holder, LEASE_TTL.as_millis() as i64)
+                .await
+                .map_err(|e| self.vault_error(e))?;
+            if leased {
+                // Read again under the lease: a refresh may have landed just before it.
+                let outcome = match self.load_token(key).await? {
+                    Some(token) if token.obtained_ms > seen_ms => Ok(token),
+                    Some(token) => self.renew(binding, &token, signal).await,
+                    None => Err(OAuthError::LoginRequired {
+                        server: self.server.clone(),
+                    }),
+                };
+                if let Err(error) = self.vault().oauth_lease_release(key, &holder).await {
+                    // It expires on its own; the next renewal waits at most LEASE_TTL.
+                    tracing::warn!(server = %self.server, %error, "could not release the OAuth refresh lease");
+                }
+                return outcome;
+            }
+            if signal.is_some_and(|s| s.is_cancelled()) {
+                return Err(OAuthError::Cancelled {
+                    server: self.server.clone(),
+                });
+            }
+            if started.elapsed() > LEASE_WAIT {
+                return Err(OAuthError::Config {
+                    server: self.server.clone(),
+                    problem: format!(
+                        "another process held the token's refresh lease for over {} s; try again",
+                        LEASE_WAIT.as_secs()
+                    ),
+                });
+            }
+            // The other holder's refresh is one token request: poll the store for its
+            // outcome (it is another process; nothing in this one can wake us).
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// A new token without the operator: refresh when a refresh token is held, else

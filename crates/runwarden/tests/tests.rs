@@ -22,6 +22,7 @@ mod mcp;
 mod mcp_edit;
 mod metrics;
 mod nodes;
+mod oauth;
 mod operator_cli;
 mod queueing;
 mod reload;

@@ -79,20 +79,15 @@ async fn lookup(sandbox: &Arc<Sandbox>) -> Output {
     .says(r#"lookup {"q":"printer"}"#)
 }
 
-/// `--json mcp auth status srv`, as JSON (one object, or the one entry for `srv`).
+/// `--json mcp auth status`: what the vault holds for `srv`.
 async fn auth_status(sandbox: &Arc<Sandbox>) -> (Output, Value) {
-    let out = runwarden(sandbox, &["--json", "mcp", "auth", "status", "srv"])
+    let out = runwarden(sandbox, &["--json", "mcp", "auth", "status"])
         .await
         .ok();
-    let value = out.json();
-    let status = match &value {
-        Value::Array(entries) => entries
-            .iter()
-            .find(|e| e["server"] == "srv")
-            .cloned()
-            .unwrap_or_else(|| value.clone()),
-        _ => value.clone(),
-    };
+    let status = out.json()["servers"]
+        .as_array()
+        .and_then(|servers| servers.iter().find(|s| s["server"] == "srv").cloned())
+        .unwrap_or_else(|| panic!("srv in the status: {out:#?}"));
     (out, status)
 }
 
@@ -273,7 +268,7 @@ async fn client_credentials_with_each_authentication_method_gets_one_token_for_e
         assert_eq!(status["resource"], json!(resource.resource));
         assert_eq!(status["access_token"], true);
         assert!(status["expires_at_ms"].is_i64(), "{out:#?}");
-        let text = runwarden(&sandbox, &["mcp", "auth", "status", "srv"])
+        let text = runwarden(&sandbox, &["mcp", "auth", "status"])
             .await
             .ok();
         for issued in auth.access_tokens() {
@@ -587,8 +582,8 @@ async fn a_sigil_access_token_appears_in_no_output_log_event_api_answer_or_datab
         vec!["events", run_id.as_str()],
         vec!["--json", "events", run_id.as_str()],
         vec!["--json", "status", run_id.as_str()],
-        vec!["mcp", "auth", "status", "srv"],
-        vec!["--json", "mcp", "auth", "status", "srv"],
+        vec!["mcp", "auth", "status"],
+        vec!["--json", "mcp", "auth", "status"],
         vec!["--json", "mcp", "list"],
         vec!["--json", "secret", "list"],
         vec!["audit", "list"],

@@ -336,9 +336,15 @@ struct TokenRecord {
 }
 
 impl TokenRecord {
+    /// Renewal is due within [`REFRESH_SKEW`] of expiry, or within half the token's life
+    /// for a token that lives less than twice that: a server's 30 s tokens are renewed
+    /// at 15 s, not before every request.
     fn expires_soon(&self, now: i64) -> bool {
-        self.expires_at_ms
-            .is_some_and(|at| at - now <= REFRESH_SKEW.as_millis() as i64)
+        self.expires_at_ms.is_some_and(|at| {
+            let life = (at - self.obtained_ms).max(0);
+            let skew = (REFRESH_SKEW.as_millis() as i64).min(life / 2);
+            at - now <= skew
+        })
     }
 }
 
@@ -1469,6 +1475,32 @@ mod tests {
         assert_ne!(a, token_key("http://as", "http://r/mcp", &["a".into()]));
         assert!(a.starts_with(TOKEN_PREFIX));
         assert!(SecretName::new(&a).is_ok());
+    }
+
+    fn record(obtained_ms: i64, expires_at_ms: Option<i64>) -> TokenRecord {
+        TokenRecord {
+            access_token: "t".into(),
+            refresh_token: None,
+            expires_at_ms,
+            obtained_ms,
+        }
+    }
+
+    #[test]
+    fn a_token_is_renewed_a_minute_before_expiry_or_at_half_a_short_life() {
+        let hour = record(0, Some(3_600_000));
+        assert!(!hour.expires_soon(3_539_999));
+        assert!(hour.expires_soon(3_540_000));
+        let short = record(0, Some(30_000));
+        assert!(
+            !short.expires_soon(1_000),
+            "a fresh 30 s token is not renewed at once"
+        );
+        assert!(short.expires_soon(15_000));
+        assert!(
+            !record(0, None).expires_soon(i64::MAX / 2),
+            "no expiry, no renewal"
+        );
     }
 
     #[test]

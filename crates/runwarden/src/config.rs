@@ -1898,4 +1898,66 @@ effect = "read_only"
         .unwrap();
         Config::load(&path).expect("an https URL with a port loads");
     }
+
+    #[test]
+    fn an_oauth_server_is_read_with_its_grant_client_and_secret_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.toml");
+        let text = r#"
+[mcp.servers.tickets]
+url = "https://mcp.example.com/mcp"
+auth = { oauth = { grant = "client_credentials", client_id = "agent", private_key = "tickets-key", signing_alg = "RS256", scopes = ["tickets:read"] } }
+"#;
+        std::fs::write(&path, text).unwrap();
+        let config = Config::load(&path).unwrap();
+        let server = config.mcp_server("tickets").unwrap();
+        assert!(server.auth.is_none(), "M18: the vault places the OAuth token");
+        let oauth = server.oauth.as_ref().unwrap();
+        assert_eq!(oauth.grant, Grant::ClientCredentials);
+        assert_eq!(oauth.client_id.as_deref(), Some("agent"));
+        assert_eq!(oauth.private_key.as_ref().unwrap().as_str(), "tickets-key");
+        assert_eq!(oauth.signing_alg, SigningAlg::Rs256);
+        assert_eq!(oauth.scopes, ["tickets:read"]);
+    }
+
+    #[test]
+    fn bad_oauth_declarations_are_named_with_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.toml");
+        let server = "[mcp.servers.t]\nurl = \"https://x/mcp\"\n";
+        for (auth, expected) in [
+            (r#"{ oauth = { grant = "password" } }"#, "unknown grant"),
+            (
+                r#"{ oauth = { grant = "client_credentials", client_secret = "s" } }"#,
+                "needs client_id",
+            ),
+            (
+                r#"{ oauth = { grant = "client_credentials", client_id = "c" } }"#,
+                "needs client_secret or private_key",
+            ),
+            (
+                r#"{ oauth = { grant = "authorization_code", auth_method = "private_key_jwt" } }"#,
+                "needs private_key",
+            ),
+            (
+                r#"{ oauth = { grant = "authorization_code", auth_method = "magic" } }"#,
+                "unknown auth_method",
+            ),
+            (
+                r#"{ oauth = { grant = "authorization_code", client_metadata_url = "http://x/c.json" } }"#,
+                "client_metadata_url must be an https URL",
+            ),
+            (
+                r#"{ secret = "s", placement = "bearer", oauth = { grant = "authorization_code" } }"#,
+                "auth.oauth stands alone",
+            ),
+            (r#"{ placement = "bearer" }"#, "auth needs secret"),
+        ] {
+            let text = format!("{server}auth = {auth}\n");
+            std::fs::write(&path, &text).unwrap();
+            let err = format!("{:#}", Config::load(&path).unwrap_err());
+            assert!(err.contains(expected), "{text}: {err}");
+            assert!(err.contains("[mcp.servers.t]"), "the server is named: {err}");
+        }
+    }
 }

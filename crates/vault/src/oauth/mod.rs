@@ -383,7 +383,6 @@ struct TokenResponse {
     token_type: Option<String>,
     expires_in: Option<u64>,
     refresh_token: Option<String>,
-    scope: Option<String>,
 }
 
 /// A token endpoint's refusal (RFC 6749 §5.2).
@@ -1427,7 +1426,6 @@ impl OAuthClient {
                 description: None,
             });
         }
-        let _ = &answer.scope;
         let now = now_ms();
         Ok(TokenRecord {
             access_token: answer.access_token.clone(),

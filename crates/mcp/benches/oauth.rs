@@ -8,7 +8,6 @@
 //!
 //! Run: `cargo bench -p runwarden-mcp --bench oauth`.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use runwarden_mcp::{McpClient, ServerConfig, ToolCallRequest};
@@ -150,7 +149,9 @@ async fn main() {
         "one renewal per dropped token"
     );
 
-    println!("tools/call through McpClient to a bearer-protected MCP server on 127.0.0.1 ({ITERATIONS} calls each, {RENEWALS} renewals)");
+    println!(
+        "tools/call through McpClient to a bearer-protected MCP server on 127.0.0.1 ({ITERATIONS} calls each, {RENEWALS} renewals)"
+    );
     println!("{:<46} {:>9} {:>9}", "", "p50 ms", "p99 ms");
     for (name, dist) in [
         ("static bearer secret (baseline)", &static_bearer),

@@ -1911,7 +1911,10 @@ auth = { oauth = { grant = "client_credentials", client_id = "agent", private_ke
         std::fs::write(&path, text).unwrap();
         let config = Config::load(&path).unwrap();
         let server = config.mcp_server("tickets").unwrap();
-        assert!(server.auth.is_none(), "M18: the vault places the OAuth token");
+        assert!(
+            server.auth.is_none(),
+            "M18: the vault places the OAuth token"
+        );
         let oauth = server.oauth.as_ref().unwrap();
         assert_eq!(oauth.grant, Grant::ClientCredentials);
         assert_eq!(oauth.client_id.as_deref(), Some("agent"));
@@ -1957,7 +1960,10 @@ auth = { oauth = { grant = "client_credentials", client_id = "agent", private_ke
             std::fs::write(&path, &text).unwrap();
             let err = format!("{:#}", Config::load(&path).unwrap_err());
             assert!(err.contains(expected), "{text}: {err}");
-            assert!(err.contains("[mcp.servers.t]"), "the server is named: {err}");
+            assert!(
+                err.contains("[mcp.servers.t]"),
+                "the server is named: {err}"
+            );
         }
     }
 }

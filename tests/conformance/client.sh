@@ -20,6 +20,31 @@ rw init >/dev/null
 # The suite's servers listen on localhost; admit loopback only.
 sed -i 's/^allow = \[\]$/allow = ["127.0.0.1", "::1"]/' runwarden.toml
 grep -q '^allow = \["127.0.0.1", "::1"\]$' runwarden.toml || { echo "client.sh: the config template changed" >&2; exit 1; }
+# M18: the auth/* scenarios put the server behind OAuth. The suite passes what a real
+# operator would configure (client ids, secrets, a private key) in MCP_CONFORMANCE_CONTEXT;
+# secrets go into the vault, the config names them.
+context="${MCP_CONFORMANCE_CONTEXT:-{\}}"
+ctx() { python3 -c 'import json,sys; v=json.loads(sys.argv[1]).get(sys.argv[2]); print(v if v is not None else "")' "$context" "$1"; }
+auth=""
+case "$scenario" in
+    auth/client-credentials-basic)
+        printf '%s' "$(ctx client_secret)" | rw secret put conf-client >/dev/null
+        auth="auth = { oauth = { grant = \"client_credentials\", client_id = \"$(ctx client_id)\", client_secret = \"conf-client\", auth_method = \"client_secret_basic\" } }"
+        ;;
+    auth/client-credentials-jwt)
+        printf '%s' "$(ctx private_key_pem)" | rw secret put conf-key >/dev/null
+        auth="auth = { oauth = { grant = \"client_credentials\", client_id = \"$(ctx client_id)\", private_key = \"conf-key\", signing_alg = \"$(ctx signing_algorithm)\" } }"
+        ;;
+    auth/pre-registration)
+        printf '%s' "$(ctx client_secret)" | rw secret put conf-client >/dev/null
+        auth="auth = { oauth = { grant = \"authorization_code\", client_id = \"$(ctx client_id)\", client_secret = \"conf-client\" } }"
+        ;;
+    auth/*)
+        # A Client ID Metadata Document URL is used where the authorization server
+        # supports it (auth/basic-cimd); elsewhere the client registers itself (RFC 7591).
+        auth='auth = { oauth = { grant = "authorization_code", client_metadata_url = "https://conformance-test.local/client-metadata.json" } }'
+        ;;
+esac
 cat >> runwarden.toml <<TOML
 
 [mcp.servers.conf]
@@ -27,7 +52,19 @@ url = "$url"
 elicitation = "operator"
 # A scenario that goes wrong fails in seconds, not in the default 20 s.
 timeout_seconds = 8
+$auth
 TOML
+
+# The operator's browser: every authorization URL the CLI prints is opened (the suite's
+# authorization server answers at once with a redirect to runwarden's loopback listener).
+browser() {
+    while IFS= read -r line; do
+        printf '%s\n' "$line" >&2
+        case "$line" in
+            "authorize server "*": open "*) curl -s -o /dev/null -L --max-time 10 "${line##*: open }" & ;;
+        esac
+    done
+}
 
 case "$scenario" in
     tools_call)
@@ -95,6 +132,14 @@ for call in json.loads(os.environ["MCP_CONFORMANCE_CONTEXT"])["toolCalls"]:
                 exit 1
             fi
         done
+        ;;
+    auth/scope-step-up)
+        # tools/list needs one scope, tools/call a wider one (403 insufficient_scope).
+        rw mcp import conf 2> >(browser)
+        rw mcp call conf test-tool 2> >(browser)
+        ;;
+    auth/*)
+        rw mcp import conf 2> >(browser)
         ;;
     *)
         # initialize, request-metadata, json-schema-ref-no-deref and any scenario that only needs the

@@ -13,8 +13,10 @@ use rmcp::model::{
     InitializeRequestParams, InitializeResult, NumberOrString, PaginatedRequestParams,
     ProtocolVersion,
 };
+use runwarden_vault::oauth::{AuthorizationPrompt, OAuthClient, OAuthError};
 use runwarden_vault::{
-    CancellationSignal, Delivery, EgressClient, EgressError, EgressRequest, EgressResponse, Method,
+    CancellationSignal, Credential, Delivery, EgressClient, EgressError, EgressRequest,
+    EgressResponse, Method,
 };
 use serde_json::{Map, Value, json};
 
@@ -405,6 +407,8 @@ pub struct McpClient {
     /// remote name, learnt from `tools/list`.
     header_params:
         Mutex<std::collections::HashMap<String, Result<Vec<HeaderParam>, HeaderRefusal>>>,
+    /// M18: the server's OAuth client, when it is configured for OAuth.
+    oauth: Option<Arc<OAuthClient>>,
 }
 
 impl std::fmt::Debug for McpClient {
@@ -424,7 +428,19 @@ struct Answer {
 impl McpClient {
     /// A client for one server, on the system's monotonic clock.
     pub fn new(server: ServerConfig, egress: Arc<EgressClient>) -> Self {
+        let oauth = server.oauth.clone().and_then(|settings| {
+            match OAuthClient::new(egress.clone(), server.name.clone(), &server.url, settings) {
+                Ok(client) => Some(Arc::new(client)),
+                Err(error) => {
+                    // The configuration checks the URL at load; this only logs a caller
+                    // that skipped it, whose requests then go without a token.
+                    tracing::warn!(server = %server.name, %error, "OAuth is configured but cannot start");
+                    None
+                }
+            }
+        });
         Self {
+            oauth,
             server,
             egress,
             clock: Arc::new(SystemClock::default()),
@@ -434,6 +450,28 @@ impl McpClient {
             health: None,
             header_params: Mutex::default(),
         }
+    }
+
+    /// M18: lets an authorization code grant ask the operator (the CLI prints the URL and
+    /// waits on the loopback redirect). Without it, a grant that needs a login fails with
+    /// a typed error that says to run `runwarden mcp login`.
+    pub fn with_authorization_prompt(mut self, prompt: Arc<dyn AuthorizationPrompt>) -> Self {
+        if let Some(settings) = self.server.oauth.clone()
+            && let Ok(client) = OAuthClient::new(
+                self.egress.clone(),
+                self.server.name.clone(),
+                &self.server.url,
+                settings,
+            )
+        {
+            self.oauth = Some(Arc::new(client.with_prompt(prompt)));
+        }
+        self
+    }
+
+    /// M18: the server's OAuth client, when it is configured for OAuth.
+    pub fn oauth(&self) -> Option<&Arc<OAuthClient>> {
+        self.oauth.as_ref()
     }
 
     /// Records each operation's outcome as the server's liveness (M11).
@@ -1298,6 +1336,77 @@ impl McpClient {
         op: &Operation<'_>,
         mut spec: LegSpec<'_>,
     ) -> Result<Answer, McpError> {
+        let mut step_ups = 0;
+        let mut renewed = false;
+        loop {
+            let held = match &self.oauth {
+                Some(oauth) => oauth
+                    .credential(op.signal)
+                    .await
+                    .map_err(|e| self.auth_error(spec.method, e))?,
+                None => None,
+            };
+            let credential = held.as_ref().map(|h| &h.credential);
+            let response = self.leg_send(op, &mut spec, credential).await?;
+            // M18: a 401 or 403 is the server's refusal before it dispatches the request
+            // (RFC 6750 §3.1), so nothing of it ran, a `tools/call` included: the leg is
+            // re-sent once after a renewal (a second 401 fails), and after each scope
+            // step-up up to the vault's limit.
+            if let Some(oauth) = &self.oauth
+                && matches!(response.status, 401 | 403)
+            {
+                if response.status == 401 && renewed {
+                    return Err(McpError::Status {
+                        server: self.server.name.clone(),
+                        method: spec.method.into(),
+                        status: 401,
+                    });
+                }
+                oauth
+                    .challenge(
+                        response.status,
+                        response.header("www-authenticate"),
+                        held.as_ref(),
+                        step_ups,
+                        op.signal,
+                    )
+                    .await
+                    .map_err(|e| self.auth_error(spec.method, e))?;
+                if response.status == 403 {
+                    step_ups += 1;
+                } else {
+                    renewed = true;
+                }
+                continue;
+            }
+            let had_session = spec.session.and_then(|s| s.id.as_deref()).is_some();
+            return self.interpret(spec.method, response, spec.id, had_session);
+        }
+    }
+
+    fn auth_error(&self, method: &str, error: OAuthError) -> McpError {
+        match error {
+            OAuthError::Cancelled { .. } => McpError::Cancelled {
+                server: self.server.name.clone(),
+                method: method.into(),
+                in_flight: false,
+            },
+            error => McpError::Auth {
+                server: self.server.name.clone(),
+                method: method.into(),
+                source: Box::new(error),
+            },
+        }
+    }
+
+    /// One HTTP exchange of a leg, with `credential` (an OAuth token) or the server's
+    /// static one.
+    async fn leg_send(
+        &self,
+        op: &Operation<'_>,
+        spec: &mut LegSpec<'_>,
+        credential: Option<&Credential>,
+    ) -> Result<EgressResponse, McpError> {
         let server = &self.server.name;
         let method = spec.method;
         let Some(granted) = op.deadline.grant() else {
@@ -1379,14 +1488,13 @@ impl McpClient {
                 let _ = opened.send(status);
             }));
         }
-        let sent_session_id = spec.session.and_then(|s| s.id.as_deref());
         if let Some(session) = spec.session {
             if let Some(session_id) = &session.id {
                 request = request.header("mcp-session-id", session_id.clone());
             }
             request = request.header("mcp-protocol-version", session.protocol.clone());
         }
-        if let Some(auth) = &self.server.auth {
+        if let Some(auth) = credential.or(self.server.auth.as_ref()) {
             request = request.credential(auth.clone());
         }
         if let Some(correlation) = &op.correlation {
@@ -1399,7 +1507,7 @@ impl McpClient {
         let seen = intent.clone();
         request = request.on_intent(Box::new(move |id| seen.store(id, Ordering::Relaxed)));
         let started = Instant::now();
-        let sent = self.exchange(op, request, &spec).await;
+        let sent = self.exchange(op, request, spec).await;
         let report = LegReport {
             method: method.into(),
             granted,
@@ -1411,8 +1519,7 @@ impl McpClient {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(report);
-        let response = sent.map_err(|e| self.egress_error(op, method, e))?;
-        self.interpret(method, response, spec.id, sent_session_id.is_some())
+        sent.map_err(|e| self.egress_error(op, method, e))
     }
 
     /// Sends one request through the vault. While a request's stream is open, the

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use runwarden_vault::Credential;
+use runwarden_vault::oauth::OAuthSettings;
 use serde::{Deserialize, Serialize};
 
 /// The default budget of one operation (M3).
@@ -123,6 +124,9 @@ pub struct ServerConfig {
     pub url: String,
     /// The credential to place on every leg, if the server needs one.
     pub auth: Option<Credential>,
+    /// M18: OAuth 2.1 instead of a static credential; the vault obtains, keeps and places
+    /// the tokens.
+    pub oauth: Option<OAuthSettings>,
     /// The effect of every tool without its own declaration.
     pub effect: Effect,
     /// Per-tool effects, by remote tool name.
@@ -145,6 +149,7 @@ impl ServerConfig {
             name: name.into(),
             url: url.into(),
             auth: None,
+            oauth: None,
             effect: Effect::default(),
             tools: BTreeMap::new(),
             timeout: DEFAULT_TIMEOUT,

@@ -226,6 +226,19 @@ pub enum McpError {
         /// What was asked and why it is not answered.
         problem: String,
     },
+    /// M18: the server asked for OAuth and no token could be had (discovery, a grant, a
+    /// renewal or a step-up failed), or it refused a fresh token. Nothing of the request
+    /// ran: a 401 or 403 is the server's refusal before it dispatches it.
+    #[error("{method} to server {server}: {source}")]
+    Auth {
+        /// The server.
+        server: String,
+        /// The leg.
+        method: String,
+        /// What the vault's OAuth client said.
+        #[source]
+        source: Box<runwarden_vault::oauth::OAuthError>,
+    },
     /// M6: discovery did not end within the page ceiling.
     #[error("server {server} kept paginating tools/list past {pages} pages; discovery was stopped")]
     TooManyPages {
@@ -249,6 +262,8 @@ impl McpError {
             | Self::NoTools { .. }
             | Self::ToolHeaders { .. }
             | Self::HeaderValue { .. } => Delivery::NotSent,
+            // M18: refused before dispatch (401/403), or never sent for want of a token.
+            Self::Auth { .. } => Delivery::NotSent,
             Self::Cancelled { in_flight, .. } => {
                 if *in_flight {
                     Delivery::MaybeDelivered

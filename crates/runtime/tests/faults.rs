@@ -281,6 +281,20 @@ impl VaultStore for Faulty {
     async fn audit_counts(&self) -> Result<Vec<(String, u64)>, StoreError> {
         self.inner.audit_counts().await
     }
+    async fn oauth_lease_acquire(
+        &self,
+        key: &str,
+        holder: &str,
+        now_ms: i64,
+        expires_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.inner
+            .oauth_lease_acquire(key, holder, now_ms, expires_ms)
+            .await
+    }
+    async fn oauth_lease_release(&self, key: &str, holder: &str) -> Result<(), StoreError> {
+        self.inner.oauth_lease_release(key, holder).await
+    }
 }
 
 /// The methods a segment calls, each failed at every call it makes in a clean trial.

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use runwarden_mcp::{Effect, ElicitationPolicy, ServerConfig};
+use runwarden_vault::oauth::{AuthMethod, Grant, OAuthSettings, SigningAlg};
 use runwarden_vault::{
     Algorithm, Credential, EgressConfig, EgressPolicy, MAX_TICK, MasterKey, Placement, SecretName,
 };
@@ -59,6 +60,8 @@ timeout_seconds = 30
 # url = "https://mcp.example.com/mcp"
 # auth = { secret = "tickets-token", placement = "bearer" }  # or "basic"; "header" with
 #                                      # header = "X-Api-Key" (and prefix); "query" with param
+# auth = { oauth = { grant = "client_credentials", client_id = "agent", client_secret = "tickets-client" } }
+#                                      # M18; or grant = "authorization_code" and `runwarden mcp login`
 # effect = "non_idempotent_write"      # the default; or "idempotent_write", "read_only"
 # timeout_seconds = 20                 # one budget per operation, spent across its legs
 # approval = "required"               # every call waits for an operator (default "none")
@@ -770,20 +773,45 @@ struct ServerSection {
     tools: BTreeMap<String, ToolSection>,
 }
 
-/// `auth = { ... }`.
+/// `auth = { ... }`: a vault secret and its placement, or `oauth = { ... }`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AuthSection {
     /// The vault secret to place.
-    secret: String,
+    secret: Option<String>,
     /// `bearer`, `basic`, `header` (with `header`, `prefix`) or `query` (with `param`).
-    placement: String,
+    placement: Option<String>,
     /// `header` placement: the header's name.
     header: Option<String>,
     /// `header` placement: text before the secret (`Token `).
     prefix: Option<String>,
     /// `query` placement: the query parameter's name.
     param: Option<String>,
+    /// M18: OAuth 2.1 instead of a secret: the vault finds the authorization server from the server's 401 and keeps the tokens.
+    oauth: Option<OAuthSection>,
+}
+
+/// `auth = { oauth = { ... } }` (M18).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct OAuthSection {
+    /// `client_credentials` (unattended) or `authorization_code` (an operator runs `runwarden mcp login SERVER` once).
+    grant: String,
+    /// A pre-registered client id. Without it (and without `client_metadata_url`) the client registers itself (RFC 7591).
+    client_id: Option<String>,
+    /// The vault secret holding the pre-registered client's secret.
+    client_secret: Option<String>,
+    /// `client_secret_basic`, `client_secret_post`, `private_key_jwt` or `none`. Default: from the server's metadata.
+    auth_method: Option<String>,
+    /// `private_key_jwt`: the vault secret holding a PKCS#8 PEM private key.
+    private_key: Option<String>,
+    /// `private_key_jwt`: `ES256` (the default) or `RS256`.
+    signing_alg: Option<String>,
+    /// A Client ID Metadata Document URL (https), used as the client id where the authorization server supports it.
+    client_metadata_url: Option<String>,
+    /// Scopes to ask for when the server's challenge names none (before its `scopes_supported`).
+    #[serde(default)]
+    scopes: Vec<String>,
 }
 
 /// `[mcp.servers.NAME.tools.TOOL]`.
@@ -824,6 +852,80 @@ fn effect(text: &str, at: &str) -> anyhow::Result<Effect> {
     })
 }
 
+/// M18: `auth = { oauth = { ... } }`, checked at load with the key named.
+fn oauth_settings(section: OAuthSection, at: &str) -> anyhow::Result<OAuthSettings> {
+    let at = format!("{at} auth.oauth");
+    let grant = Grant::parse(&section.grant).with_context(|| {
+        format!(
+            "{at}: unknown grant {:?}: use \"client_credentials\" or \"authorization_code\"",
+            section.grant
+        )
+    })?;
+    let mut settings = OAuthSettings::new(grant);
+    let secret = |key: &str, name: Option<String>| -> anyhow::Result<Option<SecretName>> {
+        name.map(|n| SecretName::new(n).with_context(|| format!("{at}: {key}")))
+            .transpose()
+    };
+    settings.client_secret = secret("client_secret", section.client_secret)?;
+    settings.private_key = secret("private_key", section.private_key)?;
+    settings.client_id = section.client_id;
+    if let Some(method) = &section.auth_method {
+        settings.auth_method = Some(AuthMethod::parse(method).with_context(|| {
+            format!("{at}: unknown auth_method {method:?}: use client_secret_basic, client_secret_post, private_key_jwt or none")
+        })?);
+    }
+    if let Some(alg) = &section.signing_alg {
+        settings.signing_alg = SigningAlg::parse(alg)
+            .with_context(|| format!("{at}: unknown signing_alg {alg:?}: use ES256 or RS256"))?;
+    }
+    match settings.auth_method {
+        Some(AuthMethod::PrivateKeyJwt) if settings.private_key.is_none() => {
+            bail!("{at}: auth_method \"private_key_jwt\" needs private_key = \"<vault secret>\"")
+        }
+        Some(AuthMethod::ClientSecretBasic | AuthMethod::ClientSecretPost)
+            if settings.client_secret.is_none() =>
+        {
+            bail!(
+                "{at}: auth_method {:?} needs client_secret = \"<vault secret>\"",
+                section.auth_method.unwrap_or_default()
+            )
+        }
+        _ => {}
+    }
+    if grant == Grant::ClientCredentials {
+        if settings.client_id.is_none() {
+            bail!(
+                "{at}: grant \"client_credentials\" needs client_id (and client_secret or private_key)"
+            );
+        }
+        if settings.client_secret.is_none()
+            && settings.private_key.is_none()
+            && settings.auth_method != Some(AuthMethod::None)
+        {
+            bail!(
+                "{at}: grant \"client_credentials\" needs client_secret or private_key (vault secret names)"
+            );
+        }
+    }
+    if let Some(url) = section.client_metadata_url {
+        let parsed = url::Url::parse(&url).ok();
+        if !parsed.is_some_and(|u| u.scheme() == "https" && u.path() != "/") {
+            bail!(
+                "{at}: client_metadata_url must be an https URL with a path (the Client ID Metadata Document)"
+            );
+        }
+        settings.client_metadata_url = Some(url);
+    }
+    if settings.client_id.is_some()
+        && settings.client_metadata_url.is_some()
+        && grant == Grant::ClientCredentials
+    {
+        bail!("{at}: client_metadata_url goes with grant \"authorization_code\"");
+    }
+    settings.scopes = section.scopes;
+    Ok(settings)
+}
+
 /// M9/M10: a server from `[mcp.servers.NAME]`, checked so that its tools' local names
 /// stay unique (`<name>__<tool>`) and its effects are the operator's.
 fn mcp_server(
@@ -846,10 +948,37 @@ fn mcp_server(
         bail!("mcp.servers.{name}.url is empty: give the server's Streamable HTTP endpoint");
     }
     http_url(&format!("mcp.servers.{name}.url"), &section.url)?;
+    let mut oauth = None;
     let auth = match section.auth {
         None => None,
+        Some(AuthSection {
+            oauth: Some(settings),
+            secret,
+            placement,
+            header,
+            prefix,
+            param,
+        }) => {
+            if secret.is_some()
+                || placement.is_some()
+                || header.is_some()
+                || prefix.is_some()
+                || param.is_some()
+            {
+                bail!(
+                    "{at}: auth.oauth stands alone: remove secret, placement, header, prefix and param (the vault places the OAuth token)"
+                );
+            }
+            oauth = Some(oauth_settings(settings, &at)?);
+            None
+        }
         Some(auth) => {
-            let placement = match (auth.placement.as_str(), auth.header, auth.param) {
+            let (Some(secret), Some(placement)) = (auth.secret, auth.placement) else {
+                bail!(
+                    "{at}: auth needs secret = \"NAME\" and placement = \"bearer\" (or basic, header, query), or oauth = {{ grant = ... }}"
+                );
+            };
+            let placement = match (placement.as_str(), auth.header, auth.param) {
                 ("bearer", None, None) => Placement::Bearer,
                 ("basic", None, None) => Placement::Basic,
                 ("header", Some(name), None) => Placement::Header {
@@ -874,14 +1003,17 @@ fn mcp_server(
                 bail!("{at}: prefix goes with placement \"header\"");
             }
             Some(Credential {
-                secret: SecretName::new(auth.secret)
-                    .with_context(|| format!("{at}: auth secret"))?,
+                secret: SecretName::new(secret).with_context(|| format!("{at}: auth secret"))?,
                 placement,
             })
         }
     };
     let mut server = ServerConfig::new(name, section.url);
+    if oauth.is_some() && url::Url::parse(&server.url).is_err() {
+        bail!("{at}: url is not a URL, and OAuth needs one to find the authorization server");
+    }
     server.auth = auth;
+    server.oauth = oauth;
     if let Some(text) = section.effect {
         server.effect = effect(&text, &format!("mcp.servers.{name}.effect"))?;
     }
@@ -1817,5 +1949,73 @@ effect = "read_only"
         )
         .unwrap();
         Config::load(&path).expect("an https URL with a port loads");
+    }
+
+    #[test]
+    fn an_oauth_server_is_read_with_its_grant_client_and_secret_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.toml");
+        let text = r#"
+[mcp.servers.tickets]
+url = "https://mcp.example.com/mcp"
+auth = { oauth = { grant = "client_credentials", client_id = "agent", private_key = "tickets-key", signing_alg = "RS256", scopes = ["tickets:read"] } }
+"#;
+        std::fs::write(&path, text).unwrap();
+        let config = Config::load(&path).unwrap();
+        let server = config.mcp_server("tickets").unwrap();
+        assert!(
+            server.auth.is_none(),
+            "M18: the vault places the OAuth token"
+        );
+        let oauth = server.oauth.as_ref().unwrap();
+        assert_eq!(oauth.grant, Grant::ClientCredentials);
+        assert_eq!(oauth.client_id.as_deref(), Some("agent"));
+        assert_eq!(oauth.private_key.as_ref().unwrap().as_str(), "tickets-key");
+        assert_eq!(oauth.signing_alg, SigningAlg::Rs256);
+        assert_eq!(oauth.scopes, ["tickets:read"]);
+    }
+
+    #[test]
+    fn bad_oauth_declarations_are_named_with_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.toml");
+        let server = "[mcp.servers.t]\nurl = \"https://x/mcp\"\n";
+        for (auth, expected) in [
+            (r#"{ oauth = { grant = "password" } }"#, "unknown grant"),
+            (
+                r#"{ oauth = { grant = "client_credentials", client_secret = "s" } }"#,
+                "needs client_id",
+            ),
+            (
+                r#"{ oauth = { grant = "client_credentials", client_id = "c" } }"#,
+                "needs client_secret or private_key",
+            ),
+            (
+                r#"{ oauth = { grant = "authorization_code", auth_method = "private_key_jwt" } }"#,
+                "needs private_key",
+            ),
+            (
+                r#"{ oauth = { grant = "authorization_code", auth_method = "magic" } }"#,
+                "unknown auth_method",
+            ),
+            (
+                r#"{ oauth = { grant = "authorization_code", client_metadata_url = "http://x/c.json" } }"#,
+                "client_metadata_url must be an https URL",
+            ),
+            (
+                r#"{ secret = "s", placement = "bearer", oauth = { grant = "authorization_code" } }"#,
+                "auth.oauth stands alone",
+            ),
+            (r#"{ placement = "bearer" }"#, "auth needs secret"),
+        ] {
+            let text = format!("{server}auth = {auth}\n");
+            std::fs::write(&path, &text).unwrap();
+            let err = format!("{:#}", Config::load(&path).unwrap_err());
+            assert!(err.contains(expected), "{text}: {err}");
+            assert!(
+                err.contains("[mcp.servers.t]"),
+                "the server is named: {err}"
+            );
+        }
     }
 }

@@ -124,6 +124,9 @@ pub(crate) struct Root {
     /// M13: one MCP client (one session) per configured server, shared by every command
     /// path of the process and closed once by [`Root::shutdown`].
     mcp: OnceCell<McpClients>,
+    /// M18: how an authorization code grant asks the operator; set only by interactive
+    /// CLI commands, before their first MCP client is built.
+    prompt: std::sync::OnceLock<Arc<dyn runwarden_vault::oauth::AuthorizationPrompt>>,
 }
 
 /// The process's MCP clients, by server name.
@@ -151,7 +154,17 @@ impl Root {
             other_writers: OnceCell::new(),
             metrics: Arc::new(crate::http::Metrics::new()),
             mcp: OnceCell::new(),
+            prompt: std::sync::OnceLock::new(),
         }
+    }
+
+    /// M18: lets this process's MCP clients ask the operator to authorize a server (the
+    /// CLI's interactive commands); without it such a grant fails with what to run.
+    pub(crate) fn set_authorization_prompt(
+        &self,
+        prompt: Arc<dyn runwarden_vault::oauth::AuthorizationPrompt>,
+    ) {
+        let _ = self.prompt.set(prompt);
     }
 
     /// The process's metrics.
@@ -303,9 +316,12 @@ impl Root {
                     .mcp_servers
                     .values()
                     .map(|server| {
-                        let client = McpClient::new(server.clone(), egress.clone())
+                        let mut client = McpClient::new(server.clone(), egress.clone())
                             .with_actor(actor)
                             .with_health(catalogue.clone());
+                        if let Some(prompt) = self.prompt.get() {
+                            client = client.with_authorization_prompt(prompt.clone());
+                        }
                         (server.name.clone(), Arc::new(client))
                     })
                     .collect();

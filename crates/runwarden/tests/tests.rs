@@ -24,6 +24,7 @@ mod mcp_edit;
 mod metrics;
 mod mrtr;
 mod nodes;
+mod oauth;
 mod operator_cli;
 mod queueing;
 mod reload;

@@ -284,6 +284,44 @@ impl VaultStore for PgStore {
         })
         .await
     }
+
+    async fn oauth_lease_acquire(
+        &self,
+        key: &str,
+        holder: &str,
+        now_ms: i64,
+        expires_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.with("taking an OAuth refresh lease", async {
+            let client = self.client().await?;
+            // One statement: the insert, or the takeover of an expired (or our own) lease;
+            // the row lock of ON CONFLICT serialises two nodes racing for it.
+            let stmt = client
+                .prepare_cached(
+                    "INSERT INTO oauth_refresh_lease (key, holder, expires_ms) VALUES ($1, $2, $4)
+                 ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, expires_ms = excluded.expires_ms
+                 WHERE oauth_refresh_lease.expires_ms <= $3 OR oauth_refresh_lease.holder = $2",
+                )
+                .await?;
+            Ok(client
+                .execute(&stmt, &[&key, &holder, &now_ms, &expires_ms])
+                .await?
+                == 1)
+        })
+        .await
+    }
+
+    async fn oauth_lease_release(&self, key: &str, holder: &str) -> Result<(), StoreError> {
+        self.with("releasing an OAuth refresh lease", async {
+            let client = self.client().await?;
+            let stmt = client
+                .prepare_cached("DELETE FROM oauth_refresh_lease WHERE key = $1 AND holder = $2")
+                .await?;
+            client.execute(&stmt, &[&key, &holder]).await?;
+            Ok(())
+        })
+        .await
+    }
 }
 
 /// Appends `events` in one transaction. V7: every node extends the same chain, so the

@@ -54,6 +54,7 @@ async fn nodes_starting_together_apply_each_migration_once() {
             "0009_catalogue_output_schema",
             "0010_console_sessions",
             "0011_keys_and_workers",
+            "0012_oauth_refresh_lease",
             "0013_decision_reissue"
         ]
     );

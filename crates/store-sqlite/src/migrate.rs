@@ -70,7 +70,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0011_keys_and_workers",
         sql: include_str!("../migrations/0011_keys_and_workers.sql"),
     },
-    // 0010 and 0012 are assigned to work merged separately (numbers never collide).
+    Migration {
+        version: 12,
+        name: "0012_oauth_refresh_lease",
+        sql: include_str!("../migrations/0012_oauth_refresh_lease.sql"),
+    },
     Migration {
         version: 13,
         name: "0013_decision_reissue",

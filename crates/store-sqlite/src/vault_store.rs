@@ -238,6 +238,39 @@ impl VaultStore for SqliteStore {
         })
         .await
     }
+
+    async fn oauth_lease_acquire(
+        &self,
+        key: &str,
+        holder: &str,
+        now_ms: i64,
+        expires_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let (key, holder) = (key.to_owned(), holder.to_owned());
+        self.run("taking an OAuth refresh lease", move |conn| {
+            // One statement: the insert, or the takeover of an expired (or our own) lease.
+            let changed = conn.execute(
+                "INSERT INTO oauth_refresh_lease (key, holder, expires_ms) VALUES (?1, ?2, ?4)
+                 ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, expires_ms = excluded.expires_ms
+                 WHERE oauth_refresh_lease.expires_ms <= ?3 OR oauth_refresh_lease.holder = ?2",
+                (&key, &holder, now_ms, expires_ms),
+            )?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn oauth_lease_release(&self, key: &str, holder: &str) -> Result<(), StoreError> {
+        let (key, holder) = (key.to_owned(), holder.to_owned());
+        self.run("releasing an OAuth refresh lease", move |conn| {
+            conn.execute(
+                "DELETE FROM oauth_refresh_lease WHERE key = ?1 AND holder = ?2",
+                (&key, &holder),
+            )?;
+            Ok(())
+        })
+        .await
+    }
 }
 
 /// Appends `events` in one transaction that is synced to disk before it answers: V7

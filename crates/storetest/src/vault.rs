@@ -21,6 +21,7 @@ pub async fn exercise_vault_store(store: Arc<dyn VaultStore>) {
     list_never_returns_ciphertext(s).await;
     rewrap_is_all_or_nothing(s).await;
     rewrap_reaches_every_record_of_every_kind(s).await;
+    an_oauth_refresh_lease_has_one_holder_until_it_expires_or_is_released(s).await;
 
     let chain = Arc::new(AuditChain::from_audit_key(&[42u8; 32]));
     an_empty_log_has_no_rows_no_tip_and_verifies(s, &chain).await;
@@ -780,4 +781,55 @@ async fn audit_counts_follow_appends(store: &dyn VaultStore) {
         count(&after, "http_call_cancelled"),
         count(&before, "http_call_cancelled") + 1
     );
+}
+
+/// M18: one refresh of a token at a time across processes: the lease has one holder until
+/// it expires or is released, its holder may extend it, and a stale release is ignored.
+async fn an_oauth_refresh_lease_has_one_holder_until_it_expires_or_is_released(s: &dyn VaultStore) {
+    let key = "oauth.lease-check";
+    assert!(
+        s.oauth_lease_acquire(key, "a", 1_000, 31_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !s.oauth_lease_acquire(key, "b", 2_000, 32_000)
+            .await
+            .unwrap(),
+        "a held lease is not taken"
+    );
+    assert!(
+        s.oauth_lease_acquire(key, "a", 3_000, 33_000)
+            .await
+            .unwrap(),
+        "its holder extends it"
+    );
+    assert!(
+        s.oauth_lease_acquire("oauth.other", "b", 3_000, 33_000)
+            .await
+            .unwrap(),
+        "leases are per key"
+    );
+    assert!(
+        s.oauth_lease_acquire(key, "b", 33_000, 63_000)
+            .await
+            .unwrap(),
+        "an expired lease is taken over"
+    );
+    s.oauth_lease_release(key, "a").await.unwrap();
+    assert!(
+        !s.oauth_lease_acquire(key, "c", 34_000, 64_000)
+            .await
+            .unwrap(),
+        "a stale holder's release leaves the new holder's lease"
+    );
+    s.oauth_lease_release(key, "b").await.unwrap();
+    assert!(
+        s.oauth_lease_acquire(key, "c", 35_000, 65_000)
+            .await
+            .unwrap(),
+        "a released lease is free"
+    );
+    s.oauth_lease_release(key, "c").await.unwrap();
+    s.oauth_lease_release("oauth.other", "b").await.unwrap();
 }

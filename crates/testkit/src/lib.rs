@@ -3,7 +3,9 @@
 //! requests and client-side closes as timestamped events; and [`Peer`], the real MCP
 //! server of the official Python SDK, started per test; and [`TempCluster`], a real
 //! PostgreSQL server in a temporary directory (or the shared one a test run started); and
-//! [`LlamaServer`], a real model server (llama.cpp with SmolLM2-135M) on 127.0.0.1.
+//! [`LlamaServer`], a real model server (llama.cpp with SmolLM2-135M) on 127.0.0.1; and
+//! [`AuthServer`], a real OAuth 2.1 authorization server whose tokens guard
+//! [`ProtectedResource`]s.
 //!
 //! ```no_run
 //! # async fn example() {
@@ -19,8 +21,10 @@
 #![deny(missing_docs)]
 
 mod echo;
+mod jwt;
 mod llama;
 mod mcp;
+mod oauth;
 mod otlp;
 mod peer;
 pub mod postgres;
@@ -32,8 +36,13 @@ pub use echo::{
     Channel, HOSTILE_SIGIL, echo_handler, find_form, forms_of, hostile_placements,
     received_credential,
 };
+pub use jwt::{JWT_BEARER_ASSERTION, SigningKey};
 pub use llama::{LLAMA_DIR_ENV, LlamaServer};
 pub use mcp::{mcp_handler, tool};
+pub use oauth::{
+    AuthMethod, AuthServer, ClientSpec, Counters, IssuedToken, Knobs, ProtectedResource,
+    ResourceHit, pkce_challenge,
+};
 pub use otlp::{ExportedSpan, OtlpReceiver};
 pub use peer::Peer;
 pub use postgres::TempCluster;

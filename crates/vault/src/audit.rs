@@ -32,6 +32,15 @@ pub mod action {
     /// an outbound call: method, host and path are empty, the actor is who answered and
     /// the correlation is the run.
     pub const DECISION_ANSWERED: &str = "decision_answered";
+    /// The outcome of an OAuth metadata request the vault made for an MCP server (M18):
+    /// Protected Resource Metadata or authorization server metadata. Its intent row is an
+    /// `http_call_started` like any other call's.
+    pub const OAUTH_METADATA: &str = "oauth_metadata";
+    /// The outcome of a token request to an authorization server's token endpoint (M18):
+    /// client credentials, authorization code or refresh. Never carries a token.
+    pub const OAUTH_TOKEN: &str = "oauth_token";
+    /// The outcome of a dynamic client registration request (RFC 7591, M18).
+    pub const OAUTH_REGISTRATION: &str = "oauth_registration";
 }
 
 /// What the vault records about one outbound call; the store adds the id and the links.

@@ -132,6 +132,9 @@ pub struct EgressRequest {
     before_transfer: Option<BeforeTransfer>,
     on_intent: Option<IntentObserver>,
     on_head: Option<HeadObserver>,
+    /// The action of the outcome row when the call reached the network (`http_call`
+    /// unless the vault's own OAuth client names its requests).
+    action: &'static str,
 }
 
 impl std::fmt::Debug for EgressRequest {
@@ -162,7 +165,14 @@ impl EgressRequest {
             before_transfer: None,
             on_intent: None,
             on_head: None,
+            action: action::HTTP_CALL,
         }
+    }
+
+    /// The audit action of the outcome row (the vault's OAuth requests have their own).
+    pub(crate) fn audit_action(mut self, action: &'static str) -> Self {
+        self.action = action;
+        self
     }
 
     /// Adds a header. Values with CR or LF are refused at send time.
@@ -608,7 +618,7 @@ impl EgressClient {
 
         let secret = match &request.credential {
             None => None,
-            Some(credential) => match self.vault.secret_use(&credential.secret).await {
+            Some(credential) => match self.read_credential(credential).await {
                 Ok(value) => Some(value),
                 Err(e) => {
                     return self
@@ -623,6 +633,7 @@ impl EgressClient {
                 }
             },
         };
+        let answered = request.action;
         let built = self.build(&request, &target, secret.as_ref());
         let http_request = match built {
             Ok(r) => r,
@@ -705,14 +716,8 @@ impl EgressClient {
                     status: t.status,
                     location,
                 };
-                self.finish(
-                    &record,
-                    action::HTTP_CALL,
-                    t.status,
-                    Err(error),
-                    secret.as_ref(),
-                )
-                .await
+                self.finish(&record, answered, t.status, Err(error), secret.as_ref())
+                    .await
             }
             Driven::Done(Ok(t)) => {
                 tracing::debug!(host = %record.host, status = t.status, reason = ?record.reason, "outbound call answered");
@@ -723,14 +728,8 @@ impl EgressClient {
                     truncated: t.truncated,
                     audit_id: None,
                 };
-                self.finish(
-                    &record,
-                    action::HTTP_CALL,
-                    t.status,
-                    Ok(response),
-                    secret.as_ref(),
-                )
-                .await
+                self.finish(&record, answered, t.status, Ok(response), secret.as_ref())
+                    .await
             }
             Driven::Done(Err(e)) => {
                 // V8: only a failure to connect proves that no request byte left; a timeout
@@ -753,7 +752,7 @@ impl EgressClient {
                         delivery,
                     }
                 };
-                self.finish(&record, action::HTTP_CALL, 0, Err(error), secret.as_ref())
+                self.finish(&record, answered, 0, Err(error), secret.as_ref())
                     .await
             }
             Driven::Cancelled => {
@@ -772,7 +771,7 @@ impl EgressClient {
                     host,
                     delivery: Delivery::MaybeDelivered,
                 };
-                self.finish(&record, action::HTTP_CALL, 0, Err(error), secret.as_ref())
+                self.finish(&record, answered, 0, Err(error), secret.as_ref())
                     .await
             }
             Driven::Backstop => {
@@ -780,9 +779,21 @@ impl EgressClient {
                     host,
                     after: backstop,
                 };
-                self.finish(&record, action::HTTP_CALL, 0, Err(error), secret.as_ref())
+                self.finish(&record, answered, 0, Err(error), secret.as_ref())
                     .await
             }
+        }
+    }
+
+    /// Reads what a credential places: a stored secret, or the access token of an OAuth
+    /// grant the vault holds (M18).
+    async fn read_credential(
+        &self,
+        credential: &Credential,
+    ) -> Result<SecretValue, crate::error::VaultError> {
+        match credential.placement {
+            Placement::OAuth => self.vault.oauth_access_use(&credential.secret).await,
+            _ => self.vault.secret_use(&credential.secret).await,
         }
     }
 

@@ -37,6 +37,7 @@ mod envelope;
 mod error;
 mod guard;
 mod master_key;
+pub mod oauth;
 mod placement;
 mod resolver;
 mod scrub;

@@ -8,7 +8,7 @@ use crate::error::EgressError;
 use crate::secret::{SecretName, SecretValue};
 
 /// How a secret is placed on a request (SPEC V3). Chosen where the secret is used, not
-/// stored with it. OAuth2 client credentials will be another variant.
+/// stored with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Placement {
@@ -28,6 +28,10 @@ pub enum Placement {
         /// The parameter name.
         name: String,
     },
+    /// V3, M18: `Authorization: Bearer <access token>`, where the credential names an OAuth
+    /// token the vault obtained and keeps sealed (`oauth.<hash>`, see [`crate::oauth`]);
+    /// the token itself never leaves the vault except on this header.
+    OAuth,
 }
 
 /// A secret to place on a request, by name. The caller never holds the plaintext.
@@ -69,7 +73,7 @@ impl Placement {
     pub(crate) fn place(&self, value: &SecretValue) -> Result<Placed, EgressError> {
         let secret = value.expose();
         match self {
-            Self::Bearer => {
+            Self::Bearer | Self::OAuth => {
                 let text = Zeroizing::new([b"Bearer ".as_slice(), secret].concat());
                 Ok(Placed::Header(
                     AUTHORIZATION,

@@ -271,6 +271,22 @@ pub trait VaultStore: Send + Sync + 'static {
 
     /// How many rows carry each action, ordered by action (for metrics).
     async fn audit_counts(&self) -> Result<Vec<(String, u64)>, StoreError>;
+
+    /// M18: takes the refresh lease of an OAuth token (`key`) for `holder` until
+    /// `expires_ms`, if no other holder has it unexpired at `now_ms`; answers whether this
+    /// holder has it now (a holder that already has it extends it). One row per key, one
+    /// statement: processes on one database refresh a token one at a time.
+    async fn oauth_lease_acquire(
+        &self,
+        key: &str,
+        holder: &str,
+        now_ms: i64,
+        expires_ms: i64,
+    ) -> Result<bool, StoreError>;
+
+    /// M18: gives the lease back if `holder` still has it; a lease another holder took
+    /// after this one's expired is left alone.
+    async fn oauth_lease_release(&self, key: &str, holder: &str) -> Result<(), StoreError>;
 }
 
 /// Storage for API tokens: only their SHA-256 hashes are kept.

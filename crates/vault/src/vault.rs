@@ -166,6 +166,59 @@ impl Vault {
         Ok(SecretValue::new(std::mem::take(&mut *plaintext)))
     }
 
+    /// Seals a record the vault keeps for itself (OAuth tokens and registrations, M18):
+    /// never listed by `secret list`, rewrapped with every other record on rotation.
+    pub(crate) async fn internal_put(&self, name: &str, value: &[u8]) -> Result<(), VaultError> {
+        let record = envelope::seal(
+            &self.master,
+            self.algorithm,
+            SealedKind::Internal,
+            name,
+            value,
+            now_ms(),
+        );
+        Ok(self.store.sealed_put(record).await?)
+    }
+
+    /// Opens a record the vault keeps for itself, if present.
+    pub(crate) async fn internal_get(
+        &self,
+        name: &str,
+    ) -> Result<Option<zeroize::Zeroizing<Vec<u8>>>, VaultError> {
+        match self.store.sealed_get(SealedKind::Internal, name).await? {
+            Some(record) => Ok(Some(envelope::open(&self.master, &record)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Removes a record the vault keeps for itself; answers whether it existed.
+    pub(crate) async fn internal_delete(&self, name: &str) -> Result<bool, VaultError> {
+        Ok(self.store.sealed_delete(SealedKind::Internal, name).await?)
+    }
+
+    /// M18: the cross-process refresh lease of a token record.
+    pub(crate) async fn oauth_lease_acquire(
+        &self,
+        key: &str,
+        holder: &str,
+        ttl_ms: i64,
+    ) -> Result<bool, VaultError> {
+        let now = now_ms();
+        Ok(self
+            .store
+            .oauth_lease_acquire(key, holder, now, now + ttl_ms)
+            .await?)
+    }
+
+    /// M18: gives a refresh lease back.
+    pub(crate) async fn oauth_lease_release(
+        &self,
+        key: &str,
+        holder: &str,
+    ) -> Result<(), VaultError> {
+        Ok(self.store.oauth_lease_release(key, holder).await?)
+    }
+
     /// Re-wraps every data key (secrets and the audit key) from the loaded master key to
     /// `new`, in one store transaction: an interruption leaves every record under exactly
     /// one of the two keys. This `Vault` still holds the old key: open a new one after.

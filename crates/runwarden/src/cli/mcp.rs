@@ -49,6 +49,15 @@ pub(crate) enum McpCommand {
         #[arg(long)]
         answer: Option<String>,
     },
+    /// M18: authorize an OAuth server now (authorization code + PKCE): prints the URL to
+    /// open and waits for the browser on a loopback redirect; the tokens stay in the vault.
+    Login {
+        /// The server's name in [mcp.servers].
+        name: String,
+    },
+    /// M18: what the vault holds for OAuth servers (never a token).
+    #[command(subcommand)]
+    Auth(super::mcp_auth::AuthCommand),
     /// Declare a server in the configuration file (its comments are kept); then import it.
     Add(super::mcp_edit::AddArgs),
     /// Remove a server from the configuration file.
@@ -67,13 +76,15 @@ impl McpCommand {
             Self::Call { .. } => Some("mcp call"),
             Self::Add(_) => Some("mcp add"),
             Self::Remove { .. } => Some("mcp remove"),
+            Self::Login { .. } => Some("mcp login"),
+            Self::Auth(_) => Some("mcp auth"),
             Self::List { .. } | Self::Health => None,
         }
     }
 }
 
 /// A flag that Ctrl-C cancels, through the same signal path a run uses.
-fn ctrl_c_flag() -> CancelFlag {
+pub(super) fn ctrl_c_flag() -> CancelFlag {
     let flag = CancelFlag::new();
     let on_ctrl_c = flag.clone();
     super::signals::on_interrupt(move || on_ctrl_c.cancel());
@@ -91,6 +102,8 @@ pub(crate) async fn run(cx: &Context, command: McpCommand) -> anyhow::Result<Exi
             args,
             answer,
         } => call(cx, &name, &tool, &args, answer.as_deref()).await,
+        McpCommand::Login { name } => super::mcp_auth::login(cx, &name).await,
+        McpCommand::Auth(command) => super::mcp_auth::run(cx, command).await,
         McpCommand::Add(args) => super::mcp_edit::add(cx, args),
         McpCommand::Remove { name } => super::mcp_edit::remove(cx, &name),
     }
@@ -102,6 +115,9 @@ async fn client(
     server: &ServerConfig,
 ) -> anyhow::Result<(Arc<McpClient>, Arc<dyn CatalogueStore>)> {
     let store = cx.root.catalogue().await?;
+    // M18: an operator is at hand: an authorization code grant may ask them.
+    cx.root
+        .set_authorization_prompt(Arc::new(super::mcp_auth::PrintedPrompt));
     let client = cx
         .root
         .mcp_clients("cli")

@@ -7,6 +7,7 @@ mod egress;
 mod hints;
 pub(crate) mod init;
 pub(crate) mod mcp;
+mod mcp_auth;
 mod mcp_edit;
 pub(crate) mod run;
 mod run_remote;

@@ -124,6 +124,20 @@ impl VaultStore for CountingStore {
     async fn audit_counts(&self) -> Result<Vec<(String, u64)>, StoreError> {
         self.inner.audit_counts().await
     }
+    async fn oauth_lease_acquire(
+        &self,
+        key: &str,
+        holder: &str,
+        now_ms: i64,
+        expires_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.inner
+            .oauth_lease_acquire(key, holder, now_ms, expires_ms)
+            .await
+    }
+    async fn oauth_lease_release(&self, key: &str, holder: &str) -> Result<(), StoreError> {
+        self.inner.oauth_lease_release(key, holder).await
+    }
 }
 
 /// Answers from a fixed table; a name may get a different answer on later lookups

@@ -1,0 +1,3 @@
+//! The testkit's own servers, tested as any client would meet them: over real HTTP.
+
+mod oauth;

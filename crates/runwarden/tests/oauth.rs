@@ -238,7 +238,7 @@ async fn client_credentials_with_each_authentication_method_gets_one_token_for_e
         runwarden(&sandbox, &["run", "--agent", "a", "find the printer"])
             .await
             .ok()
-            .says("COMPLETED");
+            .says("tool srv__lookup succeeded");
 
         let counters = auth.counters();
         // V3: the token is a vault record every process shares; three processes, one token.
@@ -299,7 +299,7 @@ async fn authorization_code_with_pkce_logs_in_once_through_the_loopback_redirect
     runwarden(&sandbox, &["run", "--agent", "a", "find the printer"])
         .await
         .ok()
-        .says("COMPLETED");
+        .says("tool srv__lookup succeeded");
     let after = auth.counters();
     assert_eq!(after.authorizations, 1);
     assert_eq!(
@@ -319,31 +319,41 @@ async fn authorization_code_with_pkce_logs_in_once_through_the_loopback_redirect
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_login_answered_with_another_iss_is_refused_and_its_code_never_exchanged() {
-    let (auth, resource) = servers(Knobs {
-        // RFC 9207: a mix-up attacker's response names another issuer.
-        response_iss: Some("http://127.0.0.1:9/impostor".into()),
-        ..Knobs::default()
-    })
-    .await;
-    let sandbox = sandbox(&server_toml(
-        "srv",
-        &resource.resource,
-        "grant = \"authorization_code\"",
-    ));
-    let (code, printed) = login(&sandbox, &auth, &resource.resource).await;
-    assert_ne!(code, Some(0), "{printed}");
-    assert!(printed.contains("refused"), "{printed}");
-    assert!(printed.contains("iss"), "{printed}");
-    let counters = auth.counters();
-    assert_eq!(counters.authorizations, 1);
-    assert_eq!(
-        counters.token_requests("authorization_code"),
-        0,
-        "the code was never exchanged: {counters:#?}"
-    );
-    let (_, status) = auth_status(&sandbox).await;
-    assert_eq!(status["access_token"], false);
+async fn a_login_answered_with_another_iss_or_none_is_refused_and_its_code_never_exchanged() {
+    // RFC 9207: a mix-up attacker's response names another issuer, or drops the `iss` the
+    // metadata promised.
+    let lies: [(Lie, &str); 2] = [
+        (
+            |k| k.response_iss = Some("http://127.0.0.1:9/impostor".into()),
+            "http://127.0.0.1:9/impostor",
+        ),
+        (|k| k.omit_response_iss = true, "lacks the iss parameter"),
+    ];
+    for (lie, said) in lies {
+        let (auth, resource) = servers(Knobs::default()).await;
+        auth.knobs(lie);
+        let sandbox = sandbox(&server_toml(
+            "srv",
+            &resource.resource,
+            "grant = \"authorization_code\"",
+        ));
+        let (code, printed) = login(&sandbox, &auth, &resource.resource).await;
+        assert_ne!(code, Some(0), "{printed}");
+        assert!(printed.contains("refused"), "{printed}");
+        assert!(
+            printed.contains("RFC 9207") && printed.contains(said),
+            "{printed}"
+        );
+        let counters = auth.counters();
+        assert_eq!(counters.authorizations, 1);
+        assert_eq!(
+            counters.token_requests("authorization_code"),
+            0,
+            "the code was never exchanged: {counters:#?}"
+        );
+        let (_, status) = auth_status(&sandbox).await;
+        assert_eq!(status["access_token"], false);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -358,9 +368,13 @@ async fn a_refresh_across_two_processes_happens_once_and_both_keep_working() {
     assert_eq!(code, Some(0), "{printed}");
     runwarden(&sandbox, &["mcp", "import", "srv"]).await.ok();
     let before = auth.counters();
+    let hits_before = auth.hits().len();
     // The server drops the held access token: every process that starts now gets a 401
     // and wants to renew it (the vault's renewal ahead of expiry takes the same path).
+    // The token endpoint holds each refresh answer a second, so two processes that do
+    // not wait for each other both send theirs for sure.
     auth.expire_access_tokens();
+    auth.knobs(|k| k.refresh_delay = Duration::from_secs(1));
 
     // Two processes at once, both holding the dropped token.
     let runs: Vec<_> = (0..2)
@@ -369,37 +383,40 @@ async fn a_refresh_across_two_processes_happens_once_and_both_keep_working() {
             tokio::task::spawn_blocking(move || sandbox.run(&["run", "--agent", "a", "find it"]))
         })
         .collect();
+    let mut outputs = Vec::new();
     for run in runs {
-        run.await.unwrap().ok().says("COMPLETED");
+        outputs.push(run.await.unwrap());
     }
     let counters = auth.counters();
     assert_eq!(
         counters.refresh_reuse, 0,
-        "a rotated-out refresh token was presented again (single flight across processes failed): {counters:#?}"
-    );
-    assert_eq!(
-        counters.refreshes - before.refreshes,
-        1,
-        "one refresh for both processes: {counters:#?}"
+        "a rotated-out refresh token was presented again: the refresh is not single-flight \
+         across processes: {counters:#?}\n{outputs:#?}"
     );
     assert_eq!(
         counters.token_requests("refresh_token") - before.token_requests("refresh_token"),
         1,
-        "{counters:#?}"
+        "one refresh for both processes: {counters:#?}"
     );
+    for out in outputs {
+        out.ok().says("tool srv__lookup succeeded");
+    }
     // Both processes called the tool with the one refreshed token.
-    let refreshed: Vec<String> = auth
-        .hits_on(&resource.resource)
-        .into_iter()
-        .filter(|h| h.method.starts_with("POST") && h.status == 200)
-        .filter_map(|h| h.bearer)
-        .filter(|b| auth.token(b).is_some_and(|t| t.grant == "refresh_token"))
+    let calls: Vec<String> = auth.hits_on(&resource.resource)[hits_before..]
+        .iter()
+        .filter(|h| h.status == 200)
+        .filter_map(|h| h.bearer.clone())
         .collect();
-    assert!(refreshed.len() >= 2, "{:#?}", auth.hits());
-    assert!(refreshed.iter().all(|b| b == &refreshed[0]));
+    assert!(calls.len() >= 2, "{:#?}", auth.hits());
+    assert!(calls.iter().all(|b| b == &calls[0]), "{calls:#?}");
+    assert_eq!(
+        auth.token(&calls[0]).map(|t| t.grant),
+        Some("refresh_token".into())
+    );
 
     // The rotated refresh token was saved: when the server drops the access token, the
     // next call refreshes with the new one and goes on.
+    auth.knobs(|k| k.refresh_delay = Duration::ZERO);
     auth.expire_access_tokens();
     lookup(&sandbox).await;
     let last = auth.counters();
@@ -573,7 +590,8 @@ async fn a_sigil_access_token_appears_in_no_output_log_event_api_answer_or_datab
         traced(&["run", "--agent", "a", "find it again"])
             .await
             .unwrap()
-            .ok(),
+            .ok()
+            .says("tool srv__lookup succeeded"),
     );
     for args in [
         vec!["events", run_id.as_str()],
@@ -632,4 +650,56 @@ async fn a_sigil_access_token_appears_in_no_output_log_event_api_answer_or_datab
     }
     assert!(scanned > 0);
     drop(serve);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_403_insufficient_scope_steps_up_to_the_named_scope_and_the_call_goes_through() {
+    let (auth, resource) = servers(Knobs {
+        required_scope: Some("mcp:write".into()),
+        ..Knobs::default()
+    })
+    .await;
+    auth.register(ClientSpec::secret_basic("agent", "cc-secret-basic"));
+    let sandbox = sandbox(&server_toml(
+        "srv",
+        &resource.resource,
+        "grant = \"client_credentials\", client_id = \"agent\", client_secret = \"cc-secret\"",
+    ));
+    sandbox.put("cc-secret", "cc-secret-basic");
+    runwarden(&sandbox, &["mcp", "import", "srv"]).await.ok();
+    lookup(&sandbox).await;
+    let hits = auth.hits();
+    let forbidden = hits.iter().filter(|h| h.status == 403).count();
+    assert_eq!(forbidden, 1, "one step-up, then the wider token: {hits:#?}");
+    let last = hits.last().and_then(|h| h.bearer.as_deref()).unwrap();
+    let issued = auth.token(last).unwrap();
+    assert!(
+        issued.scopes.iter().any(|s| s == "mcp:write")
+            && issued.scopes.iter().any(|s| s == "mcp:read"),
+        "the scopes of the challenge, kept and widened: {issued:#?}"
+    );
+
+    // A server that keeps asking for a scope the client is never granted is given up on
+    // after the step-up limit, with an error that says so: no loop.
+    auth.knobs(|k| {
+        k.required_scope = Some("admin:everything".into());
+        k.withheld_scopes = vec!["admin:everything".into()];
+    });
+    let before = auth.hits().len();
+    runwarden(
+        &sandbox,
+        &["mcp", "call", "srv", "srv__lookup", "--args", "{}"],
+    )
+    .await
+    .fails()
+    .says("insufficient_scope");
+    let refused = auth.hits()[before..]
+        .iter()
+        .filter(|h| h.status == 403)
+        .count();
+    assert!(
+        (1..=3).contains(&refused),
+        "at most the limit of step-ups: {:#?}",
+        auth.hits()
+    );
 }

@@ -154,6 +154,12 @@ pub struct Knobs {
     /// Protected resources answer 403 `insufficient_scope` to a token without this scope,
     /// naming it in the challenge (step-up).
     pub required_scope: Option<String>,
+    /// The token endpoint holds each refresh grant's answer this long (decided, not yet
+    /// sent): refreshes from clients that do not wait for each other overlap for sure.
+    pub refresh_delay: Duration,
+    /// Scopes the server never grants, whatever is asked: with `required_scope` among
+    /// them, a resource keeps answering 403 however often the client steps up.
+    pub withheld_scopes: Vec<String>,
 }
 
 impl Default for Knobs {
@@ -179,6 +185,8 @@ impl Default for Knobs {
             serve_openid_metadata: true,
             registration_enabled: true,
             required_scope: None,
+            refresh_delay: Duration::ZERO,
+            withheld_scopes: Vec::new(),
         }
     }
 }
@@ -489,6 +497,8 @@ fn authorization_server(shared: &Shared, request: &HttpRequest) -> Reply {
         ("POST", "/register") if state.knobs.registration_enabled => {
             registration(&mut state, request)
         }
+        // OpenID discovery names a key set; this server signs nothing, so it is empty.
+        ("GET", "/jwks") => json_reply(200, json!({"keys": []})),
         ("GET", "/authorize") => authorization(&mut state, request),
         ("POST", "/token") => token(&mut state, request),
         _ => Reply::text(404, "not found"),
@@ -1022,7 +1032,7 @@ fn token(state: &mut State, request: &HttpRequest) -> Reply {
             }
             state.counters.refreshes += 1;
             let keep = (!rotate).then_some(presented);
-            issue(
+            let answer = issue(
                 state,
                 &grant,
                 &client.client_id,
@@ -1030,7 +1040,11 @@ fn token(state: &mut State, request: &HttpRequest) -> Reply {
                 scopes,
                 true,
                 Some((family, keep)),
-            )
+            );
+            match state.knobs.refresh_delay {
+                Duration::ZERO => answer,
+                delay => Reply::Delayed(delay, Box::new(answer)),
+            }
         }
         _ => oauth_error(
             state,
@@ -1053,6 +1067,10 @@ fn issue(
     family: Option<(u64, Option<String>)>,
 ) -> Reply {
     let knobs = &state.knobs;
+    let scopes: Vec<String> = scopes
+        .into_iter()
+        .filter(|s| !knobs.withheld_scopes.contains(s))
+        .collect();
     let access_token = format!("{}{}", knobs.access_token_prefix, random_token(24));
     let ttl = knobs.access_ttl;
     state.access.insert(
@@ -1202,10 +1220,15 @@ fn protected_resource(
     // The inner handler runs without the lock: it may be slow or stall.
     drop(state);
     let reply = inner(request);
-    let status = match &reply {
-        Reply::Respond { status, .. } | Reply::Stream { status, .. } => *status,
-        Reply::Stall | Reply::Reset => 0,
-    };
-    record(&mut lock(shared), status);
+    record(&mut lock(shared), status_of(&reply));
     reply
+}
+
+/// The status a reply will answer with; 0 for none.
+fn status_of(reply: &Reply) -> u16 {
+    match reply {
+        Reply::Respond { status, .. } | Reply::Stream { status, .. } => *status,
+        Reply::Delayed(_, inner) => status_of(inner),
+        Reply::Stall | Reply::Reset => 0,
+    }
 }

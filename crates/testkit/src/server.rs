@@ -64,6 +64,9 @@ pub enum Reply {
         /// Keep the stream open after the last chunk.
         hold_open: bool,
     },
+    /// Wait this long, then answer as the inner reply: a slow server, so that requests
+    /// from several clients overlap.
+    Delayed(Duration, Box<Reply>),
 }
 
 impl Reply {
@@ -216,8 +219,12 @@ async fn serve(mut stream: TcpStream, handler: Handler, tx: mpsc::UnboundedSende
         let Some(request) = read_request(&mut stream, &mut buffer).await else {
             return;
         };
-        let reply = handler(&request);
+        let mut reply = handler(&request);
         let _ = tx.send(Seen::Request(Instant::now(), request));
+        while let Reply::Delayed(delay, inner) = reply {
+            tokio::time::sleep(delay).await;
+            reply = *inner;
+        }
         match reply {
             Reply::Stall => {
                 let mut byte = [0u8; 1];
@@ -267,6 +274,8 @@ async fn serve(mut stream: TcpStream, handler: Handler, tx: mpsc::UnboundedSende
                     return;
                 }
             }
+            // Unwrapped above.
+            Reply::Delayed(..) => return,
             Reply::Reset => {
                 // SO_LINGER 0: closing sends RST instead of FIN.
                 let _ = stream.set_zero_linger();

@@ -84,6 +84,8 @@ async fn discovery_documents_name_the_issuer_and_every_endpoint() {
             json!(true)
         );
     }
+    let (status, jwks) = get_json(&server.url("/jwks")).await;
+    assert_eq!((status, jwks), (200, json!({"keys": []})));
 
     // RFC 9728: an unauthenticated call is challenged with the metadata's URL and scope.
     let answer = call(&resource.resource, None).await;
@@ -609,6 +611,24 @@ async fn refresh_tokens_rotate_and_a_reused_one_revokes_its_family() {
     assert_eq!(counters.refresh_reuse, 1);
     assert_eq!(counters.token_requests("refresh_token"), 3);
 
+    // A refresh delay holds the answer (decided at once) for that long.
+    server.knobs(|k| k.refresh_delay = Duration::from_millis(300));
+    let (_, held) = token_request(
+        &server,
+        &[
+            ("grant_type", "client_credentials"),
+            ("client_id", "agent"),
+            ("client_secret", "s"),
+        ],
+        None,
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let (status, _) = refresh(held["refresh_token"].as_str().unwrap().to_string()).await;
+    assert_eq!(status, 200);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    server.knobs(|k| k.refresh_delay = Duration::ZERO);
+
     // Without rotation the same refresh token keeps working.
     server.knobs(|k| k.rotate_refresh_tokens = false);
     let (_, fresh) = token_request(
@@ -727,6 +747,28 @@ async fn expired_tokens_are_refused_and_step_up_asks_for_the_missing_scope() {
             .status()
             .as_u16(),
         200
+    );
+
+    // A withheld scope is never granted, so the step-up never satisfies the resource.
+    server.knobs(|k| k.withheld_scopes = vec!["mcp:write".into()]);
+    let (_, narrow) = token_request(
+        &server,
+        &[
+            ("grant_type", "client_credentials"),
+            ("scope", "mcp:read mcp:write"),
+            ("resource", &resource.resource),
+        ],
+        Some(("agent", "s")),
+    )
+    .await;
+    assert_eq!(narrow["scope"], "mcp:read");
+    let narrow = narrow["access_token"].as_str().unwrap();
+    assert_eq!(
+        call(&resource.resource, Some(narrow))
+            .await
+            .status()
+            .as_u16(),
+        403
     );
 
     server.expire_access_tokens();

@@ -30,6 +30,7 @@ fn call() -> ToolCallRequest {
         elicitor: None,
         output_schema: None,
         notices: None,
+        ..Default::default()
     }
 }
 

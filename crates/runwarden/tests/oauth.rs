@@ -194,6 +194,19 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
+/// A client registered with `client_secret_basic` and an installation whose server `srv`
+/// uses it through the client credentials grant, its secret in the vault.
+fn client_credentials_sandbox(auth: &AuthServer, resource: &ProtectedResource) -> Arc<Sandbox> {
+    auth.register(ClientSpec::secret_basic("agent", "cc-secret-basic"));
+    let sandbox = sandbox(&server_toml(
+        "srv",
+        &resource.resource,
+        "grant = \"client_credentials\", client_id = \"agent\", client_secret = \"cc-secret\"",
+    ));
+    sandbox.put("cc-secret", "cc-secret-basic");
+    sandbox
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_credentials_with_each_authentication_method_gets_one_token_for_every_process() {
     let es256 = SigningKey::es256();
@@ -433,13 +446,7 @@ async fn metadata_naming_another_issuer_is_refused_before_any_token_request() {
         ..Knobs::default()
     })
     .await;
-    auth.register(ClientSpec::secret_basic("agent", "cc-secret-basic"));
-    let sandbox = sandbox(&server_toml(
-        "srv",
-        &resource.resource,
-        "grant = \"client_credentials\", client_id = \"agent\", client_secret = \"cc-secret\"",
-    ));
-    sandbox.put("cc-secret", "cc-secret-basic");
+    let sandbox = client_credentials_sandbox(&auth, &resource);
     let out = runwarden(&sandbox, &["mcp", "import", "srv"])
         .await
         .fails()
@@ -521,13 +528,7 @@ async fn metadata_pointing_at_a_private_address_is_refused_by_the_egress_guard()
     for (host, lie) in lies {
         let (auth, resource) = servers(Knobs::default()).await;
         auth.knobs(lie);
-        auth.register(ClientSpec::secret_basic("agent", "cc-secret-basic"));
-        let sandbox = sandbox(&server_toml(
-            "srv",
-            &resource.resource,
-            "grant = \"client_credentials\", client_id = \"agent\", client_secret = \"cc-secret\"",
-        ));
-        sandbox.put("cc-secret", "cc-secret-basic");
+        let sandbox = client_credentials_sandbox(&auth, &resource);
         let out = runwarden(&sandbox, &["mcp", "import", "srv"])
             .await
             .fails()
@@ -659,13 +660,7 @@ async fn a_403_insufficient_scope_steps_up_to_the_named_scope_and_the_call_goes_
         ..Knobs::default()
     })
     .await;
-    auth.register(ClientSpec::secret_basic("agent", "cc-secret-basic"));
-    let sandbox = sandbox(&server_toml(
-        "srv",
-        &resource.resource,
-        "grant = \"client_credentials\", client_id = \"agent\", client_secret = \"cc-secret\"",
-    ));
-    sandbox.put("cc-secret", "cc-secret-basic");
+    let sandbox = client_credentials_sandbox(&auth, &resource);
     runwarden(&sandbox, &["mcp", "import", "srv"]).await.ok();
     lookup(&sandbox).await;
     let hits = auth.hits();

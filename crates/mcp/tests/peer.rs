@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::support::{WAIT, fixture};
 
-fn call(tool: &str, arguments: Value) -> ToolCallRequest {
+pub(crate) fn call(tool: &str, arguments: Value) -> ToolCallRequest {
     ToolCallRequest {
         tool: tool.into(),
         arguments: arguments.as_object().unwrap().clone(),
@@ -28,13 +28,13 @@ fn call(tool: &str, arguments: Value) -> ToolCallRequest {
     }
 }
 
-fn stats(peer: &Peer) -> Value {
+pub(crate) fn stats(peer: &Peer) -> Value {
     serde_json::from_str(&peer.stats()).expect("the peer's stats are JSON")
 }
 
 /// Waits, with a deadline, until the peer's counters satisfy `done`. The peer handles a
 /// notification after answering 202, so its counters move a moment later.
-async fn wait_for_stats(peer: &Peer, done: impl Fn(&Value) -> bool) -> Value {
+pub(crate) async fn wait_for_stats(peer: &Peer, done: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + WAIT;
     let mut tick = tokio::time::interval(Duration::from_millis(20));
     loop {

@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 use runwarden_mcp::{
     ElicitationAnswer, ElicitationFuture, ElicitationPolicy, ElicitationRequest, Elicitor,
     ElicitorHandle, InputResume, McpClient, Reply, Request, STATELESS_VERSION, ServerConfig,
-    ToolCallRequest, ToolOutcome,
+    ToolOutcome,
 };
 use runwarden_testkit::{HttpRequest, Peer, Reply as HttpReply, TestServer, mcp_handler};
 use runwarden_vault::{CancelFlag, Delivery};
 use serde_json::{Map, Value, json};
 
+use crate::peer::{call, wait_for_stats};
 use crate::support::{WAIT, fixture};
 
 async fn start() -> Peer {
@@ -24,36 +25,9 @@ async fn start() -> Peer {
         .unwrap()
 }
 
-fn call(tool: &str, arguments: Value) -> ToolCallRequest {
-    ToolCallRequest {
-        tool: tool.into(),
-        arguments: arguments.as_object().unwrap().clone(),
-        ..Default::default()
-    }
-}
-
 /// The peer's record of the `mcp-*` headers of the last POST of each method.
 fn modern(peer: &Peer) -> Value {
     serde_json::from_str(&peer.get("/modern-stats")).expect("modern stats are JSON")
-}
-
-fn stats(peer: &Peer) -> Value {
-    serde_json::from_str(&peer.stats()).expect("the peer's stats are JSON")
-}
-
-/// Waits, with a deadline, until the peer's counters satisfy `done` (the peer handles a
-/// closed stream a moment after the client dropped it).
-async fn wait_for(peer: &Peer, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + WAIT;
-    let mut tick = tokio::time::interval(Duration::from_millis(20));
-    loop {
-        tick.tick().await;
-        let now = stats(peer);
-        if done(&now) {
-            return now;
-        }
-        assert!(Instant::now() < deadline, "never got there: {now}");
-    }
 }
 
 fn methods(legs: &[runwarden_mcp::LegReport]) -> Vec<&str> {
@@ -184,7 +158,7 @@ async fn a_cancel_closes_the_stream_and_sends_no_cancelled_notification() {
             .call_tool(call("slow", json!({"seconds": 30.0})), Some(&task_flag))
             .await
     });
-    wait_for(&peer, |s| s["slow_started"] == 1).await;
+    wait_for_stats(&peer, |s| s["slow_started"] == 1).await;
     let cancelled_at = Instant::now();
     flag.cancel();
     let outcome = tokio::time::timeout(WAIT, task).await.unwrap().unwrap();
@@ -196,7 +170,7 @@ async fn a_cancel_closes_the_stream_and_sends_no_cancelled_notification() {
         "{:?}",
         methods(&outcome.legs)
     );
-    let after = wait_for(&peer, |s| s["slow_cancelled"] == 1).await;
+    let after = wait_for_stats(&peer, |s| s["slow_cancelled"] == 1).await;
     assert_eq!(after["slow_completed"], 0, "the server stopped the work");
     assert_eq!(after["cancel_notifications"], 0);
     assert_eq!(modern(&peer)["cancel_notifications"], 0);

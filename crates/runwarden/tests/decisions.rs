@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::support::Live as Child;
 use crate::support::{Sandbox, runwarden};
-use crate::worker::{WAIT, WORKER_SETTINGS, enqueue, events, kinds, status};
+use crate::worker::{WAIT, config_with_short_leases, enqueue, events, kinds, status};
 
 /// How often the peer ran `create_ticket`, by its own count.
 fn tickets(peer: &Peer) -> u64 {
@@ -27,16 +27,7 @@ fn tickets(peer: &Peer) -> u64 {
 async fn install(peer: &Peer, plan: Value, extra: &str) -> Arc<Sandbox> {
     let sandbox = Sandbox::initialised();
     sandbox.allow_loopback();
-    let mut text = std::fs::read_to_string(sandbox.config()).unwrap();
-    for template_line in ["lease_seconds = 30 ", "heartbeat_seconds = 10 "] {
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(template_line))
-            .unwrap_or_else(|| panic!("the template changed:\n{text}"))
-            .to_string();
-        text = text.replace(&format!("{line}\n"), "");
-    }
-    text = text.replace("\n[worker]\n", &format!("\n[worker]\n{WORKER_SETTINGS}"));
+    let mut text = config_with_short_leases(&sandbox);
     text.push_str(&format!(
         "\n[mcp.servers.peer]\nurl = \"{}\"\n\n[mcp.servers.peer.tools.create_ticket]\napproval = \"required\"\n{extra}\n[mcp.servers.peer.tools.echo]\napproval = \"required\"\n\n[agents.helper]\nprovider = \"scripted\"\nscript = \"helper.json\"\ntools = [\"peer__create_ticket\", \"peer__echo\"]\n",
         peer.url()

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::support::Live as Child;
 use crate::support::{Sandbox, runwarden};
-use crate::worker::{WORKER_SETTINGS, enqueue, events, status};
+use crate::worker::{config_with_short_leases, enqueue, events, status};
 
 /// How often the peer ran `confirm_ship`'s body, by its own count.
 fn shipments(peer: &Peer) -> u64 {
@@ -23,16 +23,7 @@ fn shipments(peer: &Peer) -> u64 {
 async fn install(peer: &Peer) -> Arc<Sandbox> {
     let sandbox = Sandbox::initialised();
     sandbox.allow_loopback();
-    let mut text = std::fs::read_to_string(sandbox.config()).unwrap();
-    for template_line in ["lease_seconds = 30 ", "heartbeat_seconds = 10 "] {
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(template_line))
-            .unwrap_or_else(|| panic!("the template changed:\n{text}"))
-            .to_string();
-        text = text.replace(&format!("{line}\n"), "");
-    }
-    text = text.replace("\n[worker]\n", &format!("\n[worker]\n{WORKER_SETTINGS}"));
+    let mut text = config_with_short_leases(&sandbox);
     text.push_str(&format!(
         "\n[mcp.servers.peer]\nurl = \"{}\"\nelicitation = \"operator\"\n\n[agents.shipper]\nprovider = \"scripted\"\nscript = \"shipper.json\"\ntools = [\"peer__confirm_ship\"]\n",
         peer.url()

@@ -23,6 +23,21 @@ use crate::support::{Ended, Sandbox, runwarden};
 pub(crate) const WAIT: Duration = Duration::from_secs(10);
 /// Short leases so a dead worker's run is recoverable within about a second.
 pub(crate) const WORKER_SETTINGS: &str = "lease_seconds = 1.0\nheartbeat_seconds = 0.3\nreap_seconds = 0.2\nretry_base_seconds = 0.05\ngrace_seconds = 20\n";
+/// The sandbox's configuration with the template's lease and heartbeat lines replaced by
+/// [`WORKER_SETTINGS`], ready for more sections to be appended.
+pub(crate) fn config_with_short_leases(sandbox: &Sandbox) -> String {
+    let mut text = std::fs::read_to_string(sandbox.config()).unwrap();
+    for template_line in ["lease_seconds = 30 ", "heartbeat_seconds = 10 "] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(template_line))
+            .unwrap_or_else(|| panic!("the template changed:\n{text}"))
+            .to_string();
+        text = text.replace(&format!("{line}\n"), "");
+    }
+    text.replace("\n[worker]\n", &format!("\n[worker]\n{WORKER_SETTINGS}"))
+}
+
 /// Makes each worker log what its reaper did, so a test can wait for that line.
 const REAPER_LOG: &str = "runwarden_runtime::worker=info";
 /// How many kill -9 trials the write test repeats.

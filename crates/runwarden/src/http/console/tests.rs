@@ -133,6 +133,12 @@ impl Fixture {
         browser
     }
 
+    /// The run's status as stored.
+    async fn status_of(&self, run: &str) -> String {
+        let stored = self.state.runs.run_get(run).await.unwrap().unwrap();
+        stored.status.as_str().to_string()
+    }
+
     async fn queued_run(&self, agent: &str) -> String {
         let id = uuid::Uuid::now_v7().to_string();
         self.state
@@ -283,14 +289,7 @@ async fn a_cancel_without_or_with_a_wrong_csrf_token_is_refused_and_with_it_canc
     let wrong = f.post(&path, Some(&browser), "csrf=AAAA").await;
     assert_eq!(wrong.status, StatusCode::FORBIDDEN);
     assert_eq!(
-        f.state
-            .runs
-            .run_get(&run)
-            .await
-            .unwrap()
-            .unwrap()
-            .status
-            .as_str(),
+        f.status_of(&run).await,
         "queued",
         "a refused request changed nothing"
     );
@@ -301,17 +300,7 @@ async fn a_cancel_without_or_with_a_wrong_csrf_token_is_refused_and_with_it_canc
         .unwrap();
     let done = f.send(by_header).await;
     assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
-    assert_eq!(
-        f.state
-            .runs
-            .run_get(&run)
-            .await
-            .unwrap()
-            .unwrap()
-            .status
-            .as_str(),
-        "cancelled"
-    );
+    assert_eq!(f.status_of(&run).await, "cancelled");
 }
 
 #[tokio::test]
@@ -338,17 +327,7 @@ async fn a_post_from_another_origin_is_refused_even_with_the_csrf_token() {
     let answer = f.send(cross_site).await;
     assert_eq!(answer.status, StatusCode::FORBIDDEN);
     assert!(answer.body.contains("another site"), "{}", answer.body);
-    assert_eq!(
-        f.state
-            .runs
-            .run_get(&run)
-            .await
-            .unwrap()
-            .unwrap()
-            .status
-            .as_str(),
-        "queued"
-    );
+    assert_eq!(f.status_of(&run).await, "queued");
 }
 
 #[tokio::test]
@@ -371,17 +350,7 @@ async fn a_viewer_sees_no_buttons_and_its_posts_are_refused_with_a_valid_csrf_to
         .await;
     assert_eq!(answer.status, StatusCode::FORBIDDEN);
     assert!(answer.body.contains("is a viewer"), "{}", answer.body);
-    assert_eq!(
-        f.state
-            .runs
-            .run_get(&run)
-            .await
-            .unwrap()
-            .unwrap()
-            .status
-            .as_str(),
-        "queued"
-    );
+    assert_eq!(f.status_of(&run).await, "queued");
     let operator = f.sign_in(&f.operator).await;
     let page = f.get(&format!("/runs/{run}"), Some(&operator)).await;
     assert!(page.body.contains("Cancel run"), "an operator does see it");

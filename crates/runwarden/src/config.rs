@@ -47,6 +47,12 @@ algorithm = "xchacha20poly1305"
 # database. Default: <data_dir>/audit.anchor
 # audit_anchor_file = ".runwarden/audit.anchor"
 
+# A witness the local administrator cannot rewrite silently: every advance of the anchor is
+# appended to this file, opened append-only (put it on another machine's mount, or make it
+# append-only with chattr +a). `audit verify --witness` checks the log against it.
+# [audit]
+# witness = "/mnt/audit-witness/runwarden.witness"
+
 [egress]
 # Private targets the vault may reach: exact hosts, addresses or CIDRs
 # (RUNWARDEN_EGRESS_ALLOW, comma-separated). Public targets need no entry.
@@ -104,7 +110,9 @@ max_requeues = 3            # retries of retryable failures and stale reclaims, 
 # The HTTP API (`runwarden serve`) against slow or idle clients.
 # [serve]
 # max_connections = 1024           # default: half the open-file limit, at most 4096
+# max_connections_per_client = 256 # from one address (IPv6: its /64); default a quarter of the cap
 # header_read_timeout_seconds = 10 # a request's head must arrive within this
+# body_read_timeout_seconds = 30   # and its body within this
 # idle_timeout_seconds = 60        # a keep-alive connection with no request is closed
 # tls_cert = "tls/cert.pem"        # HTTPS: the certificate chain (PEM, leaf first) ...
 # tls_key = "tls/key.pem"          # ... and its private key (PEM); both or neither
@@ -140,6 +148,9 @@ struct FileConfig {
     /// The master key and the encryption of secrets.
     #[serde(default)]
     vault: VaultSection,
+    /// The audit log's external witness.
+    #[serde(default)]
+    audit: AuditSection,
     /// Which hosts outbound calls may reach (V4) and their timeouts.
     #[serde(default)]
     egress: EgressSection,
@@ -354,8 +365,12 @@ impl LogFormat {
 struct ServeSection {
     /// Connections served at once; the rest wait in the kernel's backlog. Default: half the open-file limit, 16 to 4096.
     max_connections: Option<usize>,
+    /// Connections served at once from one client address (an IPv6 client by its /64); more are answered 503 at once. Behind a reverse proxy on this host every client has the proxy's address: set it to `max_connections`. Default: a quarter of `max_connections`.
+    max_connections_per_client: Option<usize>,
     /// A request's head must arrive within this, from the connection or its first byte. Default `10`.
     header_read_timeout_seconds: Option<f64>,
+    /// A request's body must arrive within this, from the end of its head; a slower one is answered 408. Default `30`.
+    body_read_timeout_seconds: Option<f64>,
     /// A keep-alive connection with no request in flight is closed after this; never a live stream. Default `60`.
     idle_timeout_seconds: Option<f64>,
     /// HTTPS: the certificate chain, PEM, leaf first (with `tls_key`). Default: plain HTTP.
@@ -369,9 +384,13 @@ struct ServeSection {
 pub(crate) struct ServeSettings {
     /// Connections served at once; `None` derives it from the open-file limit at start.
     pub(crate) max_connections: Option<usize>,
+    /// Connections served at once from one client address; `None`: a quarter of the cap.
+    pub(crate) max_connections_per_client: Option<usize>,
     /// How long a client has to send a request's head, from its connection or from the
     /// first byte of the request.
     pub(crate) header_read_timeout: Duration,
+    /// How long a client has to send a request's body, from the end of its head.
+    pub(crate) body_read_timeout: Duration,
     /// How long a keep-alive connection may sit with no request in flight.
     pub(crate) idle_timeout: Duration,
     /// `[serve] tls_cert` and `tls_key` (O5): HTTPS instead of HTTP.
@@ -404,11 +423,21 @@ fn serve_settings(
     {
         bail!("[serve] max_connections must be between 1 and 1000000, not {max}");
     }
+    if let Some(max) = section.max_connections_per_client
+        && !(1..=1_000_000).contains(&max)
+    {
+        bail!("[serve] max_connections_per_client must be between 1 and 1000000, not {max}");
+    }
     Ok(ServeSettings {
         max_connections: section.max_connections,
+        max_connections_per_client: section.max_connections_per_client,
         header_read_timeout: seconds(
             "[serve] header_read_timeout_seconds",
             section.header_read_timeout_seconds.unwrap_or(10.0),
+        )?,
+        body_read_timeout: seconds(
+            "[serve] body_read_timeout_seconds",
+            section.body_read_timeout_seconds.unwrap_or(30.0),
         )?,
         idle_timeout: seconds(
             "[serve] idle_timeout_seconds",
@@ -1094,6 +1123,14 @@ struct VaultSection {
     audit_anchor_file: Option<PathBuf>,
 }
 
+/// `[audit]`.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct AuditSection {
+    /// A file on another path where every advance of the audit anchor is appended, opened append-only; `audit verify --witness` checks the log against it. Default: none.
+    witness: Option<PathBuf>,
+}
+
 /// `[egress]`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -1138,6 +1175,8 @@ pub(crate) struct Config {
     pub(crate) master_key_file: PathBuf,
     /// `[vault] audit_anchor_file`: the audit log's witness outside the database (V7).
     pub(crate) audit_anchor_file: PathBuf,
+    /// `[audit] witness`: the external witness, appended to at every anchor advance.
+    pub(crate) audit_witness: Option<PathBuf>,
     pub(crate) algorithm: Algorithm,
     pub(crate) egress_allow: Vec<String>,
     pub(crate) connect_timeout: Duration,
@@ -1267,6 +1306,7 @@ impl Config {
             .or(file.vault.audit_anchor_file)
             .map(resolve)
             .unwrap_or_else(|| data_dir.join("audit.anchor"));
+        let audit_witness = file.audit.witness.map(resolve);
         let algorithm_name = file
             .vault
             .algorithm
@@ -1296,6 +1336,7 @@ impl Config {
             store,
             master_key_file,
             audit_anchor_file,
+            audit_witness,
             algorithm,
             egress_allow,
             connect_timeout: seconds(

@@ -32,6 +32,7 @@ mod rotate;
 mod run;
 mod secret;
 mod sigil;
+mod slow_clients;
 mod stops;
 mod support;
 mod telemetry;

@@ -41,7 +41,11 @@ fn limits(cx: &Context) -> Limits {
     }
     Limits {
         max_connections,
+        max_connections_per_client: settings
+            .max_connections_per_client
+            .unwrap_or_else(|| Limits::default_max_connections_per_client(max_connections)),
         header_read_timeout: settings.header_read_timeout,
+        body_read_timeout: settings.body_read_timeout,
         idle_timeout: settings.idle_timeout,
     }
 }

@@ -5,7 +5,7 @@ use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::Response;
-use runwarden_vault::{ApiToken, Role, token_verify};
+use runwarden_vault::{ApiToken, Role, token_hash, token_verify};
 
 use super::AppState;
 use super::error::ApiError;
@@ -52,7 +52,9 @@ pub(crate) async fn require(
         )));
     }
     let name = TokenName(token.name.clone());
+    let held = Presented(token_hash(presented));
     request.extensions_mut().insert::<ApiToken>(token);
+    request.extensions_mut().insert(held);
     let mut response = next.run(request).await;
     // For the request's log line (O5): who asked, by the token's name, never its value.
     response.extensions_mut().insert(name);
@@ -62,3 +64,22 @@ pub(crate) async fn require(
 /// The name of the token a request was allowed with, on its response.
 #[derive(Debug, Clone)]
 pub(crate) struct TokenName(pub(crate) String);
+
+/// The hash of the token a request was allowed with (never the token itself), so a
+/// long-lived answer can ask again whether it is still live.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Presented([u8; 32]);
+
+impl Presented {
+    /// True while the token is live (not revoked). A store that cannot answer counts as
+    /// not live: the stream ends and the client reconnects through the guard.
+    pub(crate) async fn still_live(&self, state: &super::AppState) -> bool {
+        match state.tokens.token_find(self.0).await {
+            Ok(found) => found.is_some(),
+            Err(error) => {
+                tracing::warn!(%error, "could not check a stream's token; ending the stream");
+                false
+            }
+        }
+    }
+}

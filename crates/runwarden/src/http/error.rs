@@ -47,8 +47,10 @@ pub(crate) enum ApiError {
     UnknownField(String),
     /// 400: anything else wrong with the request.
     InvalidRequest(String),
-    /// 413: the body is larger than the limit.
-    BodyTooLarge,
+    /// 413: the body is larger than the route's limit (in bytes).
+    BodyTooLarge(usize),
+    /// 408: the body did not arrive within the body-read timeout.
+    RequestTimeout,
     /// 503: the store does not answer (`/readyz`).
     NotReady,
     /// 503: the store is locked by another process, full, out of file descriptors,
@@ -65,6 +67,19 @@ pub(crate) const RETRY_AFTER_SECONDS: u64 = 5;
 
 /// The largest request body the API reads.
 pub(crate) const BODY_LIMIT: usize = 64 * 1024;
+
+/// The largest console sign-in form: a token and a CSRF-free field or two.
+pub(crate) const LOGIN_BODY_LIMIT: usize = 4 * 1024;
+
+/// The largest body a request to `path` may send: a sign-in form needs a few KiB, the
+/// API's JSON bodies and the console's other forms at most [`BODY_LIMIT`].
+pub(crate) fn body_limit(path: &str) -> usize {
+    if path == "/console/login" {
+        LOGIN_BODY_LIMIT
+    } else {
+        BODY_LIMIT
+    }
+}
 
 impl ApiError {
     /// The HTTP status and the stable code.
@@ -84,7 +99,8 @@ impl ApiError {
             Self::InvalidJson(_) => (StatusCode::BAD_REQUEST, "invalid_json"),
             Self::UnknownField(_) => (StatusCode::BAD_REQUEST, "unknown_field"),
             Self::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
-            Self::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+            Self::BodyTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+            Self::RequestTimeout => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             Self::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
             Self::StoreUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
@@ -113,7 +129,12 @@ impl ApiError {
             Self::AgentNotFound(name) => {
                 format!("no agent named {name}: add [agents.{name}] to the configuration")
             }
-            Self::BodyTooLarge => format!("the request body is larger than {BODY_LIMIT} bytes"),
+            Self::BodyTooLarge(limit) => {
+                format!("the request body is larger than {limit} bytes, the limit of this route")
+            }
+            Self::RequestTimeout => {
+                "the request body did not arrive within the body-read timeout".into()
+            }
             Self::NotReady => "the store does not answer".into(),
             Self::StoreUnavailable(error) => format!(
                 "the store cannot answer right now ({}): retry in {RETRY_AFTER_SECONDS} seconds; the server log has the details",
@@ -220,7 +241,9 @@ impl From<JsonRejection> for ApiError {
             JsonRejection::MissingJsonContentType(_) => {
                 Self::InvalidRequest("send the body with Content-Type: application/json".into())
             }
-            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => Self::BodyTooLarge,
+            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Self::BodyTooLarge(BODY_LIMIT)
+            }
             other => Self::InvalidRequest(other.body_text()),
         }
     }

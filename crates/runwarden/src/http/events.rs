@@ -1,12 +1,15 @@
 //! `GET /v1/runs/{id}/events`: a run's events as Server-Sent Events (resumable with
 //! `Last-Event-ID`, the event sequence) or, without the event-stream Accept header, as
 //! one JSON document. A live stream is pushed by the store's change feed (O6): it reads
-//! only when its run changed, so an idle stream costs no reads.
+//! only when its run changed, so an idle stream costs no reads. A live stream ends within
+//! [`TOKEN_RECHECK`] of its token being revoked: the token is checked again before each
+//! read and on that timer.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::time::Duration;
 
+use axum::Extension;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::http::header::ACCEPT;
@@ -21,6 +24,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use super::AppState;
+use super::auth::Presented;
 use super::error::{ApiError, Path, Query};
 use crate::cli::run::event_json;
 use crate::live::{News, news_of};
@@ -30,6 +34,8 @@ use crate::live::{News, news_of};
 const TERMINAL_GRACE: Duration = Duration::from_secs(3);
 /// A comment line every so often keeps proxies from closing an idle stream.
 const KEEP_ALIVE: Duration = Duration::from_secs(10);
+/// How often an idle live stream asks again whether its token is still live.
+const TOKEN_RECHECK: Duration = Duration::from_secs(2);
 
 /// The query of the JSON form.
 #[derive(Debug, Deserialize)]
@@ -66,6 +72,7 @@ pub(super) async fn events(
     State(state): State<AppState>,
     Path(id): Path<String>,
     Query(query): Query<EventsQuery>,
+    presented: Option<Extension<Presented>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     // O6: subscribed before the first read, so no change after that read is missed.
@@ -75,7 +82,7 @@ pub(super) async fn events(
     }
     let after = last_event_id(&headers)?.or(query.after).unwrap_or(0).max(0);
     if wants_event_stream(&headers) {
-        let stream = tail(state, feed, id, after);
+        let stream = tail(state, feed, id, after, presented.map(|p| p.0));
         return Ok(Sse::new(stream)
             .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
             .into_response());
@@ -101,6 +108,9 @@ struct Tail {
     feed: broadcast::Receiver<Change>,
     /// The feed said something changed (or nothing was read yet).
     stale: bool,
+    /// The token the stream was opened with, checked again before each read and every
+    /// [`TOKEN_RECHECK`]; `None` for a route without a token.
+    presented: Option<Presented>,
 }
 
 /// One SSE event: `id` is the sequence, `event` the kind, `data` the event as the CLI's
@@ -127,6 +137,7 @@ fn tail(
     feed: broadcast::Receiver<Change>,
     run_id: String,
     after: i64,
+    presented: Option<Presented>,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let start = Tail {
         state,
@@ -137,6 +148,7 @@ fn tail(
         finished: false,
         feed,
         stale: true,
+        presented,
     };
     stream::unfold(start, |mut tail| async move {
         loop {
@@ -153,7 +165,7 @@ fn tail(
             }
             if tail.stale {
                 tail.stale = false;
-                if !tail.read().await {
+                if !tail.token_live().await || !tail.read().await {
                     return None;
                 }
                 if !tail.pending.is_empty() {
@@ -180,19 +192,30 @@ fn tail(
                 }
             };
             let news = tokio::select! {
-                news = news_of(&mut tail.feed, &tail.run_id) => news,
+                news = news_of(&mut tail.feed, &tail.run_id) => Some(news),
                 _ = stopping => return None,
                 _ = grace_over => return None,
+                _ = tokio::time::sleep(TOKEN_RECHECK) => None,
             };
             match news {
-                News::Changed => tail.stale = true,
-                News::Closed => return None,
+                Some(News::Changed) => tail.stale = true,
+                Some(News::Closed) => return None,
+                None if !tail.token_live().await => return None,
+                None => {}
             }
         }
     })
 }
 
 impl Tail {
+    /// Whether the stream's token is still live (a revoked token ends the stream).
+    async fn token_live(&self) -> bool {
+        match &self.presented {
+            Some(presented) => presented.still_live(&self.state).await,
+            None => true,
+        }
+    }
+
     /// Reads the events after the last one sent and, when there are none, the run's
     /// status. False when the stream must end (the run is gone, the store failed, or the
     /// run has been terminal for the whole grace period).

@@ -1,8 +1,12 @@
 //! The API's accept loop, hardened against slow and idle clients: at most
 //! `max_connections` connections at once (the rest wait in the kernel's backlog, costing
-//! this process no descriptor), a request head must arrive within the header-read
-//! timeout, and a keep-alive connection with no request in flight is closed after the
-//! idle timeout. A response in flight (a live event stream included) is never timed out.
+//! this process no descriptor) and at most `max_connections_per_client` from one client
+//! address (see `admission`), a request head must arrive within the header-read timeout
+//! and its body within the body-read timeout (see `intake`), and a keep-alive connection
+//! with no request in flight is closed after the idle timeout. A response in flight (a
+//! live event stream included) is never timed out. A connection whose body was refused
+//! for its size lingers before it closes, draining what the client still sends (as nginx
+//! does), so the client reads the 413 instead of a reset.
 //!
 //! A graceful stop closes the listener, lets each connection finish the request it is
 //! serving (an event stream ends when the server drains) and waits for every connection.
@@ -13,13 +17,14 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
+use axum::response::IntoResponse as _;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::TokioIo;
 use runwarden_runtime::StopLevel;
@@ -29,14 +34,21 @@ use tokio::sync::{Semaphore, watch};
 use tokio::time::{Instant, Sleep};
 use tower::ServiceExt as _;
 
+use super::admission::{Shares, turn_away};
+use super::intake::read_body;
+
 /// What the server gives one client.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
     /// Connections served at once.
     pub(crate) max_connections: usize,
+    /// Connections served at once from one client address (an IPv6 client by its /64).
+    pub(crate) max_connections_per_client: usize,
     /// From a connection's start, or from the first byte of a request on a kept-alive
     /// connection, to the end of the request's head.
     pub(crate) header_read_timeout: Duration,
+    /// From a request's head to the end of its body.
+    pub(crate) body_read_timeout: Duration,
     /// How long a kept-alive connection may wait for its next request.
     pub(crate) idle_timeout: Duration,
 }
@@ -48,7 +60,18 @@ impl Limits {
         let half = open_files.map_or(4096, |n| n / 2);
         usize::try_from(half.clamp(16, 4096)).unwrap_or(4096)
     }
+
+    /// One client's share when the operator set none: a quarter of the cap, so it takes
+    /// four addresses to fill it.
+    pub(crate) fn default_max_connections_per_client(max_connections: usize) -> usize {
+        (max_connections / 4).max(1)
+    }
 }
+
+/// After a body refused for its size: how long, and how many bytes, the connection
+/// drains before it closes anyway.
+const LINGER_TIME: Duration = Duration::from_secs(10);
+const LINGER_BYTES: usize = 64 * 1024 * 1024;
 
 /// Serves `app` on `listener` until `stop` reaches [`StopLevel::Drain`], then stops
 /// accepting and waits for the open connections to finish.
@@ -61,6 +84,7 @@ pub(crate) async fn serve(
 ) {
     let max = limits.max_connections.max(1);
     let slots = Arc::new(Semaphore::new(max));
+    let shares = Shares::new(limits.max_connections_per_client.min(max));
     let draining = reached(stop.clone(), StopLevel::Drain);
     tokio::pin!(draining);
     loop {
@@ -77,7 +101,13 @@ pub(crate) async fn serve(
             () = &mut draining => break,
         };
         match accepted {
-            Ok((stream, _)) => {
+            Ok((stream, peer)) => {
+                let Some(share) = shares.admit(peer.ip()) else {
+                    tracing::debug!(client = %peer.ip(), "a client over its share of connections was turned away");
+                    turn_away(stream, tls.is_none());
+                    drop(slot);
+                    continue;
+                };
                 let (app, stop, tls) = (app.clone(), stop.clone(), tls.clone());
                 tokio::spawn(async move {
                     let _ = stream.set_nodelay(true);
@@ -99,7 +129,7 @@ pub(crate) async fn serve(
                             }
                         }
                     }
-                    drop(slot);
+                    drop((share, slot));
                 });
             }
             Err(error) => {
@@ -137,9 +167,17 @@ where
     let io = TimedIo::new(stream, activity.clone(), limits);
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let in_flight = InFlight::begin(&activity);
-        let app = app.clone();
+        let (app, activity) = (app.clone(), activity.clone());
         async move {
-            let response = app.oneshot(request.map(Body::new)).await?;
+            let response = match read_body(request, limits.body_read_timeout).await {
+                Ok(request) => app.oneshot(request).await?,
+                Err(refusal) => {
+                    if refusal.lingers() {
+                        activity.lingering.store(true, Ordering::SeqCst);
+                    }
+                    refusal.into_response()
+                }
+            };
             Ok::<_, std::convert::Infallible>(response.map(|body| {
                 Body::new(Guarded {
                     body,
@@ -175,6 +213,8 @@ where
 struct Activity {
     in_flight: AtomicUsize,
     reader: Mutex<Option<Waker>>,
+    /// A body was refused for its size: drain the rest before closing.
+    lingering: AtomicBool,
 }
 
 impl Activity {
@@ -262,6 +302,15 @@ struct TimedIo<S> {
     limits: Limits,
     phase: Phase,
     deadline: Pin<Box<Sleep>>,
+    /// While lingering: whether our side is shut down yet, and what was drained.
+    linger: Option<Linger>,
+}
+
+/// A lingering close under way.
+#[derive(Debug, Clone, Copy)]
+struct Linger {
+    shut: bool,
+    drained: usize,
 }
 
 impl<S> TimedIo<S> {
@@ -275,6 +324,7 @@ impl<S> TimedIo<S> {
             limits,
             phase: Phase::Head,
             deadline,
+            linger: None,
         }
     }
 
@@ -348,7 +398,65 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TimedIo<S> {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+        let this = self.get_mut();
+        if !this.activity.lingering.load(Ordering::SeqCst) {
+            return Pin::new(&mut this.stream).poll_shutdown(cx);
+        }
+        this.poll_linger(cx)
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> TimedIo<S> {
+    /// A lingering close: our side is shut down (the answer is out, then our FIN), then
+    /// what the client still sends is read and dropped until it closes its side, or for
+    /// [`LINGER_TIME`] or [`LINGER_BYTES`] at most. Closing with unread data would send a
+    /// reset, and the client's stack would drop our answer with it.
+    fn poll_linger(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut linger = match self.linger {
+            Some(linger) => linger,
+            None => {
+                self.deadline.as_mut().reset(Instant::now() + LINGER_TIME);
+                Linger {
+                    shut: false,
+                    drained: 0,
+                }
+            }
+        };
+        let polled = self.linger_steps(cx, &mut linger);
+        self.linger = Some(linger);
+        polled
+    }
+
+    fn linger_steps(&mut self, cx: &mut Context<'_>, linger: &mut Linger) -> Poll<io::Result<()>> {
+        if !linger.shut {
+            match Pin::new(&mut self.stream).poll_shutdown(cx) {
+                Poll::Ready(Ok(())) => linger.shut = true,
+                Poll::Ready(Err(_)) => return Poll::Ready(Ok(())), // gone: nothing to drain
+                Poll::Pending => return self.linger_deadline(cx),
+            }
+        }
+        let mut scratch = [0u8; 8192];
+        loop {
+            let mut buf = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut self.stream).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if buf.filled().is_empty() => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(())) => {
+                    linger.drained += buf.filled().len();
+                    if linger.drained >= LINGER_BYTES {
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+                Poll::Ready(Err(_)) => return Poll::Ready(Ok(())),
+                Poll::Pending => return self.linger_deadline(cx),
+            }
+        }
+    }
+
+    fn linger_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Ok(())),
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
 
@@ -362,5 +470,7 @@ mod tests {
         assert_eq!(Limits::default_max_connections(Some(20)), 16);
         assert_eq!(Limits::default_max_connections(Some(1 << 20)), 4096);
         assert_eq!(Limits::default_max_connections(None), 4096);
+        assert_eq!(Limits::default_max_connections_per_client(512), 128);
+        assert_eq!(Limits::default_max_connections_per_client(2), 1);
     }
 }

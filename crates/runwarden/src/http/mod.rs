@@ -6,6 +6,7 @@
 //! that the checked-in OpenAPI document (`docs/openapi.json`) describes exactly these
 //! paths.
 
+mod admission;
 mod audit;
 mod auth;
 mod catalogue;
@@ -14,6 +15,7 @@ mod decisions;
 mod error;
 mod events;
 mod health;
+mod intake;
 pub(crate) mod listener;
 mod metrics;
 mod runs;

@@ -169,6 +169,7 @@ struct Served {
     runs: Arc<Counting>,
     addr: std::net::SocketAddr,
     viewer: String,
+    viewer_id: String,
     _stop: watch::Sender<StopLevel>,
     stop: watch::Receiver<StopLevel>,
 }
@@ -191,14 +192,16 @@ async fn serve() -> Served {
     let mut state = AppState::new(root.clone(), stop.clone()).await.unwrap();
     let runs = Arc::new(Counting::new(state.runs.clone()));
     state.runs = runs.clone();
-    let (viewer, _) = token_create(&*state.tokens, "view", Role::Viewer, 0)
+    let (viewer, viewer_token) = token_create(&*state.tokens, "view", Role::Viewer, 0)
         .await
         .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let limits = Limits {
         max_connections: 64,
+        max_connections_per_client: 64,
         header_read_timeout: Duration::from_secs(10),
+        body_read_timeout: Duration::from_secs(30),
         idle_timeout: Duration::from_secs(60),
     };
     tokio::spawn(listener::serve(
@@ -214,6 +217,7 @@ async fn serve() -> Served {
         runs,
         addr,
         viewer: viewer.expose().to_string(),
+        viewer_id: viewer_token.id,
         _stop: stop_tx,
         stop,
     }
@@ -354,4 +358,27 @@ async fn an_idle_worker_makes_no_store_calls_and_an_enqueue_wakes_it() {
     eprintln!("enqueue to claim: {claimed:?}");
     assert!(claimed < Duration::from_secs(5), "{claimed:?}");
     worker.abort();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_open_event_stream_ends_within_seconds_of_its_token_being_revoked() {
+    let served = serve().await;
+    let run_id = served.enqueue().await; // queued, no worker: the stream would stay open
+    let mut stream = served.open_stream(&run_id).await;
+    reached(&served.runs.calls, 4).await; // the stream's first read is done
+    let revoked = Instant::now();
+    assert!(
+        served
+            .state
+            .tokens
+            .token_revoke(&served.viewer_id)
+            .await
+            .unwrap()
+    );
+    // The chunked body's last chunk: the server ended the response (SSE data never
+    // holds a CRLF, so this is the terminator).
+    read_until(&mut stream, "0\r\n\r\n").await;
+    let took = revoked.elapsed();
+    eprintln!("a revoked token's stream ended {took:?} after the revocation");
+    assert!(took < Duration::from_secs(5), "{took:?}");
 }

@@ -44,7 +44,14 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
         .route("/audit", get(pages::audit))
         .route("/mcp", get(pages::mcp))
         .route("/charts", get(pages::charts))
-        .route("/console/login", post(session::login))
+        // The sign-in form is read only up to its own limit; the listener enforces it on
+        // the wire too, within the body-read timeout.
+        .route(
+            "/console/login",
+            post(session::login).layer(axum::extract::DefaultBodyLimit::max(
+                super::error::LOGIN_BODY_LIMIT,
+            )),
+        )
         .route("/console/logout", post(session::logout))
         .route("/console/runs/{id}/cancel", post(actions::cancel))
         .route("/console/decisions/{id}", post(actions::answer))

@@ -233,10 +233,18 @@ impl Root {
             .get_or_try_init(|| async {
                 let store = self.vault_store().await?;
                 let master = self.config.master_key()?;
-                let vault = Vault::open(store, master, self.config.algorithm)
+                let mut vault = Vault::open(store, master, self.config.algorithm)
                     .await
                     .context("while opening the vault")?
                     .with_anchor(&self.config.audit_anchor_file);
+                if let Some(witness) = &self.config.audit_witness {
+                    vault = vault.with_external_witness(witness);
+                }
+                // A store new to the vault gets its anchor with its audit key.
+                vault
+                    .anchor_new_store()
+                    .await
+                    .context("while creating the audit anchor file")?;
                 anyhow::Ok(Arc::new(vault))
             })
             .await

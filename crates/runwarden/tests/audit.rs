@@ -172,7 +172,7 @@ fn a_missing_anchor_file_fails_verify_until_adopt_anchor_adopts_a_chain_that_ver
     sandbox
         .run(&["audit", "verify"])
         .fails()
-        .says("is missing while the log holds 3 rows")
+        .says("is missing, so a wipe or rollback of the log cannot be ruled out")
         .says("runwarden audit verify --adopt-anchor");
     // Nothing but the explicit flag recreates it.
     assert!(!anchor_file(&sandbox).exists());
@@ -200,7 +200,10 @@ fn a_missing_anchor_file_fails_verify_until_adopt_anchor_adopts_a_chain_that_ver
 #[test]
 fn a_deleted_audit_key_fails_every_command_and_nothing_recreates_it() {
     let sandbox = sandbox_with_three_rows();
-    tamper(&sandbox, "DELETE FROM sealed WHERE kind = 'internal'");
+    tamper(
+        &sandbox,
+        "DELETE FROM sealed WHERE kind = 'internal' AND name = 'audit-chain'",
+    );
     for args in [
         &["audit", "verify"][..],
         &["audit", "verify", "--adopt-anchor"],
@@ -216,7 +219,7 @@ fn a_deleted_audit_key_fails_every_command_and_nothing_recreates_it() {
     let db = rusqlite::Connection::open(sandbox.database()).unwrap();
     let keys: i64 = db
         .query_row(
-            "SELECT COUNT(*) FROM sealed WHERE kind = 'internal'",
+            "SELECT COUNT(*) FROM sealed WHERE kind = 'internal' AND name = 'audit-chain'",
             [],
             |r| r.get(0),
         )
@@ -286,4 +289,176 @@ fn a_completed_call_lists_its_intent_as_complete_and_its_completion_naming_it() 
     assert_eq!(rows[1]["action"], "http_call_started");
     assert_eq!(rows[1]["incomplete"], false);
     assert!(rows[1].get("outcome").is_none());
+}
+
+/// Deletes every audit row and the tip, as an administrator covering tracks would.
+fn wipe_rows(sandbox: &Sandbox) {
+    let db = rusqlite::Connection::open(sandbox.database()).unwrap();
+    db.execute_batch("DELETE FROM audit_log; DELETE FROM audit_tip;")
+        .unwrap();
+}
+
+#[test]
+fn a_wipe_plus_the_anchor_files_deletion_fails_verify_naming_the_missing_file() {
+    let sandbox = sandbox_with_three_rows();
+    wipe_rows(&sandbox);
+    std::fs::remove_file(anchor_file(&sandbox)).unwrap();
+    // Once "intact: 0 rows". The audit key predates this process, so its anchor existed.
+    let out = sandbox
+        .run(&["audit", "verify"])
+        .fails()
+        .says(&format!(
+            "the audit anchor file {} is missing",
+            anchor_file(&sandbox).display()
+        ))
+        .says("restore it from a backup");
+    assert!(!out.all().contains("intact"), "{out:#?}");
+    // No write recreates it behind verify's back.
+    sandbox.run(&["egress", "test", "http://10.0.0.9/"]).fails();
+    assert!(!anchor_file(&sandbox).exists());
+    sandbox.run(&["audit", "verify"]).fails().says("is missing");
+}
+
+#[test]
+fn a_wipe_plus_the_audit_keys_deletion_fails_naming_the_lost_key() {
+    // The key alone, the anchor kept.
+    let sandbox = sandbox_with_three_rows();
+    wipe_rows(&sandbox);
+    tamper(
+        &sandbox,
+        "DELETE FROM sealed WHERE kind = 'internal' AND name = 'audit-chain'",
+    );
+    sandbox
+        .run(&["audit", "verify"])
+        .fails()
+        .says(
+            "the audit key is missing from the database, although the database recorded making one",
+        )
+        .says("Restore the database from a backup");
+
+    // Every internal record and the anchor file too: the stored secret still says there
+    // was an installation, and with it a key.
+    let sandbox = sandbox_with_three_rows();
+    sandbox.put("model-key", "sk-test-value").ok();
+    wipe_rows(&sandbox);
+    let db = rusqlite::Connection::open(sandbox.database()).unwrap();
+    db.execute("DELETE FROM sealed WHERE kind = 'internal'", [])
+        .unwrap();
+    std::fs::remove_file(anchor_file(&sandbox)).unwrap();
+    let out = sandbox.run(&["audit", "verify"]).fails().says(
+        "the audit key is missing from the database, although the database holds 1 stored secret",
+    );
+    assert!(!out.all().contains("intact"), "{out:#?}");
+}
+
+/// The anchor file's slot holding the higher sequence (0 or 1).
+fn newest_slot(anchor: &[u8]) -> usize {
+    let sequence = |slot: usize| {
+        u64::from_be_bytes(anchor[slot * 128 + 8..slot * 128 + 16].try_into().unwrap())
+    };
+    usize::from(sequence(1) > sequence(0))
+}
+
+#[test]
+fn a_corrupted_newest_slot_with_a_one_batch_rollback_fails_verify_naming_the_damage() {
+    let sandbox = sandbox_with_three_rows();
+    let older = sandbox.path().join("older.db");
+    std::fs::copy(sandbox.database(), &older).unwrap();
+    sandbox.run(&["egress", "test", "http://10.0.0.4/"]).fails();
+    // Roll the rows and the tip back one batch, and damage the slot that records it: the
+    // older slot would vouch for the rolled-back log.
+    std::fs::copy(&older, sandbox.database()).unwrap();
+    let mut anchor = std::fs::read(anchor_file(&sandbox)).unwrap();
+    let slot = newest_slot(&anchor);
+    anchor[slot * 128 + 30] ^= 0xff;
+    std::fs::write(anchor_file(&sandbox), &anchor).unwrap();
+    let out = sandbox
+        .run(&["audit", "verify"])
+        .fails()
+        .says(&format!(
+            "the audit anchor file {} is damaged (slot {slot} does not verify)",
+            anchor_file(&sandbox).display()
+        ))
+        .says("keep the file as evidence");
+    assert!(!out.all().contains("intact"), "{out:#?}");
+}
+
+#[test]
+fn with_an_external_witness_a_wipe_of_rows_anchor_and_key_is_detected() {
+    let sandbox = Sandbox::empty();
+    let elsewhere = sandbox.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let witness = elsewhere.join("audit.witness");
+    std::fs::write(
+        sandbox.config(),
+        format!("[audit]\nwitness = \"{}\"\n", witness.display()),
+    )
+    .unwrap();
+    sandbox.run(&["init"]).ok();
+    for target in ["http://10.0.0.1/", "http://10.0.0.2/", "http://10.0.0.3/"] {
+        sandbox.run(&["egress", "test", target]).fails();
+    }
+    sandbox
+        .run(&["audit", "verify", "--witness"])
+        .ok()
+        .says("intact: 3 rows")
+        .says("external witness at row 3");
+
+    // Everything local: rows, tip, every internal record (the key), the anchor file.
+    wipe_rows(&sandbox);
+    let db = rusqlite::Connection::open(sandbox.database()).unwrap();
+    db.execute("DELETE FROM sealed WHERE kind = 'internal'", [])
+        .unwrap();
+    std::fs::remove_file(anchor_file(&sandbox)).unwrap();
+    // Locally nothing is left to tell, and the vault would make a new key and anchor: the
+    // witness refuses that anchor, so the first command says what happened...
+    sandbox
+        .run(&["audit", "verify"])
+        .fails()
+        .says("the external witness contradicts this audit log")
+        .says("records 3 rows")
+        .says("the database has 0");
+    // ... and verify with the witness says it every time after.
+    for _ in 0..2 {
+        let out = sandbox
+            .run(&["audit", "verify", "--witness"])
+            .fails()
+            .says(&format!(
+                "the log was wiped or rolled back: the external witness {}",
+                witness.display()
+            ))
+            .says("records 3 rows")
+            .says("the database has 0")
+            .says("made with another audit key");
+        assert!(!out.all().contains("intact"), "{out:#?}");
+    }
+}
+
+#[test]
+fn with_an_external_witness_a_rollback_of_rows_and_anchor_together_is_detected() {
+    let sandbox = Sandbox::empty();
+    let witness = sandbox.path().join("audit.witness");
+    std::fs::write(
+        sandbox.config(),
+        format!("[audit]\nwitness = \"{}\"\n", witness.display()),
+    )
+    .unwrap();
+    sandbox.run(&["init"]).ok();
+    sandbox.run(&["egress", "test", "http://10.0.0.1/"]).fails();
+    // An older copy of the database and of the anchor file, restored together.
+    let (db, anchor) = (
+        sandbox.path().join("older.db"),
+        sandbox.path().join("older.anchor"),
+    );
+    std::fs::copy(sandbox.database(), &db).unwrap();
+    std::fs::copy(anchor_file(&sandbox), &anchor).unwrap();
+    sandbox.run(&["egress", "test", "http://10.0.0.2/"]).fails();
+    std::fs::copy(&db, sandbox.database()).unwrap();
+    std::fs::copy(&anchor, anchor_file(&sandbox)).unwrap();
+    sandbox.run(&["audit", "verify"]).ok().says("intact: 1 row");
+    sandbox
+        .run(&["audit", "verify", "--witness"])
+        .fails()
+        .says("records 2 rows")
+        .says("the database has 1");
 }

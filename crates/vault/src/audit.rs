@@ -181,6 +181,16 @@ impl AuditChain {
         mac.finalize().into_bytes().into()
     }
 
+    /// The MAC of one line of the external witness: the anchored length and hash.
+    pub(crate) fn external_witness_mac(&self, length: i64, hash: &[u8; 32]) -> [u8; 32] {
+        let mut mac =
+            HmacSha256::new_from_slice(self.witness_key.as_ref()).expect("any key length works");
+        mac.update(b"external witness");
+        mac.update(&length.to_be_bytes());
+        mac.update(hash);
+        mac.finalize().into_bytes().into()
+    }
+
     /// Walks the whole log, page by page, and reports the first break in the chain.
     pub async fn verify(&self, store: &dyn VaultStore) -> Result<VerifyReport, StoreError> {
         const PAGE: u32 = 1_000;
@@ -303,6 +313,9 @@ pub struct VerifyReport {
     pub incomplete_calls: u64,
     /// How many rows the anchor file outside the database records, when one was read.
     pub anchored_rows: Option<i64>,
+    /// How many rows the external witness records, when it was checked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub witnessed_rows: Option<i64>,
 }
 
 impl VerifyReport {
@@ -314,6 +327,7 @@ impl VerifyReport {
             problem: None,
             incomplete_calls: 0,
             anchored_rows: None,
+            witnessed_rows: None,
         }
     }
 
@@ -325,6 +339,7 @@ impl VerifyReport {
             problem: Some(problem),
             incomplete_calls: 0,
             anchored_rows: None,
+            witnessed_rows: None,
         }
     }
 }

@@ -22,6 +22,7 @@ use tokio::sync::oneshot;
 
 use crate::audit::{AuditChain, AuditEvent, AuditRow};
 use crate::error::VaultError;
+use crate::external_witness::ExternalWitness;
 use crate::store::{AuditFilter, StoreError, VaultStore};
 use crate::witness::{Advanced, Anchored, Witness, WitnessError};
 
@@ -77,6 +78,11 @@ pub(crate) struct AuditWriter {
     store: Arc<dyn VaultStore>,
     chain: Arc<AuditChain>,
     witness: Option<Witness>,
+    /// Where every advance of the anchor is appended too, when configured.
+    external: Option<ExternalWitness>,
+    /// The vault made the audit key in this open: a missing anchor may be created with
+    /// the first row. Otherwise a missing anchor is lost evidence and is never recreated.
+    fresh_key: bool,
     /// The anchor as this process last read or wrote it: a hint, checked under the file's
     /// lock before every write.
     anchored: Mutex<Option<Anchored>>,
@@ -89,11 +95,13 @@ pub(crate) struct AuditWriter {
 }
 
 impl AuditWriter {
-    pub(crate) fn new(store: Arc<dyn VaultStore>, chain: Arc<AuditChain>) -> Self {
+    pub(crate) fn new(store: Arc<dyn VaultStore>, chain: Arc<AuditChain>, fresh_key: bool) -> Self {
         Self {
             store,
             chain,
             witness: None,
+            external: None,
+            fresh_key,
             anchored: Mutex::new(None),
             warned_missing: AtomicBool::new(false),
             behind: Mutex::new(None),
@@ -109,6 +117,35 @@ impl AuditWriter {
 
     pub(crate) fn witness(&self) -> Option<&Witness> {
         self.witness.as_ref()
+    }
+
+    pub(crate) fn set_external(&mut self, external: ExternalWitness) {
+        self.external = Some(external);
+    }
+
+    pub(crate) fn external(&self) -> Option<&ExternalWitness> {
+        self.external.as_ref()
+    }
+
+    /// Appends a new anchor to the external witness. A failure is logged, not returned:
+    /// the witness may live on a mount that comes and goes, and it only ever proves a
+    /// lower bound, so a missed line weakens it without making it lie.
+    pub(crate) async fn witness_external(&self, anchored: Anchored) {
+        let Some(external) = self.external.clone() else {
+            return;
+        };
+        let chain = self.chain.clone();
+        let path = external.path().display().to_string();
+        let appended = tokio::task::spawn_blocking(move || external.append(&chain, anchored)).await;
+        match appended {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::error!(path, %error, "could not append to the audit log's external witness");
+            }
+            Err(error) => {
+                tracing::error!(path, %error, "the external witness task failed");
+            }
+        }
     }
 
     /// Appends one row; answers once it is committed and anchored.
@@ -257,13 +294,14 @@ impl AuditWriter {
                 Some(current) => current,
                 None => match self.blocking(witness, |w, c| w.read(c)).await? {
                     Some(current) => current,
-                    None if first.id == 1 => {
-                        // A fresh log: the anchor starts with it.
+                    None if first.id == 1 && self.fresh_key => {
+                        // A fresh log of a key made by this open: the anchor starts with it.
                         if self
                             .blocking(witness, move |w, c| w.create(c, next))
                             .await?
                         {
                             *lock(&self.anchored) = Some(next);
+                            self.witness_external(next).await;
                             return Ok(());
                         }
                         expected = None;
@@ -271,7 +309,7 @@ impl AuditWriter {
                     }
                     None => {
                         if !self.warned_missing.swap(true, Ordering::Relaxed) {
-                            tracing::warn!(path = %witness.path().display(), "the audit anchor file is missing while the log holds rows: run `runwarden audit verify --adopt-anchor` to adopt the current tip");
+                            tracing::warn!(path = %witness.path().display(), "the audit anchor file is missing, so rows are written unwitnessed: restore it from a backup, or, for an installation that predates anchor files, run `runwarden audit verify --adopt-anchor`");
                         }
                         return Ok(());
                     }
@@ -294,6 +332,7 @@ impl AuditWriter {
             {
                 Advanced::Written => {
                     *lock(&self.anchored) = Some(next);
+                    self.witness_external(next).await;
                     return Ok(());
                 }
                 Advanced::AlreadyAhead(ahead) => {

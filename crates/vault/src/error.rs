@@ -86,6 +86,17 @@ pub enum VaultError {
         /// How many rows the log holds (or its tip names).
         rows: i64,
     },
+    /// The audit key is gone from a store that shows it had one (the record written with
+    /// it, secrets): the log and its key were deleted together. A new key would hide it.
+    #[error(
+        "the audit key is missing from the database, although the database {evidence}: the \
+         audit log and its key were deleted. Restore the database from a backup; runwarden \
+         never makes a new key over a lost one"
+    )]
+    AuditKeyGone {
+        /// What shows a key existed.
+        evidence: String,
+    },
     /// The anchor file outside the database could not be written, so rows appended now
     /// could later be wiped unnoticed; no row was appended.
     #[error("while updating the audit anchor: {problem}")]
@@ -115,6 +126,21 @@ pub enum VaultError {
     /// No anchor file is configured for this vault.
     #[error("no audit anchor file is configured")]
     NoAnchorConfigured,
+    /// The external witness records a longer log, or another tip, than the one an anchor
+    /// was to be made for: the log was wiped or rolled back, or the witness belongs to
+    /// another installation.
+    #[error(
+        "the external witness contradicts this audit log, so no anchor was made for it: \
+         {problem}. If the witness belongs to an earlier installation, point [audit] witness \
+         at a new file"
+    )]
+    WitnessContradicts {
+        /// What the witness records against the log.
+        problem: String,
+    },
+    /// `audit verify --witness` without an external witness.
+    #[error("no external witness is configured: set [audit] witness to a file on another path")]
+    NoWitnessConfigured,
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -29,12 +29,14 @@
 
 #![deny(missing_docs)]
 
+mod anchoring;
 pub mod audit;
 mod audit_writer;
 mod delivery;
 mod egress;
 mod envelope;
 mod error;
+mod external_witness;
 mod guard;
 mod master_key;
 pub mod oauth;

@@ -3,17 +3,21 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::audit::{AuditChain, AuditEvent, AuditRow, VerifyReport};
+use crate::audit::{AuditChain, AuditEvent, AuditRow};
 use crate::audit_writer::AuditWriter;
 use crate::envelope::{self, Algorithm};
 use crate::error::VaultError;
 use crate::master_key::MasterKey;
 use crate::secret::{SecretName, SecretValue};
 use crate::store::{AuditFilter, SealedKind, SealedMeta, StoreError, VaultStore};
-use crate::witness::{Anchored, Witness};
+use crate::witness::Witness;
 
 /// The name of the vault's own audit key among the internal records.
 const AUDIT_KEY: &str = "audit-chain";
+/// An internal record written with the audit key and never removed: should the key go
+/// missing, this record (or any other sealed record) says it existed, so no new key is
+/// made over the loss.
+const AUDIT_KEY_MADE: &str = "audit-chain-made";
 
 /// Secrets at rest and the audit log (SPEC V1, V2, V7).
 ///
@@ -21,11 +25,13 @@ const AUDIT_KEY: &str = "audit-chain";
 /// name a secret and [`EgressClient`](crate::EgressClient) places it at the wire ("use").
 /// Reading a value back ("reveal") is a different permission that nothing grants yet.
 pub struct Vault {
-    store: Arc<dyn VaultStore>,
+    pub(crate) store: Arc<dyn VaultStore>,
     master: MasterKey,
     algorithm: Algorithm,
-    chain: Arc<AuditChain>,
-    writer: AuditWriter,
+    pub(crate) chain: Arc<AuditChain>,
+    pub(crate) writer: AuditWriter,
+    /// This open created the audit key: the store was new to the vault.
+    pub(crate) fresh_key: bool,
 }
 
 impl std::fmt::Debug for Vault {
@@ -44,13 +50,15 @@ pub(crate) fn now_ms() -> i64 {
 impl Vault {
     /// Opens the vault over a store. The first open of an empty log creates the audit key;
     /// every later open checks that `master` opens it, so a wrong key fails here rather
-    /// than mid-call. A missing key while the log holds rows is
+    /// than mid-call. A missing key while the log holds rows, or beside any other sealed
+    /// record (the record written with the key, a secret), is
     /// [`VaultError::AuditKeyMissing`]: nothing recreates it (V7 amended).
     pub async fn open(
         store: Arc<dyn VaultStore>,
         master: MasterKey,
         algorithm: Algorithm,
     ) -> Result<Self, VaultError> {
+        let mut fresh_key = false;
         let audit_key = match store.sealed_get(SealedKind::Internal, AUDIT_KEY).await? {
             Some(record) => envelope::open(&master, &record)?,
             None => {
@@ -58,6 +66,11 @@ impl Vault {
                 let rows = audit_rows(&*store).await?;
                 if rows > 0 {
                     return Err(VaultError::AuditKeyMissing { rows });
+                }
+                // Nor over an installation that had one: wiping the rows and the key
+                // together leaves the other records behind.
+                if let Some(evidence) = key_evidence(&*store).await? {
+                    return Err(VaultError::AuditKeyGone { evidence });
                 }
                 let fresh = MasterKey::generate();
                 let record = envelope::seal(
@@ -70,7 +83,7 @@ impl Vault {
                 );
                 // Two processes may open a fresh store at once: whoever inserts first wins
                 // and both read the winner's key back.
-                store.sealed_insert_new(record).await?;
+                fresh_key = store.sealed_insert_new(record).await?;
                 let record = store
                     .sealed_get(SealedKind::Internal, AUDIT_KEY)
                     .await?
@@ -80,14 +93,26 @@ impl Vault {
                 envelope::open(&master, &record)?
             }
         };
+        // Written with the key (and by the first open of an older installation): the
+        // evidence that a key existed, should it go missing.
+        let made = envelope::seal(
+            &master,
+            algorithm,
+            SealedKind::Internal,
+            AUDIT_KEY_MADE,
+            &now_ms().to_be_bytes(),
+            now_ms(),
+        );
+        store.sealed_insert_new(made).await?;
         let chain = Arc::new(AuditChain::from_audit_key(&audit_key));
-        let writer = AuditWriter::new(store.clone(), chain.clone());
+        let writer = AuditWriter::new(store.clone(), chain.clone(), fresh_key);
         Ok(Self {
             store,
             master,
             algorithm,
             chain,
             writer,
+            fresh_key,
         })
     }
 
@@ -252,136 +277,27 @@ impl Vault {
     pub async fn audit_list(&self, filter: AuditFilter) -> Result<Vec<AuditRow>, VaultError> {
         Ok(self.store.audit_list(filter).await?)
     }
-
-    /// Walks the whole chain and reports the first bad row, if any, then checks the log
-    /// against the anchor file: a wipe or a rollback of rows plus tip leaves the log
-    /// shorter than the anchor, or with another row at the anchored id (V7 amended).
-    pub async fn audit_verify(&self) -> Result<VerifyReport, VaultError> {
-        let mut report = self.chain.verify(&*self.store).await?;
-        let Some(witness) = self.writer.witness() else {
-            return Ok(report);
-        };
-        if !report.intact {
-            return Ok(report);
-        }
-        let rows = report.rows_verified;
-        let path = witness.path().display().to_string();
-        let anchored = match read_witness(witness, &self.chain).await {
-            Ok(anchored) => anchored,
-            Err(problem) => return Ok(broken(report, rows, problem)),
-        };
-        let Some(anchored) = anchored else {
-            if rows == 0 {
-                return Ok(report);
-            }
-            let problem = format!(
-                "the audit anchor file {path} is missing while the log holds {rows} rows, so a \
-                 wipe or rollback cannot be ruled out: restore the file from a backup, or, for \
-                 an installation that predates anchors, run `runwarden audit verify \
-                 --adopt-anchor` to adopt the current tip"
-            );
-            return Ok(broken(report, rows, problem));
-        };
-        report.anchored_rows = Some(anchored.length);
-        let holds_anchored_row = anchored.length == 0 || {
-            let filter = AuditFilter {
-                after_id: Some(anchored.length - 1),
-                limit: 1,
-                ..AuditFilter::default()
-            };
-            let found = self.store.audit_list(filter).await?;
-            found
-                .first()
-                .is_some_and(|r| r.id == anchored.length && r.hash == anchored.hash)
-        };
-        if rows < anchored.length || !holds_anchored_row {
-            let problem = format!(
-                "the log was wiped or rolled back: the anchor at {path} records {} rows ending \
-                 in {}, the database has {rows}",
-                anchored.length,
-                hex::encode(anchored.hash)
-            );
-            let first_bad = anchored.length.min(rows + 1).max(1);
-            return Ok(broken(report, first_bad - 1, problem));
-        }
-        Ok(report)
-    }
-
-    /// Creates the anchor file for a log that has none: an empty log (`init`), or, for an
-    /// installation that predates anchors, the current tip, adopted only when the whole
-    /// chain verifies. Never replaces an existing file. Answers the verify report.
-    pub async fn audit_adopt_anchor(&self) -> Result<VerifyReport, VaultError> {
-        let witness = self
-            .writer
-            .witness()
-            .ok_or(VaultError::NoAnchorConfigured)?
-            .clone();
-        let exists = || VaultError::AnchorExists {
-            path: witness.path().display().to_string(),
-        };
-        if witness.path().exists() {
-            return Err(exists());
-        }
-        let mut report = self.chain.verify(&*self.store).await?;
-        if !report.intact {
-            return Err(VaultError::AnchorNotAdopted {
-                problem: report.problem.unwrap_or_default(),
-            });
-        }
-        let anchored = match report.rows_verified {
-            0 => Anchored {
-                length: 0,
-                hash: [0; 32],
-            },
-            rows => {
-                let tip = self.store.audit_tip().await?.ok_or_else(|| {
-                    StoreError::new("adopting the audit anchor", "the tip vanished")
-                })?;
-                Anchored {
-                    length: rows,
-                    hash: tip.last_hash,
-                }
-            }
-        };
-        let chain = self.chain.clone();
-        let created = {
-            let witness = witness.clone();
-            tokio::task::spawn_blocking(move || witness.create(&chain, anchored))
-                .await
-                .map_err(|e| StoreError::new("adopting the audit anchor", e))?
-                .map_err(|e| VaultError::AuditAnchor {
-                    problem: e.to_string(),
-                })?
-        };
-        if !created {
-            return Err(exists());
-        }
-        report.anchored_rows = Some(anchored.length);
-        Ok(report)
-    }
 }
 
-fn broken(report: VerifyReport, rows_verified: i64, problem: String) -> VerifyReport {
-    let mut broken = VerifyReport::broken(rows_verified, rows_verified + 1, problem);
-    broken.incomplete_calls = report.incomplete_calls;
-    broken.anchored_rows = report.anchored_rows;
-    broken
-}
-
-async fn read_witness(
-    witness: &Witness,
-    chain: &Arc<AuditChain>,
-) -> Result<Option<Anchored>, String> {
-    let (witness, chain) = (witness.clone(), chain.clone());
-    tokio::task::spawn_blocking(move || witness.read(&chain))
-        .await
-        .map_err(|e| format!("the anchor task failed: {e}"))?
-        .map_err(|e| e.to_string())
+/// What says an audit key existed in this store although none is there now: any sealed
+/// record (the record written with the key, a secret, an OAuth token).
+async fn key_evidence(store: &dyn VaultStore) -> Result<Option<String>, StoreError> {
+    let internal = store.sealed_list(SealedKind::Internal).await?;
+    if internal.iter().any(|r| r.name == AUDIT_KEY_MADE) {
+        return Ok(Some("recorded making one".into()));
+    }
+    let secrets = store.sealed_list(SealedKind::Secret).await?;
+    Ok(match (internal.len(), secrets.len()) {
+        (0, 0) => None,
+        (_, 0) => Some("holds other internal records".into()),
+        (_, 1) => Some("holds 1 stored secret".into()),
+        (_, n) => Some(format!("holds {n} stored secrets")),
+    })
 }
 
 /// How many rows the log holds: the tip's id, or the newest row's id should the tip be
 /// gone too.
-async fn audit_rows(store: &dyn VaultStore) -> Result<i64, StoreError> {
+pub(crate) async fn audit_rows(store: &dyn VaultStore) -> Result<i64, StoreError> {
     let tip = store.audit_tip().await?.map_or(0, |t| t.last_id);
     let newest = store
         .audit_list(AuditFilter {

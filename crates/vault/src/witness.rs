@@ -3,9 +3,12 @@
 //!
 //! The file holds two fixed-size slots written alternately. Each slot carries a sequence
 //! number, the anchored length, the hash of the row at that length and a MAC keyed from
-//! the audit key. A torn write damages at most the slot being written; a reader takes the
-//! valid slot with the higher sequence. Writers take an exclusive lock on the file, so
-//! processes sharing one database never interleave, and never lower the anchored length.
+//! the audit key. A reader takes the valid slot with the higher sequence, and refuses a
+//! file whose other slot is damaged, wiped or out of step: each slot is written whole
+//! with one small write inside the first disk sector, so a damaged slot means the file was
+//! altered (or the disk fails), and falling back to the older slot would let a one-batch
+//! rollback pass. Writers take an exclusive lock on the file, so processes sharing one
+//! database never interleave, and never lower the anchored length.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -47,6 +50,13 @@ pub(crate) enum WitnessError {
          belongs to another installation"
     )]
     Invalid { path: String },
+    #[error(
+        "the audit anchor file {path} is damaged ({problem}), so a rollback of the log to \
+         an older anchor cannot be ruled out: keep the file as evidence, restore a copy \
+         from a backup, and check the log against its external witness (`runwarden audit \
+         verify --witness`) if one is configured"
+    )]
+    Damaged { path: String, problem: String },
 }
 
 /// What [`Witness::advance`] did.
@@ -124,7 +134,8 @@ impl Witness {
             std::process::id()
         ));
         let mut content = vec![0u8; 2 * SLOT];
-        encode(chain, 1, anchored, &mut content[..SLOT]);
+        // Sequence 1 in slot 1, so the first advance (sequence 2, slot 0) leaves it whole.
+        encode(chain, 1, anchored, &mut content[SLOT..]);
         let written = (|| {
             let mut options = OpenOptions::new();
             options.write(true).create(true).truncate(true);
@@ -184,18 +195,66 @@ impl Witness {
         Ok(Advanced::Written)
     }
 
-    /// The valid slot with the higher sequence; `None` when neither is valid.
+    /// The valid slot with the higher sequence; `None` when neither slot was ever
+    /// written. A damaged slot, an empty one beside a slot that says both were written, or
+    /// two slots whose sequences are not consecutive are [`WitnessError::Damaged`].
     fn newest(&self, file: &File, chain: &AuditChain) -> Result<Option<Slot>, WitnessError> {
         let mut content = [0u8; 2 * SLOT];
         let read = read_at_most(file, &mut content).map_err(self.io("read"))?;
-        let slots = [&content[..SLOT], &content[SLOT..]];
-        Ok(slots
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| read >= (i + 1) * SLOT)
-            .filter_map(|(_, slot)| decode(chain, slot))
-            .max_by_key(|slot| slot.sequence))
+        let damaged = |problem: String| WitnessError::Damaged {
+            path: self.path.display().to_string(),
+            problem,
+        };
+        let state = |i: usize| {
+            let slot = &content[i * SLOT..(i + 1) * SLOT];
+            if read < (i + 1) * SLOT || slot.iter().all(|b| *b == 0) {
+                SlotState::Empty
+            } else {
+                decode(chain, slot).map_or(SlotState::Damaged, SlotState::Valid)
+            }
+        };
+        match (state(0), state(1)) {
+            (SlotState::Empty, SlotState::Empty) => Ok(None),
+            // Nothing verifies: altered whole, or made with another installation's key.
+            (SlotState::Damaged, SlotState::Damaged | SlotState::Empty)
+            | (SlotState::Empty, SlotState::Damaged) => Err(self.invalid()),
+            (SlotState::Damaged, _) => Err(damaged("slot 0 does not verify".into())),
+            (_, SlotState::Damaged) => Err(damaged("slot 1 does not verify".into())),
+            // Sequences 1 and 2 may stand alone (an anchor created, then advanced once by
+            // a version that wrote sequence 1 to slot 0); any later one has a predecessor.
+            (SlotState::Valid(only), SlotState::Empty)
+            | (SlotState::Empty, SlotState::Valid(only)) => {
+                if only.sequence <= 2 {
+                    Ok(Some(only))
+                } else {
+                    Err(damaged(format!(
+                        "one slot is empty beside sequence {}",
+                        only.sequence
+                    )))
+                }
+            }
+            (SlotState::Valid(a), SlotState::Valid(b)) => {
+                if a.sequence.abs_diff(b.sequence) != 1 {
+                    return Err(damaged(format!(
+                        "the slots hold sequences {} and {}, not consecutive ones",
+                        a.sequence, b.sequence
+                    )));
+                }
+                Ok(Some(if a.sequence > b.sequence { a } else { b }))
+            }
+        }
     }
+}
+
+/// What one slot holds.
+#[derive(Debug, Clone, Copy)]
+enum SlotState {
+    /// Zeros: never written.
+    Empty,
+    /// A slot whose MAC verifies.
+    Valid(Slot),
+    /// Anything else.
+    Damaged,
 }
 
 fn encode(chain: &AuditChain, sequence: u64, anchored: Anchored, out: &mut [u8]) {
@@ -273,7 +332,7 @@ mod tests {
     }
 
     #[test]
-    fn the_newest_valid_slot_wins_and_a_torn_slot_falls_back_to_the_other() {
+    fn the_newest_valid_slot_wins_and_a_damaged_slot_is_an_error_never_a_fallback() {
         let dir = tempfile::tempdir().unwrap();
         let chain = AuditChain::from_audit_key(&[1; 32]);
         let witness = Witness::new(dir.path().join("audit.anchor"));
@@ -292,11 +351,44 @@ mod tests {
             Advanced::Written
         );
         assert_eq!(witness.read(&chain).unwrap(), Some(at(5)));
-        // Sequence 3 went to slot 1; tear it: the reader falls back to slot 0 (length 3).
-        let mut bytes = std::fs::read(witness.path()).unwrap();
-        bytes[SLOT + 20] ^= 0xff;
+        assert_eq!(
+            witness.advance(&chain, at(5), at(7)).unwrap(),
+            Advanced::Written
+        );
+        assert_eq!(witness.read(&chain).unwrap(), Some(at(7)));
+        let good = std::fs::read(witness.path()).unwrap();
+        // Sequence 4 went to slot 0. Damaged, it does not fall back to slot 1 (length 5,
+        // a one-batch rollback): the file is refused, naming the slot.
+        let mut bytes = good.clone();
+        bytes[20] ^= 0xff;
         std::fs::write(witness.path(), &bytes).unwrap();
-        assert_eq!(witness.read(&chain).unwrap(), Some(at(3)));
+        let error = witness.read(&chain).unwrap_err();
+        assert!(matches!(error, WitnessError::Damaged { .. }), "{error}");
+        assert!(
+            error.to_string().contains("slot 0 does not verify"),
+            "{error}"
+        );
+        // A damaged anchor is never advanced past (the write would hide the damage).
+        assert!(witness.advance(&chain, at(5), at(9)).is_err());
+        // Wiped to zeros, the same.
+        let mut bytes = good.clone();
+        bytes[..SLOT].fill(0);
+        std::fs::write(witness.path(), &bytes).unwrap();
+        let error = witness.read(&chain).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("one slot is empty beside sequence 3"),
+            "{error}"
+        );
+        // An older copy of a slot put back: the sequences are not consecutive.
+        let mut bytes = good.clone();
+        let mut stale = [0u8; SLOT];
+        encode(&chain, 2, at(3), &mut stale);
+        bytes[SLOT..].copy_from_slice(&stale);
+        std::fs::write(witness.path(), &bytes).unwrap();
+        let error = witness.read(&chain).unwrap_err();
+        assert!(error.to_string().contains("not consecutive"), "{error}");
     }
 
     #[test]

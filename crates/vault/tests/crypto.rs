@@ -164,8 +164,8 @@ async fn rotation_moves_every_secret_and_the_audit_key_to_the_new_master_key() {
     put(&vault, "other", "second-value").await;
     assert_eq!(
         vault.rotate_master_key(&new).await.unwrap(),
-        3,
-        "two secrets and the audit key"
+        4,
+        "two secrets, the audit key and the record of its making"
     );
 
     assert!(matches!(

@@ -33,6 +33,10 @@ pub(crate) enum AuditCommand {
         /// and the whole chain verifies, create it at the current tip. Never replaces a file.
         #[arg(long)]
         adopt_anchor: bool,
+        /// Also check the log against the external witness (`[audit] witness`): the
+        /// longest log it records must be in the database with the same tip.
+        #[arg(long)]
+        witness: bool,
     },
 }
 
@@ -162,14 +166,28 @@ pub(crate) async fn run(cx: &Context, command: AuditCommand) -> anyhow::Result<E
             print_rows(cx.json, &views);
             Ok(ExitCode::SUCCESS)
         }
-        AuditCommand::Verify { adopt_anchor } => {
+        AuditCommand::Verify {
+            adopt_anchor,
+            witness,
+        } => {
+            if witness && vault.external_witness_path().is_none() {
+                return Err(super::Misuse(
+                    "--witness checks the log against its external witness, and none is configured: set [audit] witness".into(),
+                )
+                .into());
+            }
             let adopted = if adopt_anchor && !anchor_exists(&vault) {
                 vault.audit_adopt_anchor().await?;
                 true
             } else {
                 false
             };
-            let report = serde_json::to_value(vault.audit_verify().await?)?;
+            let report = if witness {
+                vault.audit_verify_witness().await?
+            } else {
+                vault.audit_verify().await?
+            };
+            let report = serde_json::to_value(report)?;
             Ok(print_verify(cx.json, &report, adopted))
         }
     }
@@ -203,10 +221,13 @@ async fn through_server(
             print_rows(cx.json, &rows);
             Ok(ExitCode::SUCCESS)
         }
-        AuditCommand::Verify { adopt_anchor } => {
-            if adopt_anchor {
+        AuditCommand::Verify {
+            adopt_anchor,
+            witness,
+        } => {
+            if adopt_anchor || witness {
                 return Err(super::Misuse(
-                    "--adopt-anchor writes the anchor file next to the database: run it on the server's machine without --server".into(),
+                    "--adopt-anchor and --witness read the files next to the database: run them on the server's machine without --server".into(),
                 )
                 .into());
             }
@@ -236,12 +257,16 @@ fn print_verify(json: bool, report: &Value, adopted: bool) -> ExitCode {
                 format!("BROKEN at row {row}: {problem} ({rows_verified} rows verified before it)")
             }
             _ => format!(
-                "intact: {}, chain and tip anchor verified{}",
+                "intact: {}, chain and tip anchor verified{}{}",
                 output::count(report["rows_verified"].as_u64().unwrap_or(0), "row", "rows"),
                 match (report["anchored_rows"].as_i64(), adopted) {
                     (Some(n), true) => format!("; anchor file created at row {n}"),
                     (Some(n), false) => format!("; anchor file at row {n}"),
                     (None, _) => String::new(),
+                },
+                match report["witnessed_rows"].as_i64() {
+                    Some(n) => format!("; external witness at row {n}"),
+                    None => String::new(),
                 }
             ),
         };

@@ -62,10 +62,13 @@ pub(crate) async fn create_installation(config: &Config) -> anyhow::Result<Vault
         private_dir(parent).with_context(|| format!("while creating {}", parent.display()))?;
     }
     let backend = Backend::open(config, true).await?;
-    let vault = Vault::open(backend.store(), key, config.algorithm)
+    let mut vault = Vault::open(backend.store(), key, config.algorithm)
         .await
         .context("while creating the vault")?
         .with_anchor(&config.audit_anchor_file);
+    if let Some(witness) = &config.audit_witness {
+        vault = vault.with_external_witness(witness);
+    }
     if let Some(parent) = config.audit_anchor_file.parent() {
         private_dir(parent).with_context(|| format!("while creating {}", parent.display()))?;
     }

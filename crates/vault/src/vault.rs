@@ -94,16 +94,25 @@ impl Vault {
             }
         };
         // Written with the key (and by the first open of an older installation): the
-        // evidence that a key existed, should it go missing.
-        let made = envelope::seal(
-            &master,
-            algorithm,
-            SealedKind::Internal,
-            AUDIT_KEY_MADE,
-            &now_ms().to_be_bytes(),
-            now_ms(),
-        );
-        store.sealed_insert_new(made).await?;
+        // evidence that a key existed, should it go missing. Read first, so a command that
+        // only reads never needs the write lock; a failed write is tried again next open.
+        if store
+            .sealed_get(SealedKind::Internal, AUDIT_KEY_MADE)
+            .await?
+            .is_none()
+        {
+            let made = envelope::seal(
+                &master,
+                algorithm,
+                SealedKind::Internal,
+                AUDIT_KEY_MADE,
+                &now_ms().to_be_bytes(),
+                now_ms(),
+            );
+            if let Err(error) = store.sealed_insert_new(made).await {
+                tracing::debug!(%error, "could not record the audit key's making yet");
+            }
+        }
         let chain = Arc::new(AuditChain::from_audit_key(&audit_key));
         let writer = AuditWriter::new(store.clone(), chain.clone(), fresh_key);
         Ok(Self {

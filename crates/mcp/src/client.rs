@@ -1488,8 +1488,11 @@ impl McpClient {
         if protocol == OLD_HTTP_SSE_VERSION {
             return Err(McpError::Protocol {
                 server: self.server.name.clone(),
+                // It answered a Streamable HTTP initialize, so the transport is right: only
+                // the version is too old.
                 problem: format!(
-                    "the server speaks protocol version {OLD_HTTP_SSE_VERSION}, the old HTTP+SSE transport, which runwarden does not support: point the url at the server's Streamable HTTP endpoint (protocol {} or newer)",
+                    "the server answered initialize with protocol version {OLD_HTTP_SSE_VERSION}, older than any runwarden speaks ({}, and {STATELESS_VERSION} through server/discover): upgrade the server to a release that speaks {} or newer",
+                    HANDSHAKE_VERSIONS.join(", "),
                     HANDSHAKE_VERSIONS[HANDSHAKE_VERSIONS.len() - 1]
                 ),
             });

@@ -400,3 +400,77 @@ async fn the_delete_that_ends_a_session_carries_the_run_tag() {
         .expect("the session was ended with DELETE");
     assert_eq!(delete.event.correlation.as_deref(), Some("run-7"));
 }
+
+async fn start_v1(flags: &'static [&'static str]) -> Peer {
+    tokio::task::spawn_blocking(move || Peer::start_v1(flags))
+        .await
+        .unwrap()
+}
+
+/// The Python SDK 1.x, stateful with sessions, as servers people still run are: health by
+/// `ping` after the probe fell back, a cancel that closes the connection (the server stops
+/// the work), the size limit both ways.
+#[tokio::test]
+async fn the_python_sdk_1_is_probed_cancelled_and_size_limited() {
+    const SIZE: usize = 3 * 1024 * 1024;
+    for flags in [&[][..], &["--json-response"][..]] {
+        let peer = start_v1(flags).await;
+        let f = fixture().await;
+        let client = Arc::new(McpClient::new(
+            ServerConfig::new("old", peer.url()),
+            f.egress.clone(),
+        ));
+        let reply = client.send_request(Request::Health, None).await;
+        assert!(
+            matches!(&reply, Ok(Reply::Alive { protocol, probe }) if protocol == "2025-11-25" && probe == "ping"),
+            "{flags:?}: {reply:?}"
+        );
+        let refused = client
+            .call_tool(call("big", json!({"size": SIZE})), None)
+            .await;
+        assert!(
+            refused
+                .result
+                .text
+                .contains("over its max_response_bytes of 2097152 bytes"),
+            "{flags:?}: {}",
+            refused.result.text
+        );
+        assert_eq!(refused.result.delivery, Delivery::Answered, "{flags:?}");
+
+        let flag = runwarden_vault::CancelFlag::new();
+        let (task_client, task_flag) = (client.clone(), flag.clone());
+        let task = tokio::spawn(async move {
+            task_client
+                .call_tool(call("slow", json!({"seconds": 30.0})), Some(&task_flag))
+                .await
+        });
+        crate::peer::wait_for_stats(&peer, |s| s["slow_started"] == 1).await;
+        flag.cancel();
+        let outcome = tokio::time::timeout(crate::support::WAIT, task)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(outcome.result.outcome, ToolOutcome::Cancelled);
+        let after = crate::peer::wait_for_stats(&peer, |s| s["slow_cancelled"] == 1).await;
+        assert_eq!(
+            after["slow_completed"], 0,
+            "{flags:?}: the server stopped the work"
+        );
+        client.close().await.unwrap();
+
+        let mut raised = ServerConfig::new("old", peer.url());
+        raised.max_response_bytes = 8 * 1024 * 1024;
+        let client = McpClient::new(raised, f.egress.clone());
+        let taken = client
+            .call_tool(call("big", json!({"size": SIZE})), None)
+            .await;
+        assert!(
+            taken.result.is_success(),
+            "{flags:?}: {}",
+            taken.result.text
+        );
+        assert_eq!(taken.result.text.len(), SIZE);
+        client.close().await.unwrap();
+    }
+}

@@ -474,3 +474,30 @@ async fn the_python_sdk_1_is_probed_cancelled_and_size_limited() {
         client.close().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn a_2026_server_without_tools_is_said_so_by_its_discover_result_not_by_initialize() {
+    let server = TestServer::start(|request: &HttpRequest| {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        let result = json!({"supportedVersions": ["2026-07-28"], "capabilities": {"prompts": {}}, "ttlMs": 0, "cacheScope": "public", "resultType": "complete"});
+        HttpReply::typed(
+            200,
+            "application/json",
+            json!({"jsonrpc": "2.0", "id": body["id"], "result": result}).to_string(),
+        )
+    })
+    .await;
+    let f = fixture().await;
+    let client = McpClient::new(
+        ServerConfig::new("prompts", server.url("/mcp")),
+        f.egress.clone(),
+    );
+    let error = client
+        .send_request(Request::ListTools, None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "server prompts offers no tools (its server/discover result at protocol 2026-07-28 has no tools capability)"
+    );
+}

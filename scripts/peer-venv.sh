@@ -5,7 +5,8 @@
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-req="$repo_root/tests/peer/requirements.txt"
+# RUNWARDEN_PEER_REQUIREMENTS picks another pinned peer (scripts/peer1-venv.sh).
+req="${RUNWARDEN_PEER_REQUIREMENTS:-$repo_root/tests/peer/requirements.txt}"
 venv="${RUNWARDEN_PEER_VENV:-$HOME/.cache/runwarden-peer-venv}"
 python="${PYTHON:-python3}"
 stamp="$venv/.runwarden-requirements.sha256"

@@ -98,6 +98,13 @@ def stats() -> str:
     return json.dumps(_stats_json(), sort_keys=True)
 
 
+@mcp.tool()
+def big(size: int) -> str:
+    """A non-idempotent write whose answer is `size` bytes of text (a large answer)."""
+    _count("big")
+    return "x" * size
+
+
 @mcp.tool(name="files.read")
 def files_read(path: str) -> str:
     """A tool whose remote name has a dot (exercises local-name sanitising)."""

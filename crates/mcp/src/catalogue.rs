@@ -145,6 +145,20 @@ pub struct ServerHealth {
     pub last_error: Option<String>,
 }
 
+/// M19: what a server was last found to speak, so a new process does not probe it again
+/// before its time is up. Kept per server name and only trusted for the same URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownProtocol {
+    /// The endpoint it was learnt from; another URL is a server not yet known.
+    pub url: String,
+    /// The protocol version (`2026-07-28`, or the handshake's).
+    pub protocol: String,
+    /// Whether the server declared the `tools` capability.
+    pub tools: bool,
+    /// Until when it is trusted, Unix milliseconds UTC.
+    pub until_ms: i64,
+}
+
 /// The schema columns a backend stores for one catalogue entry: the normalised schema as
 /// JSON text, or the reason it was refused (exactly one is set).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,6 +238,26 @@ pub trait CatalogueStore: Send + Sync + 'static {
 
     /// Every server's liveness, ordered by server.
     async fn health_list(&self) -> Result<Vec<ServerHealth>, StoreError>;
+
+    /// M19: what `server` was last found to speak, if anything is remembered (expired or
+    /// not: the client compares `until_ms`). A backend that keeps nothing answers `None`,
+    /// and the client then probes every process.
+    async fn protocol_get(&self, server: &str) -> Result<Option<KnownProtocol>, StoreError> {
+        let _ = server;
+        Ok(None)
+    }
+
+    /// M19: remembers what `server` speaks, replacing what was remembered.
+    async fn protocol_put(&self, server: &str, known: KnownProtocol) -> Result<(), StoreError> {
+        let _ = (server, known);
+        Ok(())
+    }
+
+    /// M19: forgets what `server` speaks (after a failure), so the next process probes.
+    async fn protocol_forget(&self, server: &str) -> Result<(), StoreError> {
+        let _ = server;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

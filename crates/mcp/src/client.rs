@@ -23,6 +23,7 @@ use serde_json::{Map, Value, json};
 use crate::catalogue::{CatalogueStore, Contact};
 use crate::config::{ElicitationPolicy, PROGRESS_HARD_MAX, ProtocolPolicy, ServerConfig};
 use crate::deadline::{Clock, Deadline, MIN_LEG, SystemClock};
+
 use crate::elicit::{ElicitationAnswer, ElicitationRequest};
 use crate::error::{McpError, one_line};
 use crate::result::ToolResult;
@@ -72,9 +73,6 @@ const DEFAULT_RETRY_WAIT: Duration = Duration::from_millis(500);
 /// M14: the code of the error that refuses a request whose capability is not declared.
 const METHOD_NOT_FOUND: i64 = -32601;
 
-/// The most of a response body that is read (M5).
-pub const MAX_RESPONSE_BYTES: usize = 2 * 1024 * 1024;
-
 /// The most `tools/list` pages one discovery walks (M6).
 pub const MAX_PAGES: usize = 50;
 
@@ -89,6 +87,10 @@ pub enum Request {
     ListTools,
     /// `ping`.
     Ping,
+    /// M11, M19: the probe that fits the server's version: `server/discover` at 2026-07-28
+    /// (stateless servers have no `ping`), `ping` at older versions, with `tools/list`
+    /// when the server does not answer `ping`.
+    Health,
 }
 
 /// The answer to a [`Request`].
@@ -99,6 +101,13 @@ pub enum Reply {
     Tools(Vec<ListedTool>),
     /// The server answered the ping.
     Pong,
+    /// The server answered the health probe.
+    Alive {
+        /// The protocol version spoken.
+        protocol: String,
+        /// The method that proved it alive (`server/discover`, `ping` or `tools/list`).
+        probe: String,
+    },
 }
 
 /// A notification operation.
@@ -179,6 +188,9 @@ pub struct ToolCallRequest {
     /// M19: the answers to an earlier `input_required` result of this same call, sent
     /// with the request (`inputResponses`, and the server's `requestState` unchanged).
     pub resume: Option<InputResume>,
+    /// The operator sends the call although the imported catalogue does not offer the
+    /// tool (`mcp call --force`); the audit rows of its legs say it was forced.
+    pub forced: bool,
 }
 
 /// One HTTP exchange of an operation, for reports and tests.
@@ -208,6 +220,20 @@ pub struct ToolCall {
     /// M19: the server asked for input and the call was made with `park_on_input`; the
     /// result then says so and nothing of the tool's work was done.
     pub input_required: Option<InputRequired>,
+    /// The protocol version spoken, once a session was ready.
+    pub protocol: Option<String>,
+}
+
+/// How one [`McpClient::send_request`] went ([`McpClient::last_request`]).
+#[derive(Debug, Clone)]
+pub struct RequestTrail {
+    /// The protocol version spoken, once a session was ready.
+    pub protocol: Option<String>,
+    /// Every leg of the operation, in order.
+    pub legs: Vec<LegReport>,
+    /// `(protocol X; tried A, B)`: what a failure's text adds so it names the version
+    /// and the legs tried.
+    pub trail: String,
 }
 
 /// What the handshake negotiated.
@@ -222,6 +248,10 @@ struct Session {
     /// M19: a 2026-07-28 connection: no session, `_meta` on every request, cancellation by
     /// closing the stream and no notifications.
     stateless: bool,
+    /// M19: taken from what the store remembered, not probed by this process.
+    remembered: bool,
+    /// The run tag of the operation that opened the session, for its `DELETE`'s audit row.
+    pub(crate) correlation: Option<String>,
 }
 
 /// One operation: its deadline, the caller's signal and the legs so far.
@@ -230,11 +260,51 @@ struct Operation<'a> {
     signal: Option<&'a dyn CancellationSignal>,
     correlation: Option<String>,
     legs: Mutex<Vec<LegReport>>,
+    /// The protocol version of the session it used, once there was one.
+    protocol: Mutex<Option<String>>,
+    /// The operator forced the call past the catalogue; its audit rows say so.
+    forced: bool,
 }
 
 impl Operation<'_> {
     fn legs(self) -> Vec<LegReport> {
         self.legs.into_inner().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The protocol version the operation spoke, once a session was ready.
+    fn protocol(&self) -> Option<String> {
+        self.protocol
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// True when a leg of `method` went out and was answered in this operation.
+    fn answered(&self, method: &str) -> bool {
+        self.legs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|l| l.method == method && l.answered)
+    }
+
+    /// What an error of this operation adds so it names the protocol version and what
+    /// was tried: `(protocol 2025-11-25; tried server/discover, initialize, tools/call)`.
+    fn trail(&self) -> String {
+        let legs = self.legs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tried: Vec<&str> = Vec::new();
+        for leg in legs.iter() {
+            if tried.last() != Some(&leg.method.as_str()) {
+                tried.push(&leg.method);
+            }
+        }
+        let protocol = self.protocol().unwrap_or_else(|| "not negotiated".into());
+        let tried = if tried.is_empty() {
+            "nothing was sent".to_string()
+        } else {
+            format!("tried {}", tried.join(", "))
+        };
+        format!("(protocol {protocol}; {tried})")
     }
 
     /// True when the caller's own signal says stop (not the deadline's).
@@ -409,6 +479,8 @@ pub struct McpClient {
         Mutex<std::collections::HashMap<String, Result<Vec<HeaderParam>, HeaderRefusal>>>,
     /// M18: the server's OAuth client, when it is configured for OAuth.
     oauth: Option<Arc<OAuthClient>>,
+    /// How the last request operation went.
+    last: Mutex<Option<RequestTrail>>,
 }
 
 impl std::fmt::Debug for McpClient {
@@ -449,6 +521,7 @@ impl McpClient {
             actor: "mcp".into(),
             health: None,
             header_params: Mutex::default(),
+            last: Mutex::default(),
         }
     }
 
@@ -480,9 +553,37 @@ impl McpClient {
         self
     }
 
+    /// M19: what the store remembers this server speaks, when fresh.
+    async fn known_protocol(&self) -> Option<crate::KnownProtocol> {
+        let store = self.health.as_ref()?;
+        crate::known::recall(store, &self.server, now_ms()).await
+    }
+
+    /// M19: remembers what a handshake or a probe found, for the next process.
+    async fn remember(&self, session: &Session, ttl: Duration) {
+        if let Some(store) = &self.health {
+            let (protocol, tools) = (&session.protocol, session.tools);
+            crate::known::remember(store, &self.server, protocol, tools, ttl, now_ms()).await;
+        }
+    }
+
     /// M11: a success or a failure per operation; a cancellation is neither, because it
-    /// says nothing about the server.
-    async fn record_contact(&self, outcome: Result<(), &McpError>) {
+    /// says nothing about the server. M19: a failure that may mean the server changed
+    /// forgets what it was remembered to speak (and a remembered stateless connection),
+    /// so the next operation probes again.
+    async fn record_contact(&self, op: &Operation<'_>, outcome: Result<(), &McpError>) {
+        if let Err(error) = outcome
+            && crate::known::may_have_changed(error)
+        {
+            let mut slot = self.session.lock().await;
+            if slot.as_ref().is_some_and(|s| s.remembered && s.stateless) {
+                *slot = None;
+            }
+            drop(slot);
+            if let Some(store) = &self.health {
+                crate::known::forget(store, &self.server).await;
+            }
+        }
         let Some(store) = &self.health else { return };
         let at_ms = now_ms();
         let contact = match outcome {
@@ -490,7 +591,7 @@ impl McpClient {
             Err(error) if error.is_cancelled() => return,
             Err(error) => Contact::Failure {
                 at_ms,
-                error: one_line(&error.to_string()),
+                error: one_line(&format!("{error} {}", op.trail())),
             },
         };
         if let Err(error) = store.health_record(&self.server.name, contact).await {
@@ -525,6 +626,8 @@ impl McpClient {
             signal,
             correlation,
             legs: Mutex::default(),
+            protocol: Mutex::default(),
+            forced: false,
         }
     }
 
@@ -542,6 +645,7 @@ impl McpClient {
         signal: Option<&dyn CancellationSignal>,
     ) -> ToolCall {
         let mut op = self.operation(signal, call.correlation.clone());
+        op.forced = call.forced;
         if self.server.progress_extends_deadline {
             op.deadline =
                 Deadline::stretchable(&*self.clock, self.server.timeout, PROGRESS_HARD_MAX);
@@ -551,7 +655,7 @@ impl McpClient {
         let outcome = self
             .call_tool_legs(&op, &call, &mut request_id, &mut input_required)
             .await;
-        self.record_contact(outcome.as_ref().map(|_| ())).await;
+        self.record_contact(&op, outcome.as_ref().map(|_| ())).await;
         // V8: a failure before the tools/call leg (handshake, gate, no tools) sent no call.
         let delivery = match (&outcome, request_id) {
             (Ok(_), _) => Delivery::Answered,
@@ -574,13 +678,19 @@ impl McpClient {
                 None,
             ),
             Ok(result) => ToolResult::from_wire(&result, call.output_schema.as_ref()),
-            Err(error) => ToolResult::from_error(error, delivery),
+            Err(error) => {
+                let mut result = ToolResult::from_error(error, delivery);
+                result.text = format!("{} {}", result.text, op.trail());
+                result
+            }
         };
+        let protocol = op.protocol();
         ToolCall {
             result,
             legs: op.legs(),
             request_id,
             input_required,
+            protocol,
         }
     }
 
@@ -858,7 +968,7 @@ impl McpClient {
                 return Err(self.after_resumes(method, attempts, error));
             }
             let wait = retry.unwrap_or(DEFAULT_RETRY_WAIT).min(MAX_RETRY_WAIT);
-            if op.deadline.remaining() < wait + MIN_LEG {
+            if op.deadline.remaining() < wait + op.deadline.floor() {
                 let cause = McpError::NotSent {
                     server: self.server.name.clone(),
                     method: method.into(),
@@ -943,9 +1053,63 @@ impl McpClient {
         let reply = match request {
             Request::ListTools => self.list_tools(&op).await.map(Reply::Tools),
             Request::Ping => self.ping(&op).await.map(|()| Reply::Pong),
+            Request::Health => self.probe(&op).await,
         };
-        self.record_contact(reply.as_ref().map(|_| ())).await;
+        self.record_contact(&op, reply.as_ref().map(|_| ())).await;
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(RequestTrail {
+            protocol: op.protocol(),
+            trail: op.trail(),
+            legs: op.legs(),
+        });
         reply
+    }
+
+    /// How the last [`send_request`](Self::send_request) of this client went (the
+    /// protocol, the legs), for a caller that runs one operation at a time and reports
+    /// it, as the CLI does. Concurrent callers must not rely on it.
+    pub fn last_request(&self) -> Option<RequestTrail> {
+        self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// M11, M19: the health probe that fits the version. At 2026-07-28 the `server/discover`
+    /// of this operation's handshake is the probe when it ran, else one is sent; at older
+    /// versions `ping`, and `tools/list` when the server does not implement `ping`.
+    async fn probe(&self, op: &Operation<'_>) -> Result<Reply, McpError> {
+        let session = self.session(op).await?;
+        let alive = |probe: &str| Reply::Alive {
+            protocol: session.protocol.clone(),
+            probe: probe.into(),
+        };
+        if session.stateless {
+            if op.answered("server/discover") {
+                return Ok(alive("server/discover"));
+            }
+            return match self.discover(op).await? {
+                Some(_) => Ok(alive("server/discover")),
+                None => Err(McpError::Protocol {
+                    server: self.server.name.clone(),
+                    problem: format!(
+                        "the server no longer serves {STATELESS_VERSION} (its server/discover answer does not name it); the next operation negotiates again"
+                    ),
+                }),
+            };
+        }
+        match self.ping(op).await {
+            Ok(()) => Ok(alive("ping")),
+            Err(
+                McpError::Rpc {
+                    code: METHOD_NOT_FOUND,
+                    ..
+                }
+                | McpError::Status {
+                    status: 404 | 405, ..
+                },
+            ) => {
+                self.list_tools(op).await?;
+                Ok(alive("tools/list"))
+            }
+            Err(error) => Err(error),
+        }
     }
 
     async fn ping(&self, op: &Operation<'_>) -> Result<(), McpError> {
@@ -965,7 +1129,7 @@ impl McpClient {
     ) -> Result<(), McpError> {
         let op = self.operation(signal, None);
         let sent = self.notify(&op, notification).await;
-        self.record_contact(sent.as_ref().map(|_| ())).await;
+        self.record_contact(&op, sent.as_ref().map(|_| ())).await;
         sent
     }
 
@@ -1014,6 +1178,8 @@ impl McpClient {
             signal: None,
             correlation,
             legs: Mutex::default(),
+            protocol: Mutex::default(),
+            forced: false,
         };
         let params = CancelledNotificationParam::new(
             Some(NumberOrString::Number(request_id)),
@@ -1118,6 +1284,12 @@ impl McpClient {
         } else {
             Err(McpError::NoTools {
                 server: self.server.name.clone(),
+                protocol: session.protocol.clone(),
+                via: if session.stateless {
+                    "server/discover"
+                } else {
+                    "initialize"
+                },
             })
         }
     }
@@ -1133,11 +1305,15 @@ impl McpClient {
     /// The negotiated session, running the handshake under this operation if there is none.
     async fn session(&self, op: &Operation<'_>) -> Result<Arc<Session>, McpError> {
         let mut slot = self.session.lock().await;
-        if let Some(session) = slot.as_ref() {
-            return Ok(session.clone());
-        }
-        let session = Arc::new(self.handshake(op).await?);
-        *slot = Some(session.clone());
+        let session = match slot.as_ref() {
+            Some(session) => session.clone(),
+            None => {
+                let session = Arc::new(self.handshake(op).await?);
+                *slot = Some(session.clone());
+                session
+            }
+        };
+        *op.protocol.lock().unwrap_or_else(|p| p.into_inner()) = Some(session.protocol.clone());
         Ok(session)
     }
 
@@ -1151,13 +1327,37 @@ impl McpClient {
 
     /// M19, M2: the stateless revision when the server serves it (`server/discover`),
     /// else the `initialize` handshake. Every leg carries the signal.
+    /// M19: what the store remembers of the server spares the probe: a server known to
+    /// speak 2026-07-28 is spoken to at once, one known to be older gets `initialize`
+    /// without `server/discover` first. What is learnt is remembered for the next process.
     async fn handshake(&self, op: &Operation<'_>) -> Result<Session, McpError> {
-        if self.server.protocol == ProtocolPolicy::Auto
-            && let Some(session) = self.discover(op).await?
-        {
-            return Ok(session);
+        if self.server.protocol == ProtocolPolicy::Handshake {
+            return self.initialize(op).await;
         }
-        self.initialize(op).await
+        match self.known_protocol().await {
+            Some(known) if known.protocol == STATELESS_VERSION => {
+                return Ok(Session {
+                    id: None,
+                    protocol: known.protocol,
+                    tools: known.tools,
+                    stateless: true,
+                    remembered: true,
+                    correlation: op.correlation.clone(),
+                });
+            }
+            Some(_) => {
+                let mut session = self.initialize(op).await?;
+                session.remembered = true;
+                return Ok(session);
+            }
+            None => {}
+        }
+        let (session, ttl) = match self.discover(op).await? {
+            Some(found) => found,
+            None => (self.initialize(op).await?, crate::known::HANDSHAKE_TTL),
+        };
+        self.remember(&session, ttl).await;
+        Ok(session)
     }
 
     /// M19: the client's `_meta` for a 2026-07-28 request: the version, the capabilities
@@ -1191,13 +1391,15 @@ impl McpClient {
     /// JSON-RPC error, a result without 2026-07-28) is `None`, so the caller falls back
     /// to `initialize`. A failure that says nothing about the server's era (transport,
     /// cancel, budget) is the operation's error.
-    async fn discover(&self, op: &Operation<'_>) -> Result<Option<Session>, McpError> {
+    async fn discover(&self, op: &Operation<'_>) -> Result<Option<(Session, Duration)>, McpError> {
         for attempt in 0..2 {
             let probe = Session {
                 id: None,
                 protocol: STATELESS_VERSION.into(),
                 tools: false,
                 stateless: true,
+                remembered: false,
+                correlation: None,
             };
             let id = self.next_id();
             let message = json!({
@@ -1222,6 +1424,13 @@ impl McpClient {
                     return Ok(None);
                 }
                 Err(error @ McpError::UnsupportedVersion { .. }) => return Err(error),
+                // A refused credential says nothing of the server's era, and is not sent
+                // again to `initialize`.
+                Err(
+                    error @ McpError::Status {
+                        status: 401 | 403, ..
+                    },
+                ) => return Err(error),
                 Err(
                     McpError::Status { .. }
                     | McpError::Rpc { .. }
@@ -1241,12 +1450,15 @@ impl McpClient {
             if !serves {
                 return Ok(None);
             }
-            return Ok(Some(Session {
+            let session = Session {
                 id: None,
                 protocol: STATELESS_VERSION.into(),
                 tools: result.pointer("/capabilities/tools").is_some(),
                 stateless: true,
-            }));
+                remembered: false,
+                correlation: op.correlation.clone(),
+            };
+            return Ok(Some((session, crate::known::discover_ttl(&result))));
         }
         Ok(None)
     }
@@ -1276,8 +1488,11 @@ impl McpClient {
         if protocol == OLD_HTTP_SSE_VERSION {
             return Err(McpError::Protocol {
                 server: self.server.name.clone(),
+                // It answered a Streamable HTTP initialize, so the transport is right: only
+                // the version is too old.
                 problem: format!(
-                    "the server speaks protocol version {OLD_HTTP_SSE_VERSION}, the old HTTP+SSE transport, which runwarden does not support: point the url at the server's Streamable HTTP endpoint (protocol {} or newer)",
+                    "the server answered initialize with protocol version {OLD_HTTP_SSE_VERSION}, older than any runwarden speaks ({}, and {STATELESS_VERSION} through server/discover): upgrade the server to a release that speaks {} or newer",
+                    HANDSHAKE_VERSIONS.join(", "),
                     HANDSHAKE_VERSIONS[HANDSHAKE_VERSIONS.len() - 1]
                 ),
             });
@@ -1297,6 +1512,8 @@ impl McpClient {
             protocol,
             tools: result.capabilities.tools.is_some(),
             stateless: false,
+            remembered: false,
+            correlation: op.correlation.clone(),
         };
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
         self.leg(
@@ -1426,9 +1643,13 @@ impl McpClient {
         let mut request = EgressRequest::new(spec.http, self.server.url.clone())
             .header("user-agent", USER_AGENT)
             .timeout(bound)
-            .max_response_bytes(MAX_RESPONSE_BYTES)
+            .max_response_bytes(self.server.max_response_bytes)
             .actor(self.actor.clone())
-            .reason(format!("mcp {server} {method}"));
+            .reason(if op.forced {
+                format!("mcp {server} {method}, forced past the catalogue by the operator")
+            } else {
+                format!("mcp {server} {method}")
+            });
         if let (Some(message), Some(session)) = (spec.message.as_mut(), spec.session)
             && session.stateless
             && message.get("id").is_some()
@@ -1652,7 +1873,10 @@ impl McpClient {
         else {
             return decline;
         };
-        let timeout = op.deadline.remaining().saturating_sub(MIN_LEG);
+        let timeout = op
+            .deadline
+            .remaining()
+            .saturating_sub(MIN_LEG.min(op.deadline.floor()));
         if timeout.is_zero() {
             return decline;
         }
@@ -1693,11 +1917,14 @@ impl McpClient {
         if session.id.is_none() {
             return Ok(());
         }
+        // The row of the DELETE carries the run tag of the operation that opened it.
         let op = Operation {
             deadline: Deadline::start(&*self.clock, CLOSE_BUDGET),
             signal: None,
-            correlation: None,
+            correlation: session.correlation.clone(),
             legs: Mutex::default(),
+            protocol: Mutex::default(),
+            forced: false,
         };
         let spec = LegSpec {
             http: Method::Delete,
@@ -1714,7 +1941,10 @@ impl McpClient {
         match self.leg_spec(&op, spec).await {
             Ok(_)
             | Err(McpError::SessionExpired { .. })
-            | Err(McpError::Status { status: 405, .. }) => Ok(()),
+            | Err(McpError::Status { status: 405, .. })
+            | Err(McpError::Rpc {
+                status: Some(405), ..
+            }) => Ok(()),
             Err(error) => Err(error),
         }
     }
@@ -1779,6 +2009,16 @@ impl McpClient {
             });
         }
         if !response.is_success() {
+            // M5: a JSON-RPC error in the body of an HTTP error is the server's own words.
+            if let Some((code, message)) = rpc_error_in(&response) {
+                return Err(McpError::Rpc {
+                    server,
+                    method: method_s,
+                    status: Some(response.status),
+                    code,
+                    message,
+                });
+            }
             return Err(McpError::Status {
                 server,
                 method: method_s,
@@ -1786,11 +2026,7 @@ impl McpClient {
             });
         }
         if response.truncated {
-            return Err(McpError::TooLarge {
-                server,
-                method: method_s,
-                limit: MAX_RESPONSE_BYTES,
-            });
+            return Err(self.too_large(method, &response, id));
         }
         let Some(id) = id else {
             // M1: a notification is accepted with 202 (any 2xx is tolerated).
@@ -1847,6 +2083,7 @@ impl McpClient {
             return Err(McpError::Rpc {
                 server,
                 method: method_s,
+                status: None,
                 code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
                 message: one_line(error.get("message").and_then(Value::as_str).unwrap_or("")),
             });
@@ -1856,6 +2093,51 @@ impl McpClient {
             response,
         })
     }
+}
+
+impl McpClient {
+    /// M5: a 2xx answer cut at `max_response_bytes`. It names the size when the server
+    /// declared one, and whether the server had finished the request: a JSON body is
+    /// written once the request is done; a stream had begun the response to our id.
+    fn too_large(&self, method: &str, response: &EgressResponse, id: Option<i64>) -> McpError {
+        let size = response
+            .header("content-length")
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let content_type = response.header("content-type").unwrap_or("");
+        let complete = if content_type
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("application/json")
+        {
+            true
+        } else {
+            id.is_some_and(|id| sse::response_begun(&String::from_utf8_lossy(&response.body), id))
+        };
+        McpError::TooLarge {
+            server: self.server.name.clone(),
+            method: method.into(),
+            limit: self.server.max_response_bytes,
+            size,
+            complete,
+        }
+    }
+}
+
+/// M5: the code and message of a JSON-RPC error in a JSON body (one line, cut short).
+fn rpc_error_in(response: &EgressResponse) -> Option<(i64, String)> {
+    let json = response.header("content-type").is_some_and(|t| {
+        t.trim_start()
+            .to_ascii_lowercase()
+            .starts_with("application/json")
+    });
+    if !json || response.truncated {
+        return None;
+    }
+    let message: Value = serde_json::from_slice(&response.body).ok()?;
+    let error = message.get("error")?;
+    let code = error.get("code").and_then(Value::as_i64)?;
+    let text = error.get("message").and_then(Value::as_str).unwrap_or("");
+    Some((code, one_line(text)))
 }
 
 /// M19: the versions a server names when it refuses ours (JSON-RPC -32022, with or

@@ -10,6 +10,13 @@ use serde::{Deserialize, Serialize};
 /// The default budget of one operation (M3).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// The default of `max_response_bytes`: the most of one response that is read (M5).
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 2 * 1024 * 1024;
+
+/// The largest `max_response_bytes` the configuration accepts: a response is held in
+/// memory whole, so the limit stays a bound, not a switch that turns it off.
+pub const MAX_RESPONSE_BYTES_CEILING: usize = 256 * 1024 * 1024;
+
 /// What a tool does to the world, as the operator declares it (M10). Never taken from
 /// annotations a server wrote about itself.
 #[derive(
@@ -140,6 +147,9 @@ pub struct ServerConfig {
     pub progress_extends_deadline: bool,
     /// M19: whether to probe for the stateless 2026-07-28 revision.
     pub protocol: ProtocolPolicy,
+    /// M5: the most of one response that is read; a longer one is refused with an error
+    /// that names its size and this setting.
+    pub max_response_bytes: usize,
 }
 
 impl ServerConfig {
@@ -156,6 +166,7 @@ impl ServerConfig {
             elicitation: ElicitationPolicy::Decline,
             progress_extends_deadline: false,
             protocol: ProtocolPolicy::Auto,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 

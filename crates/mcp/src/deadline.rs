@@ -1,5 +1,9 @@
-//! M3: one deadline per operation, spent across its legs, on a monotonic clock.
+//! M3: one deadline per operation, spent across its legs, on a monotonic clock. The
+//! configured budget is the whole operation's: a leg is granted what is left (never more),
+//! the first leg always gets its chance, and a later leg is not sent when less than its
+//! floor is left.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -58,13 +62,21 @@ pub(crate) struct Deadline<'c> {
     hard: Option<Duration>,
     /// The clock time of the last progress notification (shared with the stream reader).
     progress: ProgressCell,
+    /// Whether a leg was granted yet: the first one always is.
+    granted: AtomicBool,
 }
 
 /// Where the stream reader records the clock time of the latest progress (M15).
 pub(crate) type ProgressCell = Arc<Mutex<Option<Duration>>>;
 
-/// The least a leg is granted; below it the leg is not sent (M3).
+/// The least time left for a leg after the first to be sent (M3), for budgets of four
+/// seconds and more; a smaller budget's floor is a quarter of it, so a one-second budget
+/// still has room for its handshake.
 pub(crate) const MIN_LEG: Duration = Duration::from_secs(1);
+
+/// The smallest budget an operation may be configured with: below it a handshake and a
+/// call cannot both fit, so the configuration refuses it when it is read.
+pub const MIN_BUDGET: Duration = Duration::from_secs(1);
 
 impl<'c> Deadline<'c> {
     pub(crate) fn start(clock: &'c dyn Clock, budget: Duration) -> Self {
@@ -74,6 +86,7 @@ impl<'c> Deadline<'c> {
             budget,
             hard: None,
             progress: ProgressCell::default(),
+            granted: AtomicBool::new(false),
         }
     }
 
@@ -107,11 +120,16 @@ impl<'c> Deadline<'c> {
         self.progress.clone()
     }
 
-    /// What is left before the hard maximum, rounded up: the bound a leg of a stretchable
-    /// operation is sent with (the soft end is enforced through the signal).
+    /// What is left before the hard maximum: the bound a leg of a stretchable operation is
+    /// sent with (the soft end is enforced through the signal).
     pub(crate) fn grant_hard(&self) -> Option<Duration> {
         let left = self.hard?.saturating_sub(self.elapsed());
-        round_up(left)
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// The least that must be left for a leg after the first to be sent.
+    pub(crate) fn floor(&self) -> Duration {
+        MIN_LEG.min(self.budget / 4)
     }
 
     /// The whole budget, for error messages.
@@ -129,19 +147,18 @@ impl<'c> Deadline<'c> {
         end.saturating_sub(self.elapsed())
     }
 
-    /// M3: the next leg is granted what is left, rounded up to whole seconds; `None` when
-    /// less than a second is left, in which case the leg must not be sent.
+    /// M3: the next leg is granted what is left, so the operation never outlasts its
+    /// budget. The first leg always gets its chance (a one-second budget can reach a
+    /// server); a later one gets `None` when less than [`floor`](Self::floor) is left, and
+    /// must then not be sent.
     pub(crate) fn grant(&self) -> Option<Duration> {
-        round_up(self.remaining())
+        let left = self.remaining();
+        let first = !self.granted.swap(true, Ordering::Relaxed);
+        if left.is_zero() || (!first && left < self.floor()) {
+            return None;
+        }
+        Some(left)
     }
-}
-
-fn round_up(left: Duration) -> Option<Duration> {
-    if left < MIN_LEG {
-        return None;
-    }
-    let whole = left.as_secs() + u64::from(left.subsec_nanos() > 0);
-    Some(Duration::from_secs(whole))
 }
 
 #[cfg(test)]
@@ -149,16 +166,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_leg_is_granted_what_is_left_rounded_up() {
+    fn each_leg_is_granted_what_is_left_and_never_more() {
         let clock = ManualClock::default();
         let deadline = Deadline::start(&clock, Duration::from_secs(20));
         assert_eq!(deadline.grant(), Some(Duration::from_secs(20)));
         clock.advance(Duration::from_millis(6_200));
         assert_eq!(
             deadline.grant(),
-            Some(Duration::from_secs(14)),
-            "13.8 s left rounds up to 14 s"
+            Some(Duration::from_millis(13_800)),
+            "what is left, so the legs never outlast the budget"
         );
+    }
+
+    #[test]
+    fn a_one_second_budget_reaches_the_server_and_still_has_room_for_the_call() {
+        let clock = ManualClock::default();
+        let deadline = Deadline::start(&clock, MIN_BUDGET);
+        clock.advance(Duration::from_millis(30));
+        assert_eq!(deadline.grant(), Some(Duration::from_millis(970)));
+        clock.advance(Duration::from_millis(20));
+        assert_eq!(
+            deadline.grant(),
+            Some(Duration::from_millis(950)),
+            "the floor of a one-second budget is a quarter of it"
+        );
+        clock.advance(Duration::from_millis(800));
+        assert_eq!(deadline.grant(), None, "150 ms is under the 250 ms floor");
+    }
+
+    #[test]
+    fn the_first_leg_always_gets_its_chance() {
+        let clock = ManualClock::default();
+        let deadline = Deadline::start(&clock, Duration::from_secs(20));
+        clock.advance(Duration::from_millis(19_500));
+        assert_eq!(deadline.grant(), Some(Duration::from_millis(500)));
+        assert_eq!(deadline.grant(), None, "a later leg needs its floor");
     }
 
     #[test]
@@ -190,6 +232,7 @@ mod tests {
     fn less_than_a_second_left_grants_nothing() {
         let clock = ManualClock::default();
         let deadline = Deadline::start(&clock, Duration::from_secs(20));
+        assert!(deadline.grant().is_some());
         clock.advance(Duration::from_millis(19_001));
         assert_eq!(deadline.grant(), None);
         clock.advance(Duration::from_secs(5));

@@ -41,7 +41,10 @@ pub enum McpError {
         source: Box<EgressError>,
     },
     /// The server answered with an HTTP status that is not success.
-    #[error("server {server} answered HTTP {status} to {method}")]
+    #[error("server {server} answered HTTP {status} to {method}{}", match status {
+        401 | 403 => "; it refused the credential, which is not sent again: check the server's auth in the configuration",
+        _ => "",
+    })]
     Status {
         /// The server.
         server: String,
@@ -58,8 +61,13 @@ pub enum McpError {
         /// The leg.
         method: String,
     },
-    /// M5: the body was larger than the limit; none of it is echoed.
-    #[error("server {server} answered {method} with more than {} MiB; the answer was refused", limit / (1024 * 1024))]
+    /// M5: the body was larger than the server's `max_response_bytes`; it was read up to
+    /// the limit and refused, and none of it is echoed.
+    #[error(
+        "server {server} answered {method} with {}, over its max_response_bytes of {limit} bytes; the answer was refused{}: raise max_response_bytes in [mcp.servers.{server}] to accept answers this large",
+        match size { Some(size) => format!("{size} bytes"), None => format!("more than {limit} bytes") },
+        if *complete { " (the server had finished the request)" } else { "" }
+    )]
     TooLarge {
         /// The server.
         server: String,
@@ -67,6 +75,11 @@ pub enum McpError {
         method: String,
         /// The limit in bytes.
         limit: usize,
+        /// The answer's size, when the server declared it (`Content-Length`).
+        size: Option<u64>,
+        /// True when the server had finished the request: its answer (a JSON body, or the
+        /// response event of a stream) had begun, so a write took effect.
+        complete: bool,
     },
     /// M5: an HTML page instead of JSON-RPC, usually a wrong URL or a login page.
     #[error(
@@ -114,13 +127,16 @@ pub enum McpError {
         /// What is wrong, in our words.
         problem: String,
     },
-    /// M5: the server answered with a JSON-RPC error.
-    #[error("server {server} refused {method}: JSON-RPC error {code}: {message}")]
+    /// M5: the server answered with a JSON-RPC error (in a success, or in the body of an
+    /// HTTP error status).
+    #[error("server {server} refused {method}{}: JSON-RPC error {code}: {message}", status.map(|s| format!(" with HTTP {s}")).unwrap_or_default())]
     Rpc {
         /// The server.
         server: String,
         /// The leg.
         method: String,
+        /// The HTTP status the error came with, when it was not a success.
+        status: Option<u16>,
         /// The JSON-RPC error code.
         code: i64,
         /// The server's message, one line, at most 200 characters.
@@ -134,12 +150,18 @@ pub enum McpError {
         /// What failed.
         problem: String,
     },
-    /// The server's initialize result declares no `tools` capability: it has nothing to
-    /// list or call.
-    #[error("server {server} offers no tools (its initialize result has no tools capability)")]
+    /// The server declares no `tools` capability (in its initialize or `server/discover`
+    /// result): it has nothing to list or call.
+    #[error(
+        "server {server} offers no tools (its {via} result at protocol {protocol} has no tools capability)"
+    )]
     NoTools {
         /// The server.
         server: String,
+        /// The protocol version spoken.
+        protocol: String,
+        /// Where the capabilities came from: `initialize` or `server/discover`.
+        via: &'static str,
     },
     /// The caller's gate refused the call after the session was ready; `tools/call` was
     /// not sent (the runtime's write fence could not be stamped, R7).
@@ -272,6 +294,8 @@ impl McpError {
                 }
             }
             Self::Egress { source, .. } => source.delivery(),
+            // M5: an answer too large to keep is still the server's answer.
+            Self::TooLarge { complete: true, .. } => Delivery::Answered,
             Self::Status { .. }
             | Self::SessionExpired { .. }
             | Self::Rpc { .. }

@@ -31,6 +31,7 @@ mod config;
 mod deadline;
 mod elicit;
 mod error;
+mod known;
 pub mod naming;
 mod result;
 pub mod schema;
@@ -39,19 +40,19 @@ pub mod stateless;
 mod stream;
 
 pub use catalogue::{
-    CatalogueEntry, CatalogueStore, Contact, SchemaStatus, ServerHealth, StoredSchema,
-    build_catalogue, stored_catalogue,
+    CatalogueEntry, CatalogueStore, Contact, KnownProtocol, SchemaStatus, ServerHealth,
+    StoredSchema, build_catalogue, stored_catalogue,
 };
 pub use client::{
     CANCEL_NOTICE_BUDGET, CLOSE_BUDGET, CallGate, GateFuture, LegReport, ListedTool, MAX_PAGES,
-    MAX_RESPONSE_BYTES, MAX_RESUMES, McpClient, Notification, Reply, Request, SUPPORTED_VERSIONS,
+    MAX_RESUMES, McpClient, Notification, Reply, Request, RequestTrail, SUPPORTED_VERSIONS,
     ToolCall, ToolCallRequest, USER_AGENT,
 };
 pub use config::{
-    ConfigError, DEFAULT_TIMEOUT, Effect, ElicitationPolicy, PROGRESS_HARD_MAX, ProtocolPolicy,
-    ServerConfig,
+    ConfigError, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, Effect, ElicitationPolicy,
+    MAX_RESPONSE_BYTES_CEILING, PROGRESS_HARD_MAX, ProtocolPolicy, ServerConfig,
 };
-pub use deadline::{Clock, ManualClock, SystemClock};
+pub use deadline::{Clock, MIN_BUDGET, ManualClock, SystemClock};
 pub use elicit::{
     ElicitationAnswer, ElicitationFuture, ElicitationRequest, Elicitor, ElicitorHandle,
 };

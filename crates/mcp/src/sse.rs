@@ -48,6 +48,20 @@ pub(crate) fn find_response(text: &str, id: i64, at_end: bool) -> Option<Value> 
         .find(|message| is_response_to(message, id))
 }
 
+/// M5: true when a stream cut at the size limit had begun the response to `id`: its last,
+/// unfinished event opens a JSON-RPC message that names our id and carries a result or an
+/// error, so the server had finished the request when it wrote it.
+pub(crate) fn response_begun(text: &str, id: i64) -> bool {
+    let Some(last) = events(text, true).pop() else {
+        return false;
+    };
+    let head: String = last.chars().take(4096).collect();
+    let compact: String = head.split_whitespace().collect();
+    compact.starts_with('{')
+        && compact.contains(&format!("\"id\":{id},"))
+        && (compact.contains("\"result\":") || compact.contains("\"error\":"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,6 +79,16 @@ mod tests {
     fn crlf_framing_and_multi_line_data_are_read() {
         let body = "data: {\"jsonrpc\":\"2.0\",\r\ndata: \"id\":1,\"result\":{}}\r\n\r\n";
         assert!(find_response(body, 1, false).is_some());
+    }
+
+    #[test]
+    fn a_response_cut_at_the_limit_is_known_begun_only_when_its_id_and_result_arrived() {
+        let cut = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\n\
+                   data: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[{\"text\":\"xxxx";
+        assert!(response_begun(cut, 7));
+        assert!(!response_begun(cut, 8), "another request's id");
+        let progress_only = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"x\":\"xxxx";
+        assert!(!response_begun(progress_only, 7));
     }
 
     #[test]

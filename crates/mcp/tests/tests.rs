@@ -7,6 +7,7 @@ mod echo;
 mod liveness;
 mod peer;
 mod seams;
+mod servers;
 mod shape;
 mod stateless;
 mod wire;

@@ -367,7 +367,14 @@ async fn versions_are_negotiated_by_the_table() {
         ("2025-11-25", None),
         ("2025-06-18", None),
         ("2025-03-26", None),
-        ("2024-11-05", Some("old HTTP+SSE transport")),
+        // It answered a Streamable HTTP initialize: the transport is right, the version
+        // is too old (the old text blamed the transport).
+        (
+            "2024-11-05",
+            Some(
+                "answered initialize with protocol version 2024-11-05, older than any runwarden speaks",
+            ),
+        ),
         (
             "2099-01-01",
             Some("runwarden speaks 2025-11-25, 2025-06-18, 2025-03-26"),

@@ -1136,6 +1136,7 @@ impl Executor {
             // M19, R12: a server's `input_required` parks the run on an `input` decision.
             park_on_input: true,
             resume: input_resume,
+            forced: false,
         };
         let span = tracing::info_span!(
             "tool_call",

@@ -69,7 +69,8 @@ timeout_seconds = 30
 # auth = { oauth = { grant = "client_credentials", client_id = "agent", client_secret = "tickets-client" } }
 #                                      # M18; or grant = "authorization_code" and `runwarden mcp login`
 # effect = "non_idempotent_write"      # the default; or "idempotent_write", "read_only"
-# timeout_seconds = 20                 # one budget per operation, spent across its legs
+# timeout_seconds = 20                 # one budget per operation, spent across its legs (at least 1)
+# max_response_bytes = 2097152         # a longer answer is refused, its size named
 # approval = "required"               # every call waits for an operator (default "none")
 # approval_timeout_seconds = 86400     # then it is denied as "expired" (default 24 h)
 # elicitation = "decline"              # the default; "operator" asks a person (an input decision)
@@ -785,8 +786,10 @@ struct ServerSection {
     auth: Option<AuthSection>,
     /// The default effect of its tools: `read_only`, `idempotent_write` or `non_idempotent_write` (the default).
     effect: Option<String>,
-    /// One budget per operation, spent across its HTTP legs. Default `20`.
+    /// One budget per operation (the whole handshake and the call), spent across its HTTP legs. Default `20`, at least `1`.
     timeout_seconds: Option<f64>,
+    /// The most of one answer that is read, in bytes; a longer one is refused with its size named. Default `2097152` (2 MiB), at most 268435456.
+    max_response_bytes: Option<u64>,
     /// R12: `required` makes every call of its tools wait for an operator's approval. Default `none`.
     approval: Option<String>,
     /// R12: how long its approvals wait before they are denied as expired. Default `86400`.
@@ -1048,6 +1051,24 @@ fn mcp_server(
     }
     if let Some(timeout) = section.timeout_seconds {
         server.timeout = seconds(&format!("{at} timeout_seconds"), timeout)?;
+        // M3: the budget is the whole operation's; below the minimum a handshake and a
+        // call cannot both fit, so it is refused here rather than at every call.
+        if server.timeout < runwarden_mcp::MIN_BUDGET {
+            bail!(
+                "{at} timeout_seconds = {timeout} is too small: it is the budget of a whole operation (the handshake and the call), and must be at least {} s",
+                runwarden_mcp::MIN_BUDGET.as_secs()
+            );
+        }
+    }
+    if let Some(limit) = section.max_response_bytes {
+        let ceiling = runwarden_mcp::MAX_RESPONSE_BYTES_CEILING;
+        if limit < 1024 || limit > ceiling as u64 {
+            bail!(
+                "{at} max_response_bytes = {limit} is out of range: give a number of bytes from 1024 to {ceiling} (the default is {})",
+                runwarden_mcp::DEFAULT_MAX_RESPONSE_BYTES
+            );
+        }
+        server.max_response_bytes = limit as usize;
     }
     let mut policy = ServerApproval {
         required: section

@@ -290,3 +290,95 @@ async fn ctrl_c_cancels_a_call_in_flight_and_the_command_exits_within_a_second()
         "the audit row proves the teardown: {audit}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_of_a_tool_the_catalogue_does_not_offer_is_refused_locally_unless_forced() {
+    let mut server = TestServer::start(mcp_handler(tools(), &[])).await;
+    let sandbox = sandbox_with_server(&server.url("/mcp"), "");
+    runwarden(&sandbox, &["mcp", "import", "srv"]).await.ok();
+    let calls = |server: &mut TestServer| {
+        server
+            .drain_requests()
+            .iter()
+            .filter(|r| String::from_utf8_lossy(&r.body).contains("\"tools/call\""))
+            .count()
+    };
+    assert_eq!(calls(&mut server), 0);
+    runwarden(
+        &sandbox,
+        &["mcp", "call", "srv", "serch", "--args", r#"{"q":"x"}"#],
+    )
+    .await
+    .fails()
+    .says("server srv offers no tool \"serch\" (did you mean search?)")
+    .says("nothing was sent");
+    runwarden(&sandbox, &["mcp", "call", "srv", "srv__recursive"])
+        .await
+        .fails()
+        .says("tool srv__recursive of server srv is refused by the catalogue");
+    assert_eq!(calls(&mut server), 0, "the server saw no call");
+
+    runwarden(
+        &sandbox,
+        &[
+            "mcp",
+            "call",
+            "srv",
+            "serch",
+            "--force",
+            "--args",
+            r#"{"q":"x"}"#,
+        ],
+    )
+    .await
+    .ok()
+    .says("serch {\"q\":\"x\"}");
+    assert_eq!(calls(&mut server), 1);
+    let rows = runwarden(&sandbox, &["--json", "audit", "list"])
+        .await
+        .ok()
+        .json();
+    let forced = rows.as_array().unwrap().iter().any(|r| {
+        r["reason"]
+            .as_str()
+            .is_some_and(|t| t.contains("tools/call, forced past the catalogue"))
+    });
+    assert!(forced, "the forced call's rows say so: {rows}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_names_the_version_and_the_probe() {
+    let server = TestServer::start(mcp_handler(tools(), &[])).await;
+    let sandbox = sandbox_with_server(&server.url("/mcp"), "");
+    runwarden(&sandbox, &["mcp", "health"])
+        .await
+        .ok()
+        .says("srv: up at protocol 2025-11-25 (ping answered in");
+    let rows = runwarden(&sandbox, &["--json", "mcp", "health"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(rows[0]["protocol"], "2025-11-25", "{rows}");
+    assert_eq!(rows[0]["probe"], "ping", "{rows}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_too_small_to_work_and_a_limit_out_of_range_are_refused_when_the_configuration_is_read()
+ {
+    for (extra, says) in [
+        (
+            "timeout_seconds = 0.5",
+            "timeout_seconds = 0.5 is too small: it is the budget of a whole operation (the handshake and the call), and must be at least 1 s",
+        ),
+        (
+            "max_response_bytes = 10",
+            "max_response_bytes = 10 is out of range: give a number of bytes from 1024 to 268435456",
+        ),
+    ] {
+        let sandbox = sandbox_with_server("http://127.0.0.1:9/mcp", extra);
+        runwarden(&sandbox, &["mcp", "list"])
+            .await
+            .fails()
+            .says(says);
+    }
+}

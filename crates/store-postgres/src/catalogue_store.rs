@@ -2,7 +2,9 @@
 //! per-server liveness (SPEC M11).
 
 use async_trait::async_trait;
-use runwarden_mcp::{CatalogueEntry, CatalogueStore, Contact, Effect, SchemaStatus, ServerHealth};
+use runwarden_mcp::{
+    CatalogueEntry, CatalogueStore, Contact, Effect, KnownProtocol, SchemaStatus, ServerHealth,
+};
 use runwarden_vault::store::StoreError;
 use tokio_postgres::Row;
 
@@ -151,6 +153,53 @@ impl CatalogueStore for PgStore {
                     })
                 })
                 .collect()
+        })
+        .await
+    }
+
+    async fn protocol_get(&self, server: &str) -> Result<Option<KnownProtocol>, StoreError> {
+        self.with("reading what a server speaks", async {
+            let client = self.client().await?;
+            let row = client
+                .query_opt(
+                    "SELECT url, protocol, tools, until_ms FROM mcp_protocol WHERE server = $1",
+                    &[&server],
+                )
+                .await?;
+            let Some(row) = row else { return Ok(None) };
+            Ok(Some(KnownProtocol {
+                url: row.try_get(0)?,
+                protocol: row.try_get(1)?,
+                tools: row.try_get(2)?,
+                until_ms: row.try_get(3)?,
+            }))
+        })
+        .await
+    }
+
+    async fn protocol_put(&self, server: &str, known: KnownProtocol) -> Result<(), StoreError> {
+        self.with("remembering what a server speaks", async {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "INSERT INTO mcp_protocol (server, url, protocol, tools, until_ms) VALUES ($1, $2, $3, $4, $5)
+                     ON CONFLICT (server) DO UPDATE SET url = excluded.url, protocol = excluded.protocol,
+                         tools = excluded.tools, until_ms = excluded.until_ms",
+                    &[&server, &known.url, &known.protocol, &known.tools, &known.until_ms],
+                )
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn protocol_forget(&self, server: &str) -> Result<(), StoreError> {
+        self.with("forgetting what a server speaks", async {
+            let client = self.client().await?;
+            client
+                .execute("DELETE FROM mcp_protocol WHERE server = $1", &[&server])
+                .await?;
+            Ok(())
         })
         .await
     }

@@ -81,6 +81,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0013_decision_reissue",
         sql: include_str!("../migrations/0013_decision_reissue.sql"),
     },
+    Migration {
+        version: 15,
+        name: "0015_mcp_protocol",
+        sql: include_str!("../migrations/0015_mcp_protocol.sql"),
+    },
 ];
 
 /// The advisory lock key that serialises migrations across nodes ("rwmigrat" in ASCII).

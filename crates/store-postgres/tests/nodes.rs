@@ -55,7 +55,8 @@ async fn nodes_starting_together_apply_each_migration_once() {
             "0010_console_sessions",
             "0011_keys_and_workers",
             "0012_oauth_refresh_lease",
-            "0013_decision_reissue"
+            "0013_decision_reissue",
+            "0015_mcp_protocol"
         ]
     );
 }

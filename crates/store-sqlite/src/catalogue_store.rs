@@ -2,7 +2,9 @@
 //! liveness (SPEC M11).
 
 use async_trait::async_trait;
-use runwarden_mcp::{CatalogueEntry, CatalogueStore, Contact, Effect, SchemaStatus, ServerHealth};
+use runwarden_mcp::{
+    CatalogueEntry, CatalogueStore, Contact, Effect, KnownProtocol, SchemaStatus, ServerHealth,
+};
 use runwarden_vault::store::StoreError;
 use rusqlite::types::Value;
 use rusqlite::{OptionalExtension, Row, TransactionBehavior, params, params_from_iter};
@@ -131,6 +133,50 @@ impl CatalogueStore for SqliteStore {
                 })
             })?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    async fn protocol_get(&self, server: &str) -> Result<Option<KnownProtocol>, StoreError> {
+        let server = server.to_owned();
+        self.run("reading what a server speaks", move |conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT url, protocol, tools, until_ms FROM mcp_protocol WHERE server = ?1",
+                    [&server],
+                    |row| {
+                        Ok(KnownProtocol {
+                            url: row.get(0)?,
+                            protocol: row.get(1)?,
+                            tools: row.get(2)?,
+                            until_ms: row.get(3)?,
+                        })
+                    },
+                )
+                .optional()?)
+        })
+        .await
+    }
+
+    async fn protocol_put(&self, server: &str, known: KnownProtocol) -> Result<(), StoreError> {
+        let server = server.to_owned();
+        self.run("remembering what a server speaks", move |conn| {
+            conn.execute(
+                "INSERT INTO mcp_protocol (server, url, protocol, tools, until_ms) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (server) DO UPDATE SET url = excluded.url, protocol = excluded.protocol,
+                     tools = excluded.tools, until_ms = excluded.until_ms",
+                params![server, known.url, known.protocol, known.tools, known.until_ms],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn protocol_forget(&self, server: &str) -> Result<(), StoreError> {
+        let server = server.to_owned();
+        self.run("forgetting what a server speaks", move |conn| {
+            conn.execute("DELETE FROM mcp_protocol WHERE server = ?1", [&server])?;
+            Ok(())
         })
         .await
     }

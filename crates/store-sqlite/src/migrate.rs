@@ -80,6 +80,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0013_decision_reissue",
         sql: include_str!("../migrations/0013_decision_reissue.sql"),
     },
+    Migration {
+        version: 15,
+        name: "0015_mcp_protocol",
+        sql: include_str!("../migrations/0015_mcp_protocol.sql"),
+    },
 ];
 
 /// Brings the schema up to date. The version is read first, without a lock a reader

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use runwarden_mcp::{CatalogueEntry, CatalogueStore, Contact, Effect, SchemaStatus, ServerHealth};
+use runwarden_mcp::{
+    CatalogueEntry, CatalogueStore, Contact, Effect, KnownProtocol, SchemaStatus, ServerHealth,
+};
 use serde_json::json;
 
 /// Runs every check against `store`, which must be fresh and empty. Panics on the first
@@ -23,6 +25,8 @@ pub async fn exercise_catalogue_store(store: Arc<dyn CatalogueStore>) {
     a_success_keeps_the_last_failure_and_vice_versa(s).await;
     a_newer_contact_replaces_the_older_one_of_its_kind(s).await;
     health_is_ordered_by_server_and_separate_from_the_catalogue(s).await;
+
+    what_a_server_speaks_is_kept_replaced_and_forgotten(s).await;
 }
 
 fn entry(server: &str, tool: &str, imported_ms: i64) -> CatalogueEntry {
@@ -352,5 +356,42 @@ async fn health_is_ordered_by_server_and_separate_from_the_catalogue(store: &dyn
     assert!(
         health(store, "bravo").await.is_some(),
         "clearing a catalogue keeps the server's health"
+    );
+}
+
+/// M19: what each server speaks, kept across processes: per server, replaced whole,
+/// forgotten on request (forgetting what is not there is no error).
+async fn what_a_server_speaks_is_kept_replaced_and_forgotten(store: &dyn CatalogueStore) {
+    let known = |protocol: &str, tools: bool, until_ms: i64| KnownProtocol {
+        url: "http://127.0.0.1:1/mcp".into(),
+        protocol: protocol.into(),
+        tools,
+        until_ms,
+    };
+    assert_eq!(store.protocol_get("tickets").await.unwrap(), None);
+    store
+        .protocol_put("tickets", known("2025-11-25", true, 10))
+        .await
+        .unwrap();
+    store
+        .protocol_put("web", known("2026-07-28", false, 20))
+        .await
+        .unwrap();
+    store
+        .protocol_put("tickets", known("2026-07-28", true, 30))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.protocol_get("tickets").await.unwrap(),
+        Some(known("2026-07-28", true, 30)),
+        "replaced whole"
+    );
+    store.protocol_forget("tickets").await.unwrap();
+    store.protocol_forget("tickets").await.unwrap();
+    assert_eq!(store.protocol_get("tickets").await.unwrap(), None);
+    assert_eq!(
+        store.protocol_get("web").await.unwrap(),
+        Some(known("2026-07-28", false, 20)),
+        "another server's is untouched"
     );
 }

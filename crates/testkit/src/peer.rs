@@ -19,19 +19,24 @@ fn repo_root() -> PathBuf {
 /// The venv's Python: `$RUNWARDEN_PEER_PYTHON` when `.ci/run` set it, else whatever
 /// `scripts/peer-venv.sh` prints last (it builds the venv when missing).
 fn python() -> PathBuf {
-    if let Ok(path) = std::env::var("RUNWARDEN_PEER_PYTHON")
+    venv_python("RUNWARDEN_PEER_PYTHON", "scripts/peer-venv.sh")
+}
+
+/// The Python of a pinned venv: `$variable` when set, else the last line `script` prints.
+fn venv_python(variable: &str, script: &str) -> PathBuf {
+    if let Ok(path) = std::env::var(variable)
         && !path.is_empty()
     {
         return PathBuf::from(path);
     }
     let output = Command::new("bash")
-        .arg(repo_root().join("scripts/peer-venv.sh"))
+        .arg(repo_root().join(script))
         .stderr(Stdio::inherit())
         .output()
         .expect("run scripts/peer-venv.sh");
     assert!(
         output.status.success(),
-        "scripts/peer-venv.sh failed: the real MCP peer is required, never skipped"
+        "{script} failed: the real MCP peer is required, never skipped"
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
     PathBuf::from(
@@ -61,8 +66,20 @@ impl Peer {
     /// Starts `server.py` with extra flags (`--stateless`, `--json-response`) and waits
     /// for its `READY <port>` line.
     pub fn start(flags: &[&str]) -> Self {
-        let mut child = Command::new(python())
-            .arg(repo_root().join("tests/peer/server.py"))
+        Self::spawn(python(), "tests/peer/server.py", flags)
+    }
+
+    /// Starts the older peer, the Python SDK 1.x (`tests/peer1/server.py`, stateful, with
+    /// sessions; `--json-response`), from its own venv (`$RUNWARDEN_PEER1_PYTHON`, else
+    /// `scripts/peer1-venv.sh`).
+    pub fn start_v1(flags: &[&str]) -> Self {
+        let python = venv_python("RUNWARDEN_PEER1_PYTHON", "scripts/peer1-venv.sh");
+        Self::spawn(python, "tests/peer1/server.py", flags)
+    }
+
+    fn spawn(python: PathBuf, script: &str, flags: &[&str]) -> Self {
+        let mut child = Command::new(python)
+            .arg(repo_root().join(script))
             .args(["--port", "0"])
             .args(flags)
             .stdin(Stdio::null())

@@ -32,7 +32,8 @@ pub(crate) enum McpCommand {
         /// Only this server.
         name: Option<String>,
     },
-    /// Ping every configured server and show its liveness.
+    /// Probe every configured server (server/discover at 2026-07-28, else ping) and show
+    /// its liveness, the protocol version it speaks and the probe used.
     Health,
     /// Call one tool as an operator would test it; Ctrl-C cancels the call in flight.
     Call {
@@ -48,6 +49,10 @@ pub(crate) enum McpCommand {
         /// take the defaults the question gives. Without it, questions are declined.
         #[arg(long)]
         answer: Option<String>,
+        /// Send the call even when the imported catalogue does not offer the tool (unknown,
+        /// or refused at import); the audit rows say it was forced.
+        #[arg(long)]
+        force: bool,
     },
     /// M18: authorize an OAuth server now (authorization code + PKCE): prints the URL to
     /// open and waits for the browser on a loopback redirect; the tokens stay in the vault.
@@ -101,7 +106,8 @@ pub(crate) async fn run(cx: &Context, command: McpCommand) -> anyhow::Result<Exi
             tool,
             args,
             answer,
-        } => call(cx, &name, &tool, &args, answer.as_deref()).await,
+            force,
+        } => call(cx, &name, &tool, &args, answer.as_deref(), force).await,
         McpCommand::Login { name } => super::mcp_auth::login(cx, &name).await,
         McpCommand::Auth(command) => super::mcp_auth::run(cx, command).await,
         McpCommand::Add(args) => super::mcp_edit::add(cx, args),
@@ -167,19 +173,17 @@ async fn import(cx: &Context, name: &str) -> anyhow::Result<ExitCode> {
     let server = cx.config.mcp_server(name)?;
     let (client, store) = client(cx, server).await?;
     let stop = ctrl_c_flag();
-    let tools = match client.send_request(Request::ListTools, Some(&stop)).await {
+    let listed = client.send_request(Request::ListTools, Some(&stop)).await;
+    let trail = client.last_request().map(|t| t.trail).unwrap_or_default();
+    let tools = match listed {
         Ok(Reply::Tools(tools)) => tools,
         Ok(_) => bail!("server {name} answered tools/list with something else"),
-        Err(McpError::NoTools { .. }) => {
+        Err(error @ McpError::NoTools { .. }) => {
             // A server may be reachable and healthy yet offer no tools (only prompts or
             // resources): that is an answer, not a failure. The stored catalogue is left
             // as it was.
             let report = serde_json::json!({ "server": name, "imported": 0, "refused": 0, "tools": [], "offers_tools": false });
-            output::emit(cx.json, &report, || {
-                format!(
-                    "server {name} offers no tools (its initialize result has no tools capability); nothing imported"
-                )
-            });
+            output::emit(cx.json, &report, || format!("{error}; nothing imported"));
             return Ok(ExitCode::SUCCESS);
         }
         Err(e) if e.is_cancelled() => {
@@ -187,7 +191,7 @@ async fn import(cx: &Context, name: &str) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_CANCELLED));
         }
         Err(e) => {
-            return Err(e)
+            return Err(anyhow::anyhow!("{e} {trail}"))
                 .with_context(|| format!("while importing the catalogue of server {name}"));
         }
     };
@@ -464,11 +468,21 @@ async fn health(cx: &Context) -> anyhow::Result<ExitCode> {
     for server in cx.config.mcp_servers.values() {
         let (client, _) = client(cx, server).await?;
         let started = std::time::Instant::now();
-        let outcome = client.send_request(Request::Ping, Some(&stop)).await;
-        let error = outcome.as_ref().err().map(ToString::to_string);
+        let reply = client.send_request(Request::Health, Some(&stop)).await;
+        let trail = client.last_request();
+        let protocol = trail.as_ref().and_then(|t| t.protocol.clone());
+        let probe = match &reply {
+            Ok(Reply::Alive { probe, .. }) => Some(probe.clone()),
+            _ => None,
+        };
+        let error = reply
+            .as_ref()
+            .err()
+            .map(|e| format!("{e} {}", trail.as_ref().map_or("", |t| t.trail.as_str())));
         all_up &= error.is_none();
         rows.push(serde_json::json!({
-            "server": server.name, "up": error.is_none(), "millis": started.elapsed().as_millis() as u64, "error": error,
+            "server": server.name, "up": error.is_none(), "protocol": protocol, "probe": probe,
+            "millis": started.elapsed().as_millis() as u64, "error": error,
         }));
     }
     let store = cx.root.catalogue().await?;
@@ -478,7 +492,12 @@ async fn health(cx: &Context) -> anyhow::Result<ExitCode> {
             .map(|r| {
                 let name = r["server"].as_str().unwrap_or_default();
                 let state = match r["error"].as_str() {
-                    None => format!("up ({} ms)", r["millis"]),
+                    None => format!(
+                        "up at protocol {} ({} answered in {} ms)",
+                        r["protocol"].as_str().unwrap_or("?"),
+                        r["probe"].as_str().unwrap_or("?"),
+                        r["millis"]
+                    ),
                     Some(e) => format!("DOWN: {e}"),
                 };
                 format!(
@@ -550,6 +569,7 @@ async fn call(
     tool: &str,
     args: &str,
     answer: Option<&str>,
+    force: bool,
 ) -> anyhow::Result<ExitCode> {
     let server = cx.config.mcp_server(name)?;
     let arguments = json_object("--args", args)?;
@@ -566,6 +586,9 @@ async fn call(
         .iter()
         .find(|e| e.local_name == tool)
         .or_else(|| catalogue.iter().find(|e| e.remote_name == tool));
+    if !force {
+        refuse_locally(name, tool, entry, &catalogue)?;
+    }
     let remote = entry.map_or(tool, |e| e.remote_name.as_str()).to_string();
     let stop = ctrl_c_flag();
     let request = ToolCallRequest {
@@ -581,6 +604,8 @@ async fn call(
         // M19: an `input_required` result is answered from the command line at once.
         park_on_input: false,
         resume: None,
+        // Past the local refusal: the audit rows say the operator forced it.
+        forced: force && !entry.is_some_and(CatalogueEntry::is_usable),
     };
     let outcome = client.call_tool(request, Some(&stop)).await;
     let result = &outcome.result;
@@ -593,7 +618,7 @@ async fn call(
     let legs: Vec<Value> = outcome
         .legs
         .iter()
-        .map(|l| serde_json::json!({"method": l.method, "granted_seconds": l.granted.as_secs(), "millis": l.elapsed.as_millis() as u64, "audit_id": l.audit_id}))
+        .map(|l| serde_json::json!({"method": l.method, "granted_ms": l.granted.as_millis() as u64, "millis": l.elapsed.as_millis() as u64, "audit_id": l.audit_id}))
         .collect();
     let report = serde_json::json!({
         "server": name, "tool": remote, "outcome": label, "text": result.text, "structured": result.structured,
@@ -621,6 +646,63 @@ async fn call(
     Ok(code)
 }
 
+/// `mcp call` refuses, before anything is sent, a tool the imported catalogue does not
+/// offer: one it does not list (naming the close names it does), or one refused at
+/// import. `--force` sends it anyway. A server never imported has no catalogue to check
+/// against, so its calls go as they are.
+fn refuse_locally(
+    server: &str,
+    tool: &str,
+    entry: Option<&CatalogueEntry>,
+    catalogue: &[CatalogueEntry],
+) -> anyhow::Result<()> {
+    match entry {
+        Some(entry) => match &entry.schema {
+            SchemaStatus::Usable(_) => Ok(()),
+            SchemaStatus::Refused(reason) => bail!(
+                "tool {} of server {server} is refused by the catalogue ({reason}); nothing was sent: pass --force to send it anyway",
+                entry.local_name
+            ),
+        },
+        None if catalogue.is_empty() => Ok(()),
+        None => {
+            let close = close_names(tool, catalogue);
+            let hint = if close.is_empty() {
+                String::new()
+            } else {
+                format!(" (did you mean {}?)", close.join(", "))
+            };
+            bail!(
+                "server {server} offers no tool {tool:?}{hint}; nothing was sent: check the name with `runwarden mcp list {server}`, run `runwarden mcp import {server}` if the server added it, or pass --force to send it anyway"
+            )
+        }
+    }
+}
+
+/// The catalogue's names closest to `tool` (local or remote, whichever is closer), best
+/// first, at most three.
+fn close_names(tool: &str, catalogue: &[CatalogueEntry]) -> Vec<String> {
+    let mut scored: Vec<(f64, &str)> = catalogue
+        .iter()
+        .map(|e| {
+            let local = strsim::jaro_winkler(tool, &e.local_name);
+            let remote = strsim::jaro_winkler(tool, &e.remote_name);
+            if remote >= local {
+                (remote, e.remote_name.as_str())
+            } else {
+                (local, e.local_name.as_str())
+            }
+        })
+        .filter(|(score, _)| *score >= 0.8)
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+    scored
+        .into_iter()
+        .take(3)
+        .map(|(_, n)| n.to_string())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -639,6 +721,54 @@ mod tests {
         assert_eq!(
             answer,
             ElicitationAnswer::Accept(expected.as_object().unwrap().clone())
+        );
+    }
+
+    #[test]
+    fn an_unknown_tool_is_refused_with_the_close_names() {
+        let entry = |remote: &str, schema: SchemaStatus| CatalogueEntry {
+            server: "peer".into(),
+            local_name: format!("peer__{remote}"),
+            remote_name: remote.into(),
+            description: None,
+            effect: runwarden_mcp::Effect::ReadOnly,
+            schema,
+            output_schema: None,
+            imported_ms: 0,
+        };
+        let usable = SchemaStatus::Usable(json!({"type": "object"}));
+        let catalogue = vec![
+            entry("echo", usable.clone()),
+            entry("echo_twice", usable.clone()),
+            entry("create_ticket", usable),
+            entry("tasky", SchemaStatus::Refused("needs tasks".into())),
+        ];
+        let error = refuse_locally("peer", "ecoh", None, &catalogue)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("offers no tool \"ecoh\" (did you mean echo?)"),
+            "{error}"
+        );
+        let twice = refuse_locally("peer", "echo_twise", None, &catalogue)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            twice.contains("(did you mean echo_twice, echo?)"),
+            "best first, far names left out: {twice}"
+        );
+        assert!(error.contains("--force"), "{error}");
+        let refused = refuse_locally("peer", "tasky", Some(&catalogue[3]), &catalogue)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("is refused by the catalogue (needs tasks)"),
+            "{refused}"
+        );
+        assert!(refuse_locally("peer", "echo", Some(&catalogue[0]), &catalogue).is_ok());
+        assert!(
+            refuse_locally("peer", "echo", None, &[]).is_ok(),
+            "nothing imported, nothing to check against"
         );
     }
 

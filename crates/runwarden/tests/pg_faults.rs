@@ -324,10 +324,9 @@ async fn terminate_backends(db: &tokio_postgres::Client, until: Instant) -> i64 
     total
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_workers_through_a_faulty_link_write_at_most_once_and_recover_without_a_restart() {
-    let started = Instant::now();
-    let cluster = TempCluster::start();
+/// A fresh database, the proxy in front of it, and an installation whose store URL goes
+/// through the proxy (with short store bounds); answers the direct URL as well.
+async fn installed_behind_a_proxy(cluster: &TempCluster) -> (Install, Arc<Faults>, String) {
     let direct_url = cluster.fresh_database().await;
     let (port, faults) = proxy(port_of(&direct_url)).await;
     let proxied_url =
@@ -346,6 +345,14 @@ async fn two_workers_through_a_faulty_link_write_at_most_once_and_recover_withou
     .unwrap();
     let agents = write_agents("p", "answer", RUNS_PER_CASE * 3);
     let install = install_in(sandbox, SETTINGS, &agents).await;
+    (install, faults, direct_url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_through_a_faulty_link_write_at_most_once_and_recover_without_a_restart() {
+    let started = Instant::now();
+    let cluster = TempCluster::start();
+    let (install, faults, direct_url) = installed_behind_a_proxy(&cluster).await;
     let (db, mut changes) = direct(&direct_url).await;
     let mut workers: Vec<Child> = (0..2)
         .map(|_| Child::worker(&install.sandbox, Some(3)))
@@ -398,11 +405,19 @@ async fn two_workers_through_a_faulty_link_write_at_most_once_and_recover_withou
         until_terminal(&db, &mut changes, &ids, &mut workers, case).await;
         let settled = off.elapsed();
         let (mut completed, mut unknown, mut unknown_unsent) = (0, 0, 0);
+        let mut others = Vec::new();
         for (id, k) in &ids {
             let run = seen(&db, id, *k, &install).await;
             if check(case, id, &run) {
                 unknown += 1;
                 unknown_unsent += usize::from(run.writes == 0);
+            } else if run.status != "completed" {
+                let reason = run.reason.unwrap_or_default();
+                others.push(format!(
+                    "{} ({})",
+                    run.status,
+                    reason.chars().take(120).collect::<String>()
+                ));
             }
             completed += usize::from(run.status == "completed");
         }
@@ -414,7 +429,7 @@ async fn two_workers_through_a_faulty_link_write_at_most_once_and_recover_withou
         }
         figures.push(format!(
             "case {case}: {} runs, {completed} completed, {unknown} failed as unknown ({unknown_unsent} of them never sent), \
-             all terminal {settled:.1?} after the fault (bound {SETTLE:?}); terminated {terminated}, cut {}, hung {}",
+             all terminal {settled:.1?} after the fault (bound {SETTLE:?}); terminated {terminated}, cut {}, hung {}; others: {others:?}",
             ids.len(),
             faults.cut.swap(0, Ordering::SeqCst),
             faults.hung.swap(0, Ordering::SeqCst),

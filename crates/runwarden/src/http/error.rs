@@ -49,8 +49,9 @@ pub(crate) enum ApiError {
     InvalidRequest(String),
     /// 413: the body is larger than the limit.
     BodyTooLarge,
-    /// 503: the store does not answer (`/readyz`).
-    NotReady,
+    /// 503: the store does not answer or accept a write (`/readyz`); the kind of fault
+    /// (`disk_full`, `read_only`, `io`, `corrupt`, ...) when the store named one.
+    NotReady(Option<&'static str>),
     /// 503: the store is locked by another process, full, out of file descriptors,
     /// read-only or damaged; the client may retry after [`RETRY_AFTER_SECONDS`]. The fault
     /// goes to the log; the body names only its kind.
@@ -85,7 +86,7 @@ impl ApiError {
             Self::UnknownField(_) => (StatusCode::BAD_REQUEST, "unknown_field"),
             Self::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
             Self::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
-            Self::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
+            Self::NotReady(_) => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
             Self::StoreUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -114,7 +115,10 @@ impl ApiError {
                 format!("no agent named {name}: add [agents.{name}] to the configuration")
             }
             Self::BodyTooLarge => format!("the request body is larger than {BODY_LIMIT} bytes"),
-            Self::NotReady => "the store does not answer".into(),
+            Self::NotReady(Some(fault)) => format!(
+                "the store does not accept writes ({fault}): the server log has the details"
+            ),
+            Self::NotReady(None) => "the store does not answer".into(),
             Self::StoreUnavailable(error) => format!(
                 "the store cannot answer right now ({}): retry in {RETRY_AFTER_SECONDS} seconds; the server log has the details",
                 error.fault.as_str()

@@ -40,3 +40,56 @@ async fn readyz_writes_and_fails_naming_the_fault_while_writes_cannot_land() {
     holder.execute_batch("ROLLBACK").unwrap();
     assert_eq!(api.call("GET", "/readyz", None, None).await.0, 200);
 }
+
+/// The API never answers a damaged database as an authentication failure: a live token
+/// whose index entry was damaged (the bytes of its hash in the index page changed, the
+/// table intact) is a 503 `store_unavailable`, not a 401 "not a live token".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_token_index_is_store_unavailable_never_unauthorized() {
+    let sandbox = std::sync::Arc::new(Sandbox::initialised());
+    let operator = crate::api::token(&sandbox, "operator").await;
+    damage_the_token_index(&sandbox);
+    let serve = Serve::start(&sandbox, 0).await;
+    let api = Api::new(&serve);
+    let (status, body) = api.call("GET", "/v1/runs", Some(&operator), None).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "store_unavailable", "{body}");
+}
+
+/// Changes one byte of the only token's hash inside the page of the index on
+/// `api_tokens.hash`, leaving the table's copy as it was.
+fn damage_the_token_index(sandbox: &Sandbox) {
+    let (pages, page_size, hash) = {
+        let db = rusqlite::Connection::open(sandbox.database()).unwrap();
+        db.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .unwrap();
+        let mut pages = db
+            .prepare("SELECT rootpage FROM sqlite_master WHERE type = 'index' AND tbl_name = 'api_tokens'")
+            .unwrap();
+        let pages: Vec<i64> = pages
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let size: i64 = db
+            .query_row("PRAGMA page_size", [], |row| row.get(0))
+            .unwrap();
+        let hash: Vec<u8> = db
+            .query_row("SELECT hash FROM api_tokens", [], |row| row.get(0))
+            .unwrap();
+        (pages, size as usize, hash)
+    };
+    let mut bytes = std::fs::read(sandbox.database()).unwrap();
+    let at = pages
+        .iter()
+        .find_map(|page| {
+            let start = (*page as usize - 1) * page_size;
+            bytes[start..start + page_size]
+                .windows(hash.len())
+                .position(|w| w == hash.as_slice())
+                .map(|at| start + at)
+        })
+        .expect("an index page holds the token's hash");
+    bytes[at + 5] ^= 0xFF;
+    std::fs::write(sandbox.database(), bytes).unwrap();
+}

@@ -15,6 +15,7 @@ fn user_version(sandbox: &Sandbox) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_writes_and_fails_naming_the_fault_while_writes_cannot_land() {
     let sandbox = Sandbox::initialised();
+    sandbox.append_config("[metrics]\nrequire_token = false\n");
     let serve = Serve::start(&sandbox, 0).await;
     let api = Api::new(&serve);
 
@@ -37,8 +38,21 @@ async fn readyz_writes_and_fails_naming_the_fault_while_writes_cannot_land() {
         "the answer names the fault: {body}"
     );
 
+    // Probed again in the same state: one change, counted once.
+    assert_eq!(api.call("GET", "/readyz", None, None).await.0, 503);
+
     holder.execute_batch("ROLLBACK").unwrap();
     assert_eq!(api.call("GET", "/readyz", None, None).await.0, 200);
+    let metrics = reqwest::get(format!("{}/metrics", serve.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (state, times) in [("busy", 1), ("ready", 1)] {
+        let series = format!("runwarden_store_state_changes_total{{kind=\"{state}\"}} {times}");
+        assert!(metrics.contains(&series), "{series} in:\n{metrics}");
+    }
 }
 
 /// The API never answers a damaged database as an authentication failure: a live token

@@ -29,6 +29,7 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Result<axum::Json<V
             .map(|fault| fault.fault.as_str())
     });
     report_change(
+        state.root.metrics(),
         fault.map(|kind| kind.unwrap_or("unreachable")),
         ready.as_ref().err(),
     );
@@ -41,14 +42,19 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Result<axum::Json<V
 /// The store's state as the last probe found it: `""` when ready, else the fault's kind.
 static LAST_STATE: Mutex<&str> = Mutex::new("");
 
-/// Logs a change of the store's state once, at WARN when it fails and at INFO when it
-/// recovers, however often the probe runs.
-fn report_change(state: Option<&'static str>, error: Option<&anyhow::Error>) {
+/// Logs and counts a change of the store's state once, at WARN when it fails and at INFO
+/// when it recovers, however often the probe runs.
+fn report_change(
+    metrics: &super::Metrics,
+    state: Option<&'static str>,
+    error: Option<&anyhow::Error>,
+) {
     let now = state.unwrap_or("");
     let mut last = LAST_STATE.lock().unwrap_or_else(|p| p.into_inner());
     if *last == now {
         return;
     }
+    metrics.observe_store_state(state.unwrap_or("ready"));
     match error {
         Some(error) => tracing::warn!(
             state = now,

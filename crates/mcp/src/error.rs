@@ -318,6 +318,15 @@ impl McpError {
     pub fn is_cancelled(&self) -> bool {
         matches!(self, Self::Cancelled { .. })
     }
+
+    /// True when the call was refused, unsent, because this side's store failed: the
+    /// audit row announcing it could not be written, or the vault could not read its
+    /// records. It says nothing about the tool, so the caller retries the step later
+    /// instead of passing it on as the tool's answer.
+    pub fn is_store_fault(&self) -> bool {
+        matches!(self, Self::Egress { source, .. }
+            if matches!(**source, EgressError::AuditUnavailable { .. } | EgressError::Store(_)))
+    }
 }
 
 /// Cuts server-written text to one line of at most 200 characters.

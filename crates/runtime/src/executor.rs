@@ -38,6 +38,8 @@ use crate::store::{
 use crate::tool_notices::{CallLabel, ToolNotices};
 use crate::watcher::StatusWatcher;
 
+mod store_refused;
+
 /// The default lease of an executing segment (R3).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// The default interval of the background heartbeat.
@@ -428,6 +430,12 @@ impl Executor {
 
     /// Renews the lease in the background while calls are in flight; a renewal that
     /// matches no row marks the lease lost and stops in-flight calls at once (R3).
+    ///
+    /// Each renewal is bounded by half a beat, so a store that hangs cannot hold the
+    /// heartbeat. When renewals keep failing and the lease as last confirmed could run out
+    /// before the next renewal answers, the segment fences itself: it stops its calls and starts no
+    /// new request (the lease is treated as lost), says so at WARN with the cause, and
+    /// leaves the run to the reaper once the lease has run out.
     fn heartbeat(&self, run: &Run, lease_lost: Arc<AtomicBool>) -> HeartbeatGuard {
         let (store, hub, config, id) = (
             self.store.clone(),
@@ -435,6 +443,11 @@ impl Executor {
             self.config.clone(),
             run.id.clone(),
         );
+        // The lease the claim confirmed; a run without one (executed directly) has a
+        // fresh lease from now.
+        let mut held_until = run
+            .lease_expires_ms
+            .unwrap_or_else(|| now_ms() + ms(config.lease));
         HeartbeatGuard(tokio::spawn(async move {
             let mut tick = tokio::time::interval(config.heartbeat);
             tick.tick().await; // the first tick is immediate; the lease is fresh
@@ -447,18 +460,31 @@ impl Executor {
                     lease_until_ms: now + ms(config.lease),
                     now_ms: now,
                 };
-                match store.run_heartbeat(beat).await {
-                    Ok(true) => {}
-                    Ok(false) => {
+                let lease_until = beat.lease_until_ms;
+                let bound = config.heartbeat / 2;
+                let cause = match tokio::time::timeout(bound, store.run_heartbeat(beat)).await {
+                    Ok(Ok(true)) => {
+                        held_until = lease_until;
+                        continue;
+                    }
+                    Ok(Ok(false)) => {
                         lease_lost.store(true, Ordering::SeqCst);
                         hub.wake(&id);
                         return;
                     }
-                    // A store hiccup is not a lost lease; the next beat tries again.
-                    Err(error) => {
-                        tracing::warn!(run = %id, %error, "the heartbeat could not renew the lease")
-                    }
+                    Ok(Err(error)) => error.to_string(),
+                    Err(_) => format!("the store did not answer the renewal within {bound:?}"),
+                };
+                // Self-fencing: another worker may claim the run once the lease runs out.
+                // The next renewal could answer as late as a beat and a half from now, so
+                // the segment stops unless the lease outlasts that.
+                if now_ms() + ms(config.heartbeat + bound) >= held_until {
+                    tracing::warn!(run = %id, %cause, "the lease could not be renewed and runs out soon; this worker stops the run's calls and starts no new request for it");
+                    lease_lost.store(true, Ordering::SeqCst);
+                    hub.wake(&id);
+                    return;
                 }
+                tracing::warn!(run = %id, %cause, "the heartbeat could not renew the lease; trying again at the next beat");
             }
         }))
     }
@@ -1162,6 +1188,12 @@ impl Executor {
             .take();
         if let Some(failure) = failure {
             return Err(self.fence_failed(segment, failure).await);
+        }
+        if let Some(fault) = outcome.result.error.as_ref().filter(|e| e.is_store_fault()) {
+            let problem = fault.to_string();
+            return Err(self
+                .store_refused(segment, round, &call.id, &call.name, problem)
+                .await);
         }
         if let Some(asked) = outcome.input_required {
             // M19, R12: nothing of the tool's work was done; the run parks on an `input`

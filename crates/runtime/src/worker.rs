@@ -17,6 +17,7 @@ use crate::requeue::{apply_held, decide_held, reap};
 use crate::retry::{RequeueCause, RetryPolicy};
 use crate::state::{Outcome, RunState};
 use crate::store::{Run, RunSettle};
+use runwarden_vault::store::{StoreError, StoreFault};
 
 /// How often a worker writes its presence row; a worker not seen for three beats is
 /// taken to be gone (`enqueue` says so).
@@ -192,7 +193,7 @@ impl Worker {
                 lease_until_ms: now_ms() + self.executor.lease_ms(),
                 now_ms: now_ms(),
             };
-            match self.queue.run_claim(claim).await {
+            match self.claim(claim).await {
                 Ok(Some(run)) => {
                     // O5: every claim, and below every segment's end, in the log.
                     tracing::info!(run = %run.id, agent = %run.agent, owner = %self.executor.owner(), "claimed a run");
@@ -259,6 +260,29 @@ impl Worker {
         summary
     }
 
+    /// One claim, bounded by half a lease so a store that hangs cannot stop the loop. A
+    /// claim abandoned at the bound may have been stored: it is not acted on, its lease
+    /// runs out and the reaper hands the run back.
+    async fn claim(&self, claim: Claim) -> Result<Option<Run>, StoreError> {
+        let bound = std::time::Duration::from_millis(
+            u64::try_from(self.executor.lease_ms() / 2)
+                .unwrap_or(0)
+                .max(1),
+        );
+        tokio::time::timeout(bound, self.queue.run_claim(claim))
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::with_fault(
+                    "claiming a queued run",
+                    StoreFault::Io,
+                    format!(
+                        "the store did not answer within {bound:?}; a claim it may have \
+                         stored is not acted on and goes back to the queue when its lease runs out"
+                    ),
+                ))
+            })
+    }
+
     /// Nothing to claim: waits for news that a run may be claimable (O6: `Ready`, a
     /// `Resync`, or a lag), a stop, a finished segment, or the backstop.
     async fn idle(
@@ -312,7 +336,18 @@ impl Worker {
             let mut tick = tokio::time::interval(self.config.reap_every);
             loop {
                 tick.tick().await;
-                match reap(&*self.queue, &self.config.retry).await {
+                // Bounded, so one pass stuck in the store cannot stop the later ones.
+                let pass = tokio::time::timeout(
+                    self.config.reap_every.max(Duration::from_secs(5)),
+                    reap(&*self.queue, &self.config.retry),
+                );
+                match pass.await.unwrap_or_else(|_| {
+                    Err(StoreError::with_fault(
+                        "reaping stale runs",
+                        StoreFault::Io,
+                        "the store did not answer in time; the next pass tries again",
+                    ))
+                }) {
                     Ok(done) => {
                         for rescued_run in &done {
                             tracing::info!(run = %rescued_run.id, action = ?rescued_run.action, "the reaper recovered a stale run");

@@ -44,6 +44,8 @@ pub struct Instrumented {
     pub fail_tool_steps: AtomicBool,
     /// Event kinds whose appends fail (a full disk, a locked database).
     pub fail_kinds: std::sync::Mutex<Vec<String>>,
+    /// Lease renewals never answer (a store that hangs).
+    pub hang_heartbeats: AtomicBool,
 }
 
 #[async_trait]
@@ -76,6 +78,9 @@ impl RunStore for Instrumented {
         self.inner.run_cancel(id, now_ms).await
     }
     async fn run_heartbeat(&self, params: Heartbeat) -> Result<bool, StoreError> {
+        if self.hang_heartbeats.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
         self.inner.run_heartbeat(params).await
     }
     async fn run_fence_mark(&self, params: FenceMark) -> Result<bool, StoreError> {
@@ -172,6 +177,7 @@ pub async fn fixture_with(config: WatcherConfig) -> Fixture {
         fail_probes: AtomicBool::new(false),
         fail_tool_steps: AtomicBool::new(false),
         fail_kinds: std::sync::Mutex::new(Vec::new()),
+        hang_heartbeats: AtomicBool::new(false),
     });
     let hub = Arc::new(CancelHub::new());
     let watcher = StatusWatcher::new(store.clone(), hub.clone(), config);

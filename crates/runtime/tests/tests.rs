@@ -10,6 +10,7 @@ mod decisions;
 mod delivery;
 mod events;
 mod faults;
+mod lease;
 mod progress;
 mod queue;
 mod runs;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use runwarden_mcp::{Effect, ElicitationPolicy, ServerConfig};
+use runwarden_store_postgres::PgOptions;
 use runwarden_vault::oauth::{AuthMethod, Grant, OAuthSettings, SigningAlg};
 use runwarden_vault::{
     Algorithm, Credential, EgressConfig, EgressPolicy, MAX_TICK, MasterKey, Placement, SecretName,
@@ -35,6 +36,11 @@ data_dir = ".runwarden"
 # "sqlite:PATH", or "postgres://USER@HOST:5432/DATABASE" for many nodes on one database
 # (keep a password out of this file: put the whole URL in RUNWARDEN_DATABASE_URL).
 # url = "sqlite:.runwarden/runwarden.db"
+# PostgreSQL only: every store call is bounded. The server cancels a statement after
+# statement_timeout_seconds; the client gives up on a whole call after call_timeout_seconds
+# (a link that stays open but answers nothing) and the call is retried later.
+# statement_timeout_seconds = 10
+# call_timeout_seconds = 20
 
 [vault]
 # The master key file, mode 0600 (RUNWARDEN_MASTER_KEY_FILE). Default: <data_dir>/master.key
@@ -1130,6 +1136,28 @@ struct StoreSection {
     sqlite_path: Option<PathBuf>,
     /// `sqlite:PATH` or `postgres://USER:PASSWORD@HOST/DB` (many nodes). Env: `RUNWARDEN_DATABASE_URL`.
     url: Option<String>,
+    /// PostgreSQL: the server cancels a statement that runs longer (`statement_timeout`), and ends a session idle inside a transaction as long (`idle_in_transaction_session_timeout`). Default `10`.
+    statement_timeout_seconds: Option<f64>,
+    /// PostgreSQL: the client's bound on a whole store call (pool wait, statements, commit); past it the call fails as retryable and its connection is dropped. Default `20`.
+    call_timeout_seconds: Option<f64>,
+    /// PostgreSQL: how long a call waits for a free pooled connection. Default `5`.
+    pool_wait_seconds: Option<f64>,
+}
+
+/// The PostgreSQL bounds of `[store]`, the defaults where a key is absent.
+fn pg_options(section: &StoreSection) -> anyhow::Result<PgOptions> {
+    let mut options = PgOptions::default();
+    if let Some(value) = section.statement_timeout_seconds {
+        options.statement_timeout = seconds("[store] statement_timeout_seconds", value)?;
+        options.idle_in_transaction_timeout = options.statement_timeout;
+    }
+    if let Some(value) = section.call_timeout_seconds {
+        options.call_timeout = seconds("[store] call_timeout_seconds", value)?;
+    }
+    if let Some(value) = section.pool_wait_seconds {
+        options.pool_wait = seconds("[store] pool_wait_seconds", value)?;
+    }
+    Ok(options)
 }
 
 /// `[vault]`.
@@ -1193,6 +1221,8 @@ pub(crate) struct Config {
     pub(crate) data_dir: PathBuf,
     /// `[store] url` (O3 amended): SQLite (the default) or PostgreSQL.
     pub(crate) store: StoreUrl,
+    /// `[store]`'s bounds on every PostgreSQL call.
+    pub(crate) pg_options: PgOptions,
     pub(crate) master_key_file: PathBuf,
     /// `[vault] audit_anchor_file`: the audit log's witness outside the database (V7).
     pub(crate) audit_anchor_file: PathBuf,
@@ -1316,6 +1346,7 @@ impl Config {
                 .or(file.data_dir)
                 .unwrap_or_else(|| ".runwarden".into()),
         );
+        let pg_options = pg_options(&file.store)?;
         let store = store_url(file.store, &data_dir, &resolve)?;
         let master_key_file = env("RUNWARDEN_MASTER_KEY_FILE")
             .map(PathBuf::from)
@@ -1355,6 +1386,7 @@ impl Config {
             approvals,
             data_dir,
             store,
+            pg_options,
             master_key_file,
             audit_anchor_file,
             audit_witness,

@@ -76,7 +76,7 @@ impl Backend {
                 Ok(Self::Sqlite(Arc::new(store)))
             }
             StoreUrl::Postgres(url) => Ok(Self::Postgres(Arc::new(
-                PgStore::connect(url.expose()).await?,
+                PgStore::connect_with(url.expose(), config.pg_options).await?,
             ))),
         }
     }

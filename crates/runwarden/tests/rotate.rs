@@ -105,3 +105,37 @@ fn an_empty_runwarden_master_key_counts_as_unset_so_rotation_installs_the_key_fi
         .says("installed the new key");
     sandbox.run(&["secret", "list"]).ok().says("api");
 }
+
+/// A rotation killed after its commit and before the new key was installed leaves every
+/// secret under the new key while the configured file still holds the old one: running
+/// the command again finishes it (installs the key), and every secret opens.
+#[test]
+fn a_rotation_stopped_after_its_commit_is_finished_by_running_it_again() {
+    let sandbox = Sandbox::empty();
+    sandbox.run(&["--json", "init"]).ok();
+    sandbox.put("api", SIGIL);
+    let old_key = sandbox.path().join("old.key");
+    std::fs::copy(sandbox.key_file(), &old_key).unwrap();
+    let new_key = sandbox.path().join("new.key");
+    let rotate = [
+        "--json",
+        "secret",
+        "rotate-master-key",
+        "--new-key-file",
+        new_key.to_str().unwrap(),
+    ];
+    sandbox.run(&rotate).ok();
+    // The state a kill between the commit and the install leaves: the old key in place.
+    std::fs::copy(&old_key, sandbox.key_file()).unwrap();
+    sandbox.run(&["secret", "list"]).fails();
+
+    let finished = sandbox.run(&rotate).ok().json();
+    assert_eq!(finished["finished_a_stopped_rotation"], true, "{finished}");
+    assert_eq!(
+        std::fs::read(sandbox.key_file()).unwrap(),
+        std::fs::read(&new_key).unwrap(),
+        "the new key is installed"
+    );
+    let list = sandbox.run(&["--json", "secret", "list"]).ok().json();
+    assert_eq!(list[0]["name"], "api");
+}

@@ -1,10 +1,14 @@
 //! `PgStore`: a connection pool over one PostgreSQL database, the migrations applied at
 //! connect, the listener that carries every node's changes into this process's feed
-//! (O6), and the password redaction that keeps the database URL out of errors and logs.
+//! (O6), the bounds that keep every store call finite (a server-side statement timeout,
+//! TCP keepalives, a pool wait and a client-side deadline), and the password redaction
+//! that keeps the database URL out of errors and logs.
 
 use std::future::Future;
+use std::ops::{Deref, DerefMut};
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
@@ -16,7 +20,9 @@ use crate::failure::Failure;
 use crate::listener::Listener;
 use crate::migrate::migrate;
 
-/// How a [`PgStore`] sizes and bounds its pool. `Default` is 16 connections and a 5 s wait.
+/// How a [`PgStore`] sizes and bounds its pool and its calls. `Default`: 16 connections,
+/// a 5 s pool wait, a 10 s statement timeout, a 10 s idle-in-transaction timeout and a
+/// 20 s deadline on each call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PgOptions {
     /// How many pooled connections one store (one node) keeps at most; the change
@@ -25,6 +31,17 @@ pub struct PgOptions {
     /// How long a call waits for a free pooled connection, or for a new one to open,
     /// before failing with a retryable [`StoreFault::Io`].
     pub pool_wait: Duration,
+    /// The server cancels a statement that runs longer (`statement_timeout` on every
+    /// pooled connection); the call fails with a retryable [`StoreFault::Busy`].
+    pub statement_timeout: Duration,
+    /// The server ends a session that sits this long inside an open transaction
+    /// (`idle_in_transaction_session_timeout`), so a client that went silent mid-transaction
+    /// cannot hold its row locks for longer.
+    pub idle_in_transaction_timeout: Duration,
+    /// The client's own bound on a whole store call (pool wait, statements, commit). A call
+    /// past it fails with a retryable [`StoreFault::Io`] and its connection leaves the pool:
+    /// this is what ends a wait on a link that stays open but carries no answer.
+    pub call_timeout: Duration,
 }
 
 impl Default for PgOptions {
@@ -32,6 +49,74 @@ impl Default for PgOptions {
         Self {
             max_connections: 16,
             pool_wait: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(10),
+            idle_in_transaction_timeout: Duration::from_secs(10),
+            call_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+/// TCP keepalives on every connection: a peer that vanished without a reset (a
+/// partition, a crashed host) is found within about half a minute instead of the
+/// kernel's default two hours.
+pub(crate) fn keepalives(config: &mut tokio_postgres::Config) {
+    config
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(10))
+        .keepalives_interval(Duration::from_secs(5))
+        .keepalives_retries(3);
+}
+
+tokio::task_local! {
+    /// Set when the store call running on this task passed its deadline: a connection it
+    /// took is then dropped instead of going back to the pool, where its next user would
+    /// queue behind an answer that may never come.
+    static ABANDONED: Arc<AtomicBool>;
+}
+
+/// A pooled connection taken inside a store call. Dereferences to the pool's object; on
+/// drop it goes back to the pool, unless its call was abandoned at the deadline: then it
+/// leaves the pool, and the server is asked to cancel whatever it still runs for it.
+pub(crate) struct Conn {
+    object: Option<Object>,
+    abandoned: Arc<AtomicBool>,
+}
+
+impl Conn {
+    /// The plain client, for helpers written over `GenericClient`.
+    pub(crate) fn plain(&self) -> &tokio_postgres::Client {
+        self
+    }
+}
+
+impl Deref for Conn {
+    type Target = Object;
+    fn deref(&self) -> &Object {
+        self.object.as_ref().expect("present until drop")
+    }
+}
+
+impl DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut Object {
+        self.object.as_mut().expect("present until drop")
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if !self.abandoned.load(Ordering::SeqCst) {
+            return;
+        }
+        let Some(object) = self.object.take() else {
+            return;
+        };
+        let client = Object::take(object);
+        let token = client.cancel_token();
+        drop(client);
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let _ = tokio::time::timeout(CONNECT_TIMEOUT, token.cancel_query(NoTls)).await;
+            });
         }
     }
 }
@@ -50,6 +135,8 @@ pub struct PgStore {
 
 struct Inner {
     pool: Pool,
+    /// The bounds the store was opened with.
+    options: PgOptions,
     /// The URL with its password replaced, for `Debug` and error messages.
     target: String,
     /// O6: every node's committed run changes, as heard by the listener.
@@ -100,8 +187,22 @@ impl PgStore {
         if config.get_application_name().is_none() {
             config.application_name("runwarden");
         }
+        // The listener keeps its own connection, without the statement bounds (it only
+        // waits for notifications) but with keepalives.
+        let listener_config = config.clone();
+        keepalives(&mut config);
+        let bounds = format!(
+            "-c statement_timeout={} -c idle_in_transaction_session_timeout={}",
+            options.statement_timeout.as_millis().max(1),
+            options.idle_in_transaction_timeout.as_millis().max(1),
+        );
+        let startup = match config.get_options() {
+            Some(given) if !given.trim().is_empty() => format!("{given} {bounds}"),
+            _ => bounds,
+        };
+        config.options(startup);
         let manager = Manager::from_config(
-            config.clone(),
+            config,
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -131,12 +232,13 @@ impl PgStore {
         let feed = ChangeFeed::new();
         // O6: listening starts before `connect` answers, so every change committed after
         // it (by any node) reaches this feed.
-        let listener = Listener::start(config, feed.clone())
+        let listener = Listener::start(listener_config, feed.clone())
             .await
             .map_err(scrubbed)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
+                options,
                 target,
                 feed,
                 _listener: listener,
@@ -197,18 +299,83 @@ impl PgStore {
         &self.inner.feed
     }
 
-    /// A pooled connection.
-    pub(crate) async fn client(&self) -> Result<Object, Failure> {
-        Ok(self.inner.pool.get().await?)
+    /// A pooled connection, tied to the store call running on this task (see [`Conn`]).
+    pub(crate) async fn client(&self) -> Result<Conn, Failure> {
+        let object = self.inner.pool.get().await?;
+        let abandoned = ABANDONED
+            .try_with(Arc::clone)
+            .unwrap_or_else(|_| Arc::new(AtomicBool::new(false)));
+        Ok(Conn {
+            object: Some(object),
+            abandoned,
+        })
     }
 
-    /// Runs `work` and names `operation` in its error.
+    /// Runs `work` within the call deadline and names `operation` in its error. A call
+    /// past the deadline fails with [`StoreFault::Io`]; whether a write it made was
+    /// committed is then unknown, so a caller that acts on a write re-reads first (see
+    /// [`PgStore::confirm`]).
     pub(crate) async fn with<T>(
         &self,
         operation: &str,
         work: impl Future<Output = Result<T, Failure>>,
     ) -> Result<T, StoreError> {
-        work.await.map_err(|e| e.into_store_error(operation))
+        // A call inside another shares its flag: abandoning the outer abandons both.
+        let abandoned = ABANDONED
+            .try_with(Arc::clone)
+            .unwrap_or_else(|_| Arc::new(AtomicBool::new(false)));
+        let mut work = Box::pin(ABANDONED.scope(abandoned.clone(), work));
+        let deadline = self.inner.options.call_timeout;
+        match tokio::time::timeout(deadline, &mut work).await {
+            Ok(result) => result.map_err(|e| e.into_store_error(operation)),
+            Err(_) => {
+                abandoned.store(true, Ordering::SeqCst);
+                drop(work);
+                tracing::warn!(
+                    operation,
+                    ?deadline,
+                    "a store call passed its deadline; its connection was dropped"
+                );
+                Err(StoreError::with_fault(
+                    operation,
+                    StoreFault::Io,
+                    format!(
+                        "the database at {} did not answer within {deadline:?} (a write this \
+                         call made may or may not be stored): check that the server is up and \
+                         reachable, or raise [store] call_timeout_seconds",
+                        self.inner.target
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// A write whose answer was lost (the connection broke or went silent after the
+    /// statement or its COMMIT was sent) may have been stored. `reread`, on a fresh
+    /// connection, says what the row shows: `Some(answer)` when the write is there, and
+    /// then that is the call's answer; otherwise the original error stands. Any other
+    /// error passes through unchanged.
+    pub(crate) async fn confirm<T, F>(
+        &self,
+        result: Result<T, StoreError>,
+        operation: &str,
+        reread: impl FnOnce() -> F,
+    ) -> Result<T, StoreError>
+    where
+        F: Future<Output = Result<Option<T>, Failure>>,
+    {
+        match result {
+            Err(error) if error.fault == StoreFault::Io => {
+                match self.with(operation, reread()).await {
+                    Ok(Some(answer)) => {
+                        tracing::warn!(operation, %error, "the answer to a write was lost; a re-read shows it was stored");
+                        Ok(answer)
+                    }
+                    Ok(None) | Err(_) => Err(error),
+                }
+            }
+            other => other,
+        }
     }
 }
 

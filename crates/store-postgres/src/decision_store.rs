@@ -52,7 +52,7 @@ impl PgStore {
     pub(crate) async fn decision(&self, id: &str) -> Result<Option<Decision>, StoreError> {
         self.with("reading a decision", async {
             let client = self.client().await?;
-            read(&**client, id, false).await
+            read(client.plain(), id, false).await
         })
         .await
     }

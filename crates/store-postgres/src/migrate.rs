@@ -99,6 +99,9 @@ pub(crate) async fn migrate(client: &mut Object) -> Result<(), Failure> {
     let known = MIGRATIONS.last().map_or(0, |m| m.version);
     let tx = client.transaction().await?;
     let result = async {
+        // A migration, and the wait for another node's, may take longer than a store
+        // call's statement bound: this transaction alone runs without it.
+        tx.batch_execute("SET LOCAL statement_timeout = 0").await?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
             .await?;
         tx.batch_execute(

@@ -37,7 +37,7 @@ impl RunStore for PgStore {
     async fn run_create(&self, params: RunCreate) -> Result<Run, StoreError> {
         self.with("creating a run", async {
             let client = self.client().await?;
-            insert_run(&**client, &params).await
+            insert_run(client.plain(), &params).await
         })
         .await
     }
@@ -49,7 +49,7 @@ impl RunStore for PgStore {
     async fn run_get(&self, id: &str) -> Result<Option<Run>, StoreError> {
         self.with("reading a run", async {
             let client = self.client().await?;
-            read_run(&**client, id, false).await
+            read_run(client.plain(), id, false).await
         })
         .await
     }
@@ -155,90 +155,129 @@ impl RunStore for PgStore {
     }
 
     async fn run_fence_mark(&self, params: FenceMark) -> Result<bool, StoreError> {
-        self.with("marking a run's write fence", async {
-            let client = self.client().await?;
-            // R7: no lease or no running run, no write.
-            let stmt = client
+        const OPERATION: &str = "marking a run's write fence";
+        let result = self
+            .with(OPERATION, async {
+                let client = self.client().await?;
+                // R7: no lease or no running run, no write.
+                let stmt = client
                 .prepare_cached(
                     "UPDATE runs SET pending_effect = $1, lease_expires_ms = $2, updated_ms = $3
                      WHERE id = $4 AND claimed_by = $5 AND status = 'running'",
                 )
                 .await?;
-            let changed = client
-                .execute(
-                    &stmt,
-                    &[
-                        &params.effect,
-                        &params.lease_until_ms,
-                        &params.now_ms,
-                        &params.id,
-                        &params.owner,
-                    ],
-                )
-                .await?;
-            Ok(changed == 1)
-        })
-        .await
-    }
-
-    async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
-        self.with("appending a run event", async {
-            let payload = params.payload.to_string();
-            let round = params.round.map(i64::from);
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            let result = async {
-                // The guard decides, and its row lock makes every other appender of this run,
-                // on any node, wait until this transaction ends: MAX(seq) below is read after
-                // the previous appender committed, so a sequence is never taken twice (R1).
-                // The owner of a running run, or of a run cancelled under it (R5: it records its
-                // boundary step). R7: the fence is cleared on a running run only; a cancelled
-                // mid-write run keeps its mark. Rounds never go down.
-                let guard = tx
-                    .prepare_cached(
-                        "UPDATE runs SET
-                             pending_effect = CASE WHEN $1 AND status = 'running' THEN NULL
-                                                   ELSE pending_effect END,
-                             rounds = GREATEST(rounds, COALESCE($2, rounds)),
-                             updated_ms = $3
-                         WHERE id = $4 AND claimed_by = $5 AND status IN ('running', 'cancelled')",
-                    )
-                    .await?;
-                let changed = tx
+                let changed = client
                     .execute(
-                        &guard,
+                        &stmt,
                         &[
-                            &params.clear_fence,
-                            &round,
+                            &params.effect,
+                            &params.lease_until_ms,
                             &params.now_ms,
                             &params.id,
                             &params.owner,
                         ],
                     )
                     .await?;
-                if changed != 1 {
-                    // The guard matched nothing: the transaction ends having stored nothing.
-                    return Ok(None);
-                }
-                let insert = tx
-                    .prepare_cached(
-                        "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
+                Ok(changed == 1)
+            })
+            .await;
+        // A mark whose answer was lost may be stored: then the fence is in place and the
+        // write may go; read as "not stamped", the run would end FENCED_WRITE with
+        // nothing sent. A later renewal only moves the lease further out.
+        self.confirm(result, OPERATION, || async {
+            let client = self.client().await?;
+            let row = client
+                .query_opt(
+                    "SELECT 1 FROM runs WHERE id = $1 AND claimed_by = $2 AND status = 'running'
+                         AND pending_effect = $3 AND lease_expires_ms >= $4",
+                    &[
+                        &params.id,
+                        &params.owner,
+                        &params.effect,
+                        &params.lease_until_ms,
+                    ],
+                )
+                .await?;
+            Ok(row.map(|_| true))
+        })
+        .await
+    }
+
+    async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
+        const OPERATION: &str = "appending a run event";
+        let payload = params.payload.to_string();
+        let result = self
+            .with(OPERATION, async {
+                let round = params.round.map(i64::from);
+                let mut client = self.client().await?;
+                let tx = client.transaction().await?;
+                let result = async {
+                    // The guard decides, and its row lock makes every other appender of this run,
+                    // on any node, wait until this transaction ends: MAX(seq) below is read after
+                    // the previous appender committed, so a sequence is never taken twice (R1).
+                    // The owner of a running run, or of a run cancelled under it (R5: it records its
+                    // boundary step). R7: the fence is cleared on a running run only; a cancelled
+                    // mid-write run keeps its mark. Rounds never go down.
+                    let guard = tx
+                        .prepare_cached(
+                            "UPDATE runs SET
+                             pending_effect = CASE WHEN $1 AND status = 'running' THEN NULL
+                                                   ELSE pending_effect END,
+                             rounds = GREATEST(rounds, COALESCE($2, rounds)),
+                             updated_ms = $3
+                         WHERE id = $4 AND claimed_by = $5 AND status IN ('running', 'cancelled')",
+                        )
+                        .await?;
+                    let changed = tx
+                        .execute(
+                            &guard,
+                            &[
+                                &params.clear_fence,
+                                &round,
+                                &params.now_ms,
+                                &params.id,
+                                &params.owner,
+                            ],
+                        )
+                        .await?;
+                    if changed != 1 {
+                        // The guard matched nothing: the transaction ends having stored nothing.
+                        return Ok(None);
+                    }
+                    let insert = tx
+                        .prepare_cached(
+                            "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
                          SELECT $1::TEXT, COALESCE(MAX(seq), 0) + 1, $2::TEXT, $3::TEXT, $4::BIGINT
                          FROM run_events WHERE run_id = $1::TEXT
                          RETURNING seq",
-                    )
-                    .await?;
-                let seq: i64 = tx
-                    .query_one(
-                        &insert,
-                        &[&params.id, &params.kind, &payload, &params.now_ms],
-                    )
-                    .await?
-                    .try_get(0)?;
-                Ok(Some(seq))
-            }
+                        )
+                        .await?;
+                    let seq: i64 = tx
+                        .query_one(
+                            &insert,
+                            &[&params.id, &params.kind, &payload, &params.now_ms],
+                        )
+                        .await?
+                        .try_get(0)?;
+                    Ok(Some(seq))
+                }
+                .await;
+                finish(tx, result).await
+            })
             .await;
-            finish(tx, result).await
+        // A step whose answer was lost may be stored: read as unstored, a recorded write
+        // would end FENCED_WRITE. The same kind, payload and time is this append.
+        self.confirm(result, OPERATION, || async {
+            let client = self.client().await?;
+            let row = client
+                .query_opt(
+                    "SELECT seq FROM run_events
+                     WHERE run_id = $1 AND kind = $2 AND time_ms = $3 AND payload = $4
+                     ORDER BY seq DESC LIMIT 1",
+                    &[&params.id, &params.kind, &params.now_ms, &payload],
+                )
+                .await?;
+            Ok(row.map(|row| row.try_get(0)).transpose()?.map(Some))
         })
         .await
     }
@@ -253,36 +292,57 @@ impl RunStore for PgStore {
                 ),
             ));
         }
-        self.with(SETTLING, async {
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            let result = async {
-                let changed = tx
-                    .execute(
-                        "UPDATE runs SET status = $1, termination_reason = $2, updated_ms = $3
+        let result = self
+            .with(SETTLING, async {
+                let mut client = self.client().await?;
+                let tx = client.transaction().await?;
+                let result = async {
+                    let changed = tx
+                        .execute(
+                            "UPDATE runs SET status = $1, termination_reason = $2, updated_ms = $3
                          WHERE id = $4 AND claimed_by = $5 AND status = 'running'",
-                        &[
-                            &params.status.as_str(),
-                            &params.reason,
-                            &params.now_ms,
-                            &params.id,
-                            &params.owner,
-                        ],
-                    )
-                    .await?;
-                let answer = if changed == 1 {
-                    SettleAnswer::Settled
-                } else if read_status(&*tx, &params.id, false).await? == Some(RunState::Cancelled) {
-                    // R4, R5: the cancel won the row; the segment must not overwrite it.
-                    SettleAnswer::AlreadyCancelled
-                } else {
-                    // R3: another segment holds the run, or it is no longer running.
-                    SettleAnswer::LeaseLost
-                };
-                Ok(answer)
-            }
+                            &[
+                                &params.status.as_str(),
+                                &params.reason,
+                                &params.now_ms,
+                                &params.id,
+                                &params.owner,
+                            ],
+                        )
+                        .await?;
+                    let answer = if changed == 1 {
+                        SettleAnswer::Settled
+                    } else if read_status(&*tx, &params.id, false).await?
+                        == Some(RunState::Cancelled)
+                    {
+                        // R4, R5: the cancel won the row; the segment must not overwrite it.
+                        SettleAnswer::AlreadyCancelled
+                    } else {
+                        // R3: another segment holds the run, or it is no longer running.
+                        SettleAnswer::LeaseLost
+                    };
+                    Ok(answer)
+                }
+                .await;
+                finish(tx, result).await
+            })
             .await;
-            finish(tx, result).await
+        // A settle whose answer was lost may be stored: the row then says so.
+        self.confirm(result, SETTLING, || async {
+            let client = self.client().await?;
+            let row = client
+                .query_opt(
+                    "SELECT 1 FROM runs WHERE id = $1 AND claimed_by = $2 AND status = $3
+                         AND termination_reason = $4",
+                    &[
+                        &params.id,
+                        &params.owner,
+                        &params.status.as_str(),
+                        &params.reason,
+                    ],
+                )
+                .await?;
+            Ok(row.map(|_| SettleAnswer::Settled))
         })
         .await
     }

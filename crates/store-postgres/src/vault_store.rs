@@ -181,8 +181,37 @@ impl VaultStore for PgStore {
         chain: Arc<AuditChain>,
     ) -> Result<AuditRow, StoreError> {
         const OPERATION: &str = "appending an audit row";
+        let result = self
+            .with(
+                OPERATION,
+                append_rows(self, vec![event.clone()], &chain, true),
+            )
+            .await;
+        // An append whose answer was lost may be stored (the call it announces may then
+        // go): the newest row equal to this event is that append.
         let mut rows = self
-            .with(OPERATION, append_rows(self, vec![event], &chain, true))
+            .confirm(result, OPERATION, || async {
+                let client = self.client().await?;
+                let row = client
+                    .query_opt(
+                        &format!(
+                            "SELECT {AUDIT_COLUMNS} FROM audit_log
+                             WHERE time_ms = $1 AND action = $2 AND host = $3 AND path = $4
+                                 AND actor = $5
+                             ORDER BY id DESC LIMIT 1"
+                        ),
+                        &[
+                            &event.time_ms,
+                            &event.action,
+                            &event.host,
+                            &event.path,
+                            &event.actor,
+                        ],
+                    )
+                    .await?;
+                let row = row.as_ref().map(audit_row).transpose()?;
+                Ok(row.filter(|row| row.event == event).map(|row| vec![row]))
+            })
             .await?;
         rows.pop()
             .ok_or_else(|| StoreError::new(OPERATION, "no row was written"))
@@ -264,7 +293,7 @@ impl VaultStore for PgStore {
     async fn audit_tip(&self) -> Result<Option<AuditTip>, StoreError> {
         self.with("reading the audit tip", async {
             let client = self.client().await?;
-            read_tip(&**client).await
+            read_tip(client.plain()).await
         })
         .await
     }

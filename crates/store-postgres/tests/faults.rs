@@ -104,6 +104,7 @@ async fn an_exhausted_pool_fails_retryable_after_its_wait() {
     let options = PgOptions {
         max_connections: 1,
         pool_wait: Duration::from_millis(200),
+        ..PgOptions::default()
     };
     let store = PgStore::connect_with(&db.url, options).await.unwrap();
     // Another session holds the audit lock (AUDIT_LOCK in vault_store.rs, "rwaudit!").
@@ -156,6 +157,78 @@ async fn an_exhausted_pool_fails_retryable_after_its_wait() {
         .unwrap()
         .expect("the append succeeds");
     assert_eq!(row.id, 1);
+}
+
+/// Another session holding the audit lock ("rwaudit!"), so an audit append waits.
+async fn hold_the_audit_lock(url: &str) -> tokio_postgres::Client {
+    let (holder, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    holder
+        .batch_execute("BEGIN; SELECT pg_advisory_xact_lock(8248168399376053281);")
+        .await
+        .unwrap();
+    holder
+}
+
+/// Every store call is bounded: the server cancels a statement past `statement_timeout`
+/// (a retryable `Busy`), and a call past the client's own deadline fails as a retryable
+/// `Io` whose connection leaves the pool, so the next call on a pool of one does not wait
+/// behind it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_past_its_bounds_fails_retryable_and_its_connection_leaves_the_pool() {
+    let db = TestDb::new().await;
+    let chain = std::sync::Arc::new(runwarden_vault::audit::AuditChain::from_audit_key(&[7; 32]));
+    let holder = hold_the_audit_lock(&db.url).await;
+
+    let server_bound = PgOptions {
+        max_connections: 1,
+        statement_timeout: Duration::from_millis(300),
+        ..PgOptions::default()
+    };
+    let store = PgStore::connect_with(&db.url, server_bound).await.unwrap();
+    let since = std::time::Instant::now();
+    let error = store
+        .audit_append(audit_event(), chain.clone())
+        .await
+        .expect_err("the lock is held past the statement timeout");
+    assert_eq!(error.fault, StoreFault::Busy, "{error}");
+    assert!(error.is_retryable());
+    assert!(
+        since.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        since.elapsed()
+    );
+
+    let client_bound = PgOptions {
+        max_connections: 1,
+        call_timeout: Duration::from_millis(500),
+        ..PgOptions::default()
+    };
+    let store = PgStore::connect_with(&db.url, client_bound).await.unwrap();
+    let since = std::time::Instant::now();
+    let error = store
+        .audit_append(audit_event(), chain)
+        .await
+        .expect_err("the lock is held past the call's deadline");
+    assert_eq!(error.fault, StoreFault::Io, "{error}");
+    assert!(error.message.contains("did not answer within"), "{error}");
+    assert!(
+        since.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        since.elapsed()
+    );
+    // The pool's only connection was waiting on the lock: it was dropped, so this call
+    // gets a new one at once while the lock is still held.
+    let listed = tokio::time::timeout(
+        Duration::from_secs(2),
+        store.sealed_list(SealedKind::Secret),
+    )
+    .await
+    .expect("the next call does not queue behind the abandoned one");
+    assert!(listed.unwrap().is_empty());
+    holder.batch_execute("COMMIT").await.unwrap();
 }
 
 fn audit_event() -> runwarden_vault::audit::AuditEvent {

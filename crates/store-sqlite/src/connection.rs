@@ -117,7 +117,7 @@ impl SqliteStore {
             conn.busy_timeout(PROBE_BUSY_TIMEOUT)?;
             let probed = write_probe(conn);
             if !conn.is_autocommit() {
-                let _ = conn.execute_batch("ROLLBACK"); // best effort; the probe wrote nothing
+                let _ = conn.execute_batch("ROLLBACK"); // best effort: the commit failed
             }
             conn.busy_timeout(WRITER_BUSY_TIMEOUT)?;
             probed
@@ -193,13 +193,14 @@ impl SqliteStore {
     }
 }
 
-/// Begins a write transaction, reads one row and rolls back.
+/// A small real write, committed: the header's `user_version` (which nothing else uses)
+/// moves by one. A store that is full, read-only, failing its I/O, locked or damaged
+/// fails here, where a transaction that writes nothing would pass.
 fn write_probe(conn: &Connection) -> Result<(), Failure> {
     conn.execute_batch("BEGIN IMMEDIATE")?;
-    conn.query_row("SELECT COUNT(*) FROM schema_migrations", [], |row| {
-        row.get::<_, i64>(0)
-    })?;
-    conn.execute_batch("ROLLBACK")?;
+    let version: i32 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    let next = version.wrapping_add(1).max(0);
+    conn.execute_batch(&format!("PRAGMA user_version = {next}; COMMIT"))?;
     Ok(())
 }
 

@@ -41,6 +41,23 @@ impl TokenStore for SqliteStore {
                     |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
                 )
                 .optional()?;
+            if row.is_none() {
+                // A miss is checked once more past the index: a damaged index answers "no
+                // such token" for a live one, and a damaged database must never read as an
+                // authentication failure. The table is small; only misses pay for it.
+                let scanned: Option<i64> = conn
+                    .query_row(
+                        "SELECT id FROM api_tokens NOT INDEXED WHERE hash = ?1 AND revoked_ms IS NULL",
+                        [hash.as_slice()],
+                        |row| row.get(0),
+                    )
+                    .optional()?;
+                if scanned.is_some() {
+                    return Err(Failure::Corrupt(
+                        "the index of API tokens disagrees with their table".into(),
+                    ));
+                }
+            }
             row.map(|(id, name, role, created)| token_row(id, name, role, created)).transpose()
         })
         .await

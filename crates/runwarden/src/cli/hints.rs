@@ -22,8 +22,17 @@ pub(crate) async fn no_worker_hint(queue: &dyn QueueStore) -> Option<String> {
     if last_seen.is_some_and(|seen| now_ms - seen <= gone_ms) {
         return None;
     }
+    // A worker that runs but cannot write to the store cannot record its presence
+    // either: say what is known, not that none runs.
+    let known = match last_seen {
+        Some(seen) => format!(
+            "the last one {} s ago; a worker that runs but cannot write to the store is not seen either, so look at the workers' logs",
+            (now_ms - seen) / 1000
+        ),
+        None => "none ever was".to_string(),
+    };
     Some(format!(
-        "note: no worker has been seen in the last {} s, so nothing will claim this run yet: start one with `runwarden worker` or `runwarden serve`",
+        "note: no worker has been seen in the last {} s ({known}), so nothing will claim this run yet: start one with `runwarden worker` or `runwarden serve`",
         WORKER_GONE_AFTER.as_secs()
     ))
 }

@@ -1,8 +1,10 @@
 //! The command line: one clap tree, one module per command group.
 
 pub(crate) mod audit;
+mod backup;
 mod completions;
 mod decisions;
+mod doctor;
 mod egress;
 mod hints;
 pub(crate) mod init;
@@ -121,6 +123,11 @@ enum Command {
     Resolve(decisions::ResolveArgs),
     /// Answer a server's question: --content JSON, --decline or --cancel.
     Answer(decisions::AnswerArgs),
+    /// Check the installation (database integrity, free space, file modes, key and
+    /// anchor, write-ahead log, workers, store) and say what to do; exit 1 on a problem.
+    Doctor,
+    /// Copy the SQLite database while it runs, with its audit anchor beside it.
+    Backup(backup::BackupArgs),
     /// Print a shell completion script: `runwarden completions bash > /etc/bash_completion.d/runwarden`.
     Completions(completions::CompletionsArgs),
 }
@@ -139,6 +146,8 @@ impl Command {
             Self::Reap => Some("reap"),
             Self::Serve(_) => Some("serve"),
             Self::Token(_) => Some("token"),
+            Self::Doctor => Some("doctor"),
+            Self::Backup(_) => Some("backup"),
             _ => None,
         }
     }
@@ -296,6 +305,8 @@ async fn dispatch(cx: &Context, command: Command) -> anyhow::Result<ExitCode> {
         Command::Deny(args) => decisions::deny(cx, args).await,
         Command::Resolve(args) => decisions::resolve(cx, args).await,
         Command::Answer(args) => decisions::answer(cx, args).await,
+        Command::Doctor => doctor::run(cx).await,
+        Command::Backup(args) => backup::run(cx, args).await,
         // Dispatched above, before any configuration is read.
         Command::Completions(args) => completions::print(args),
     }

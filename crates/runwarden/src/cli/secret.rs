@@ -151,7 +151,16 @@ fn install_key_file(from: &Path, to: &Path) -> anyhow::Result<()> {
 }
 
 async fn rotate(cx: &Context, new_key_file: &Path) -> anyhow::Result<ExitCode> {
-    let vault = cx.vault().await?;
+    let vault = match cx.vault().await {
+        Ok(vault) => vault,
+        // A rotation stopped after its commit and before the new key was installed: the
+        // configured key opens nothing any more, the new one opens everything. Running the
+        // command again finishes it.
+        Err(error) => match finishes_a_stopped_rotation(cx, new_key_file).await {
+            Some(key) => return installed(cx, new_key_file, &key, None, false),
+            None => return Err(error),
+        },
+    };
     let created = !new_key_file.exists();
     if created {
         MasterKey::generate()
@@ -178,6 +187,29 @@ async fn rotate(cx: &Context, new_key_file: &Path) -> anyhow::Result<ExitCode> {
     .await
     .context("the rotation committed but the new key does not open the vault")?;
 
+    installed(cx, new_key_file, &new_key, Some(count), created)
+}
+
+/// The key in `new_key_file` when it opens the vault (the rewrap committed under it).
+async fn finishes_a_stopped_rotation(cx: &Context, new_key_file: &Path) -> Option<MasterKey> {
+    let store = cx.root.vault_store().await.ok()?;
+    let opening = MasterKey::from_file(new_key_file).ok()?;
+    Vault::open(store, opening, cx.config.algorithm)
+        .await
+        .ok()?;
+    MasterKey::from_file(new_key_file).ok()
+}
+
+/// Installs the new key where the configuration looks for it (unless the key comes from
+/// the environment) and says what was done; `count` is `None` when this run only finished
+/// a rotation that had stopped after re-wrapping.
+fn installed(
+    cx: &Context,
+    new_key_file: &Path,
+    new_key: &MasterKey,
+    count: Option<usize>,
+    created: bool,
+) -> anyhow::Result<ExitCode> {
     let installed = if master_key_from_env() {
         false
     } else {
@@ -192,16 +224,23 @@ async fn rotate(cx: &Context, new_key_file: &Path) -> anyhow::Result<ExitCode> {
     };
     let report = serde_json::json!({
         "rewrapped": count,
+        "finished_a_stopped_rotation": count.is_none(),
         "new_master_key_id": new_key.id(),
         "new_key_file": new_key_file.display().to_string(),
         "new_key_file_created": created,
         "installed_at": installed.then(|| cx.config.master_key_file.display().to_string()),
     });
     output::emit(cx.json, &report, || {
-        let mut text = format!(
-            "re-wrapped {count} data keys under master key {}",
-            new_key.id()
-        );
+        let mut text = match count {
+            Some(count) => format!(
+                "re-wrapped {count} data keys under master key {}",
+                new_key.id()
+            ),
+            None => format!(
+                "finished a rotation that had stopped: every data key was already under master key {}",
+                new_key.id()
+            ),
+        };
         if installed {
             text.push_str(&format!(
                 "\ninstalled the new key at {}; the copy at {} may be moved to safe storage",

@@ -39,7 +39,12 @@ pub(crate) async fn require(
             "send Authorization: Bearer <token>; `runwarden token create` makes one".into(),
         ));
     };
-    let Some(token) = token_verify(&*guard.state.tokens, presented).await? else {
+    // Any store fault here is a 503 the client may retry, never a 401: a store that cannot
+    // say whether a token is live has not said that it is not.
+    let verified = token_verify(&*guard.state.tokens, presented)
+        .await
+        .map_err(ApiError::StoreUnavailable)?;
+    let Some(token) = verified else {
         return Err(ApiError::Unauthorized(
             "the bearer token is not a live token (unknown or revoked)".into(),
         ));

@@ -51,8 +51,9 @@ pub(crate) enum ApiError {
     BodyTooLarge(usize),
     /// 408: the body did not arrive within the body-read timeout.
     RequestTimeout,
-    /// 503: the store does not answer (`/readyz`).
-    NotReady,
+    /// 503: the store does not answer or accept a write (`/readyz`); the kind of fault
+    /// (`disk_full`, `read_only`, `io`, `corrupt`, ...) when the store named one.
+    NotReady(Option<&'static str>),
     /// 503: the store is locked by another process, full, out of file descriptors,
     /// read-only or damaged; the client may retry after [`RETRY_AFTER_SECONDS`]. The fault
     /// goes to the log; the body names only its kind.
@@ -101,7 +102,7 @@ impl ApiError {
             Self::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
             Self::BodyTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
             Self::RequestTimeout => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
-            Self::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
+            Self::NotReady(_) => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
             Self::StoreUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -135,7 +136,10 @@ impl ApiError {
             Self::RequestTimeout => {
                 "the request body did not arrive within the body-read timeout".into()
             }
-            Self::NotReady => "the store does not answer".into(),
+            Self::NotReady(Some(fault)) => format!(
+                "the store does not accept writes ({fault}): the server log has the details"
+            ),
+            Self::NotReady(None) => "the store does not answer".into(),
             Self::StoreUnavailable(error) => format!(
                 "the store cannot answer right now ({}): retry in {RETRY_AFTER_SECONDS} seconds; the server log has the details",
                 error.fault.as_str()

@@ -1,7 +1,10 @@
 //! `GET /healthz` (the process answers) and `GET /readyz` (the store answers too); neither
 //! needs a token.
 
+use std::sync::Mutex;
+
 use axum::extract::State;
+use runwarden_vault::store::StoreError;
 use serde_json::{Value, json};
 
 use super::AppState;
@@ -12,17 +15,53 @@ pub(super) async fn healthz() -> axum::Json<Value> {
 }
 
 pub(super) async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Value>, ApiError> {
-    // A cheap probe that also takes the write lock: a store locked by another process
-    // answers reads (WAL) but not writes, and is not ready.
+    // The probe makes a small real write: a store that is full, read-only, failing its
+    // I/O, locked by another process or damaged answers reads but not writes, and is not
+    // ready.
     let ready = match state.root.backend().await {
         Ok(backend) => backend.ready().await.map_err(anyhow::Error::from),
         Err(error) => Err(error),
     };
-    match ready {
-        Ok(_) => Ok(axum::Json(json!({ "status": "ready" }))),
-        Err(error) => {
-            tracing::warn!(%error, "not ready: the store does not answer");
-            Err(ApiError::NotReady)
-        }
+    let fault = ready.as_ref().err().map(|error| {
+        error
+            .chain()
+            .find_map(|cause| cause.downcast_ref::<StoreError>())
+            .map(|fault| fault.fault.as_str())
+    });
+    report_change(
+        state.root.metrics(),
+        fault.map(|kind| kind.unwrap_or("unreachable")),
+        ready.as_ref().err(),
+    );
+    match fault {
+        None => Ok(axum::Json(json!({ "status": "ready" }))),
+        Some(kind) => Err(ApiError::NotReady(kind)),
     }
+}
+
+/// The store's state as the last probe found it: `""` when ready, else the fault's kind.
+static LAST_STATE: Mutex<&str> = Mutex::new("");
+
+/// Logs and counts a change of the store's state once, at WARN when it fails and at INFO
+/// when it recovers, however often the probe runs.
+fn report_change(
+    metrics: &super::Metrics,
+    state: Option<&'static str>,
+    error: Option<&anyhow::Error>,
+) {
+    let now = state.unwrap_or("");
+    let mut last = LAST_STATE.lock().unwrap_or_else(|p| p.into_inner());
+    if *last == now {
+        return;
+    }
+    metrics.observe_store_state(state.unwrap_or("ready"));
+    match error {
+        Some(error) => tracing::warn!(
+            state = now,
+            error = format!("{error:#}"),
+            "not ready: the store does not accept writes"
+        ),
+        None => tracing::info!(previous = *last, "ready: the store accepts writes again"),
+    }
+    *last = now;
 }

@@ -104,6 +104,7 @@ pub(crate) struct Metrics {
     slots_busy: Gauge,
     watcher_queries: Counter,
     store_errors: Family<KindLabels, Counter>,
+    store_state_changes: Family<KindLabels, Counter>,
     db_decisions_pending: Gauge,
     sources: std::sync::Mutex<Sources>,
 }
@@ -178,6 +179,12 @@ impl Metrics {
             "Store errors this process met, by kind (busy, read_only, disk_full, too_many_files, io, corrupt, other)",
             store_errors.clone(),
         );
+        let store_state_changes = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "store_state_changes",
+            "Changes of the store's state found by the readiness probe, by the state entered (ready, busy, read_only, disk_full, too_many_files, io, corrupt, other, unreachable)",
+            store_state_changes.clone(),
+        );
         let db_decisions_pending = Gauge::default();
         registry.register(
             "db_decisions_pending",
@@ -195,6 +202,7 @@ impl Metrics {
             slots_busy,
             watcher_queries,
             store_errors,
+            store_state_changes,
             db_decisions_pending,
             sources: std::sync::Mutex::default(),
         }
@@ -250,6 +258,13 @@ impl Metrics {
                 .inc_by(seen.saturating_sub(*counted));
             *counted = seen;
         }
+    }
+
+    /// Counts one change of the store's state, named by the state entered.
+    pub(crate) fn observe_store_state(&self, state: &'static str) {
+        self.store_state_changes
+            .get_or_create(&KindLabels { kind: state })
+            .inc();
     }
 
     /// Records one cancel latency.

@@ -26,6 +26,7 @@ mod mrtr;
 mod nodes;
 mod oauth;
 mod operator_cli;
+mod os_faults;
 mod queueing;
 mod reload;
 mod rotate;

@@ -457,6 +457,7 @@ async fn trial(
             owner: executor.owner().into(),
             lease_until_ms: later + LEASE.as_millis() as i64,
             now_ms: later + 1_000,
+            agents: None,
         };
         let Some(run) = inner.run_claim(claim).await.unwrap() else {
             break;

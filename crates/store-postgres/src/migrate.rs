@@ -81,6 +81,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0013_decision_reissue",
         sql: include_str!("../migrations/0013_decision_reissue.sql"),
     },
+    Migration {
+        version: 14,
+        name: "0014_claim_epoch",
+        sql: include_str!("../migrations/0014_claim_epoch.sql"),
+    },
 ];
 
 /// The advisory lock key that serialises migrations across nodes ("rwmigrat" in ASCII).

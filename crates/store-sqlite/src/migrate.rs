@@ -80,6 +80,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0013_decision_reissue",
         sql: include_str!("../migrations/0013_decision_reissue.sql"),
     },
+    Migration {
+        version: 14,
+        name: "0014_claim_epoch",
+        sql: include_str!("../migrations/0014_claim_epoch.sql"),
+    },
 ];
 
 /// Brings the schema up to date. The version is read first, without a lock a reader

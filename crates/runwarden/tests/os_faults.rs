@@ -70,6 +70,8 @@ struct Seen {
     written_twice: usize,
     statuses: BTreeMap<String, usize>,
     settled_in: Duration,
+    /// Warnings and errors the worker logged: the fault was felt.
+    complaints: usize,
     violations: Vec<String>,
 }
 
@@ -206,6 +208,30 @@ async fn until_all_ended(database: &Path, bound: Duration) -> Option<Duration> {
     }
 }
 
+/// Waits (reading the file every 20 ms, up to 10 s) until a worker has written its
+/// presence row.
+async fn until_a_worker_is_seen(database: &Path) {
+    let started = Instant::now();
+    loop {
+        let conn = rusqlite::Connection::open_with_flags(
+            database,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .expect("the database opens read-only");
+        let seen: i64 = conn
+            .query_row("SELECT COUNT(*) FROM workers", [], |r| r.get(0))
+            .unwrap_or(0);
+        if seen > 0 {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the worker never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Checks one case's runs after the fault was removed, the worker's output lines included.
 async fn check_case(
     install: &Install,
@@ -296,15 +322,30 @@ where
     apply(worker.pid, install.sandbox.database()).await;
     let settled = until_all_ended(&install.sandbox.database(), SETTLE_BOUND).await;
     let stopping = Instant::now();
-    worker.signal("TERM");
+    let died = worker.reaped.load(std::sync::atomic::Ordering::SeqCst);
+    if !died {
+        worker.signal("TERM");
+    }
     let ended = worker.ended(stopping, Duration::from_secs(30)).await;
-    check_case(&install, &ids, &ended.stdout, settled).await
+    let mut seen = check_case(&install, &ids, &ended.stdout, settled).await;
+    if died {
+        seen.violations.push(format!(
+            "the worker exited during the fault (code {:?}): {:#?} {:#?}",
+            ended.code, ended.stdout, ended.stderr
+        ));
+    }
+    seen.complaints = ended
+        .stderr
+        .iter()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .count();
+    seen
 }
 
 fn report(name: &str, seen: &Seen) {
     println!(
-        "{name}: {} runs, {} writes seen, {} written more than once, rows {:?}, all ended {:.1?} after the fault",
-        seen.runs, seen.writes, seen.written_twice, seen.statuses, seen.settled_in
+        "{name}: {} runs, {} writes seen, {} written more than once, rows {:?}, all ended {:.1?} after the fault, {} worker warnings",
+        seen.runs, seen.writes, seen.written_twice, seen.statuses, seen.settled_in, seen.complaints
     );
     for v in &seen.violations {
         println!("  VIOLATION {v}");
@@ -354,6 +395,7 @@ async fn a_worker_whose_disk_writes_fail_makes_each_write_at_most_once_and_every
     }
     let started = Instant::now();
     let (mut cases, mut runs, mut writes, mut violations) = (0, 0, 0, Vec::new());
+    let mut felt = 0;
     for fault in faults() {
         let seen = case(Sandbox::initialised(), |pid, database| async move {
             inject(pid, &database, fault).await;
@@ -363,6 +405,7 @@ async fn a_worker_whose_disk_writes_fail_makes_each_write_at_most_once_and_every
         cases += 1;
         runs += seen.runs;
         writes += seen.writes;
+        felt += usize::from(seen.complaints > 0);
         violations.extend(
             seen.violations
                 .into_iter()
@@ -375,6 +418,11 @@ async fn a_worker_whose_disk_writes_fail_makes_each_write_at_most_once_and_every
         started.elapsed()
     );
     assert!(violations.is_empty(), "{violations:#?}");
+    // The faults bit: a suite whose injections missed the database would prove nothing.
+    assert!(
+        felt * 2 > cases,
+        "the worker logged store faults in only {felt} of {cases} cases"
+    );
 }
 
 /// A tmpfs of 16 MiB mounted for one test, unmounted on drop.
@@ -427,7 +475,10 @@ async fn a_worker_on_a_disk_filled_to_the_last_byte_and_freed_makes_each_write_a
     let sandbox = Sandbox::initialised_in(disk.mount.path());
     let disk = Arc::new(disk);
     let full = disk.clone();
-    let seen = case(sandbox, |_pid, _database| async move {
+    let seen = case(sandbox, |_pid, database| async move {
+        // Filled once the worker is up (its presence row is written before its first
+        // claim), so the runs are in flight when the disk fills.
+        until_a_worker_is_seen(&database).await;
         let filler = full.fill();
         tokio::time::sleep(Duration::from_millis(1500)).await;
         std::fs::remove_file(filler).expect("the filler goes");

@@ -186,6 +186,17 @@ impl RunStore for PgStore {
     }
 
     async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
+        if let Some(end) = &params.end
+            && !matches!(end.status, RunState::Completed | RunState::Failed)
+        {
+            return Err(StoreError::new(
+                "appending a run event",
+                format!(
+                    "a final event ends a run as completed or failed, not {}: cancel it with run_cancel",
+                    end.status.as_str()
+                ),
+            ));
+        }
         self.with("appending a run event", async {
             let payload = params.payload.to_string();
             let round = params.round.map(i64::from);

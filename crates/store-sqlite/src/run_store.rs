@@ -195,6 +195,17 @@ impl RunStore for SqliteStore {
     async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
         let run_id = params.id.clone();
         let ends_as = params.end.as_ref().map(|end| end.status);
+        if let Some(end) = &params.end
+            && !matches!(end.status, RunState::Completed | RunState::Failed)
+        {
+            return Err(StoreError::new(
+                "appending a run event",
+                format!(
+                    "a final event ends a run as completed or failed, not {}: cancel it with run_cancel",
+                    end.status.as_str()
+                ),
+            ));
+        }
         let seq = self
             .run("appending a run event", move |conn| {
                 let payload = params.payload.to_string();

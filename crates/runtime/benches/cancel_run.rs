@@ -759,6 +759,7 @@ async fn overhead(ctx: &Ctx) -> Overhead {
             let mark = FenceMark {
                 id: probe_run.id.clone(),
                 owner: owner.clone(),
+                epoch: probe_run.claim_epoch,
                 effect: Effect::NonIdempotentWrite.as_str().into(),
                 lease_until_ms: now + 30_000,
                 now_ms: now,
@@ -771,10 +772,12 @@ async fn overhead(ctx: &Ctx) -> Overhead {
             let event = EventAppend {
                 id: probe_run.id.clone(),
                 owner: owner.clone(),
+                epoch: probe_run.claim_epoch,
                 kind: "tool_executed".into(),
                 payload: json!({"round": 1, "tool": "srv__create", "outcome": "succeeded", "text": "create {\"q\":\"printer\"}"}),
                 clear_fence: true,
                 round: None,
+                end: None,
                 now_ms: now_ms(),
             };
             let started = Instant::now();

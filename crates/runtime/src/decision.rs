@@ -259,6 +259,8 @@ pub struct DecisionAsk {
     pub decision: Decision,
     /// The segment that must hold the running run's lease.
     pub owner: String,
+    /// The claim epoch the segment holds (its run's `claim_epoch` when claimed).
+    pub epoch: i64,
     /// The `decision_asked` event's payload, appended in the same transaction.
     pub event_payload: Value,
 }

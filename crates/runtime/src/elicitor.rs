@@ -27,6 +27,7 @@ pub struct RunElicitor {
     store: Arc<dyn RunStore>,
     run_id: String,
     owner: String,
+    epoch: i64,
     round: u32,
     call_id: String,
     tool: String,
@@ -35,11 +36,13 @@ pub struct RunElicitor {
 
 impl RunElicitor {
     /// The elicitor of one tool call (`call_id`, local name `tool`, the model's
-    /// `arguments`) of a run that `owner` holds.
+    /// `arguments`) of a run that `owner` holds under claim epoch `epoch`.
+    #[allow(clippy::too_many_arguments)] // one call site, each argument a different fact
     pub fn new(
         store: Arc<dyn RunStore>,
         run_id: &str,
         owner: &str,
+        epoch: i64,
         round: u32,
         call_id: &str,
         tool: &str,
@@ -49,6 +52,7 @@ impl RunElicitor {
             store,
             run_id: run_id.to_string(),
             owner: owner.to_string(),
+            epoch,
             round,
             call_id: call_id.to_string(),
             tool: tool.to_string(),
@@ -60,6 +64,7 @@ impl RunElicitor {
 impl Elicitor for RunElicitor {
     fn elicit(&self, request: ElicitationRequest) -> ElicitationFuture {
         let (store, run_id, owner) = (self.store.clone(), self.run_id.clone(), self.owner.clone());
+        let epoch = self.epoch;
         let (round, call_id, tool, arguments) = (
             self.round,
             self.call_id.clone(),
@@ -107,6 +112,7 @@ impl Elicitor for RunElicitor {
             let ask = DecisionAsk {
                 decision,
                 owner,
+                epoch,
                 event_payload: event.to_payload(),
             };
             match store.decision_ask(ask).await {

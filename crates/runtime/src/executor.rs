@@ -32,8 +32,8 @@ use crate::retry::{RequeueCause, RetryDecision, RetryPolicy};
 use crate::signal::{CancelHub, RunSignal, is_run_cancelled};
 use crate::state::{EFFECT_UNCERTAIN, MODEL_NO_ANSWER, MODEL_TRUNCATED, Outcome, RunState};
 use crate::store::{
-    CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
-    RunSettle, RunStore, SettleAnswer,
+    CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEnd,
+    RunEvent, RunSettle, RunStore, SettleAnswer,
 };
 use crate::tool_notices::{CallLabel, ToolNotices};
 use crate::watcher::StatusWatcher;
@@ -334,6 +334,7 @@ impl Executor {
                 store: self.store.clone(),
                 run_id: segment.run.id.clone(),
                 owner: self.config.owner.clone(),
+                epoch: segment.run.claim_epoch,
                 observer: segment.observer.clone(),
             },
             self.config.progress_interval,
@@ -448,6 +449,7 @@ impl Executor {
         let mut held_until = run
             .lease_expires_ms
             .unwrap_or_else(|| now_ms() + ms(config.lease));
+        let epoch = run.claim_epoch;
         HeartbeatGuard(tokio::spawn(async move {
             let mut tick = tokio::time::interval(config.heartbeat);
             tick.tick().await; // the first tick is immediate; the lease is fresh
@@ -457,6 +459,7 @@ impl Executor {
                 let beat = Heartbeat {
                     id: id.clone(),
                     owner: config.owner.clone(),
+                    epoch,
                     lease_until_ms: now + ms(config.lease),
                     now_ms: now,
                 };
@@ -496,15 +499,31 @@ impl Executor {
         clear_fence: bool,
         round: Option<u32>,
     ) -> Recorded {
+        self.record_ending(segment, body, clear_fence, round, None)
+            .await
+    }
+
+    /// [`record`](Self::record), and with `end` the status change that ends the run in
+    /// the same transaction (one truth per run).
+    async fn record_ending(
+        &self,
+        segment: &Segment<'_>,
+        body: EventBody,
+        clear_fence: bool,
+        round: Option<u32>,
+        end: Option<RunEnd>,
+    ) -> Recorded {
         let (kind, payload) = (body.kind(), body.to_payload());
         let time_ms = now_ms();
         let append = EventAppend {
             id: segment.run.id.clone(),
             owner: self.config.owner.clone(),
+            epoch: segment.run.claim_epoch,
             kind: kind.to_string(),
             payload: payload.clone(),
             clear_fence,
             round,
+            end,
             now_ms: time_ms,
         };
         match self.store.run_event_append(append).await {
@@ -604,22 +623,23 @@ impl Executor {
     }
 
     /// Puts the run back in the queue, or dead-letters it, as the retry policy decides on
-    /// the run read now (R9); the store applies the decision with a guard that re-checks
+    /// the run read now (R9); the store applies a requeue with a guard that re-checks
     /// what was read. The step says which: `run_requeued`, or `run_failed` for a dead
-    /// letter (the run's end is in the log like any other).
+    /// letter (written with the status change that ends the run).
     async fn requeue(&self, segment: &Segment<'_>, reason: String, cause: RequeueCause) -> Outcome {
         let Some(queue) = self.queue.clone() else {
             return self.settle(segment, RunState::Failed, reason).await;
         };
         let policy = segment.options.retry.unwrap_or_default();
         let owner = &self.config.owner;
-        let decided = match decide_held(&*queue, &policy, &segment.run.id, owner, cause).await {
+        let held = (owner.as_str(), segment.run.claim_epoch);
+        let decided = match decide_held(&*queue, &policy, &segment.run.id, held, cause).await {
             Ok(Ok(decided)) => decided,
             Ok(Err(answer)) => return requeue_outcome(answer),
             Err(error) => {
                 // The row stays running; its lease runs out and the reaper decides (R9).
-                tracing::error!(run = %segment.run.id, %error, "could not read the run to requeue it");
-                return Outcome::Failed;
+                tracing::error!(run = %segment.run.id, %error, "could not read the run to requeue it; its lease will run out");
+                return Outcome::LeaseLost;
             }
         };
         let body = match decided.decision {
@@ -628,9 +648,16 @@ impl Executor {
                 counts: cause.counts(),
                 retry_in_ms: u64::try_from(retry_at_ms.saturating_sub(decided.now_ms)).unwrap_or(0),
             }),
-            RetryDecision::DeadLetter(_) => EventBody::RunFailed(RunEnded {
-                reason: decided.reason(&reason),
-            }),
+            RetryDecision::DeadLetter(_) => {
+                // The dead letter is the run's end: its final step and its status go in
+                // one transaction, under this segment's claim (which no one else can
+                // change the count or the fence under).
+                let reason = decided.reason(&reason);
+                return match self.settle(segment, RunState::Failed, reason).await {
+                    Outcome::Failed => Outcome::DeadLettered,
+                    other => other,
+                };
+            }
         };
         if self.record(segment, body, false, None).await.is_lost() {
             return Outcome::LeaseLost;
@@ -639,13 +666,17 @@ impl Executor {
             Ok(answer) => requeue_outcome(answer),
             Err(error) => {
                 // The row stays running; its lease runs out and the reaper decides (R9).
-                tracing::error!(run = %segment.run.id, %error, "could not requeue the run");
-                Outcome::Failed
+                tracing::error!(run = %segment.run.id, %error, "could not requeue the run; its lease will run out");
+                Outcome::LeaseLost
             }
         }
     }
 
-    /// Records the terminal step, then settles the row.
+    /// Records the terminal step and settles the row in one transaction, so the row and
+    /// the log never disagree. When a cancel won the row first, the segment reports the
+    /// cancel (the winner's outcome) and records its stop; when the store did not confirm
+    /// the write, the run is left to its lease (never reported as failed: a later segment
+    /// may still complete it).
     async fn settle(&self, segment: &Segment<'_>, status: RunState, reason: String) -> Outcome {
         let ended = RunEnded {
             reason: reason.clone(),
@@ -655,10 +686,26 @@ impl Executor {
         } else {
             EventBody::RunFailed(ended)
         };
-        if self.record(segment, body, false, None).await.is_lost() {
-            return Outcome::LeaseLost;
+        let end = RunEnd { status, reason };
+        match self
+            .record_ending(segment, body, false, None, Some(end))
+            .await
+        {
+            Recorded::Stored if status == RunState::Completed => Outcome::Completed,
+            Recorded::Stored => Outcome::Failed,
+            Recorded::LostRun => {
+                if is_run_cancelled(&*self.store, &segment.run.id).await {
+                    Outcome::Cancelled // the segment's caller records the stop
+                } else {
+                    Outcome::LeaseLost
+                }
+            }
+            Recorded::Failed(error) => {
+                // The row stays running; its lease runs out and the reaper decides (R9).
+                tracing::error!(run = %segment.run.id, %error, "could not record the run's end; its lease will run out");
+                Outcome::LeaseLost
+            }
         }
-        self.settle_row(segment, status, reason).await
     }
 
     /// Settles the row only: the terminal step is already in the log (R8: a resumed run
@@ -667,6 +714,7 @@ impl Executor {
         let settle = RunSettle {
             id: segment.run.id.clone(),
             owner: self.config.owner.clone(),
+            epoch: segment.run.claim_epoch,
             status,
             reason,
             now_ms: now_ms(),
@@ -678,8 +726,9 @@ impl Executor {
             Ok(SettleAnswer::LeaseLost) => Outcome::LeaseLost,
             Err(error) => {
                 // The row stays running; its lease runs out and the reaper decides (R9).
-                tracing::error!(run = %segment.run.id, %error, "could not settle the run");
-                Outcome::Failed
+                // Not a failure of the run: a later segment settles it from the log.
+                tracing::error!(run = %segment.run.id, %error, "could not settle the run; its lease will run out");
+                Outcome::LeaseLost
             }
         }
     }
@@ -758,8 +807,8 @@ impl Executor {
             Err(error) => {
                 // Without its history a resumed run could repeat recorded work: stop here
                 // and let the lease run out (the reaper decides).
-                tracing::error!(run = %run.id, %error, "could not read the run's history; not executing it");
-                return Outcome::Failed;
+                tracing::error!(run = %run.id, %error, "could not read the run's history; not executing it, its lease will run out");
+                return Outcome::LeaseLost;
             }
         };
         let progress = match Progress::replay(prompt, &history, agent.max_tokens) {
@@ -1127,6 +1176,7 @@ impl Executor {
                 store: self.store.clone(),
                 run_id: segment.run.id.clone(),
                 owner: self.config.owner.clone(),
+                epoch: segment.run.claim_epoch,
                 observer: segment.observer.clone(),
             },
             self.config.progress_interval,
@@ -1150,6 +1200,7 @@ impl Executor {
                     self.store.clone(),
                     &segment.run.id,
                     &self.config.owner,
+                    segment.run.claim_epoch,
                     round,
                     &call.id,
                     &call.name,
@@ -1383,6 +1434,7 @@ impl Executor {
         let ask = DecisionAsk {
             decision,
             owner: self.config.owner.clone(),
+            epoch: segment.run.claim_epoch,
             event_payload: payload.clone(),
         };
         let decision_id = ask.decision.id.clone();
@@ -1440,6 +1492,7 @@ impl Executor {
     ) -> CallGate {
         let store = self.store.clone();
         let (id, owner) = (segment.run.id.clone(), self.config.owner.clone());
+        let epoch = segment.run.claim_epoch;
         let (effect, lease) = (tool.effect.as_str().to_string(), self.config.lease);
         CallGate::new(move || {
             let (store, failure) = (store.clone(), failure.clone());
@@ -1447,6 +1500,7 @@ impl Executor {
             let mark = FenceMark {
                 id: id.clone(),
                 owner: owner.clone(),
+                epoch,
                 effect: effect.clone(),
                 lease_until_ms: now + ms(lease),
                 now_ms: now,

@@ -30,6 +30,7 @@ pub mod events;
 mod executor;
 pub mod feed;
 pub mod idempotency;
+mod one_truth;
 mod progress;
 pub mod queue;
 mod requeue;
@@ -61,6 +62,7 @@ pub use executor::{
 };
 pub use feed::{Change, ChangeFeed};
 pub use idempotency::{IDEMPOTENCY_RETENTION_MS, KeyedCreate, RunCreateKeyed};
+pub use one_truth::{check_row_matches_log, final_kind_of};
 pub use progress::PROGRESS_INTERVAL;
 pub use queue::{DeadLetter, QueueStore, RequeueAnswer, WORKER_FORGOTTEN_AFTER_MS};
 pub use requeue::{REAP_LIMIT, reap, reap_at};

@@ -26,6 +26,7 @@ pub(crate) struct ProgressTarget {
     pub store: Arc<dyn RunStore>,
     pub run_id: String,
     pub owner: String,
+    pub epoch: i64,
     pub observer: Option<Observer>,
 }
 
@@ -89,10 +90,12 @@ pub(crate) async fn append(target: &ProgressTarget, body: EventBody) {
     let append = EventAppend {
         id: target.run_id.clone(),
         owner: target.owner.clone(),
+        epoch: target.epoch,
         kind: kind.to_string(),
         payload: payload.clone(),
         clear_fence: false,
         round: None,
+        end: None,
         now_ms: time_ms,
     };
     match target.store.run_event_append(append).await {

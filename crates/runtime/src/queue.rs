@@ -44,6 +44,8 @@ pub struct Claim {
     pub lease_until_ms: i64,
     /// Now; only runs whose next attempt is due (`retry_at_ms <= now`) are claimed.
     pub now_ms: i64,
+    /// Only runs of these agents (the ones the worker can run); `None` for any agent.
+    pub agents: Option<Vec<String>>,
 }
 
 /// Parameters of [`QueueStore::run_requeue_apply`]: a decision the runtime took on the
@@ -54,6 +56,8 @@ pub struct RequeueApply {
     pub id: String,
     /// The segment that must hold the lease (R3).
     pub owner: String,
+    /// The claim epoch the segment holds (its [`Run::claim_epoch`](crate::store::Run::claim_epoch) when claimed).
+    pub epoch: i64,
     /// The `requeue_count` the decision read; the guard re-checks it.
     pub requeue_count: u32,
     /// The `pending_effect` the decision read; the guard re-checks it.
@@ -123,8 +127,11 @@ pub struct Rescued {
 /// race (a cancel, a heartbeat, another reaper) loses cleanly.
 #[async_trait]
 pub trait QueueStore: RunStore {
-    /// R3: claims the oldest due queued run with a guarded `queued -> running` update that
-    /// sets the owner and lease; exactly one claimant wins a run. `None` when none is due.
+    /// R3: claims the oldest due queued run (of the claim's agents) with a guarded
+    /// `queued -> running` update that sets the owner and lease and raises the claim
+    /// epoch; exactly one claimant wins a run. `None` when none is due. A run is answered
+    /// only once its claim's commit is confirmed (a commit whose outcome is unknown is
+    /// re-read), so a segment never runs on a claim the store does not hold.
     async fn run_claim(&self, params: Claim) -> Result<Option<Run>, StoreError>;
 
     /// R9: applies a segment's decision to a running run held by `owner` with the

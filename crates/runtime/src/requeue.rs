@@ -37,13 +37,14 @@ impl Decided {
     }
 }
 
-/// Reads the run `owner` holds and decides what its requeue would do. `Err` answers when
-/// the segment no longer holds it: a cancel won (R4), or the lease is lost (R3).
+/// Reads the run `owner` holds under claim epoch `epoch` and decides what its requeue
+/// would do. `Err` answers when the segment no longer holds it: a cancel won (R4), or the
+/// lease is lost (R3), to another worker or to a later claim of this one.
 pub(crate) async fn decide_held(
     queue: &dyn QueueStore,
     policy: &RetryPolicy,
     id: &str,
-    owner: &str,
+    (owner, epoch): (&str, i64),
     cause: RequeueCause,
 ) -> Result<Result<Decided, RequeueAnswer>, StoreError> {
     let Some(run) = queue.run_get(id).await? else {
@@ -53,7 +54,10 @@ pub(crate) async fn decide_held(
         // R4: cancelled is terminal; no retry path takes it.
         return Ok(Err(RequeueAnswer::AlreadyCancelled));
     }
-    if run.status != RunState::Running || run.claimed_by.as_deref() != Some(owner) {
+    if run.status != RunState::Running
+        || run.claimed_by.as_deref() != Some(owner)
+        || run.claim_epoch != epoch
+    {
         // R3: only the segment holding the lease may requeue the run.
         return Ok(Err(RequeueAnswer::LeaseLost));
     }
@@ -79,6 +83,7 @@ pub(crate) async fn apply_held(
         .run_requeue_apply(RequeueApply {
             id: decided.run.id.clone(),
             owner: owner.to_string(),
+            epoch: decided.run.claim_epoch,
             requeue_count: decided.run.requeue_count,
             pending_effect: decided.run.pending_effect.clone(),
             decision: decided.decision,

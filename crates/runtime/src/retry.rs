@@ -145,6 +145,7 @@ mod tests {
             termination_reason: None,
             request: Some(json!({"prompt": "go"})),
             claimed_by: Some("w".into()),
+            claim_epoch: 1,
             lease_expires_ms: Some(NOW),
             pending_effect: None,
             requeue_count,

@@ -29,6 +29,10 @@ pub struct Run {
     pub request: Option<Value>,
     /// The segment holding (or last holding) the lease.
     pub claimed_by: Option<String>,
+    /// The fencing token of the latest claim: every claim raises it by one, and every
+    /// guarded write of a segment checks it beside the owner, so a segment of an older
+    /// claim writes nothing. 0 for a run never claimed.
+    pub claim_epoch: i64,
     /// When the lease runs out, Unix milliseconds UTC.
     pub lease_expires_ms: Option<i64>,
     /// The effect of a write that started and was not recorded (R7).
@@ -112,6 +116,8 @@ pub struct Heartbeat {
     pub id: String,
     /// The segment that must hold the lease.
     pub owner: String,
+    /// The claim epoch the segment holds (its [`Run::claim_epoch`] when claimed).
+    pub epoch: i64,
     /// The renewed lease.
     pub lease_until_ms: i64,
     /// Now.
@@ -125,6 +131,8 @@ pub struct FenceMark {
     pub id: String,
     /// The segment that must hold the lease.
     pub owner: String,
+    /// The claim epoch the segment holds (its [`Run::claim_epoch`] when claimed).
+    pub epoch: i64,
     /// The effect about to happen (`non_idempotent_write`, `idempotent_write`).
     pub effect: String,
     /// The renewed lease.
@@ -140,6 +148,8 @@ pub struct EventAppend {
     pub id: String,
     /// The segment that must hold (or have held, for a cancelled run) the lease.
     pub owner: String,
+    /// The claim epoch the segment holds (its [`Run::claim_epoch`] when claimed).
+    pub epoch: i64,
     /// The event's kind.
     pub kind: String,
     /// The event's details.
@@ -148,8 +158,21 @@ pub struct EventAppend {
     pub clear_fence: bool,
     /// Raise the run's round count to this.
     pub round: Option<u32>,
+    /// One truth per run: with a final event, the status change that ends the run, in the
+    /// same transaction. The append then needs the run still `running` (a cancel that won
+    /// the row refuses it, and the segment records its stop instead).
+    pub end: Option<RunEnd>,
     /// Now.
     pub now_ms: i64,
+}
+
+/// The row change that goes with a run's final event (see [`EventAppend::end`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunEnd {
+    /// `Completed` or `Failed`.
+    pub status: RunState,
+    /// Why (the termination reason).
+    pub reason: String,
 }
 
 /// Parameters of [`RunStore::run_settle`].
@@ -159,6 +182,8 @@ pub struct RunSettle {
     pub id: String,
     /// The segment that must hold the lease.
     pub owner: String,
+    /// The claim epoch the segment holds (its [`Run::claim_epoch`] when claimed).
+    pub epoch: i64,
     /// `Completed` or `Failed`.
     pub status: RunState,
     /// Why.
@@ -249,9 +274,11 @@ pub trait RunStore: Send + Sync + 'static {
     /// false means the write must not happen.
     async fn run_fence_mark(&self, params: FenceMark) -> Result<bool, StoreError>;
 
-    /// Appends an event with the next sequence number, guarded by owner (the run may be
-    /// running or cancelled); with `clear_fence` the same transaction clears
-    /// `pending_effect` (running runs only). `None` means the segment lost the run.
+    /// Appends an event with the next sequence number, guarded by owner and claim epoch
+    /// (the run may be running or cancelled); with `clear_fence` the same transaction
+    /// clears `pending_effect` (running runs only), and with `end` it moves a running run
+    /// to its final status. `None` means the segment lost the run (or, with `end`, a
+    /// cancel won it) and nothing was stored.
     async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError>;
 
     /// Moves a running run held by `owner` to `completed` or `failed`.

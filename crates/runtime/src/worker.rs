@@ -10,13 +10,14 @@ use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
 use tokio::sync::{Semaphore, watch};
 
 use crate::agent::AgentSpec;
+use crate::events::{EventBody, RunEnded};
 use crate::executor::{Executor, SegmentOptions, now_ms};
 use crate::feed::Change;
 use crate::queue::{Claim, QueueStore, RequeueAnswer};
 use crate::requeue::{apply_held, decide_held, reap};
 use crate::retry::{RequeueCause, RetryPolicy};
 use crate::state::{Outcome, RunState};
-use crate::store::{Run, RunSettle};
+use crate::store::{EventAppend, Run, RunEnd};
 use runwarden_vault::store::{StoreError, StoreFault};
 
 /// How often a worker writes its presence row; a worker not seen for three beats is
@@ -29,6 +30,13 @@ pub trait AgentSource: Send + Sync {
     /// The agent, or why it cannot run now: [`AgentError::Invalid`] dead-letters the run as
     /// not retryable, [`AgentError::Unavailable`] hands it back to the queue.
     async fn agent(&self, name: &str) -> Result<AgentSpec, AgentError>;
+
+    /// The names of the agents this source can build, read at each claim, so a worker
+    /// never claims a run of an agent it does not know; `None` (the default) claims runs
+    /// of any agent.
+    fn names(&self) -> Option<Vec<String>> {
+        None
+    }
 }
 
 /// Why a worker could not build a claimed run's agent.
@@ -192,6 +200,7 @@ impl Worker {
                 owner: self.executor.owner().to_string(),
                 lease_until_ms: now_ms() + self.executor.lease_ms(),
                 now_ms: now_ms(),
+                agents: self.agents.names(),
             };
             match self.claim(claim).await {
                 Ok(Some(run)) => {
@@ -411,7 +420,7 @@ impl Worker {
             &*self.queue,
             &self.config.retry,
             &run.id,
-            owner,
+            (owner, run.claim_epoch),
             RequeueCause::Unavailable,
         )
         .await
@@ -438,24 +447,56 @@ impl Worker {
         }
     }
 
+    /// Dead-letters a run this worker cannot run at all; its `run_failed` step and its
+    /// status go in one transaction, so the log says why.
     async fn dead_letter(&self, run: &Run, problem: String) -> Outcome {
-        let settle = RunSettle {
+        let reason = format!(
+            "{}: {problem}",
+            crate::queue::DeadLetter::NotRetryable.as_str()
+        );
+        let body = EventBody::RunFailed(RunEnded {
+            reason: reason.clone(),
+        });
+        let append = EventAppend {
             id: run.id.clone(),
             owner: self.executor.owner().to_string(),
-            status: RunState::Failed,
-            reason: format!(
-                "{}: {problem}",
-                crate::queue::DeadLetter::NotRetryable.as_str()
-            ),
+            epoch: run.claim_epoch,
+            kind: body.kind().to_string(),
+            payload: body.to_payload(),
+            clear_fence: false,
+            round: None,
+            end: Some(RunEnd {
+                status: RunState::Failed,
+                reason,
+            }),
             now_ms: now_ms(),
         };
-        match self.queue.run_settle(settle).await {
-            Ok(crate::store::SettleAnswer::Settled) => Outcome::DeadLettered,
-            Ok(crate::store::SettleAnswer::AlreadyCancelled) => Outcome::Cancelled,
-            Ok(crate::store::SettleAnswer::LeaseLost) => Outcome::LeaseLost,
+        match self.queue.run_event_append(append).await {
+            Ok(Some(_)) => Outcome::DeadLettered,
+            Ok(None) if crate::signal::is_run_cancelled(&*self.queue, &run.id).await => {
+                // The cancel won the row: the segment that holds it records the stop.
+                let stopped = EventBody::RunStopped(crate::events::RunStopped {
+                    outcome: Outcome::Cancelled,
+                    reason: None,
+                });
+                let append = EventAppend {
+                    id: run.id.clone(),
+                    owner: self.executor.owner().to_string(),
+                    epoch: run.claim_epoch,
+                    kind: stopped.kind().to_string(),
+                    payload: stopped.to_payload(),
+                    clear_fence: false,
+                    round: None,
+                    end: None,
+                    now_ms: now_ms(),
+                };
+                let _ = self.queue.run_event_append(append).await;
+                Outcome::Cancelled
+            }
+            Ok(None) => Outcome::LeaseLost,
             Err(error) => {
-                tracing::error!(run = %run.id, %error, "could not dead-letter the run");
-                Outcome::Failed
+                tracing::error!(run = %run.id, %error, "could not dead-letter the run; its lease will run out");
+                Outcome::LeaseLost
             }
         }
     }

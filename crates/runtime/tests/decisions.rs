@@ -114,6 +114,7 @@ async fn resume(f: &Fixture, agent: &runwarden_runtime::AgentSpec) -> Outcome {
         owner: f.executor.owner().into(),
         lease_until_ms: now() + f.executor.lease_ms(),
         now_ms: now(),
+        agents: None,
     };
     let run = f
         .store
@@ -440,6 +441,7 @@ fn elicitor(f: &Fixture, run_id: &str) -> runwarden_runtime::RunElicitor {
         f.store.clone(),
         run_id,
         f.executor.owner(),
+        1, // the epoch of a run claimed at birth
         1,
         "c1",
         "srv__create",

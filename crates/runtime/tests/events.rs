@@ -144,13 +144,20 @@ async fn a_queued_run_with_a_malformed_event_is_dead_lettered_not_retryable() {
         ),
         ("model_response", damaged),
     ] {
+        let epoch = queue
+            .run_get(&id)
+            .await
+            .unwrap()
+            .map_or(0, |r| r.claim_epoch);
         let append = runwarden_runtime::store::EventAppend {
             id: id.clone(),
             owner: executor.owner().into(),
+            epoch,
             kind: kind.into(),
             payload,
             clear_fence: false,
             round: None,
+            end: None,
             now_ms: now,
         };
         assert!(queue.run_event_append(append).await.unwrap().is_some());

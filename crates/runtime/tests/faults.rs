@@ -457,6 +457,7 @@ async fn trial(
             owner: executor.owner().into(),
             lease_until_ms: later + LEASE.as_millis() as i64,
             now_ms: later + 1_000,
+            agents: None,
         };
         let Some(run) = inner.run_claim(claim).await.unwrap() else {
             break;
@@ -558,6 +559,12 @@ fn check(effect: Effect, fault: Option<(&'static str, usize, When)>, cell: &str,
     assert!(terminal <= 1, "{terminal} terminal steps; {}", why());
     // The run ended, in a state the rules allow. A store fault is never NOT_RETRYABLE.
     assert!(t.row.status.is_terminal(), "the run ended; {}", why());
+    // One truth per run: the row's status and the log's final event agree.
+    let kinds: Vec<&str> = t.kinds.iter().map(String::as_str).collect();
+    if let Err(disagree) = runwarden_runtime::check_row_matches_log(&t.row.id, t.row.status, &kinds)
+    {
+        panic!("{disagree}; {}", why());
+    }
     if t.row.status == RunState::Failed {
         let reason = t.row.termination_reason.clone().unwrap_or_default();
         let allowed = [

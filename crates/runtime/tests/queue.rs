@@ -63,6 +63,7 @@ async fn claim(store: &SqliteStore, executor: &Executor) -> runwarden_runtime::R
         owner: executor.owner().into(),
         lease_until_ms: now() + executor.lease_ms(),
         now_ms: now(),
+        agents: None,
     };
     store
         .run_claim(claim)
@@ -155,6 +156,7 @@ async fn retries_stop_at_the_requeue_cap_with_retries_exhausted() {
                 owner: executor.owner().into(),
                 lease_until_ms: now() + 30_000,
                 now_ms: now(),
+                agents: None,
             };
             if let Some(run) = store.run_claim(claim).await.unwrap() {
                 break run;
@@ -206,6 +208,7 @@ async fn a_cancelled_queued_run_is_never_claimed() {
         owner: "w".into(),
         lease_until_ms: now() + 30_000,
         now_ms: now(),
+        agents: None,
     };
     assert!(store.run_claim(claim).await.unwrap().is_none());
     assert_eq!(
@@ -406,6 +409,7 @@ async fn one_segment(agents: Failing) -> (Outcome, runwarden_runtime::Run) {
         owner: "another".into(),
         lease_until_ms: now() + 30_000,
         now_ms: now(),
+        agents: None,
     };
     let due_now = store.run_claim(claim).await.unwrap();
     assert!(due_now.is_none(), "a run handed back waits for its backoff");

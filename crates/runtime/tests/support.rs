@@ -259,14 +259,18 @@ impl Fixture {
 
     /// Stores steps as an earlier segment of the run would have.
     pub async fn prior(&self, run_id: &str, steps: &[(&str, serde_json::Value)]) {
+        let run = self.store.run_get(run_id).await.unwrap();
+        let epoch = run.map_or(0, |r| r.claim_epoch);
         for (kind, payload) in steps {
             let append = EventAppend {
                 id: run_id.into(),
                 owner: self.executor.owner().into(),
+                epoch,
                 kind: kind.to_string(),
                 payload: payload.clone(),
                 clear_fence: false,
                 round: None,
+                end: None,
                 now_ms: 0,
             };
             assert!(self.store.run_event_append(append).await.unwrap().is_some());

@@ -197,19 +197,23 @@ async fn events_follow_sees_what_another_process_appends_through_a_resync() {
         owner: "elsewhere".into(),
         lease_until_ms: now + 60_000,
         now_ms: now,
+        agents: None,
     };
-    store
+    let epoch = store
         .run_claim(claim)
         .await
         .unwrap()
-        .expect("the run is claimed");
+        .expect("the run is claimed")
+        .claim_epoch;
     let append = |kind: &str, payload: Value| EventAppend {
         id: run_id.clone(),
         owner: "elsewhere".into(),
+        epoch,
         kind: kind.into(),
         payload,
         clear_fence: false,
         round: None,
+        end: None,
         now_ms: chrono::Utc::now().timestamp_millis(),
     };
     store
@@ -240,6 +244,7 @@ async fn events_follow_sees_what_another_process_appends_through_a_resync() {
         .run_settle(RunSettle {
             id: run_id.clone(),
             owner: "elsewhere".into(),
+            epoch,
             status: RunState::Completed,
             reason: "done".into(),
             now_ms: chrono::Utc::now().timestamp_millis(),

@@ -36,6 +36,16 @@ impl Sandbox {
         sandbox
     }
 
+    /// A directory inside `parent` (another file system, such as a small tmpfs) after a
+    /// successful `runwarden init`.
+    pub(crate) fn initialised_in(parent: &Path) -> Self {
+        let sandbox = Self {
+            dir: tempfile::tempdir_in(parent).expect("a directory in the parent"),
+        };
+        sandbox.run(&["init"]).ok();
+        sandbox
+    }
+
     /// A directory after `runwarden init` on the store at `url` (e.g. a PostgreSQL database
     /// of `TempCluster`), which its config then names in `[store] url`, so every command
     /// run here, and every node started here, uses that store (O3 amended).

@@ -27,6 +27,7 @@ mod mrtr;
 mod nodes;
 mod oauth;
 mod operator_cli;
+mod os_faults;
 mod pg_faults;
 mod queueing;
 mod readiness;

@@ -92,14 +92,21 @@ async fn ask(tx: &impl GenericClient, params: &DecisionAsk) -> Result<Option<i64
         tx.execute(
             "UPDATE runs SET status = 'waiting_for_approval', lease_expires_ms = NULL,
                  pending_effect = CASE WHEN $4 THEN NULL ELSE pending_effect END, updated_ms = $1
-             WHERE id = $2 AND claimed_by = $3 AND status = 'running'",
-            &[&d.asked_ms, &d.run_id, &params.owner, &d.reissue.is_some()],
+             WHERE id = $2 AND claimed_by = $3 AND claim_epoch = $5 AND status = 'running'",
+            &[
+                &d.asked_ms,
+                &d.run_id,
+                &params.owner,
+                &d.reissue.is_some(),
+                &params.epoch,
+            ],
         )
         .await?
     } else {
         tx.execute(
-            "UPDATE runs SET updated_ms = $1 WHERE id = $2 AND claimed_by = $3 AND status = 'running'",
-            &[&d.asked_ms, &d.run_id, &params.owner],
+            "UPDATE runs SET updated_ms = $1
+             WHERE id = $2 AND claimed_by = $3 AND claim_epoch = $4 AND status = 'running'",
+            &[&d.asked_ms, &d.run_id, &params.owner, &params.epoch],
         )
         .await?
     };

@@ -28,30 +28,45 @@ const REQUEUEING: &str = "requeueing a run";
 impl QueueStore for PgStore {
     async fn run_claim(&self, params: Claim) -> Result<Option<Run>, StoreError> {
         self.with("claiming a queued run", async {
-            let client = self.client().await?;
+            let mut client = self.client().await?;
             // R3: one statement. SKIP LOCKED passes over rows another claimant holds; the
-            // outer guard re-checks "queued and due" on the row as locked. The last
-            // requeue's reason is cleared: the run is running again.
-            let stmt = client
-                .prepare_cached(&format!(
-                    "UPDATE runs SET status = 'running', claimed_by = $1, lease_expires_ms = $2,
-                         termination_reason = NULL, updated_ms = $3
-                     WHERE id = (
-                         SELECT id FROM runs WHERE status = 'queued' AND retry_at_ms <= $3
-                         ORDER BY created_ms, id
-                         LIMIT 1
-                         FOR UPDATE SKIP LOCKED
-                     ) AND status = 'queued' AND retry_at_ms <= $3
-                     RETURNING {RUN_COLUMNS}"
-                ))
-                .await?;
-            let row = client
-                .query_opt(
-                    &stmt,
-                    &[&params.owner, &params.lease_until_ms, &params.now_ms],
-                )
-                .await?;
-            row.as_ref().map(run_row).transpose()
+            // outer guard re-checks "queued and due" on the row as locked. The claim epoch
+            // goes up by one; the last requeue's reason is cleared: the run is running
+            // again. It runs in a transaction whose commit is awaited: the returned row is
+            // acted on only once the claim is known to be stored (a commit whose answer
+            // is lost is an error, and the run's lease then runs out for the reaper).
+            let tx = client.transaction().await?;
+            let result = async {
+                let stmt = tx
+                    .prepare_cached(&format!(
+                        "UPDATE runs SET status = 'running', claimed_by = $1, lease_expires_ms = $2,
+                             termination_reason = NULL, updated_ms = $3,
+                             claim_epoch = claim_epoch + 1
+                         WHERE id = (
+                             SELECT id FROM runs WHERE status = 'queued' AND retry_at_ms <= $3
+                               AND ($4::TEXT[] IS NULL OR agent = ANY($4::TEXT[]))
+                             ORDER BY created_ms, id
+                             LIMIT 1
+                             FOR UPDATE SKIP LOCKED
+                         ) AND status = 'queued' AND retry_at_ms <= $3
+                         RETURNING {RUN_COLUMNS}"
+                    ))
+                    .await?;
+                let row = tx
+                    .query_opt(
+                        &stmt,
+                        &[
+                            &params.owner,
+                            &params.lease_until_ms,
+                            &params.now_ms,
+                            &params.agents,
+                        ],
+                    )
+                    .await?;
+                row.as_ref().map(run_row).transpose()
+            }
+            .await;
+            finish(tx, result).await
         })
         .await
     }
@@ -72,7 +87,8 @@ impl QueueStore for PgStore {
                                  updated_ms = $8
                              WHERE id = $1 AND status = 'running' AND claimed_by = $2
                                  AND requeue_count = $3
-                                 AND pending_effect IS NOT DISTINCT FROM $4",
+                                 AND pending_effect IS NOT DISTINCT FROM $4
+                                 AND claim_epoch = $9",
                             &[
                                 &params.id,
                                 &params.owner,
@@ -82,6 +98,7 @@ impl QueueStore for PgStore {
                                 &params.reason,
                                 &i64::from(params.counts),
                                 &params.now_ms,
+                                &params.epoch,
                             ],
                         )
                         .await?
@@ -94,7 +111,8 @@ impl QueueStore for PgStore {
                                  updated_ms = $6
                              WHERE id = $1 AND status = 'running' AND claimed_by = $2
                                  AND requeue_count = $3
-                                 AND pending_effect IS NOT DISTINCT FROM $4",
+                                 AND pending_effect IS NOT DISTINCT FROM $4
+                                 AND claim_epoch = $7",
                             &[
                                 &params.id,
                                 &params.owner,
@@ -102,6 +120,7 @@ impl QueueStore for PgStore {
                                 &params.pending_effect,
                                 &params.reason,
                                 &params.now_ms,
+                                &params.epoch,
                             ],
                         )
                         .await?

@@ -24,7 +24,7 @@ use crate::PgStore;
 use crate::failure::{Failure, finish};
 
 pub(crate) const RUN_COLUMNS: &str = "id, agent, status, termination_reason, request, claimed_by, lease_expires_ms, \
-                           pending_effect, requeue_count, rounds, correlation, created_ms, updated_ms";
+                           pending_effect, requeue_count, rounds, correlation, created_ms, updated_ms, claim_epoch";
 
 /// R4: the reason a cancel writes; people read it in `status` and the API.
 const CANCEL_REASON: &str = "cancelled by an operator";
@@ -135,7 +135,8 @@ impl RunStore for PgStore {
             let stmt = client
                 .prepare_cached(
                     "UPDATE runs SET lease_expires_ms = $1, updated_ms = $2
-                     WHERE id = $3 AND claimed_by = $4 AND status IN ('running', 'cancelled')",
+                     WHERE id = $3 AND claimed_by = $4 AND claim_epoch = $5
+                       AND status IN ('running', 'cancelled')",
                 )
                 .await?;
             let changed = client
@@ -146,6 +147,7 @@ impl RunStore for PgStore {
                         &params.now_ms,
                         &params.id,
                         &params.owner,
+                        &params.epoch,
                     ],
                 )
                 .await?;
@@ -159,11 +161,12 @@ impl RunStore for PgStore {
         let result = self
             .with(OPERATION, async {
                 let client = self.client().await?;
-                // R7: no lease or no running run, no write.
+                // R7: no lease of this claim or no running run, no write. An autocommit
+                // statement: `execute` answers after the server confirmed its commit.
                 let stmt = client
                 .prepare_cached(
                     "UPDATE runs SET pending_effect = $1, lease_expires_ms = $2, updated_ms = $3
-                     WHERE id = $4 AND claimed_by = $5 AND status = 'running'",
+                     WHERE id = $4 AND claimed_by = $5 AND claim_epoch = $6 AND status = 'running'",
                 )
                 .await?;
                 let changed = client
@@ -175,6 +178,7 @@ impl RunStore for PgStore {
                             &params.now_ms,
                             &params.id,
                             &params.owner,
+                            &params.epoch,
                         ],
                     )
                     .await?;
@@ -188,11 +192,12 @@ impl RunStore for PgStore {
             let client = self.client().await?;
             let row = client
                 .query_opt(
-                    "SELECT 1 FROM runs WHERE id = $1 AND claimed_by = $2 AND status = 'running'
-                         AND pending_effect = $3 AND lease_expires_ms >= $4",
+                    "SELECT 1 FROM runs WHERE id = $1 AND claimed_by = $2 AND claim_epoch = $3
+                         AND status = 'running' AND pending_effect = $4 AND lease_expires_ms >= $5",
                     &[
                         &params.id,
                         &params.owner,
+                        &params.epoch,
                         &params.effect,
                         &params.lease_until_ms,
                     ],
@@ -204,6 +209,17 @@ impl RunStore for PgStore {
     }
 
     async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
+        if let Some(end) = &params.end
+            && !matches!(end.status, RunState::Completed | RunState::Failed)
+        {
+            return Err(StoreError::new(
+                "appending a run event",
+                format!(
+                    "a final event ends a run as completed or failed, not {}: cancel it with run_cancel",
+                    end.status.as_str()
+                ),
+            ));
+        }
         const OPERATION: &str = "appending a run event";
         let payload = params.payload.to_string();
         let result = self
@@ -217,15 +233,26 @@ impl RunStore for PgStore {
                     // the previous appender committed, so a sequence is never taken twice (R1).
                     // The owner of a running run, or of a run cancelled under it (R5: it records its
                     // boundary step). R7: the fence is cleared on a running run only; a cancelled
-                    // mid-write run keeps its mark. Rounds never go down.
+                    // mid-write run keeps its mark. Rounds never go down. The claim epoch is
+                    // checked beside the owner. A final event with `end` moves a running run to
+                    // its final status in the same transaction (one truth per run); a cancel
+                    // that won the row refuses it.
+                    let (end_status, end_reason) = match &params.end {
+                        Some(end) => (Some(end.status.as_str()), Some(end.reason.as_str())),
+                        None => (None, None),
+                    };
                     let guard = tx
                         .prepare_cached(
                             "UPDATE runs SET
                              pending_effect = CASE WHEN $1 AND status = 'running' THEN NULL
                                                    ELSE pending_effect END,
                              rounds = GREATEST(rounds, COALESCE($2, rounds)),
+                             termination_reason = CASE WHEN $7::TEXT IS NULL
+                                                       THEN termination_reason ELSE $8 END,
+                             status = COALESCE($7::TEXT, status),
                              updated_ms = $3
-                         WHERE id = $4 AND claimed_by = $5 AND status IN ('running', 'cancelled')",
+                         WHERE id = $4 AND claimed_by = $5 AND claim_epoch = $6
+                           AND (status = 'running' OR ($7::TEXT IS NULL AND status = 'cancelled'))",
                         )
                         .await?;
                     let changed = tx
@@ -237,6 +264,9 @@ impl RunStore for PgStore {
                                 &params.now_ms,
                                 &params.id,
                                 &params.owner,
+                                &params.epoch,
+                                &end_status,
+                                &end_reason,
                             ],
                         )
                         .await?;
@@ -300,13 +330,15 @@ impl RunStore for PgStore {
                     let changed = tx
                         .execute(
                             "UPDATE runs SET status = $1, termination_reason = $2, updated_ms = $3
-                         WHERE id = $4 AND claimed_by = $5 AND status = 'running'",
+                         WHERE id = $4 AND claimed_by = $5 AND claim_epoch = $6
+                           AND status = 'running'",
                             &[
                                 &params.status.as_str(),
                                 &params.reason,
                                 &params.now_ms,
                                 &params.id,
                                 &params.owner,
+                                &params.epoch,
                             ],
                         )
                         .await?;
@@ -332,11 +364,12 @@ impl RunStore for PgStore {
             let client = self.client().await?;
             let row = client
                 .query_opt(
-                    "SELECT 1 FROM runs WHERE id = $1 AND claimed_by = $2 AND status = $3
-                         AND termination_reason = $4",
+                    "SELECT 1 FROM runs WHERE id = $1 AND claimed_by = $2 AND claim_epoch = $3
+                         AND status = $4 AND termination_reason = $5",
                     &[
                         &params.id,
                         &params.owner,
+                        &params.epoch,
                         &params.status.as_str(),
                         &params.reason,
                     ],
@@ -465,7 +498,8 @@ pub(crate) async fn insert_run(
     let request = params.request.as_ref().map(serde_json::Value::to_string);
     // R3: a synchronous run is claimed by its segment at birth; a queued run has no
     // owner until a worker's guarded claim.
-    let (status, claimed_by, lease_expires_ms) = match &params.status {
+    // A run claimed at birth holds the first claim epoch.
+    let (status, claimed_by, lease_expires_ms, claim_epoch) = match &params.status {
         NewRunStatus::Running {
             owner,
             lease_until_ms,
@@ -473,14 +507,15 @@ pub(crate) async fn insert_run(
             RunState::Running,
             Some(owner.clone()),
             Some(*lease_until_ms),
+            1_i64,
         ),
-        NewRunStatus::Queued => (RunState::Queued, None, None),
+        NewRunStatus::Queued => (RunState::Queued, None, None, 0_i64),
     };
     let inserted = conn
         .execute(
             "INSERT INTO runs (id, agent, status, request, claimed_by, lease_expires_ms,
-                               correlation, created_ms, updated_ms)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
+                               correlation, created_ms, updated_ms, claim_epoch)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)
              ON CONFLICT (id) DO NOTHING",
             &[
                 &params.id,
@@ -491,6 +526,7 @@ pub(crate) async fn insert_run(
                 &lease_expires_ms,
                 &params.correlation,
                 &params.now_ms,
+                &claim_epoch,
             ],
         )
         .await?;
@@ -511,6 +547,7 @@ pub(crate) async fn insert_run(
         termination_reason: None,
         request: params.request.clone(),
         claimed_by,
+        claim_epoch,
         lease_expires_ms,
         pending_effect: None,
         requeue_count: 0,
@@ -562,6 +599,7 @@ pub(crate) fn run_row(row: &Row) -> Result<Run, Failure> {
         agent: row.try_get(1)?,
         termination_reason: row.try_get(3)?,
         claimed_by: row.try_get(5)?,
+        claim_epoch: row.try_get(13)?,
         lease_expires_ms: row.try_get(6)?,
         pending_effect: row.try_get(7)?,
         correlation: row.try_get(10)?,

@@ -56,6 +56,7 @@ async fn nodes_starting_together_apply_each_migration_once() {
             "0011_keys_and_workers",
             "0012_oauth_refresh_lease",
             "0013_decision_reissue",
+            "0014_claim_epoch",
             "0015_mcp_protocol"
         ]
     );
@@ -94,6 +95,7 @@ async fn each_queued_run_is_claimed_exactly_once_by_racing_nodes() {
                         owner: owner.clone(),
                         lease_until_ms: t0 + 60_000,
                         now_ms: t0 + 1,
+                        agents: None,
                     };
                     match node.run_claim(claim).await.expect("run_claim") {
                         Some(run) => {
@@ -270,10 +272,12 @@ async fn appenders_on_two_nodes_never_share_an_event_sequence() {
                     .run_event_append(EventAppend {
                         id: "seq-1".into(),
                         owner: "segment".into(),
+                        epoch: 1,
                         kind: "tool_executed".into(),
                         payload: json!({"task": task, "n": n}),
                         clear_fence: false,
                         round: None,
+                        end: None,
                         now_ms: t0 + 1,
                     })
                     .await
@@ -326,6 +330,7 @@ async fn a_refused_call_releases_its_row_lock_before_it_answers() {
             .run_requeue_apply(RequeueApply {
                 id: id.clone(),
                 owner: "not-the-owner".into(),
+                epoch: 0,
                 requeue_count: 0,
                 pending_effect: None,
                 decision: RetryDecision::Requeue { retry_at_ms: t0 },
@@ -341,6 +346,7 @@ async fn a_refused_call_releases_its_row_lock_before_it_answers() {
                 owner: "worker".into(),
                 lease_until_ms: t0 + 60_000,
                 now_ms: t0,
+                agents: None,
             })
             .await
             .unwrap()

@@ -94,7 +94,8 @@ impl SqliteStore {
     }
 }
 
-/// R12: the guarded ask. The run must be running and held by `owner`.
+/// R12: the guarded ask. The run must be running and held by `owner` under the claim's
+/// epoch.
 fn ask(conn: &mut Connection, params: &DecisionAsk) -> Result<Option<i64>, Failure> {
     let d = &params.decision;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -107,13 +108,20 @@ fn ask(conn: &mut Connection, params: &DecisionAsk) -> Result<Option<i64>, Failu
             "UPDATE runs SET status = 'waiting_for_approval', lease_expires_ms = NULL,
                  pending_effect = CASE WHEN ?4 THEN NULL ELSE pending_effect END,
                  updated_ms = ?1
-             WHERE id = ?2 AND claimed_by = ?3 AND status = 'running'",
-            params![d.asked_ms, d.run_id, params.owner, d.reissue.is_some()],
+             WHERE id = ?2 AND claimed_by = ?3 AND claim_epoch = ?5 AND status = 'running'",
+            params![
+                d.asked_ms,
+                d.run_id,
+                params.owner,
+                d.reissue.is_some(),
+                params.epoch
+            ],
         )?
     } else {
         tx.execute(
-            "UPDATE runs SET updated_ms = ?1 WHERE id = ?2 AND claimed_by = ?3 AND status = 'running'",
-            params![d.asked_ms, d.run_id, params.owner],
+            "UPDATE runs SET updated_ms = ?1
+             WHERE id = ?2 AND claimed_by = ?3 AND claim_epoch = ?4 AND status = 'running'",
+            params![d.asked_ms, d.run_id, params.owner, params.epoch],
         )?
     };
     if changed != 1 {

@@ -19,27 +19,25 @@ pub(crate) fn append_final(
 ) -> Result<Option<i64>, Failure> {
     debug_assert!(FINAL_KINDS.contains(&body.kind()));
     let finals = serde_json::to_string(&FINAL_KINDS).unwrap_or_default();
-    let seq: Option<i64> = conn
-        .query_row(
-            "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
-             SELECT ?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = ?1),
-                    ?2, ?3, ?4
-             WHERE NOT EXISTS (SELECT 1 FROM run_events
-                               WHERE run_id = ?1 AND kind IN (SELECT value FROM json_each(?5)))
-             RETURNING seq",
-            params![
-                run_id,
-                body.kind(),
-                body.to_payload().to_string(),
-                now_ms,
-                finals
-            ],
-            |row| row.get(0),
-        )
-        .map(Some)
-        .or_else(|e| match e {
-            rusqlite::Error::QueryReturnedNoRows => Ok(None),
-            other => Err(other),
-        })?;
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
+         SELECT ?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = ?1),
+                ?2, ?3, ?4
+         WHERE NOT EXISTS (SELECT 1 FROM run_events
+                           WHERE run_id = ?1 AND kind IN (SELECT value FROM json_each(?5)))
+         RETURNING seq",
+    )?;
+    // Stepped to its end: a statement error after the row is an error, never a sequence.
+    let seq = crate::confirm::returning_one(
+        &mut stmt,
+        params![
+            run_id,
+            body.kind(),
+            body.to_payload().to_string(),
+            now_ms,
+            finals
+        ],
+        |row| row.get(0),
+    )?;
     Ok(seq)
 }

@@ -32,6 +32,7 @@ pub use connection::SqliteStore;
 pub use other_writers::OtherWriters;
 
 mod catalogue_store;
+mod confirm;
 mod connection;
 mod decision_store;
 mod failure;

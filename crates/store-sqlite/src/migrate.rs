@@ -81,6 +81,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0013_decision_reissue.sql"),
     },
     Migration {
+        version: 14,
+        name: "0014_claim_epoch",
+        sql: include_str!("../migrations/0014_claim_epoch.sql"),
+    },
+    Migration {
         version: 15,
         name: "0015_mcp_protocol",
         sql: include_str!("../migrations/0015_mcp_protocol.sql"),

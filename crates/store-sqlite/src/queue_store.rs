@@ -21,13 +21,6 @@ use crate::SqliteStore;
 use crate::failure::Failure;
 use crate::run_store::{RUN_COLUMNS, publish_status, run_columns, run_row};
 
-/// How many due runs one claim round considers: a claimant that loses a run to another
-/// process tries the next one instead of giving up.
-const CLAIM_CANDIDATES: i64 = 8;
-/// How many rounds a claim selects candidates before answering "none" for now; the worker
-/// polls again, so a claim never spins for long under heavy contention.
-const CLAIM_ROUNDS: usize = 4;
-
 const REQUEUEING: &str = "requeueing a run";
 const RESCUING: &str = "rescuing a stale run";
 
@@ -180,43 +173,55 @@ fn publish_requeue(store: &SqliteStore, run_id: &str, answer: RequeueAnswer) {
     }
 }
 
-/// R3: the oldest due queued run, claimed with a guarded `queued -> running` update.
-fn claim(conn: &Connection, params: &Claim) -> Result<Option<Run>, Failure> {
-    let mut select = conn.prepare_cached(
-        "SELECT id FROM runs WHERE status = 'queued' AND retry_at_ms <= ?1
-         ORDER BY created_ms, id LIMIT ?2",
-    )?;
-    // The guard re-checks "queued and due": between the select and this update another
-    // claimant may have won the run (and even requeued it with a later retry). The last
-    // requeue's reason is cleared: the run is running again.
-    let mut update = conn.prepare_cached(&format!(
-        "UPDATE runs SET status = 'running', claimed_by = ?1, lease_expires_ms = ?2,
-             termination_reason = NULL, updated_ms = ?3
-         WHERE id = ?4 AND status = 'queued' AND retry_at_ms <= ?3
-         RETURNING {RUN_COLUMNS}"
-    ))?;
-    for _ in 0..CLAIM_ROUNDS {
-        let candidates = select
-            .query_map(params![params.now_ms, CLAIM_CANDIDATES], |row| {
-                row.get::<_, String>(0)
-            })?
-            .collect::<Result<Vec<_>, _>>()?;
-        if candidates.is_empty() {
-            return Ok(None);
-        }
-        for id in candidates {
-            let claimed = update
-                .query_row(
-                    params![params.owner, params.lease_until_ms, params.now_ms, id],
-                    run_columns,
-                )
-                .optional()?;
-            if let Some(columns) = claimed {
-                return run_row(columns).map(Some);
-            }
-        }
+/// R3: the oldest due queued run of the claim's agents, claimed in one immediate
+/// transaction that raises its claim epoch. The run is answered only once the commit is
+/// confirmed: a failed commit may still have landed (an I/O error at commit), so the row
+/// is re-read, and the claim is acted on only if the row holds it.
+fn claim(conn: &mut Connection, params: &Claim) -> Result<Option<Run>, Failure> {
+    let agents = params
+        .agents
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| StoreError::new("claiming a queued run", e))?;
+    const DUE: &str = "SELECT id FROM runs WHERE status = 'queued' AND retry_at_ms <= ?1
+         AND (?2 IS NULL OR agent IN (SELECT value FROM json_each(?2)))
+         ORDER BY created_ms, id LIMIT 1";
+    // A look without the write lock first: an idle worker's wake-up takes no lock.
+    let due = |conn: &Connection| -> Result<Option<String>, Failure> {
+        Ok(conn
+            .prepare_cached(DUE)?
+            .query_row(params![params.now_ms, agents], |row| row.get(0))
+            .optional()?)
+    };
+    if due(conn)?.is_none() {
+        return Ok(None);
     }
-    Ok(None)
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    // Under the write lock nobody else can claim between this read and the update.
+    let Some(id) = due(&tx)? else {
+        return Ok(None); // dropping the transaction rolls it back
+    };
+    // The last requeue's reason is cleared: the run is running again.
+    tx.execute(
+        "UPDATE runs SET status = 'running', claimed_by = ?1, lease_expires_ms = ?2,
+             termination_reason = NULL, updated_ms = ?3, claim_epoch = claim_epoch + 1
+         WHERE id = ?4 AND status = 'queued'",
+        params![params.owner, params.lease_until_ms, params.now_ms, id],
+    )?;
+    let columns = tx.query_row(
+        &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"),
+        [&id],
+        run_columns,
+    )?;
+    let run = run_row(columns)?;
+    match tx.commit() {
+        Ok(()) => Ok(Some(run)),
+        Err(error) => match crate::confirm::claim_landed(conn, &run) {
+            Ok(true) => Ok(Some(run)),
+            _ => Err(error.into()),
+        },
+    }
 }
 
 /// R9: applies a segment's decision, guarded by what it read: the owner holds the lease
@@ -224,15 +229,15 @@ fn claim(conn: &Connection, params: &Claim) -> Result<Option<Run>, Failure> {
 /// matches nothing, the row says whether a cancel won (R4) or the lease is lost (R3).
 fn requeue_apply(conn: &Connection, params: &RequeueApply) -> Result<RequeueAnswer, Failure> {
     const GUARD: &str = "id = ?1 AND status = 'running' AND claimed_by = ?2
-        AND requeue_count = ?3 AND pending_effect IS ?4";
+        AND requeue_count = ?3 AND pending_effect IS ?4 AND claim_epoch = ?5";
     let (changed, answer) = match params.decision {
         RetryDecision::Requeue { retry_at_ms } => {
             let counts = u32::from(params.counts);
             let changed = conn.execute(
                 &format!(
                     "UPDATE runs SET status = 'queued', claimed_by = NULL, lease_expires_ms = NULL,
-                         retry_at_ms = ?5, termination_reason = ?6,
-                         requeue_count = requeue_count + ?7, updated_ms = ?8
+                         retry_at_ms = ?6, termination_reason = ?7,
+                         requeue_count = requeue_count + ?8, updated_ms = ?9
                      WHERE {GUARD}"
                 ),
                 params![
@@ -240,6 +245,7 @@ fn requeue_apply(conn: &Connection, params: &RequeueApply) -> Result<RequeueAnsw
                     params.owner,
                     params.requeue_count,
                     params.pending_effect,
+                    params.epoch,
                     retry_at_ms,
                     params.reason,
                     counts,
@@ -253,7 +259,7 @@ fn requeue_apply(conn: &Connection, params: &RequeueApply) -> Result<RequeueAnsw
             // R7: pending_effect stays, so the record shows the write that was in flight.
             let changed = conn.execute(
                 &format!(
-                    "UPDATE runs SET status = 'failed', termination_reason = ?5, updated_ms = ?6
+                    "UPDATE runs SET status = 'failed', termination_reason = ?6, updated_ms = ?7
                      WHERE {GUARD}"
                 ),
                 params![
@@ -261,6 +267,7 @@ fn requeue_apply(conn: &Connection, params: &RequeueApply) -> Result<RequeueAnsw
                     params.owner,
                     params.requeue_count,
                     params.pending_effect,
+                    params.epoch,
                     params.reason,
                     params.now_ms
                 ],

@@ -24,7 +24,7 @@ use crate::SqliteStore;
 use crate::failure::Failure;
 
 pub(crate) const RUN_COLUMNS: &str = "id, agent, status, termination_reason, request, claimed_by, lease_expires_ms, \
-                           pending_effect, requeue_count, rounds, correlation, created_ms, updated_ms";
+                           pending_effect, requeue_count, rounds, correlation, created_ms, updated_ms, claim_epoch";
 
 /// R4: the reason a cancel writes; people read it in `status` and the API.
 const CANCEL_REASON: &str = "cancelled by an operator";
@@ -153,12 +153,14 @@ impl RunStore for SqliteStore {
             // still belongs to its segment until the segment records its boundary step (R5).
             let changed = conn.execute(
                 "UPDATE runs SET lease_expires_ms = ?1, updated_ms = ?2
-                 WHERE id = ?3 AND claimed_by = ?4 AND status IN ('running', 'cancelled')",
+                 WHERE id = ?3 AND claimed_by = ?4 AND claim_epoch = ?5
+                   AND status IN ('running', 'cancelled')",
                 params![
                     params.lease_until_ms,
                     params.now_ms,
                     params.id,
-                    params.owner
+                    params.owner,
+                    params.epoch
                 ],
             )?;
             Ok(changed == 1)
@@ -168,16 +170,21 @@ impl RunStore for SqliteStore {
 
     async fn run_fence_mark(&self, params: FenceMark) -> Result<bool, StoreError> {
         self.run("marking a run's write fence", move |conn| {
-            // R7: no lease or no running run, no write.
+            // R7: no lease of this claim or no running run, no write. The mark commits
+            // (an autocommit statement stepped to its end, so a failed commit is an
+            // error) before the call's audit intent, whose transaction is synced: in WAL
+            // mode the sync of a later commit makes every earlier frame durable, so the
+            // mark is as durable as the intent under `synchronous=NORMAL`.
             let changed = conn.execute(
                 "UPDATE runs SET pending_effect = ?1, lease_expires_ms = ?2, updated_ms = ?3
-                 WHERE id = ?4 AND claimed_by = ?5 AND status = 'running'",
+                 WHERE id = ?4 AND claimed_by = ?5 AND claim_epoch = ?6 AND status = 'running'",
                 params![
                     params.effect,
                     params.lease_until_ms,
                     params.now_ms,
                     params.id,
-                    params.owner
+                    params.owner,
+                    params.epoch
                 ],
             )?;
             Ok(changed == 1)
@@ -187,6 +194,18 @@ impl RunStore for SqliteStore {
 
     async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
         let run_id = params.id.clone();
+        let ends_as = params.end.as_ref().map(|end| end.status);
+        if let Some(end) = &params.end
+            && !matches!(end.status, RunState::Completed | RunState::Failed)
+        {
+            return Err(StoreError::new(
+                "appending a run event",
+                format!(
+                    "a final event ends a run as completed or failed, not {}: cancel it with run_cancel",
+                    end.status.as_str()
+                ),
+            ));
+        }
         let seq = self
             .run("appending a run event", move |conn| {
                 let payload = params.payload.to_string();
@@ -194,22 +213,36 @@ impl RunStore for SqliteStore {
                 // BEGIN IMMEDIATE takes the write lock before reading MAX(seq), so a writer in
                 // another process waits (busy timeout) instead of taking the same sequence (R1).
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                // The guard decides: the owner of a running run, or of a run cancelled under it
-                // (R5: it records its boundary step). R7: the fence is cleared on a running run
-                // only; a cancelled mid-write run keeps its mark. Rounds never go down.
+                // The guard decides: the owner of a running run under this claim's epoch,
+                // or of a run cancelled under it (R5: it records its boundary step). R7:
+                // the fence is cleared on a running run only; a cancelled mid-write run
+                // keeps its mark. Rounds never go down. A final event with `end` moves a
+                // running run to its final status in the same transaction (one truth per
+                // run); a cancel that won the row refuses it.
+                let (end_status, end_reason) = match &params.end {
+                    Some(end) => (Some(end.status.as_str()), Some(end.reason.as_str())),
+                    None => (None, None),
+                };
                 let changed = tx.execute(
                     "UPDATE runs SET
                      pending_effect = CASE WHEN ?1 AND status = 'running' THEN NULL
                                            ELSE pending_effect END,
                      rounds = MAX(rounds, COALESCE(?2, rounds)),
+                     termination_reason = CASE WHEN ?7 IS NULL THEN termination_reason
+                                               ELSE ?8 END,
+                     status = COALESCE(?7, status),
                      updated_ms = ?3
-                 WHERE id = ?4 AND claimed_by = ?5 AND status IN ('running', 'cancelled')",
+                 WHERE id = ?4 AND claimed_by = ?5 AND claim_epoch = ?6
+                   AND (status = 'running' OR (?7 IS NULL AND status = 'cancelled'))",
                     params![
                         params.clear_fence,
                         round,
                         params.now_ms,
                         params.id,
-                        params.owner
+                        params.owner,
+                        params.epoch,
+                        end_status,
+                        end_reason
                     ],
                 )?;
                 if changed != 1 {
@@ -231,6 +264,9 @@ impl RunStore for SqliteStore {
             })
             .await?;
         if let Some(seq) = seq {
+            if let Some(status) = ends_as {
+                publish_status(self.feed(), &run_id, status);
+            }
             self.feed().publish(Change::Appended { run_id, seq });
         }
         Ok(seq)
@@ -252,13 +288,14 @@ impl RunStore for SqliteStore {
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
                 let changed = tx.execute(
                     "UPDATE runs SET status = ?1, termination_reason = ?2, updated_ms = ?3
-                 WHERE id = ?4 AND claimed_by = ?5 AND status = 'running'",
+                 WHERE id = ?4 AND claimed_by = ?5 AND claim_epoch = ?6 AND status = 'running'",
                     params![
                         params.status.as_str(),
                         params.reason,
                         params.now_ms,
                         params.id,
-                        params.owner
+                        params.owner,
+                        params.epoch
                     ],
                 )?;
                 let answer = if changed == 1 {
@@ -385,7 +422,8 @@ pub(crate) fn insert_run(conn: &Connection, params: RunCreate) -> Result<Run, Fa
     let request = params.request.as_ref().map(Value::to_string);
     // R3: a synchronous run is claimed by its segment at birth; a queued run has no
     // owner until a worker's guarded claim.
-    let (status, claimed_by, lease_expires_ms) = match &params.status {
+    // A run claimed at birth holds the first claim epoch.
+    let (status, claimed_by, lease_expires_ms, claim_epoch) = match &params.status {
         NewRunStatus::Running {
             owner,
             lease_until_ms,
@@ -393,13 +431,14 @@ pub(crate) fn insert_run(conn: &Connection, params: RunCreate) -> Result<Run, Fa
             RunState::Running,
             Some(owner.clone()),
             Some(*lease_until_ms),
+            1,
         ),
-        NewRunStatus::Queued => (RunState::Queued, None, None),
+        NewRunStatus::Queued => (RunState::Queued, None, None, 0),
     };
     let inserted = conn.execute(
         "INSERT INTO runs (id, agent, status, request, claimed_by, lease_expires_ms,
-                           correlation, created_ms, updated_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)
+                           correlation, created_ms, updated_ms, claim_epoch)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9)
          ON CONFLICT (id) DO NOTHING",
         params![
             params.id,
@@ -410,6 +449,7 @@ pub(crate) fn insert_run(conn: &Connection, params: RunCreate) -> Result<Run, Fa
             lease_expires_ms,
             params.correlation,
             params.now_ms,
+            claim_epoch,
         ],
     )?;
     if inserted == 0 {
@@ -429,6 +469,7 @@ pub(crate) fn insert_run(conn: &Connection, params: RunCreate) -> Result<Run, Fa
         termination_reason: None,
         request: params.request,
         claimed_by,
+        claim_epoch,
         lease_expires_ms,
         pending_effect: None,
         requeue_count: 0,
@@ -481,6 +522,7 @@ pub(crate) struct RunColumns {
     correlation: String,
     created_ms: i64,
     updated_ms: i64,
+    claim_epoch: i64,
 }
 
 pub(crate) fn run_columns(row: &Row<'_>) -> rusqlite::Result<RunColumns> {
@@ -498,6 +540,7 @@ pub(crate) fn run_columns(row: &Row<'_>) -> rusqlite::Result<RunColumns> {
         correlation: row.get(10)?,
         created_ms: row.get(11)?,
         updated_ms: row.get(12)?,
+        claim_epoch: row.get(13)?,
     })
 }
 
@@ -522,6 +565,7 @@ pub(crate) fn run_row(c: RunColumns) -> Result<Run, Failure> {
         agent: c.agent,
         termination_reason: c.termination_reason,
         claimed_by: c.claimed_by,
+        claim_epoch: c.claim_epoch,
         lease_expires_ms: c.lease_expires_ms,
         pending_effect: c.pending_effect,
         correlation: c.correlation,

@@ -77,6 +77,7 @@ async fn a_vault_only_database_gets_the_mcp_tables_on_open_and_keeps_its_records
             (11, "0011_keys_and_workers".to_owned()),
             (12, "0012_oauth_refresh_lease".to_owned()),
             (13, "0013_decision_reissue".to_owned()),
+            (14, "0014_claim_epoch".to_owned()),
             (15, "0015_mcp_protocol".to_owned())
         ]
     );

@@ -35,6 +35,7 @@ async fn claim_all(store: SqliteStore, owner: String) -> Vec<String> {
             owner: owner.clone(),
             lease_until_ms: 1_000 + LEASE,
             now_ms: 1_000,
+            agents: None,
         })
         .await
         .unwrap()
@@ -101,6 +102,7 @@ async fn a_heartbeat_committed_by_another_connection_wins_over_the_reaper() {
             owner: "worker-a".into(),
             lease_until_ms: 100,
             now_ms: 0,
+            agents: None,
         })
         .await
         .unwrap()
@@ -114,6 +116,7 @@ async fn a_heartbeat_committed_by_another_connection_wins_over_the_reaper() {
         .run_heartbeat(Heartbeat {
             id: "beat-1".into(),
             owner: "worker-a".into(),
+            epoch: claimed.claim_epoch,
             lease_until_ms: 1_000 + LEASE,
             now_ms: 999,
         })
@@ -186,6 +189,7 @@ async fn runs_queued_before_the_queue_migration_are_due_at_once() {
             owner: "worker-a".into(),
             lease_until_ms: 10 + LEASE,
             now_ms: 10,
+            agents: None,
         })
         .await
         .unwrap()

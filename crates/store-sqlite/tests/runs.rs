@@ -37,10 +37,12 @@ fn event(id: &str) -> EventAppend {
     EventAppend {
         id: id.into(),
         owner: OWNER.into(),
+        epoch: 1,
         kind: "tool_executed".into(),
         payload: json!({}),
         clear_fence: false,
         round: None,
+        end: None,
         now_ms: 1,
     }
 }

@@ -88,10 +88,12 @@ fn decision(id: &str, run_id: &str, kind: DecisionKind) -> Decision {
 
 async fn ask(store: &dyn QueueStore, d: Decision, owner: &str) -> Option<i64> {
     let payload = json!({"decision_id": d.id, "kind": d.kind.as_str()});
+    let epoch = crate::epoch_of(store, &d.run_id).await;
     store
         .decision_ask(DecisionAsk {
             decision: d,
             owner: owner.into(),
+            epoch,
             event_payload: payload,
         })
         .await
@@ -172,6 +174,7 @@ async fn asking_an_approval_parks_the_run_without_a_lease_and_keeps_its_request(
         owner: OTHER.into(),
         lease_until_ms: T0 + 100 + LEASE,
         now_ms: T0 + 100,
+        agents: None,
     };
     assert!(
         store.run_claim(claim).await.unwrap().is_none(),
@@ -233,6 +236,7 @@ async fn an_answer_queues_the_run_again_and_is_in_its_log(store: &dyn QueueStore
         owner: OTHER.into(),
         lease_until_ms: T0 + 600 + LEASE,
         now_ms: T0 + 600,
+        agents: None,
     };
     let claimed = store.run_claim(claim).await.unwrap();
     assert_eq!(
@@ -379,6 +383,7 @@ async fn an_uncertain_write_keeps_its_fence_until_answered_and_a_cancel_answer_c
             .run_fence_mark(FenceMark {
                 id: run.into(),
                 owner: OWNER.into(),
+                epoch: crate::epoch_of(store, &run).await,
                 effect: "non_idempotent_write".into(),
                 lease_until_ms: T0 + LEASE,
                 now_ms: T0 + 5,
@@ -455,6 +460,7 @@ async fn an_input_required_parks_the_run_clears_its_fence_and_keeps_the_request_
                 .run_fence_mark(FenceMark {
                     id: run.into(),
                     owner: OWNER.into(),
+                    epoch: crate::epoch_of(store, &run).await,
                     effect: "non_idempotent_write".into(),
                     lease_until_ms: T0 + LEASE,
                     now_ms: T0 + 5,
@@ -530,6 +536,7 @@ async fn an_input_leaves_the_run_running_and_is_refused_once_the_run_finished(
         .run_settle(RunSettle {
             id: "dr-in".into(),
             owner: OWNER.into(),
+            epoch: crate::epoch_of(store, &"dr-in").await,
             status: RunState::Completed,
             reason: "done".into(),
             now_ms: T0 + 60,

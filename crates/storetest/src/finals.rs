@@ -83,10 +83,12 @@ async fn a_cancel_of_a_running_run_leaves_the_final_event_to_its_segment(store: 
     let stop = EventAppend {
         id: "final-running".into(),
         owner: OWNER.into(),
+        epoch: 1,
         kind: "run_stopped".into(),
         payload: json!({"outcome": "CANCELLED"}),
         clear_fence: false,
         round: None,
+        end: None,
         now_ms: T0 + 20,
     };
     assert!(store.run_event_append(stop).await.unwrap().is_some());
@@ -150,10 +152,12 @@ async fn a_run_with_a_final_event_never_gets_a_second(store: &dyn QueueStore) {
     let end = EventAppend {
         id: "final-twice".into(),
         owner: OWNER.into(),
+        epoch: 1,
         kind: "run_failed".into(),
         payload: json!({"reason": "the segment's own end"}),
         clear_fence: false,
         round: None,
+        end: None,
         now_ms: T0 + 500,
     };
     store.run_event_append(end).await.unwrap().unwrap();
@@ -184,10 +188,12 @@ async fn a_cancelled_run_whose_segment_died_gets_its_stop_from_the_reaper(store:
     let stop = EventAppend {
         id: "final-stopped".into(),
         owner: OWNER.into(),
+        epoch: 1,
         kind: "run_stopped".into(),
         payload: json!({"outcome": "CANCELLED"}),
         clear_fence: false,
         round: None,
+        end: None,
         now_ms: T0 + 20,
     };
     store.run_event_append(stop).await.unwrap().unwrap();

@@ -48,6 +48,7 @@ pub use vault::exercise_vault_store;
 
 mod catalogue;
 mod decisions;
+mod epochs;
 mod finals;
 mod keys;
 mod queue;
@@ -55,3 +56,14 @@ mod runs;
 mod sessions;
 mod tokens;
 mod vault;
+
+/// The claim epoch run `id` holds now (0 when there is no such run): what the segment
+/// that holds it now would carry. The checks of the owner guard use it, so that only the
+/// owner decides; the epoch checks build their own.
+pub(crate) async fn epoch_of(store: &dyn runwarden_runtime::RunStore, id: impl AsRef<str>) -> i64 {
+    store
+        .run_get(id.as_ref())
+        .await
+        .expect("run_get")
+        .map_or(0, |run| run.claim_epoch)
+}

@@ -69,6 +69,7 @@ pub async fn exercise_queue_store(store: Arc<dyn QueueStore>) {
 
     crate::keys::exercise(&store).await;
     crate::finals::exercise(&store).await;
+    crate::epochs::exercise(&store).await;
 }
 
 fn queued_at(id: &str, created_ms: i64) -> RunCreate {
@@ -116,6 +117,7 @@ async fn claim(store: &dyn QueueStore, owner: &str, now_ms: i64) -> Option<Run> 
             owner: owner.into(),
             lease_until_ms: now_ms + LEASE,
             now_ms,
+            agents: None,
         })
         .await
         .expect("run_claim")
@@ -187,6 +189,7 @@ async fn requeued(store: &dyn QueueStore, params: Requeue) -> RequeueAnswer {
         .run_requeue_apply(RequeueApply {
             id: params.id,
             owner: params.owner,
+            epoch: read.as_ref().map_or(0, |r| r.claim_epoch),
             requeue_count: read.as_ref().map_or(0, |r| r.requeue_count),
             pending_effect: read.and_then(|r| r.pending_effect),
             decision,
@@ -203,6 +206,7 @@ async fn fence(store: &dyn QueueStore, id: &str, owner: &str, effect: Effect, un
         .run_fence_mark(FenceMark {
             id: id.into(),
             owner: owner.into(),
+            epoch: crate::epoch_of(store, &id).await,
             effect: effect.as_str().into(),
             lease_until_ms: until,
             now_ms: until - LEASE,
@@ -242,22 +246,25 @@ async fn rescued(store: &dyn QueueStore, params: Rescue) -> Vec<Rescued> {
         .expect("a reaper pass")
 }
 
-fn event(id: &str, owner: &str) -> EventAppend {
+fn event(id: &str, owner: &str, epoch: i64) -> EventAppend {
     EventAppend {
         id: id.into(),
         owner: owner.into(),
+        epoch,
         kind: "tool_executed".into(),
         payload: json!({}),
         clear_fence: true,
         round: None,
+        end: None,
         now_ms: T0 + 50_000,
     }
 }
 
-fn settle(id: &str, owner: &str) -> RunSettle {
+fn settle(id: &str, owner: &str, epoch: i64) -> RunSettle {
     RunSettle {
         id: id.into(),
         owner: owner.into(),
+        epoch,
         status: RunState::Completed,
         reason: "done".into(),
         now_ms: T0 + 50_000,
@@ -626,7 +633,11 @@ async fn requeue_by_a_lost_owner_changes_nothing(store: &dyn QueueStore) {
 
     create(store, running("requeue-settled", OWNER, T0 + LEASE)).await;
     let answer = store
-        .run_settle(settle("requeue-settled", OWNER))
+        .run_settle(settle(
+            "requeue-settled",
+            OWNER,
+            crate::epoch_of(store, "requeue-settled").await,
+        ))
         .await
         .unwrap();
     assert_eq!(answer, SettleAnswer::Settled);
@@ -776,6 +787,7 @@ async fn the_reaper_backs_off_exponentially_and_spends_the_shared_budget(store: 
                 owner: OWNER.into(),
                 lease_until_ms: now + 1,
                 now_ms: now,
+                agents: None,
             })
             .await
             .unwrap()
@@ -805,6 +817,7 @@ async fn the_reaper_backs_off_exponentially_and_spends_the_shared_budget(store: 
         .run_heartbeat(Heartbeat {
             id: "backoff-1".into(),
             owner: OWNER.into(),
+            epoch: crate::epoch_of(store, &"backoff-1").await,
             lease_until_ms: now + 1,
             now_ms: now,
         })
@@ -865,6 +878,7 @@ async fn a_heartbeat_that_lands_first_wins_over_the_reaper(store: &dyn QueueStor
         .run_heartbeat(Heartbeat {
             id: "beat-first".into(),
             owner: OWNER.into(),
+            epoch: crate::epoch_of(store, &"beat-first").await,
             lease_until_ms: T0 + 1_000 + LEASE,
             now_ms: T0 + 900,
         })
@@ -921,20 +935,32 @@ async fn the_old_owner_cannot_append_after_the_reaper_took_the_run(store: &dyn Q
     let check_refused = |when: &'static str| async move {
         assert_eq!(
             store
-                .run_event_append(event("taken-1", OWNER))
+                .run_event_append(event(
+                    "taken-1",
+                    OWNER,
+                    crate::epoch_of(store, "taken-1").await
+                ))
                 .await
                 .unwrap(),
             None,
             "R3: the old owner appends nothing {when}"
         );
         assert_eq!(
-            store.run_settle(settle("taken-1", OWNER)).await.unwrap(),
+            store
+                .run_settle(settle(
+                    "taken-1",
+                    OWNER,
+                    crate::epoch_of(store, "taken-1").await
+                ))
+                .await
+                .unwrap(),
             SettleAnswer::LeaseLost,
             "R3: the old owner settles nothing {when}"
         );
         let beat = Heartbeat {
             id: "taken-1".into(),
             owner: OWNER.into(),
+            epoch: crate::epoch_of(store, &"taken-1").await,
             lease_until_ms: T0 + 90_000,
             now_ms: T0 + 50_000,
         };
@@ -957,6 +983,7 @@ async fn the_old_owner_cannot_append_after_the_reaper_took_the_run(store: &dyn Q
             owner: OTHER.into(),
             lease_until_ms: T0 + 9_000 + LEASE,
             now_ms: T0 + 9_000,
+            agents: None,
         })
         .await
         .unwrap()
@@ -966,14 +993,25 @@ async fn the_old_owner_cannot_append_after_the_reaper_took_the_run(store: &dyn Q
     check_refused("after another worker claimed it").await;
     assert_eq!(
         store
-            .run_event_append(event("taken-1", OTHER))
+            .run_event_append(event(
+                "taken-1",
+                OTHER,
+                crate::epoch_of(store, "taken-1").await
+            ))
             .await
             .unwrap(),
         Some(1),
         "the new owner appends"
     );
     assert_eq!(
-        store.run_settle(settle("taken-1", OTHER)).await.unwrap(),
+        store
+            .run_settle(settle(
+                "taken-1",
+                OTHER,
+                crate::epoch_of(store, "taken-1").await
+            ))
+            .await
+            .unwrap(),
         SettleAnswer::Settled
     );
 }
@@ -992,6 +1030,7 @@ async fn a_requeue_decided_on_a_row_that_changed_since_changes_nothing(store: &d
     let late = RequeueApply {
         id: read.id.clone(),
         owner: OWNER.into(),
+        epoch: read.claim_epoch,
         requeue_count: read.requeue_count,
         pending_effect: read.pending_effect.clone(),
         decision,
@@ -1023,6 +1062,7 @@ async fn a_requeue_decided_on_a_row_that_changed_since_changes_nothing(store: &d
     let late = RequeueApply {
         id: read.id.clone(),
         owner: OWNER.into(),
+        epoch: read.claim_epoch,
         requeue_count: read.requeue_count,
         pending_effect: read.pending_effect.clone(),
         decision,
@@ -1067,6 +1107,7 @@ async fn a_rescue_decided_on_a_row_that_changed_since_is_skipped(store: &dyn Que
         .run_heartbeat(Heartbeat {
             id: "rescue-settled".into(),
             owner: OWNER.into(),
+            epoch: crate::epoch_of(store, &"rescue-settled").await,
             lease_until_ms: T0 + 900 + LEASE,
             now_ms: T0 + 900,
         })
@@ -1075,7 +1116,11 @@ async fn a_rescue_decided_on_a_row_that_changed_since_is_skipped(store: &dyn Que
     assert!(renewed);
     assert_eq!(
         store
-            .run_settle(settle("rescue-settled", OWNER))
+            .run_settle(settle(
+                "rescue-settled",
+                OWNER,
+                crate::epoch_of(store, "rescue-settled").await
+            ))
             .await
             .unwrap(),
         SettleAnswer::Settled
@@ -1200,10 +1245,12 @@ async fn committed_writes_are_published_on_the_feed(store: &dyn QueueStore) {
         .run_event_append(EventAppend {
             id: id.into(),
             owner: OWNER.into(),
+            epoch: crate::epoch_of(store, &id).await,
             kind: "model_response".into(),
             payload: json!({"text": "on it"}),
             clear_fence: false,
             round: Some(1),
+            end: None,
             now_ms: T0 + 1,
         })
         .await

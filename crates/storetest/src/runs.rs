@@ -98,6 +98,7 @@ fn heartbeat(id: &str, owner: &str, lease_until_ms: i64) -> Heartbeat {
     Heartbeat {
         id: id.into(),
         owner: owner.into(),
+        epoch: 1,
         lease_until_ms,
         now_ms: lease_until_ms - LEASE,
     }
@@ -107,6 +108,7 @@ fn fence(id: &str, owner: &str, lease_until_ms: i64) -> FenceMark {
     FenceMark {
         id: id.into(),
         owner: owner.into(),
+        epoch: 1,
         effect: WRITE.into(),
         lease_until_ms,
         now_ms: lease_until_ms - LEASE,
@@ -124,10 +126,12 @@ fn event(id: &str, owner: &str, kind: &str) -> EventAppend {
     EventAppend {
         id: id.into(),
         owner: owner.into(),
+        epoch: 1,
         kind: kind.into(),
         payload: json!({"kind": kind}),
         clear_fence: false,
         round: None,
+        end: None,
         now_ms: T0 + 1,
     }
 }
@@ -153,6 +157,7 @@ fn settle(id: &str, owner: &str, status: RunState) -> RunSettle {
     RunSettle {
         id: id.into(),
         owner: owner.into(),
+        epoch: 1,
         status,
         reason: format!("{} by {owner}", status.as_str()),
         now_ms: T0 + 5,
@@ -196,6 +201,7 @@ async fn a_synchronous_run_is_claimed_at_birth(store: &dyn RunStore) {
         termination_reason: None,
         request: Some(json!({"input": "file a ticket for the printer"})),
         claimed_by: Some(OWNER.into()),
+        claim_epoch: 1,
         lease_expires_ms: Some(T0 + LEASE),
         pending_effect: None,
         requeue_count: 0,

@@ -241,6 +241,13 @@ impl AgentSource for AgentBuilder {
             }
         })
     }
+
+    /// A worker claims only runs of the agents its configuration holds now (a reload
+    /// changes the list), so a run of an agent it does not know waits for a worker that
+    /// knows it instead of being dead-lettered with an empty log.
+    fn names(&self) -> Option<Vec<String>> {
+        Some(self.registry().config.agents.keys().cloned().collect())
+    }
 }
 
 /// One event as a line for people, rendered from its typed body. An event this binary

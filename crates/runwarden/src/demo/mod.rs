@@ -563,6 +563,7 @@ async fn approval_act(
         owner: executor.owner().to_string(),
         lease_until_ms: now + executor.lease_ms(),
         now_ms: now,
+        agents: None,
     };
     let claimed = at
         .store

@@ -382,10 +382,12 @@ async fn server_written_text_is_escaped_on_every_page_that_shows_it() {
         .run_event_append(EventAppend {
             id: id.clone(),
             owner: "seg".into(),
+            epoch: 1, // a run claimed at birth
             kind: "tool_log".into(),
             payload: serde_json::json!({ "data": hostile, "level": "info" }),
             clear_fence: false,
             round: None,
+            end: None,
             now_ms: 2,
         })
         .await

@@ -1,0 +1,493 @@
+//! Storage faults where they happen: a real `runwarden worker` whose SQLite writes fail at
+//! the operating-system level (`strace --inject` on `pwrite64`, `fdatasync` and `fsync`
+//! of the database and its WAL, at the Nth call and in windows switched on and off while
+//! runs are in flight), and a real 16 MiB tmpfs filled to the last byte, then freed.
+//!
+//! Every run calls one non-idempotent write on a server that counts them. After each case:
+//! the server saw each run's write at most once, a run reported or stored COMPLETED has its
+//! write step and its end in the log, the worker never printed two endings for one run, the
+//! row's status matches the log's final event, `audit verify` passes, and once the fault is
+//! removed every run ends within [`SETTLE_BOUND`] without a restart.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::{Live as Child, Sandbox, runwarden};
+use crate::worker::{Install, WORKER_SETTINGS, enqueue, install_in, write_agents};
+
+/// Runs per case; each makes one non-idempotent write.
+const RUNS: usize = 8;
+/// Once the fault is removed, every run ends within this (leases are 1 s, the reaper looks
+/// every 0.2 s, a retry waits at most a few seconds).
+const SETTLE_BOUND: Duration = Duration::from_secs(40);
+/// The worker endings that end a run (the others hand it on).
+const ENDINGS: [&str; 4] = ["COMPLETED", "FAILED", "DEAD_LETTERED", "CANCELLED"];
+
+/// How a fault is switched on and off.
+#[derive(Debug, Clone, Copy)]
+enum Schedule {
+    /// From the Nth matching call of each thread on, for `hold`.
+    Nth { n: u32, hold: Duration },
+    /// On for `on`, off for `off`, for `total`.
+    Windows {
+        on: Duration,
+        off: Duration,
+        total: Duration,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Fault {
+    syscall: &'static str,
+    errno: &'static str,
+    schedule: Schedule,
+}
+
+impl Fault {
+    fn name(&self) -> String {
+        match self.schedule {
+            Schedule::Nth { n, hold } => {
+                format!("{} {} from call {n} for {hold:?}", self.syscall, self.errno)
+            }
+            Schedule::Windows { on, off, total } => format!(
+                "{} {} on {on:?} / off {off:?} for {total:?}",
+                self.syscall, self.errno
+            ),
+        }
+    }
+}
+
+/// What one case saw.
+#[derive(Debug, Default)]
+struct Seen {
+    runs: usize,
+    writes: usize,
+    written_twice: usize,
+    statuses: BTreeMap<String, usize>,
+    settled_in: Duration,
+    /// Warnings and errors the worker logged: the fault was felt.
+    complaints: usize,
+    violations: Vec<String>,
+}
+
+/// `strace` attached to every thread of `pid`, failing `fault` on the database's files
+/// until dropped (which detaches it and leaves the worker running).
+struct Injector {
+    strace: std::process::Child,
+}
+
+impl Injector {
+    fn attach(pid: u32, database: &Path, fault: &Fault, when: &str) -> Self {
+        let wal = PathBuf::from(format!("{}-wal", database.display()));
+        let strace = Command::new("strace")
+            .args(["-f", "-qq", "-o", "/dev/null", "-p", &pid.to_string()])
+            .arg("-P")
+            .arg(database)
+            .arg("-P")
+            .arg(&wal)
+            .arg(format!(
+                "--inject={}:error={}:when={when}",
+                fault.syscall, fault.errno
+            ))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("strace starts");
+        Self { strace }
+    }
+}
+
+impl Drop for Injector {
+    fn drop(&mut self) {
+        // SIGINT detaches strace from its tracees, which go on running.
+        let _ = Command::new("kill")
+            .args(["-INT", &self.strace.id().to_string()])
+            .status();
+        let _ = self.strace.wait();
+    }
+}
+
+/// Why this machine cannot run the strace cases, if it cannot.
+fn strace_missing() -> Option<String> {
+    let probe = Command::new("strace")
+        .args([
+            "-f",
+            "-qq",
+            "-o",
+            "/dev/null",
+            "--inject=pwrite64:error=EIO:when=1",
+            "true",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output();
+    match probe {
+        Ok(out) if out.status.success() => None,
+        Ok(out) => Some(format!(
+            "strace cannot trace here: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(e) => Some(format!(
+            "strace is not installed ({e}): apt-get install strace"
+        )),
+    }
+}
+
+/// Applies `fault` to the worker `pid` as its schedule says; returns when it is removed.
+async fn inject(pid: u32, database: &Path, fault: Fault) {
+    match fault.schedule {
+        Schedule::Nth { n, hold } => {
+            let injector = Injector::attach(pid, database, &fault, &format!("{n}+"));
+            tokio::time::sleep(hold).await;
+            drop(injector);
+        }
+        Schedule::Windows { on, off, total } => {
+            let until = Instant::now() + total;
+            while Instant::now() < until {
+                let injector = Injector::attach(pid, database, &fault, "1+");
+                tokio::time::sleep(on).await;
+                drop(injector);
+                tokio::time::sleep(off).await;
+            }
+        }
+    }
+}
+
+/// One run's row status and event kinds, read from the database file.
+fn read_run(database: &Path, id: &str) -> (String, Vec<String>) {
+    let conn =
+        rusqlite::Connection::open_with_flags(database, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .expect("the database opens read-only");
+    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    let status: String = conn
+        .query_row("SELECT status FROM runs WHERE id = ?1", [id], |r| r.get(0))
+        .expect("the run exists");
+    let mut stmt = conn
+        .prepare("SELECT kind FROM run_events WHERE run_id = ?1 ORDER BY seq")
+        .unwrap();
+    let kinds = stmt
+        .query_map([id], |r| r.get::<_, String>(0))
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    (status, kinds)
+}
+
+/// Waits (reading the file every 100 ms, up to `bound`) until no run is queued, running or
+/// parked; answers how long that took, or `None` if the bound passed.
+async fn until_all_ended(database: &Path, bound: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    loop {
+        let open = {
+            let conn = rusqlite::Connection::open_with_flags(
+                database,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+            )
+            .expect("the database opens read-only");
+            conn.busy_timeout(Duration::from_secs(5)).unwrap();
+            conn.query_row(
+                "SELECT COUNT(*) FROM runs WHERE status NOT IN ('completed', 'failed', 'cancelled')",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap_or(1)
+        };
+        if open == 0 {
+            return Some(started.elapsed());
+        }
+        if started.elapsed() > bound {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits (reading the file every 20 ms, up to 10 s) until a worker has written its
+/// presence row.
+async fn until_a_worker_is_seen(database: &Path) {
+    let started = Instant::now();
+    loop {
+        let conn = rusqlite::Connection::open_with_flags(
+            database,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .expect("the database opens read-only");
+        let seen: i64 = conn
+            .query_row("SELECT COUNT(*) FROM workers", [], |r| r.get(0))
+            .unwrap_or(0);
+        if seen > 0 {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the worker never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Checks one case's runs after the fault was removed, the worker's output lines included.
+async fn check_case(
+    install: &Install,
+    ids: &[(String, String)],
+    worker_lines: &[String],
+    settled: Option<Duration>,
+) -> Seen {
+    let database = install.sandbox.database();
+    let mut seen = Seen {
+        runs: ids.len(),
+        settled_in: settled.unwrap_or(SETTLE_BOUND),
+        ..Seen::default()
+    };
+    if settled.is_none() {
+        seen.violations.push(format!(
+            "some runs had not ended {SETTLE_BOUND:?} after the fault was removed"
+        ));
+    }
+    let endings: Vec<Value> = worker_lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["outcome"].as_str().is_some_and(|o| ENDINGS.contains(&o)))
+        .collect();
+    for (id, q) in ids {
+        let writes = install.calls.of("create", q);
+        seen.writes += writes;
+        if writes > 1 {
+            seen.written_twice += 1;
+            seen.violations
+                .push(format!("run {id}: the server saw its write {writes} times"));
+        }
+        let (status, kinds) = read_run(&database, id);
+        *seen.statuses.entry(status.clone()).or_default() += 1;
+        let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
+        match runwarden_runtime::RunState::parse(&status) {
+            Some(state) => {
+                if let Err(e) = runwarden_runtime::check_row_matches_log(id, state, &kinds) {
+                    seen.violations.push(e);
+                }
+            }
+            None => seen
+                .violations
+                .push(format!("run {id}: unknown status {status}")),
+        }
+        if status == "completed" && (!kinds.contains(&"tool_executed") || writes != 1) {
+            seen.violations.push(format!(
+                "run {id}: completed with {writes} writes seen and the log {kinds:?}"
+            ));
+        }
+        let mine: Vec<&str> = endings
+            .iter()
+            .filter(|v| v["run_id"] == id.as_str())
+            .filter_map(|v| v["outcome"].as_str())
+            .collect();
+        if mine.len() > 1 {
+            seen.violations
+                .push(format!("run {id}: the worker printed {mine:?} for one run"));
+        }
+        if mine.contains(&"COMPLETED") && status != "completed" {
+            seen.violations.push(format!(
+                "run {id}: the worker printed COMPLETED, the row says {status}"
+            ));
+        }
+    }
+    let verify = runwarden(&install.sandbox, &["audit", "verify"]).await;
+    if verify.code != Some(0) {
+        seen.violations
+            .push(format!("audit verify failed: {}", verify.all().trim()));
+    }
+    seen
+}
+
+/// One case: `RUNS` queued runs, a worker, the fault applied by `apply` while the runs are
+/// in flight, then the checks.
+async fn case<F, Fut>(sandbox: Sandbox, apply: F) -> Seen
+where
+    F: FnOnce(u32, PathBuf) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let agents = write_agents("w", "answer", RUNS);
+    let install = install_in(sandbox, WORKER_SETTINGS, &agents).await;
+    let mut ids = Vec::new();
+    for (k, (agent, _)) in agents.iter().enumerate() {
+        let q = format!("answer {k}");
+        ids.push((enqueue(&install.sandbox, agent, &q).await, q));
+    }
+    let mut worker = Child::worker(&install.sandbox, Some(4));
+    apply(worker.pid, install.sandbox.database()).await;
+    let settled = until_all_ended(&install.sandbox.database(), SETTLE_BOUND).await;
+    let stopping = Instant::now();
+    let died = worker.reaped.load(std::sync::atomic::Ordering::SeqCst);
+    if !died {
+        worker.signal("TERM");
+    }
+    let ended = worker.ended(stopping, Duration::from_secs(30)).await;
+    let mut seen = check_case(&install, &ids, &ended.stdout, settled).await;
+    if died {
+        seen.violations.push(format!(
+            "the worker exited during the fault (code {:?}): {:#?} {:#?}",
+            ended.code, ended.stdout, ended.stderr
+        ));
+    }
+    seen.complaints = ended
+        .stderr
+        .iter()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .count();
+    seen
+}
+
+fn report(name: &str, seen: &Seen) {
+    println!(
+        "{name}: {} runs, {} writes seen, {} written more than once, rows {:?}, all ended {:.1?} after the fault, {} worker warnings",
+        seen.runs, seen.writes, seen.written_twice, seen.statuses, seen.settled_in, seen.complaints
+    );
+    for v in &seen.violations {
+        println!("  VIOLATION {v}");
+    }
+}
+
+fn faults() -> Vec<Fault> {
+    let mut faults = Vec::new();
+    let hold = Duration::from_millis(1500);
+    for errno in ["EIO", "EROFS", "ENOSPC"] {
+        for n in [1, 4] {
+            faults.push(Fault {
+                syscall: "pwrite64",
+                errno,
+                schedule: Schedule::Nth { n, hold },
+            });
+        }
+        faults.push(Fault {
+            syscall: "pwrite64",
+            errno,
+            schedule: Schedule::Windows {
+                on: Duration::from_millis(400),
+                off: Duration::from_millis(50),
+                total: Duration::from_secs(3),
+            },
+        });
+    }
+    for syscall in ["fdatasync", "fsync"] {
+        faults.push(Fault {
+            syscall,
+            errno: "EIO",
+            schedule: Schedule::Windows {
+                on: Duration::from_millis(400),
+                off: Duration::from_millis(50),
+                total: Duration::from_secs(2),
+            },
+        });
+    }
+    faults
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_disk_writes_fail_makes_each_write_at_most_once_and_every_run_ends() {
+    if let Some(why) = strace_missing() {
+        println!("skipped: {why}");
+        return;
+    }
+    let started = Instant::now();
+    let (mut cases, mut runs, mut writes, mut violations) = (0, 0, 0, Vec::new());
+    let mut felt = 0;
+    for fault in faults() {
+        let seen = case(Sandbox::initialised(), |pid, database| async move {
+            inject(pid, &database, fault).await;
+        })
+        .await;
+        report(&fault.name(), &seen);
+        cases += 1;
+        runs += seen.runs;
+        writes += seen.writes;
+        felt += usize::from(seen.complaints > 0);
+        violations.extend(
+            seen.violations
+                .into_iter()
+                .map(|v| format!("{}: {v}", fault.name())),
+        );
+    }
+    println!(
+        "{cases} strace cases, {runs} runs, {writes} writes seen by the server, {} violations, in {:.1?}",
+        violations.len(),
+        started.elapsed()
+    );
+    assert!(violations.is_empty(), "{violations:#?}");
+    // The faults bit: a suite whose injections missed the database would prove nothing.
+    assert!(
+        felt * 2 > cases,
+        "the worker logged store faults in only {felt} of {cases} cases"
+    );
+}
+
+/// A tmpfs of 16 MiB mounted for one test, unmounted on drop.
+struct SmallDisk {
+    mount: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount() -> Result<Self, String> {
+        let mount = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=16m", "tmpfs"])
+            .arg(mount.path())
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        }
+        Ok(Self { mount })
+    }
+
+    /// Writes a file until the file system refuses a single byte more.
+    fn fill(&self) -> PathBuf {
+        use std::io::Write;
+        let filler = self.mount.path().join("filler");
+        let mut file = std::fs::File::create(&filler).expect("the filler file");
+        for chunk in [1 << 16, 4096, 1] {
+            let block = vec![0u8; chunk];
+            while file.write_all(&block).is_ok() {}
+        }
+        filler
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.mount.path()).status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_on_a_disk_filled_to_the_last_byte_and_freed_makes_each_write_at_most_once() {
+    let disk = match SmallDisk::mount() {
+        Ok(disk) => disk,
+        Err(why) => {
+            println!("skipped: cannot mount a tmpfs here ({why}); run as root to test a full disk");
+            return;
+        }
+    };
+    let sandbox = Sandbox::initialised_in(disk.mount.path());
+    let disk = Arc::new(disk);
+    let full = disk.clone();
+    let seen = case(sandbox, |_pid, database| async move {
+        // Filled once the worker is up (its presence row is written before its first
+        // claim), so the runs are in flight when the disk fills.
+        until_a_worker_is_seen(&database).await;
+        let filler = full.fill();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        std::fs::remove_file(filler).expect("the filler goes");
+    })
+    .await;
+    report("tmpfs of 16 MiB filled to the last byte, then freed", &seen);
+    println!(
+        "1 full-disk case, {} runs, {} writes seen",
+        seen.runs, seen.writes
+    );
+    assert!(seen.violations.is_empty(), "{:#?}", seen.violations);
+}

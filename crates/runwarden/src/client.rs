@@ -88,7 +88,8 @@ impl ApiClient {
                 ..
             } => {
                 bail!(
-                    "the server refused the token ({message}): set ${TOKEN_ENV} to a token from `runwarden token create`"
+                    "the server refused the token ({message}): set ${TOKEN_ENV} to a token from `{}`",
+                    crate::cli::hints::TOKEN_HINT
                 )
             }
             Answer::Refused { message, .. } => bail!("{message}"),

@@ -8,6 +8,7 @@ mod demo;
 mod faults;
 mod harden;
 mod http;
+mod key_advice;
 mod live;
 mod output;
 mod reload;
@@ -34,7 +35,9 @@ fn logging(
 
     let filter = tracing_subscriber::EnvFilter::try_from_env("RUNWARDEN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let lines = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(output::colour_on_stderr());
     let lines = match format {
         config::LogFormat::Text => lines.with_filter(filter).boxed(),
         config::LogFormat::Json => lines.json().flatten_event(true).with_filter(filter).boxed(),

@@ -232,10 +232,12 @@ impl Root {
         self.vault
             .get_or_try_init(|| async {
                 let store = self.vault_store().await?;
-                let master = self.config.master_key()?;
+                let advise = |error| crate::key_advice::advise(&self.config, error);
+                let master = self.config.master_key().map_err(advise)?;
                 let vault = Vault::open(store, master, self.config.algorithm)
                     .await
-                    .context("while opening the vault")?
+                    .context("while opening the vault")
+                    .map_err(advise)?
                     .with_anchor(&self.config.audit_anchor_file);
                 anyhow::Ok(Arc::new(vault))
             })

@@ -2,6 +2,7 @@
 //! scratch directory with its own `runwarden.toml` and a clean environment.
 
 mod api;
+mod api_description;
 mod architecture;
 mod audit;
 mod backend;
@@ -36,5 +37,6 @@ mod stops;
 mod support;
 mod telemetry;
 mod tls;
+mod user_text;
 mod wire;
 mod worker;

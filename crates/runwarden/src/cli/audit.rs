@@ -104,7 +104,7 @@ pub(crate) fn row_line(row: &Value) -> String {
         "#{} {} {action} {} {} {}{} status={} {}ms",
         row["id"],
         text("time"),
-        if action == action::HTTP_CALL_STARTED {
+        if crate::views::is_intent(row) {
             "intent"
         } else if row["success"] == true {
             "ok"

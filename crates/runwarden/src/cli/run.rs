@@ -287,8 +287,9 @@ pub(crate) fn event_line(event: &RunEvent) -> String {
             e.outcome.as_str(),
             text(&e.text)
         ),
+        // The text says that the call may have reached the server and what became of it.
         EventBody::EffectUncertain(e) => format!(
-            "tool {} {}, effect uncertain (the call may have reached the server): {}",
+            "tool {} {}: {}",
             text(&e.tool),
             e.outcome.as_str(),
             text(&e.text)
@@ -301,8 +302,12 @@ pub(crate) fn event_line(event: &RunEvent) -> String {
         EventBody::RunCompleted(e) => format!("completed: {}", text(&e.reason)),
         EventBody::RunFailed(e) => format!("failed: {}", text(&e.reason)),
         EventBody::RunStopped(e) => match &e.reason {
-            Some(reason) => format!("stopped: {}: {}", e.outcome.as_str(), text(reason)),
-            None => format!("stopped: {}", e.outcome.as_str()),
+            Some(reason) => format!(
+                "stopped: {}: {}",
+                crate::views::outcome_word(e.outcome),
+                text(reason)
+            ),
+            None => format!("stopped: {}", crate::views::outcome_word(e.outcome)),
         },
         EventBody::ModelProgress(e) => format!("model streaming: {} tokens so far", e.tokens),
         EventBody::ToolProgress(e) => {

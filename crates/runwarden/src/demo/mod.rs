@@ -327,12 +327,14 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
             })
             .collect();
         output::line(format!(
-            "runwarden demo: a throwaway installation and an MCP server at {}\n\
-             tools: {}\n\
+            "runwarden demo: a throwaway installation and two MCP servers on 127.0.0.1:\n\
+             {SERVER} at {} (its tools: {}), for a run that is cancelled mid-write\n\
+             {DESK} at {} (the same tools; {DESK}__create_ticket needs an operator's approval)\n\
              run {} of a scripted agent: look Ada up, then file a ticket\n\n\
              {:>8}  what happened",
             server.url,
             tools.join(", "),
+            desk.url,
             run.id,
             "ms"
         ));
@@ -444,9 +446,9 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
     }
     if act.outcome != Outcome::Completed || act.calls_after != 1 {
         problems.push(format!(
-            "after the approval the run ended {} and the server saw {} calls, not 1",
-            act.outcome.as_str(),
-            act.calls_after
+            "after the approval the run ended {} and the server saw {}, not 1",
+            crate::views::outcome_word(act.outcome),
+            output::count(act.calls_after as u64, "call", "calls")
         ));
     }
 
@@ -476,9 +478,9 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
             "approval": {
                 "run_id": act.run_id,
                 "decision_id": act.decision_id,
-                "parked": act.parked.as_str(),
+                "parked": crate::views::outcome_word(act.parked),
                 "calls_while_waiting": act.calls_while_waiting,
-                "outcome": act.outcome.as_str(),
+                "outcome": crate::views::outcome_word(act.outcome),
                 "calls_after": act.calls_after,
             },
         });
@@ -488,10 +490,10 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
         output::line(format!(
             "\napproval  run {}: {DESK}__create_ticket needs an operator; the run waits ({}), the server saw {}\n          decision {} approved by demo; the run resumed: {}, the server saw {} (once)",
             act.run_id,
-            act.parked.as_str(),
+            crate::views::outcome_word(act.parked),
             output::count(act.calls_while_waiting as u64, "call", "calls"),
             act.decision_id,
-            act.outcome.as_str(),
+            crate::views::outcome_word(act.outcome),
             output::count(act.calls_after as u64, "call", "calls")
         ));
         if !problems.is_empty() {

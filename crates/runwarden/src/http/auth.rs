@@ -35,9 +35,10 @@ pub(crate) async fn require(
     next: Next,
 ) -> Result<Response, ApiError> {
     let Some(presented) = bearer(&request) else {
-        return Err(ApiError::Unauthorized(
-            "send Authorization: Bearer <token>; `runwarden token create` makes one".into(),
-        ));
+        return Err(ApiError::Unauthorized(format!(
+            "send Authorization: Bearer <token>; `{}` makes one",
+            crate::cli::hints::TOKEN_HINT
+        )));
     };
     let Some(token) = token_verify(&*guard.state.tokens, presented).await? else {
         return Err(ApiError::Unauthorized(

@@ -17,6 +17,7 @@ use super::{AppState, PageError};
 use crate::cli::audit::RowView;
 use crate::cli::mcp::server_views;
 use crate::decisions::decision_json;
+use crate::{output, views};
 
 /// Runs on one page of the runs table.
 pub(crate) const PAGE_SIZE: u32 = 50;
@@ -340,7 +341,7 @@ pub(super) async fn audit(
         @if let Some(report) = &report {
             section #verify class={ "verify " (if report.intact { "intact" } else { "broken" }) } {
                 h2 { @if report.intact { "The chain is intact" } @else { "The chain is broken" } }
-                p { (report.rows_verified) " rows verified · " (report.incomplete_calls) " calls without an outcome"
+                p { (output::count(report.rows_verified.max(0) as u64, "row", "rows")) " verified · " (output::count(report.incomplete_calls, "call", "calls")) " without an outcome"
                     @if let Some(row) = report.first_bad_row { " · first bad row " (row) }
                     @if let Some(anchored) = report.anchored_rows { " · anchored rows " (anchored) } }
                 @if let Some(problem) = &report.problem { p.error-text { (problem) } }
@@ -356,7 +357,7 @@ pub(super) async fn audit(
                         td { (v["action"].as_str().unwrap_or("")) }
                         td { (v["actor"].as_str().unwrap_or("")) }
                         td { (v["method"].as_str().unwrap_or("")) " " (v["host"].as_str().unwrap_or("")) (v["path"].as_str().unwrap_or("")) }
-                        td { (v["status"]) @if v["success"] == Value::Bool(false) { " failed" } }
+                        td { @if views::is_intent(v) { "intent" } @else { (v["status"]) @if v["success"] == Value::Bool(false) { " failed" } } }
                         td { (v["correlation"].as_str().unwrap_or("")) }
                         td.reason { (v["reason"].as_str().unwrap_or("")) " " (v["error"].as_str().unwrap_or("")) (v["outcome"].as_str().unwrap_or("")) }
                     }
@@ -435,7 +436,7 @@ pub(super) async fn charts(
     let body = html! {
         h1 { "Metrics" }
         h2 { "Cancel latency (this process)" }
-        p { "Time from a cancel waking a run here to its call in flight returning; SPEC goal p99 ≤ 10 ms in-process, ≤ 50 ms through the API." }
+        p { "Time from a cancel waking a run here to its call in flight returning; the goal: p99 ≤ 10 ms in-process, ≤ 50 ms through the API." }
         (histogram_svg(&buckets))
         p { a href="/metrics" { "The full exposition" } " (needs a bearer token)." }
     };
@@ -488,7 +489,7 @@ fn histogram_svg(buckets: &[(String, u64)]) -> Markup {
                     text x=(x + bar / 2) y=(height + 16) text-anchor="middle" font-size="11" { (label) }
                 }
             }
-            figcaption { (total) " cancels observed by this process" }
+            figcaption { (output::count(total, "cancel", "cancels")) " observed by this process" }
         }
     }
 }

@@ -185,9 +185,10 @@ pub(super) async fn login(
     let form = Form::parse(&body);
     let presented = form.get("token").unwrap_or_default().trim();
     let Some(token) = token_verify(&*state.tokens, presented).await? else {
-        let page = render::sign_in(Some(
-            "that is not a live API token (unknown or revoked): paste one that `runwarden token create` printed",
-        ));
+        let page = render::sign_in(Some(&format!(
+            "that is not a live API token (unknown or revoked): paste one that `{}` printed",
+            crate::cli::hints::TOKEN_HINT
+        )));
         return Ok((
             axum::http::StatusCode::UNAUTHORIZED,
             Html(page.into_string()),

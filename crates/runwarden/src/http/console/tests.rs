@@ -591,3 +591,39 @@ async fn a_live_stream_ends_at_the_next_change_once_its_token_is_revoked() {
         .expect("the stream ends in time");
     assert!(end.is_none(), "the stream ended instead of sending {end:?}");
 }
+
+#[tokio::test]
+async fn every_page_speaks_plainly_with_no_rule_numbers_and_no_ansi() {
+    let f = fixture().await;
+    let browser = f.sign_in(&f.operator).await;
+    let run = f.queued_run("a").await;
+    let signed_out = f.get("/", None).await;
+    let hint = crate::cli::hints::TOKEN_HINT;
+    assert!(signed_out.body.contains(hint), "{}", signed_out.body);
+    let pages = [
+        "/runs",
+        "/decisions",
+        "/audit?verify=1",
+        "/mcp",
+        "/charts",
+    ];
+    let run_page = format!("/runs/{run}");
+    for path in pages.into_iter().chain([run_page.as_str()]) {
+        let page = f.get(path, Some(&browser)).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
+        assert!(
+            crate::output::rule_numbers(&page.body).is_empty(),
+            "{path}: {:?}",
+            crate::output::rule_numbers(&page.body)
+        );
+        assert!(!page.body.contains('\u{1b}'), "{path} carries ANSI");
+    }
+    // Counts agree with their nouns.
+    let charts = f.get("/charts", Some(&browser)).await.body;
+    assert!(charts.contains("0 cancels observed"), "{charts}");
+    let audit = f.get("/audit?verify=1", Some(&browser)).await.body;
+    assert!(
+        !audit.contains(" 1 calls") && !audit.contains(" 1 rows"),
+        "{audit}"
+    );
+}

@@ -23,7 +23,7 @@ use clap::Parser;
 
 /// Log lines go to stderr, filtered by `$RUNWARDEN_LOG` (default `warn`), as text or as
 /// one JSON object per line; with `[telemetry] otlp_endpoint`, runwarden's spans at info
-/// and above are also exported as OpenTelemetry traces (O5). The returned provider must be
+/// and above are also exported as OpenTelemetry traces. The returned provider must be
 /// shut down before exit, which flushes the spans not yet sent.
 fn logging(
     format: config::LogFormat,

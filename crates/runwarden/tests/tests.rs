@@ -15,6 +15,7 @@ mod demo;
 mod deploy;
 mod effects;
 mod egress;
+mod getting_started;
 mod hardening;
 mod init;
 mod json;

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::support::Sandbox;
+use crate::support::{Live, Sandbox};
 
 /// The rule numbers of the original requirements and the word SPEC in `text`.
 fn rule_numbers(text: &str) -> Vec<&str> {
@@ -103,24 +103,39 @@ fn a_toml_mistake_is_shown_with_its_line_column_and_text() {
     plain("a TOML error", stderr);
 }
 
-#[test]
-fn log_lines_written_to_a_file_carry_no_ansi_even_when_asked_for_colour() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_log_lines_written_to_a_pipe_carry_no_ansi() {
     let sandbox = Sandbox::initialised();
-    let mut command = sandbox.command(&["secret", "list"]);
-    // stderr is a pipe here, as it is for `serve 2>file`; a terminal is what colours it.
-    command.env("RUNWARDEN_LOG", "debug").env_remove("NO_COLOR");
-    let out = sandbox.run_command(command).ok();
+    let mut command = sandbox.command(&[
+        "--json",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--concurrency",
+        "0",
+    ]);
+    // stderr is a pipe here, as it is for `serve 2>file`; only a terminal gets colour.
+    command.env("RUNWARDEN_LOG", "info").env_remove("NO_COLOR");
+    let mut serve = Live::spawn(command);
+    let ready = serve.json().await;
+    let base = ready["url"].as_str().unwrap().to_string();
+    let answer = reqwest::get(format!("{base}/v1/runs")).await.unwrap();
+    assert_eq!(answer.status(), 401);
+    let line = serve.err_line().await;
     assert!(
-        out.stderr.lines().count() > 0,
-        "no log lines to check: {out:#?}"
+        line.contains("INFO") || line.contains("WARN"),
+        "a log line: {line:?}"
     );
-    plain("log lines", &out.stderr);
+    plain("a serve log line", &line);
+    serve.signal("TERM");
 }
 
 #[test]
 fn a_lost_key_says_where_the_backup_was_and_the_two_ways_on() {
     let sandbox = Sandbox::initialised();
     sandbox.put("t", "v").ok();
+    // One audited call (refused by the guard) for the history to keep.
+    sandbox.run(&["egress", "test", "http://10.0.0.1/"]).fails();
     std::fs::remove_file(sandbox.key_file()).unwrap();
     let out = sandbox.run(&["secret", "list"]).fails();
     out.says("no master key at")
@@ -165,12 +180,11 @@ fn a_lost_key_says_where_the_backup_was_and_the_two_ways_on() {
         "{closed:?}"
     );
     // The old audit log is still there to read, as plain rows.
-    let old = sandbox.data_dir().join(
-        closed
-            .iter()
-            .find(|n| n.starts_with("runwarden.db.closed-"))
-            .unwrap(),
-    );
+    let old = closed
+        .iter()
+        .find(|n| n.starts_with("runwarden.db.closed-") && n.ends_with('Z'))
+        .map(|n| sandbox.data_dir().join(n))
+        .unwrap();
     let rows = Command::new("python3")
         .arg("-c")
         .arg("import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from audit_log').fetchone()[0])")

@@ -36,7 +36,7 @@ pub(crate) enum AuditCommand {
     },
 }
 
-/// What `audit list` says about an intent row no completion row names (V7 amended).
+/// What `audit list` says about an intent row no completion row names.
 pub(crate) const NO_OUTCOME: &str = "no outcome recorded: the process stopped or is still waiting";
 
 /// One audit row as printed: the event's columns plus id and hash.

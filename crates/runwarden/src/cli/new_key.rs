@@ -45,16 +45,24 @@ pub(crate) async fn close_old_installation(
     confirm(yes)?;
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string();
     let mut kept = Vec::new();
-    let wal = |suffix: &str| PathBuf::from(format!("{}{suffix}", database.display()));
-    for path in [
-        database.to_path_buf(),
-        wal("-wal"),
-        wal("-shm"),
-        config.audit_anchor_file.clone(),
-        config.master_key_file.clone(),
-    ] {
+    let closed_database = format!("{}.closed-{stamp}", database.display());
+    // SQLite finds a database's write-ahead log by name: `X-wal` goes with `X`.
+    let renames = [
+        (database.to_path_buf(), closed_database.clone()),
+        (suffixed(database, "-wal"), format!("{closed_database}-wal")),
+        (suffixed(database, "-shm"), format!("{closed_database}-shm")),
+        (
+            config.audit_anchor_file.clone(),
+            format!("{}.closed-{stamp}", config.audit_anchor_file.display()),
+        ),
+        (
+            config.master_key_file.clone(),
+            format!("{}.closed-{stamp}", config.master_key_file.display()),
+        ),
+    ];
+    for (path, closed) in renames {
         if path.exists() {
-            let closed = PathBuf::from(format!("{}.closed-{stamp}", path.display()));
+            let closed = PathBuf::from(closed);
             std::fs::rename(&path, &closed)
                 .with_context(|| format!("while moving {} aside", path.display()))?;
             kept.push(closed);
@@ -65,6 +73,10 @@ pub(crate) async fn close_old_installation(
         .with_context(|| format!("while writing {}", note.display()))?;
     kept.push(note);
     Ok(kept)
+}
+
+fn suffixed(path: &Path, suffix: &str) -> PathBuf {
+    PathBuf::from(format!("{}{suffix}", path.display()))
 }
 
 /// Whether the configured key (still) opens the vault: then nothing is lost.

@@ -39,7 +39,7 @@ pub(crate) struct RunArgs {
     pub(crate) budgets: BudgetArgs,
 }
 
-/// R13: a run's own budgets; each may only lower its agent's.
+/// A run's own budgets; each may only lower its agent's.
 #[derive(Debug, Args)]
 pub(crate) struct BudgetArgs {
     /// Output tokens the run may generate, summed over its model calls.
@@ -63,7 +63,7 @@ impl BudgetArgs {
         }
     }
 
-    /// The budgets asked for, checked against the agent's (R13: only lower).
+    /// The budgets asked for, checked against the agent's (only lower).
     pub(crate) fn checked(&self, agent: &AgentConfig) -> anyhow::Result<Budgets> {
         let budgets = self.asked();
         agent
@@ -228,7 +228,7 @@ impl AgentBuilder {
 
 #[async_trait::async_trait]
 impl AgentSource for AgentBuilder {
-    /// R9: a failure that heals by itself (the catalogue read hit a locked store, the
+    /// A failure that heals by itself (the catalogue read hit a locked store, the
     /// process is out of file descriptors) hands the run back to the queue; only a
     /// configuration that cannot run dead-letters it.
     async fn agent(&self, name: &str) -> Result<AgentSpec, AgentError> {
@@ -502,7 +502,7 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
     })
 }
 
-/// `run`'s exit code when the run parked on an operator decision (R12).
+/// `run`'s exit code when the run parked on an operator decision.
 const EXIT_AWAITING: u8 = 3;
 
 pub(crate) async fn cancel(cx: &Context, args: RunIdArgs) -> anyhow::Result<ExitCode> {
@@ -653,7 +653,7 @@ pub(crate) async fn events(cx: &Context, args: EventsArgs) -> anyhow::Result<Exi
 }
 
 /// Through the API: one JSON answer, or with `--follow` the run's Server-Sent Events,
-/// which the server pushes as they are stored (O6).
+/// which the server pushes as they are stored.
 async fn events_from_server(
     cx: &Context,
     server: &crate::client::ApiClient,
@@ -695,7 +695,7 @@ async fn events_from_server(
 }
 
 /// From the store, opened once. With `--follow` it waits on the store's change feed
-/// (O6) and reads only when the run changed; a change another process made on a shared
+/// and reads only when the run changed; a change another process made on a shared
 /// SQLite file arrives as a resync within [`crate::root::OTHER_WRITERS_EVERY`].
 async fn events_from_store(cx: &Context, args: EventsArgs) -> anyhow::Result<ExitCode> {
     let runs = cx.root.runs().await?;

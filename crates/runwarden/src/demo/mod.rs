@@ -47,7 +47,7 @@ const PLAN: &str = r#"[
 "#;
 
 /// The second act's server (its `create_ticket` answers at once) and agent, whose
-/// `approve` makes that write wait for an operator (R12).
+/// `approve` makes that write wait for an operator.
 const DESK: &str = "desk";
 const APPROVER: &str = "approver";
 const APPROVER_PLAN: &str = r#"[
@@ -520,7 +520,7 @@ struct ApprovalAct {
     calls_after: usize,
 }
 
-/// R12: a write that waits for an operator. The run parks before anything is sent, the
+/// A write that waits for an operator. The run parks before anything is sent, the
 /// demo approves it (as `runwarden approve` would, audited), and the resumed run makes
 /// the call once.
 async fn approval_act(

@@ -1,4 +1,4 @@
-//! Bearer tokens to roles (O2): no or an unknown token is 401, a role that may not do
+//! Bearer tokens to roles: no or an unknown token is 401, a role that may not do
 //! this is 403. Only a token's hash is stored; the vault compares hashes.
 
 use axum::extract::{Request, State};

@@ -1,4 +1,4 @@
-//! The console's pages (O4): runs (filters, paging, live rows), one run (live timeline,
+//! The console's pages: runs (filters, paging, live rows), one run (live timeline,
 //! Cancel), decisions (the pending queue with its answers), audit (filters, verify), MCP
 //! servers (health, tools, effects, approval policy, schemas) and the cancel-latency chart.
 //! They read what the API reads, through the same stores and view functions.
@@ -226,7 +226,7 @@ pub(super) async fn decisions(
 }
 
 /// One decision: what was asked, its arguments, and for a pending one, the answer forms
-/// an operator may send (R12: the answers its kind allows).
+/// an operator may send (the answers its kind allows).
 fn decision_card(d: &Value, signed: &Signed) -> Markup {
     let field = |name: &str| d[name].as_str().unwrap_or_default().to_string();
     let id = field("decision_id");
@@ -369,7 +369,7 @@ pub(super) async fn audit(
 }
 
 /// `/mcp`: each configured server's health and its tools with the effect the
-/// configuration gives them (M10 amended), their approval policy (R12) and schema status.
+/// configuration gives them, their approval policy and schema status.
 pub(super) async fn mcp(
     State(state): State<AppState>,
     signed: Signed,
@@ -419,7 +419,7 @@ pub(super) async fn mcp(
     Ok(page("MCP servers", &signed, "mcp", body))
 }
 
-/// `/charts`: the cancel-latency histogram of this process's registry (O5), drawn as an
+/// `/charts`: the cancel-latency histogram of this process's registry, drawn as an
 /// inline SVG on the server (no script needed).
 pub(super) async fn charts(
     State(state): State<AppState>,

@@ -600,13 +600,7 @@ async fn every_page_speaks_plainly_with_no_rule_numbers_and_no_ansi() {
     let signed_out = f.get("/", None).await;
     let hint = crate::cli::hints::TOKEN_HINT;
     assert!(signed_out.body.contains(hint), "{}", signed_out.body);
-    let pages = [
-        "/runs",
-        "/decisions",
-        "/audit?verify=1",
-        "/mcp",
-        "/charts",
-    ];
+    let pages = ["/runs", "/decisions", "/audit?verify=1", "/mcp", "/charts"];
     let run_page = format!("/runs/{run}");
     for path in pages.into_iter().chain([run_page.as_str()]) {
         let page = f.get(path, Some(&browser)).await;

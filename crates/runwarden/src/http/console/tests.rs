@@ -621,3 +621,41 @@ async fn every_page_speaks_plainly_with_no_rule_numbers_and_no_ansi() {
         "{audit}"
     );
 }
+
+#[tokio::test]
+async fn the_fence_is_a_quiet_guard_while_the_write_runs_and_red_once_it_needs_a_person() {
+    let f = fixture().await;
+    let browser = f.sign_in(&f.operator).await;
+    let id = uuid::Uuid::now_v7().to_string();
+    let running = NewRunStatus::Running {
+        owner: "seg".into(),
+        lease_until_ms: i64::MAX,
+    };
+    let create = RunCreate {
+        id: id.clone(),
+        agent: "a".into(),
+        correlation: id.clone(),
+        request: None,
+        status: running,
+        now_ms: 1,
+    };
+    f.state.runs.run_create(create).await.unwrap();
+    let mark = runwarden_runtime::store::FenceMark {
+        id: id.clone(),
+        owner: "seg".into(),
+        effect: "non_idempotent_write".into(),
+        lease_until_ms: i64::MAX,
+        now_ms: 2,
+    };
+    assert!(f.state.runs.run_fence_mark(mark).await.unwrap());
+    let page = f.get(&format!("/runs/{id}"), Some(&browser)).await.body;
+    assert!(page.contains("non_idempotent_write in flight"), "{page}");
+    assert!(
+        !page.contains("needs-person"),
+        "red while the write runs: {page}"
+    );
+    f.state.runs.run_cancel(&id, 3).await.unwrap();
+    let page = f.get(&format!("/runs/{id}"), Some(&browser)).await.body;
+    assert!(page.contains("class=\"fence needs-person\""), "{page}");
+    assert!(page.contains("may or may not have happened"), "{page}");
+}

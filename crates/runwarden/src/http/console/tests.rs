@@ -533,7 +533,7 @@ async fn the_metrics_page_draws_the_cancel_histogram_as_an_svg() {
         "{}",
         page.body
     );
-    assert!(page.body.contains("1 cancels observed"), "{}", page.body);
+    assert!(page.body.contains("1 cancel observed"), "{}", page.body);
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! The CLI's client for a running `runwarden serve` (`--server URL`), so a cancel from the
-//! CLI wakes the run at once through the server's hub (SPEC O2). It only ever talks to the
+//! CLI wakes the run at once through the server's hub. It only ever talks to the
 //! operator's own server: runs' outbound calls still go through the vault alone.
 
 use std::time::Duration;
@@ -88,14 +88,15 @@ impl ApiClient {
                 ..
             } => {
                 bail!(
-                    "the server refused the token ({message}): set ${TOKEN_ENV} to a token from `runwarden token create`"
+                    "the server refused the token ({message}): set ${TOKEN_ENV} to a token from `{}`",
+                    crate::cli::hints::TOKEN_HINT
                 )
             }
             Answer::Refused { message, .. } => bail!("{message}"),
         }
     }
 
-    /// `GET /v1/runs/{id}/events` as Server-Sent Events after sequence `after` (O6: the
+    /// `GET /v1/runs/{id}/events` as Server-Sent Events after sequence `after` (the
     /// server pushes each event as it is stored): calls `each` with every event's JSON
     /// until the server ends the stream, then returns the last sequence seen.
     pub(crate) async fn follow(

@@ -1,4 +1,4 @@
-//! `runwarden.toml`: one file, environment overrides, paths relative to the file (SPEC O3).
+//! `runwarden.toml`: one file, environment overrides, paths relative to the file.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,7 +17,7 @@ use crate::store_url::StoreUrl;
 
 /// The environment variable that names the config file when `--config` is absent.
 pub(crate) const CONFIG_ENV: &str = "RUNWARDEN_CONFIG";
-/// The store URL, which overrides the configuration file's `[store]` (O3 amended).
+/// The store URL, which overrides the configuration file's `[store]`.
 pub(crate) const DATABASE_URL_ENV: &str = "RUNWARDEN_DATABASE_URL";
 /// A master key given as 64 hex characters instead of a key file.
 pub(crate) const MASTER_KEY_ENV: &str = "RUNWARDEN_MASTER_KEY";
@@ -73,7 +73,7 @@ timeout_seconds = 30
 # auth = { secret = "tickets-token", placement = "bearer" }  # or "basic"; "header" with
 #                                      # header = "X-Api-Key" (and prefix); "query" with param
 # auth = { oauth = { grant = "client_credentials", client_id = "agent", client_secret = "tickets-client" } }
-#                                      # M18; or grant = "authorization_code" and `runwarden mcp login`
+#                                      # or grant = "authorization_code" and `runwarden mcp login`
 # effect = "non_idempotent_write"      # the default; or "idempotent_write", "read_only"
 # timeout_seconds = 20                 # one budget per operation, spent across its legs (at least 1)
 # max_response_bytes = 2097152         # a longer answer is refused, its size named
@@ -81,7 +81,7 @@ timeout_seconds = 30
 # approval_timeout_seconds = 86400     # then it is denied as "expired" (default 24 h)
 # elicitation = "decline"              # the default; "operator" asks a person (an input decision)
 # progress_extends_deadline = false    # true: progress restarts the budget (at most 600 s in all)
-# protocol = "auto"                    # M19: 2026-07-28 when served, else 2025-11-25; "2025-11-25" never probes
+# protocol = "auto"                    # 2026-07-28 when served, else 2025-11-25; "2025-11-25" never probes
 # [mcp.servers.tickets.tools.search]
 # effect = "read_only"
 # approval = "none"                    # a tool's own policy beats its server's
@@ -97,10 +97,10 @@ timeout_seconds = 30
 # max_rounds = 20
 # timeout_seconds = 120                # per model call
 # max_tokens = 4096                    # output limit per model call (the default)
-# max_output_tokens_total = 50000      # budgets per run (R13); a run request may only lower them
+# max_output_tokens_total = 50000      # budgets per run; a run request may only lower them
 # max_wall_seconds = 600               # from the run's creation
 # max_tool_calls = 50
-# approve = ["tickets__create"]        # R12: these tools wait for an operator's approval
+# approve = ["tickets__create"]        # these tools wait for an operator's approval
 # approval_timeout_seconds = 3600
 # (provider = "anthropic" may leave out api_key_secret for a server that needs no key, and
 #  may set anthropic_version = "2023-06-01", the header it sends; that is the default)
@@ -158,7 +158,7 @@ struct FileConfig {
     /// The audit log's external witness.
     #[serde(default)]
     audit: AuditSection,
-    /// Which hosts outbound calls may reach (V4) and their timeouts.
+    /// Which hosts outbound calls may reach and their timeouts.
     #[serde(default)]
     egress: EgressSection,
     /// MCP servers whose tools agents may call.
@@ -190,7 +190,7 @@ struct FileConfig {
     console: ConsoleSection,
 }
 
-/// `[console]` (O4).
+/// `[console]`.
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ConsoleSection {
@@ -198,7 +198,7 @@ struct ConsoleSection {
     session_hours: Option<u64>,
 }
 
-/// `[console]` (O4).
+/// `[console]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ConsoleSettings {
     /// How long a console session lasts after sign-in.
@@ -215,7 +215,7 @@ fn console_settings(section: ConsoleSection) -> anyhow::Result<ConsoleSettings> 
     })
 }
 
-/// `[telemetry]` (O5).
+/// `[telemetry]`.
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct TelemetrySection {
@@ -314,7 +314,7 @@ struct MetricsSection {
     listen: Option<String>,
 }
 
-/// `[metrics]` (O5).
+/// `[metrics]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct MetricsSettings {
     /// `/metrics` on the API port needs a viewer token (the default).
@@ -332,7 +332,7 @@ struct LogSection {
     format: Option<String>,
 }
 
-/// How log lines are written: for people, or one JSON object per line for machines (O5).
+/// How log lines are written: for people, or one JSON object per line for machines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub(crate) enum LogFormat {
     /// `2026-12-03T10:00:00Z  INFO runwarden::http: request method=GET ...`
@@ -400,7 +400,7 @@ pub(crate) struct ServeSettings {
     pub(crate) body_read_timeout: Duration,
     /// How long a keep-alive connection may sit with no request in flight.
     pub(crate) idle_timeout: Duration,
-    /// `[serve] tls_cert` and `tls_key` (O5): HTTPS instead of HTTP.
+    /// `[serve] tls_cert` and `tls_key`: HTTPS instead of HTTP.
     pub(crate) tls: Option<TlsFiles>,
 }
 
@@ -486,7 +486,7 @@ struct WorkerSection {
     status_refresh_seconds: Option<f64>,
 }
 
-/// `[worker]`: leases, heartbeats, concurrency, retries (R3, R9).
+/// `[worker]`: leases, heartbeats, concurrency, retries.
 #[derive(Debug, Clone)]
 pub(crate) struct WorkerSettings {
     pub(crate) lease: Duration,
@@ -496,7 +496,7 @@ pub(crate) struct WorkerSettings {
     pub(crate) retry_base: Duration,
     pub(crate) reap_every: Duration,
     pub(crate) grace: Duration,
-    /// R6 (amended): how often the process's status watcher re-reads every run with a
+    /// How often the process's status watcher re-reads every run with a
     /// call in flight (one batched query). Cancels announced by this process, by
     /// PostgreSQL's NOTIFY or by another process on the SQLite file arrive sooner.
     pub(crate) status_refresh: Duration,
@@ -547,7 +547,7 @@ fn worker_settings(section: WorkerSection) -> anyhow::Result<WorkerSettings> {
     })
 }
 
-/// `[worker] status_refresh_seconds`: 1 s by default (R6: at most one read per second per
+/// `[worker] status_refresh_seconds`: 1 s by default (at most one read per second per
 /// call), between 0.05 s and 60 s.
 fn status_refresh(value: Option<f64>) -> anyhow::Result<Duration> {
     let refresh = seconds("[worker] status_refresh_seconds", value.unwrap_or(1.0))?;
@@ -595,10 +595,10 @@ struct AgentSection {
     max_tool_calls: Option<u32>,
     /// `anthropic` only: the `anthropic-version` header. Default `2023-06-01`.
     anthropic_version: Option<String>,
-    /// R12: tool patterns (exact or `prefix*`) whose calls wait for an operator's approval. Default: none.
+    /// Tool patterns (exact or `prefix*`) whose calls wait for an operator's approval. Default: none.
     #[serde(default)]
     approve: Vec<String>,
-    /// R12: how long this agent's approvals wait before they are denied as expired. Default `86400`.
+    /// How long this agent's approvals wait before they are denied as expired. Default `86400`.
     approval_timeout_seconds: Option<f64>,
 }
 
@@ -642,11 +642,11 @@ pub(crate) struct AgentConfig {
     /// L3: model calls stream (the default) so a cancel stops the generation; `false`
     /// for a server that cannot stream.
     pub(crate) stream: bool,
-    /// R13: the agent's budgets per run.
+    /// The agent's budgets per run.
     pub(crate) budgets: runwarden_runtime::Budgets,
-    /// R12: patterns of the tools whose calls wait for an operator's approval.
+    /// Patterns of the tools whose calls wait for an operator's approval.
     pub(crate) approve: Vec<String>,
-    /// R12: how long this agent's approvals wait, when it says.
+    /// How long this agent's approvals wait, when it says.
     pub(crate) approval_timeout: Option<Duration>,
 }
 
@@ -796,9 +796,9 @@ struct ServerSection {
     timeout_seconds: Option<f64>,
     /// The most of one answer that is read, in bytes; a longer one is refused with its size named. Default `2097152` (2 MiB), at most 268435456.
     max_response_bytes: Option<u64>,
-    /// R12: `required` makes every call of its tools wait for an operator's approval. Default `none`.
+    /// `required` makes every call of its tools wait for an operator's approval. Default `none`.
     approval: Option<String>,
-    /// R12: how long its approvals wait before they are denied as expired. Default `86400`.
+    /// How long its approvals wait before they are denied as expired. Default `86400`.
     approval_timeout_seconds: Option<f64>,
     /// What to do with the server's questions (`elicitation/create`): `decline` (the default) or `operator` (an input decision).
     elicitation: Option<String>,
@@ -825,11 +825,11 @@ struct AuthSection {
     prefix: Option<String>,
     /// `query` placement: the query parameter's name.
     param: Option<String>,
-    /// M18: OAuth 2.1 instead of a secret: the vault finds the authorization server from the server's 401 and keeps the tokens.
+    /// OAuth 2.1 instead of a secret: the vault finds the authorization server from the server's 401 and keeps the tokens.
     oauth: Option<OAuthSection>,
 }
 
-/// `auth = { oauth = { ... } }` (M18).
+/// `auth = { oauth = { ... } }`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct OAuthSection {
@@ -858,13 +858,13 @@ struct OAuthSection {
 struct ToolSection {
     /// The tool's effect, overriding the server's.
     effect: Option<String>,
-    /// R12: `required` or `none`, overriding the server's approval policy.
+    /// `required` or `none`, overriding the server's approval policy.
     approval: Option<String>,
-    /// R12: how long this tool's approvals wait, overriding the server's.
+    /// How long this tool's approvals wait, overriding the server's.
     approval_timeout_seconds: Option<f64>,
 }
 
-/// R12: the approval policy of one server and its tools, from `[mcp.servers.X]` and
+/// The approval policy of one server and its tools, from `[mcp.servers.X]` and
 /// `[mcp.servers.X.tools.Y]` (`approval = "required" | "none"`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct ServerApproval {
@@ -890,7 +890,7 @@ fn effect(text: &str, at: &str) -> anyhow::Result<Effect> {
     })
 }
 
-/// M18: `auth = { oauth = { ... } }`, checked at load with the key named.
+/// `auth = { oauth = { ... } }`, checked at load with the key named.
 fn oauth_settings(section: OAuthSection, at: &str) -> anyhow::Result<OAuthSettings> {
     let at = format!("{at} auth.oauth");
     let grant = Grant::parse(&section.grant).with_context(|| {
@@ -964,7 +964,7 @@ fn oauth_settings(section: OAuthSection, at: &str) -> anyhow::Result<OAuthSettin
     Ok(settings)
 }
 
-/// M9/M10: a server from `[mcp.servers.NAME]`, checked so that its tools' local names
+/// A server from `[mcp.servers.NAME]`, checked so that its tools' local names
 /// stay unique (`<name>__<tool>`) and its effects are the operator's.
 fn mcp_server(
     name: &str,
@@ -1219,12 +1219,12 @@ pub(crate) struct Config {
     /// The file this came from (it may not exist yet).
     pub(crate) path: PathBuf,
     pub(crate) data_dir: PathBuf,
-    /// `[store] url` (O3 amended): SQLite (the default) or PostgreSQL.
+    /// `[store] url`: SQLite (the default) or PostgreSQL.
     pub(crate) store: StoreUrl,
     /// `[store]`'s bounds on every PostgreSQL call.
     pub(crate) pg_options: PgOptions,
     pub(crate) master_key_file: PathBuf,
-    /// `[vault] audit_anchor_file`: the audit log's witness outside the database (V7).
+    /// `[vault] audit_anchor_file`: the audit log's witness outside the database.
     pub(crate) audit_anchor_file: PathBuf,
     /// `[audit] witness`: the external witness, appended to at every anchor advance.
     pub(crate) audit_witness: Option<PathBuf>,
@@ -1234,7 +1234,7 @@ pub(crate) struct Config {
     pub(crate) timeout: Duration,
     /// MCP servers by name.
     pub(crate) mcp_servers: BTreeMap<String, ServerConfig>,
-    /// R12: the approval policy of each server, by name.
+    /// The approval policy of each server, by name.
     pub(crate) approvals: BTreeMap<String, ServerApproval>,
     /// Agents by name.
     pub(crate) agents: BTreeMap<String, AgentConfig>,
@@ -1248,13 +1248,13 @@ pub(crate) struct Config {
     pub(crate) client_token_file: Option<PathBuf>,
     /// `[metrics]`.
     pub(crate) metrics: MetricsSettings,
-    /// `[telemetry] record_arguments` (O5): tool call arguments on their spans.
+    /// `[telemetry] record_arguments`: tool call arguments on their spans.
     pub(crate) record_arguments: bool,
     /// `[console]`.
     pub(crate) console: ConsoleSettings,
 }
 
-/// Where the data lives (O3 amended), first match wins: `$RUNWARDEN_DATABASE_URL`,
+/// Where the data lives, first match wins: `$RUNWARDEN_DATABASE_URL`,
 /// `$RUNWARDEN_SQLITE_PATH`, `[store] url` or `[store] sqlite_path` (not both), and
 /// `<data_dir>/runwarden.db`.
 fn store_url(
@@ -1466,7 +1466,7 @@ impl Config {
         })
     }
 
-    /// R12: whether a call of `remote` on `server` by `agent` (local name `local`) waits for
+    /// Whether a call of `remote` on `server` by `agent` (local name `local`) waits for
     /// an operator, and how long: the tool's own policy beats its server's, and an agent's
     /// `approve` patterns add approvals (never remove them). The most specific timeout
     /// wins; the default is 24 hours.

@@ -1,4 +1,4 @@
-//! Operator decisions (R12) as the API and the CLI answer them: the one place that reads
+//! Operator decisions as the API and the CLI answer them: the one place that reads
 //! the tool's schema for an edit, applies the answer with the runtime's guarded update and
 //! then writes the audit row.
 //!
@@ -23,7 +23,7 @@ pub(crate) struct Answered {
     pub(crate) audited: bool,
 }
 
-/// R12: answers decision `id` as `actor`, then audits it; one `decision` span (O5) and one
+/// Answers decision `id` as `actor`, then audits it; one `decision` span and one
 /// log line naming who answered.
 pub(crate) async fn answer(
     runs: &dyn RunStore,

@@ -1,5 +1,5 @@
 //! Which failures heal by themselves: the line between requeueing a run and
-//! dead-lettering it (R9), and between a 503 and a 500.
+//! dead-lettering it, and between a 503 and a 500.
 
 use runwarden_vault::store::StoreError;
 

@@ -63,7 +63,7 @@ pub(crate) fn raise_open_files() -> Option<u64> {
 /// The data directory (0700) and the audit anchor file (0600), tightened when
 /// other users may read them; one line per change for the operator's warning. The key
 /// itself is never changed here: a key file that others could read is refused when it is
-/// loaded (V1), because it may already have leaked and the operator must decide.
+/// loaded, because it may already have leaked and the operator must decide.
 pub(crate) fn tighten_installation(config: &crate::config::Config) -> Vec<String> {
     let mut notes = Vec::new();
     tighten(&config.data_dir, 0o700, &mut notes);

@@ -1,4 +1,4 @@
-//! O6: waiting on the store's change feed for news about one run. Live views (the API's
+//! Waiting on the store's change feed for news about one run. Live views (the API's
 //! event streams, `events --follow`) read the store only when this says something changed
 //! for their run, so an idle view costs no reads and no timers.
 

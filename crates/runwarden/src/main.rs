@@ -8,6 +8,7 @@ mod demo;
 mod faults;
 mod harden;
 mod http;
+mod key_advice;
 mod live;
 mod output;
 mod reload;
@@ -22,7 +23,7 @@ use clap::Parser;
 
 /// Log lines go to stderr, filtered by `$RUNWARDEN_LOG` (default `warn`), as text or as
 /// one JSON object per line; with `[telemetry] otlp_endpoint`, runwarden's spans at info
-/// and above are also exported as OpenTelemetry traces (O5). The returned provider must be
+/// and above are also exported as OpenTelemetry traces. The returned provider must be
 /// shut down before exit, which flushes the spans not yet sent.
 fn logging(
     format: config::LogFormat,
@@ -34,7 +35,9 @@ fn logging(
 
     let filter = tracing_subscriber::EnvFilter::try_from_env("RUNWARDEN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let lines = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(output::colour_on_stderr());
     let lines = match format {
         config::LogFormat::Text => lines.with_filter(filter).boxed(),
         config::LogFormat::Json => lines.json().flatten_event(true).with_filter(filter).boxed(),

@@ -36,13 +36,20 @@ pub(crate) fn emit<T: Serialize>(json: bool, value: &T, human: impl FnOnce() -> 
     }
 }
 
+/// Whether stderr may carry ANSI colour: only on a terminal, and never when `NO_COLOR`
+/// is set to anything but the empty string (no-color.org).
+pub(crate) fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty())
+        && std::io::stderr().is_terminal()
+}
+
 /// Prints an error with its chain of causes, to stderr (or as JSON on stdout).
 pub(crate) fn error(json: bool, error: &anyhow::Error) {
-    let message = one_line(error);
     if json {
-        line(serde_json::json!({ "error": { "message": message } }));
+        line(serde_json::json!({ "error": { "message": one_line(error) } }));
     } else {
-        eprintln!("error: {message}");
+        eprintln!("error: {}", for_people(error));
     }
 }
 
@@ -64,6 +71,31 @@ pub(crate) fn one_line(error: &anyhow::Error) -> String {
     message
 }
 
+/// [`one_line`], except that a cause written over several lines keeps them: a TOML
+/// error's first line (its line and column) joins the chain and the offending text with
+/// its marker follows below, as the parser laid it out.
+pub(crate) fn for_people(error: &anyhow::Error) -> String {
+    let mut message = String::new();
+    let mut below = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        let text = text.trim_end();
+        let (first, rest) = text.split_once('\n').unwrap_or((text, ""));
+        let first = first.split_whitespace().collect::<Vec<_>>().join(" ");
+        if first.is_empty() || message.contains(&first) {
+            continue;
+        }
+        if !message.is_empty() {
+            message.push_str(": ");
+        }
+        message.push_str(&first);
+        if !rest.trim().is_empty() && below.is_empty() {
+            below = format!("\n{rest}");
+        }
+    }
+    message + &below
+}
+
 /// `1 leg`, `2 legs`: a count with its noun agreeing (`one` and `many` are the noun's
 /// two forms, so irregular plurals read right too).
 pub(crate) fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
@@ -80,6 +112,20 @@ pub(crate) fn time(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
         .unwrap_or_else(|| ms.to_string())
+}
+
+/// The rule numbers of the original requirements (`R12`, `M18`, `V4`, `O3`, `L2`) and the
+/// word SPEC in `text`: words for the code's authors, never for the people who read our text.
+#[cfg(test)]
+pub(crate) fn rule_numbers(text: &str) -> Vec<&str> {
+    text.split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| {
+            *w == "SPEC"
+                || (matches!(w.len(), 2 | 3)
+                    && matches!(w.as_bytes()[0], b'R' | b'M' | b'V' | b'O' | b'L')
+                    && w[1..].bytes().all(|b| b.is_ascii_digit()))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! per process, for every command. `serve` therefore runs its API and its workers over one
 //! backend: one SQLite store, one writer, one change feed.
 //!
-//! The backend is chosen by `[store] url` (O3 amended) in [`Backend::open`], the only
+//! The backend is chosen by `[store] url` in [`Backend::open`], the only
 //! place that knows which backends exist: SQLite, or PostgreSQL for many nodes on one
 //! database. Everything above it sees one [`Store`] and takes
 //! the seam it needs ([`Root::runs`], [`Root::queue`], [`Root::tokens`],
@@ -44,7 +44,7 @@ impl<T> Store for T where T: VaultStore + TokenStore + SessionStore + CatalogueS
 /// read it triggers. Each look is one `PRAGMA data_version`, a counter in shared memory.
 pub(crate) const OTHER_WRITERS_EVERY: Duration = Duration::from_millis(250);
 
-/// O6: workers are woken by the change feed; this slow look only catches what cannot wake
+/// Workers are woken by the change feed; this slow look only catches what cannot wake
 /// them (a run requeued with a `retry_at` that has just come due).
 pub(crate) const WORKER_BACKSTOP: Duration = Duration::from_secs(1);
 
@@ -97,7 +97,7 @@ impl Backend {
         }
     }
 
-    /// O6: changes made by other processes, published as `Change::Resync`. PostgreSQL
+    /// Changes made by other processes, published as `Change::Resync`. PostgreSQL
     /// needs none: its store forwards every node's NOTIFYs to the feed.
     async fn watch_other_writers(&self) -> Option<OtherWriters> {
         match self {
@@ -114,17 +114,17 @@ pub(crate) struct Root {
     backend: OnceCell<Backend>,
     vault: OnceCell<Arc<Vault>>,
     egress: OnceCell<Arc<EgressClient>>,
-    /// R6: one hub per process, so a cancel issued here wakes every call of the run here.
+    /// One hub per process, so a cancel issued here wakes every call of the run here.
     hub: Arc<CancelHub>,
-    /// R6 (amended): one status watcher per process, shared by every executor.
+    /// One status watcher per process, shared by every executor.
     watcher: OnceCell<StatusWatcher>,
     other_writers: OnceCell<Option<OtherWriters>>,
-    /// O5: the process's one metrics registry (the egress client counts into it).
+    /// The process's one metrics registry (the egress client counts into it).
     metrics: Arc<crate::http::Metrics>,
-    /// M13: one MCP client (one session) per configured server, shared by every command
+    /// One MCP client (one session) per configured server, shared by every command
     /// path of the process and closed once by [`Root::shutdown`].
     mcp: OnceCell<McpClients>,
-    /// M18: how an authorization code grant asks the operator; set only by interactive
+    /// How an authorization code grant asks the operator; set only by interactive
     /// CLI commands, before their first MCP client is built.
     prompt: std::sync::OnceLock<Arc<dyn runwarden_vault::oauth::AuthorizationPrompt>>,
 }
@@ -158,7 +158,7 @@ impl Root {
         }
     }
 
-    /// M18: lets this process's MCP clients ask the operator to authorize a server (the
+    /// Lets this process's MCP clients ask the operator to authorize a server (the
     /// CLI's interactive commands); without it such a grant fails with what to run.
     pub(crate) fn set_authorization_prompt(
         &self,
@@ -212,7 +212,7 @@ impl Root {
         Ok(self.store().await?)
     }
 
-    /// Console sessions (O4).
+    /// Console sessions.
     pub(crate) async fn sessions(&self) -> anyhow::Result<Arc<dyn SessionStore>> {
         Ok(self.store().await?)
     }
@@ -232,10 +232,12 @@ impl Root {
         self.vault
             .get_or_try_init(|| async {
                 let store = self.vault_store().await?;
-                let master = self.config.master_key()?;
+                let advise = |error| crate::key_advice::advise(&self.config, error);
+                let master = self.config.master_key().map_err(advise)?;
                 let mut vault = Vault::open(store, master, self.config.algorithm)
                     .await
-                    .context("while opening the vault")?
+                    .context("while opening the vault")
+                    .map_err(advise)?
                     .with_anchor(&self.config.audit_anchor_file);
                 if let Some(witness) = &self.config.audit_witness {
                     vault = vault.with_external_witness(witness);
@@ -312,8 +314,8 @@ impl Root {
         Ok(Arc::new(executor))
     }
 
-    /// M13: one MCP client per configured server, built once per process over the one
-    /// egress client and recording liveness in the catalogue store (M11). `actor` names
+    /// One MCP client per configured server, built once per process over the one
+    /// egress client and recording liveness in the catalogue store. `actor` names
     /// who acts in the audit rows; the first caller's name is kept.
     pub(crate) async fn mcp_clients(&self, actor: &str) -> anyhow::Result<McpClients> {
         self.mcp
@@ -339,7 +341,7 @@ impl Root {
             .cloned()
     }
 
-    /// M13: ends every MCP session this process opened, with `DELETE`, all at once; each
+    /// Ends every MCP session this process opened, with `DELETE`, all at once; each
     /// is bounded by [`runwarden_mcp::CLOSE_BUDGET`] and carries no signal, so a cancel
     /// that came before cannot stop it and it never waits on one. Every command passes
     /// here when it returns (`mcp call`, `mcp import`, `run`, a drained worker, `serve`).
@@ -388,7 +390,7 @@ impl Root {
         Ok(Worker::new(executor, self.queue().await?, agents, config))
     }
 
-    /// O6: starts (once) what brings other processes' changes to this process's feed.
+    /// Starts (once) what brings other processes' changes to this process's feed.
     /// Long-lived commands that watch the feed call it: `serve`, `worker`, `events
     /// --follow`.
     pub(crate) async fn watch_other_writers(&self) -> anyhow::Result<()> {

@@ -1,4 +1,4 @@
-//! `[store] url` (O3 amended): which backend holds the data, as `sqlite:PATH` or
+//! `[store] url`: which backend holds the data, as `sqlite:PATH` or
 //! `postgres://...`, with typed errors that say what to write. A PostgreSQL URL's password
 //! is never shown: `Debug`, `Display` and every error print the URL with it replaced.
 

@@ -1,4 +1,4 @@
-//! OpenTelemetry traces (O5), off unless `[telemetry] otlp_endpoint` is set: runwarden's own
+//! OpenTelemetry traces, off unless `[telemetry] otlp_endpoint` is set: runwarden's own
 //! spans (a run, its model and tool steps, each outbound call, each API request) exported
 //! over OTLP/HTTP in batches. The vault adds the current span's `traceparent` to every
 //! outbound request, so an MCP server's or a model server's spans join the run's trace.
@@ -55,7 +55,7 @@ where
         .boxed()
 }
 
-/// O5: the caller's trace, from a request's `traceparent` header (W3C trace context), so an
+/// The caller's trace, from a request's `traceparent` header (W3C trace context), so an
 /// API request continues the trace of whoever sent it. Nothing when the header is absent or
 /// malformed.
 pub(crate) fn parent_of(headers: &axum::http::HeaderMap) -> Option<opentelemetry::Context> {

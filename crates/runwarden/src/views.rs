@@ -49,3 +49,24 @@ pub(crate) fn run_request_hash(agent: &str, prompt: &str, mode: &str, budgets: &
         "max_tool_calls": budgets.max_tool_calls,
     }))
 }
+
+/// Whether an audit row (as JSON) is an intent: written before a call is sent, its outcome
+/// is a later row. The CLI and the console count it as an intent, never as a failure.
+pub(crate) fn is_intent(row: &Value) -> bool {
+    row["action"] == runwarden_vault::audit::action::HTTP_CALL_STARTED
+}
+
+/// How a segment ended, in the words a run's status uses everywhere else
+/// (`waiting_for_approval`, `cancelled`), for text people read; `lease_lost` is the one
+/// ending with no status of its own.
+pub(crate) fn outcome_word(outcome: runwarden_runtime::Outcome) -> &'static str {
+    use runwarden_runtime::Outcome;
+    match outcome {
+        Outcome::Completed => "completed",
+        Outcome::Failed | Outcome::DeadLettered => "failed",
+        Outcome::Cancelled => "cancelled",
+        Outcome::AwaitingApproval => "waiting_for_approval",
+        Outcome::Requeued => "queued",
+        Outcome::LeaseLost => "lease_lost",
+    }
+}

@@ -61,9 +61,24 @@ fn the_demo_needs_no_setup_and_its_timeline_shows_the_cancelled_transfer() {
         .says("http_call_cancelled")
         .says("verify    intact")
         // R12: the second act, a write that waits for an operator.
-        .says("needs an operator; the run waits (AWAITING_APPROVAL), the server saw 0 calls")
-        .says("approved by demo; the run resumed: COMPLETED, the server saw 1 call");
-    assert!(out.stdout.lines().count() <= 34, "too long: {out:#?}");
+        .says("needs an operator; the run waits (waiting_for_approval), the server saw 0 calls")
+        .says("approved by demo; the run resumed: completed, the server saw 1 call");
+    assert!(out.stdout.lines().count() <= 35, "too long: {out:#?}");
+    // One status vocabulary, the one `status`, the API and the console use; every
+    // server it names is introduced first.
+    for word in ["AWAITING_APPROVAL", "COMPLETED", "CANCELLED", "FAILED"] {
+        assert!(!out.stdout.contains(word), "{word} in {out:#?}");
+    }
+    let intro = out.stdout.find("\ndesk at http://127.0.0.1:");
+    assert!(
+        intro.is_some_and(|at| out.stdout.find("desk__create_ticket needs an operator") > Some(at)),
+        "{out:#?}"
+    );
+    assert_eq!(
+        out.stdout.matches("may have reached the server").count(),
+        1,
+        "{out:#?}"
+    );
     // It wrote nothing where it was run: no config, no data directory.
     assert!(!sandbox.config().exists() && !sandbox.data_dir().exists());
     assert!(leftovers(&tmp(&sandbox)).is_empty(), "left behind");
@@ -77,12 +92,12 @@ fn the_demo_json_reports_a_cancelled_run_its_fence_and_a_fast_teardown() {
     assert_eq!(report["ok"], true, "{report:#}");
     assert_eq!(report["status"], "cancelled", "{report:#}");
     let approval = &report["approval"];
-    assert_eq!(approval["parked"], "AWAITING_APPROVAL", "{report:#}");
+    assert_eq!(approval["parked"], "waiting_for_approval", "{report:#}");
     assert_eq!(
         approval["calls_while_waiting"], 0,
         "R12: nothing sent while it waits"
     );
-    assert_eq!(approval["outcome"], "COMPLETED", "{report:#}");
+    assert_eq!(approval["outcome"], "completed", "{report:#}");
     assert_eq!(
         approval["calls_after"], 1,
         "approved: the call is made once"

@@ -72,8 +72,10 @@ fn without_init_every_command_says_to_run_init_and_creates_no_key() {
     assert!(!sandbox.path().join("new.key").exists());
 }
 
+// `init` alone refuses over an existing installation, so the way on is to restore the key
+// or to start over knowingly (`init --new-key`, tested in user_text.rs).
 #[test]
-fn with_the_key_file_gone_every_command_says_to_run_init_and_creates_no_key() {
+fn with_the_key_file_gone_every_command_says_the_two_ways_on_and_creates_no_key() {
     let sandbox = Sandbox::initialised();
     std::fs::remove_file(sandbox.key_file()).unwrap();
     for args in KEYED_COMMANDS {
@@ -81,7 +83,8 @@ fn with_the_key_file_gone_every_command_says_to_run_init_and_creates_no_key() {
             .run_with_stdin(args, b"value")
             .fails()
             .says("no master key at")
-            .says("run `runwarden init`");
+            .says("restore the key from the backup")
+            .says("`runwarden init --new-key`");
         assert!(!sandbox.key_file().exists(), "{args:?} created a key");
     }
 }

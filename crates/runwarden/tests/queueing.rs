@@ -246,13 +246,13 @@ async fn a_run_cancelled_while_queued_ends_with_a_final_event_that_says_so() {
     let text = runwarden(&sandbox, &["events", &run_id]).await.ok();
     assert!(
         text.stdout
-            .contains("stopped: CANCELLED: cancelled by an operator while queued"),
+            .contains("stopped: cancelled: cancelled by an operator while queued"),
         "{text:#?}"
     );
     // A follower does not wait for anything more.
     let follow = runwarden(&sandbox, &["events", &run_id, "--follow"])
         .await
         .ok();
-    assert!(follow.stdout.contains("stopped: CANCELLED"), "{follow:#?}");
+    assert!(follow.stdout.contains("stopped: cancelled"), "{follow:#?}");
     assert_eq!(status(&sandbox, &run_id).await["status"], "cancelled");
 }

@@ -2,6 +2,7 @@
 //! scratch directory with its own `runwarden.toml` and a clean environment.
 
 mod api;
+mod api_description;
 mod architecture;
 mod audit;
 mod backend;
@@ -15,6 +16,7 @@ mod deploy;
 mod doctor;
 mod effects;
 mod egress;
+mod getting_started;
 mod hardening;
 mod init;
 mod json;
@@ -41,5 +43,6 @@ mod stops;
 mod support;
 mod telemetry;
 mod tls;
+mod user_text;
 mod wire;
 mod worker;

@@ -44,7 +44,10 @@ fn reopening_applies_no_migration_twice() {
             .map(Result::unwrap)
             .collect()
     };
-    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]);
+    assert_eq!(
+        versions,
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+    );
 }
 
 #[test]

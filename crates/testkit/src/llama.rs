@@ -19,8 +19,9 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
@@ -64,6 +65,53 @@ fn install_dir() -> PathBuf {
             .last()
             .expect("llama-server.sh prints the install directory")
             .trim(),
+    )
+}
+
+/// Which build an install holds (`scripts/llama-server.sh` writes it to `build`).
+fn build_name(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("build"))
+        .map(|name| name.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+/// Why the server never listened: how it ended (`None`: still running after
+/// [`STARTUP`]) and, for a signal, its name and what to do.
+fn not_listening(port: u16, ended: Option<ExitStatus>, build: &str) -> String {
+    let Some(status) = ended else {
+        return format!(
+            "llama-server ({build} build) did not start listening on 127.0.0.1:{port} within {} s",
+            STARTUP.as_secs()
+        );
+    };
+    let Some(signal) = status.signal() else {
+        return format!("llama-server ({build} build) exited with {status} before listening");
+    };
+    let (name, advice) = match signal {
+        4 => (
+            "SIGILL (illegal instruction)",
+            "this build executes CPU instructions this machine lacks; install the portable \
+             build with `RUNWARDEN_LLAMA_BUILD=portable bash scripts/llama-server.sh` and set \
+             RUNWARDEN_LLAMA_DIR to the directory it prints last (README.md states the CPU the \
+             tests need)",
+        ),
+        6 => ("SIGABRT (aborted)", "the log below says why"),
+        7 => (
+            "SIGBUS (bus error)",
+            "is the disk holding the model full or gone?",
+        ),
+        9 => (
+            "SIGKILL (killed)",
+            "the kernel's out-of-memory killer? check `dmesg`",
+        ),
+        11 => (
+            "SIGSEGV (segmentation fault)",
+            "the log below shows how far it got",
+        ),
+        _ => ("a signal", "the log below shows how far it got"),
+    };
+    format!(
+        "llama-server ({build} build) died by {name}, signal {signal}, before listening: {advice}"
     )
 }
 
@@ -113,7 +161,14 @@ impl LlamaServer {
     /// generation that always runs to its `max_tokens` (a budget test must not depend on
     /// when a small model decides it is done).
     pub fn start_with(extra: &[&str]) -> Self {
-        let dir = install_dir();
+        Self::start_in(&install_dir(), &[], extra)
+    }
+
+    /// [`start_with`](Self::start_with) from the install at `dir` (one of
+    /// `scripts/llama-server.sh`'s build directories), its command line prefixed by
+    /// `wrapper` when not empty (e.g. `strace` injecting a fault). A server that dies
+    /// before listening panics naming how it ended: the signal, and what to do about it.
+    pub fn start_in(dir: &Path, wrapper: &[&str], extra: &[&str]) -> Self {
         let binary = dir.join("bin/llama-server");
         let model = dir.join("model.gguf");
         assert!(
@@ -124,7 +179,15 @@ impl LlamaServer {
         );
         let template = repo_root().join("tests/llama/tool_template.jinja");
         let port = free_port();
-        let mut child = Command::new(&binary)
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(&binary);
+                command
+            }
+            None => Command::new(&binary),
+        };
+        let mut child = command
             .env("LD_LIBRARY_PATH", dir.join("bin"))
             .arg("--model")
             .arg(&model)
@@ -162,17 +225,22 @@ impl LlamaServer {
                 let _ = tx.send(false);
             }
         });
-        let listening = rx.recv_timeout(STARTUP).unwrap_or(false);
+        // Ok(false): stderr closed, the process is gone; Err: still starting after STARTUP.
+        let outcome = rx.recv_timeout(STARTUP);
         let mut server = Self {
             child,
             port,
             log,
             lines: count_rx,
         };
-        if !listening {
-            let _ = server.child.kill();
+        if outcome != Ok(true) {
+            if outcome.is_err() {
+                let _ = server.child.kill();
+            }
+            let ended = server.child.wait().ok().filter(|_| outcome.is_ok());
             panic!(
-                "llama-server did not start listening on 127.0.0.1:{port}; its log:\n{}",
+                "{}; its log:\n{}",
+                not_listening(port, ended, &build_name(dir)),
                 server.log_text()
             );
         }

@@ -1,3 +1,4 @@
 //! The testkit's own servers, tested as any client would meet them: over real HTTP.
 
+mod llama_build;
 mod oauth;

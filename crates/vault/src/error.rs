@@ -29,7 +29,7 @@ pub enum VaultError {
         name: String,
     },
     /// No master key was found where the configuration points.
-    #[error("no master key at {location}: run `runwarden init` to create one")]
+    #[error("no master key at {location}")]
     MasterKeyMissing {
         /// The key file path or environment variable that was tried.
         location: String,

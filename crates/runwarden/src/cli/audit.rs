@@ -40,7 +40,7 @@ pub(crate) enum AuditCommand {
     },
 }
 
-/// What `audit list` says about an intent row no completion row names (V7 amended).
+/// What `audit list` says about an intent row no completion row names.
 pub(crate) const NO_OUTCOME: &str = "no outcome recorded: the process stopped or is still waiting";
 
 /// One audit row as printed: the event's columns plus id and hash.
@@ -108,7 +108,7 @@ pub(crate) fn row_line(row: &Value) -> String {
         "#{} {} {action} {} {} {}{} status={} {}ms",
         row["id"],
         text("time"),
-        if action == action::HTTP_CALL_STARTED {
+        if crate::views::is_intent(row) {
             "intent"
         } else if row["success"] == true {
             "ok"

@@ -1,4 +1,4 @@
-//! `runwarden decisions list`, `approve`, `deny`, `resolve`, `answer` (R12): the operator's
+//! `runwarden decisions list`, `approve`, `deny`, `resolve`, `answer`: the operator's
 //! answers to a run's pending decisions, on the store or through `--server`. An answer on
 //! the store is audited with the actor `cli`; through the server, with the token's name.
 

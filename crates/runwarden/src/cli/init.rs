@@ -13,10 +13,21 @@ use crate::output;
 use crate::root::Backend;
 
 #[derive(Debug, Args)]
-pub(crate) struct InitArgs {}
+pub(crate) struct InitArgs {
+    /// Start over after the master key was lost: keep the old database, audit anchor and
+    /// key beside the new ones as closed history, then create a new key, vault and audit
+    /// chain. The old secrets stay unreadable. Asks for confirmation on a terminal.
+    #[arg(long)]
+    new_key: bool,
+    /// Confirm --new-key without being asked.
+    #[arg(long, requires = "new_key")]
+    yes: bool,
+}
 
 #[derive(Serialize)]
 struct Initialised {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    closed: Vec<String>,
     config: String,
     config_written: bool,
     data_dir: String,
@@ -38,7 +49,7 @@ pub(crate) async fn create_installation(config: &Config) -> anyhow::Result<Vault
     }
     if config.audit_anchor_file.exists() {
         bail!(
-            "an audit anchor already exists at {}: it belongs to an earlier installation; move it aside (or point [vault] audit_anchor_file elsewhere) before init",
+            "an audit anchor already exists at {}: it belongs to an earlier installation; if that installation's master key is lost, `runwarden init --new-key` starts over and keeps its history; otherwise move the anchor aside (or point [vault] audit_anchor_file elsewhere) before init",
             config.audit_anchor_file.display()
         );
     }
@@ -90,7 +101,7 @@ fn private_dir(path: &std::path::Path) -> std::io::Result<()> {
     builder.create(path)
 }
 
-pub(crate) async fn run(cx: &Context, _args: InitArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(cx: &Context, args: InitArgs) -> anyhow::Result<ExitCode> {
     if master_key_from_env() {
         bail!(
             "${MASTER_KEY_ENV} is set: init creates a key file, so unset it first (or skip init and keep using the variable)"
@@ -105,9 +116,15 @@ pub(crate) async fn run(cx: &Context, _args: InitArgs) -> anyhow::Result<ExitCod
     };
     // The file may have just been written: read it back so what we create is what it says.
     let config = Config::load(&cx.config.path)?;
+    let closed = if args.new_key {
+        super::new_key::close_old_installation(&config, args.yes).await?
+    } else {
+        Vec::new()
+    };
     let vault = create_installation(&config).await?;
 
     let report = Initialised {
+        closed: closed.iter().map(|p| p.display().to_string()).collect(),
         config: config.path.display().to_string(),
         config_written,
         data_dir: config.data_dir.display().to_string(),
@@ -125,8 +142,16 @@ pub(crate) async fn run(cx: &Context, _args: InitArgs) -> anyhow::Result<ExitCod
         } else {
             "kept existing"
         };
+        let closed = if report.closed.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "closed the old history, kept as:\n  {}\n",
+                report.closed.join("\n  ")
+            )
+        };
         format!(
-            "{config_line} {}\ncreated {}\ncreated master key {} (id {}); back it up: without it no secret can be read\ncreated audit anchor {} (the audit log's witness: never restore it together with an older database)",
+            "{closed}{config_line} {}\ncreated {}\ncreated master key {} (id {}); back it up: without it no secret can be read\ncreated audit anchor {} (the audit log's witness: never restore it together with an older database)",
             report.config,
             report.database,
             report.master_key_file,

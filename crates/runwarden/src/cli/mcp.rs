@@ -54,13 +54,13 @@ pub(crate) enum McpCommand {
         #[arg(long)]
         force: bool,
     },
-    /// M18: authorize an OAuth server now (authorization code + PKCE): prints the URL to
+    /// Authorize an OAuth server now (authorization code + PKCE): prints the URL to
     /// open and waits for the browser on a loopback redirect; the tokens stay in the vault.
     Login {
         /// The server's name in [mcp.servers].
         name: String,
     },
-    /// M18: what the vault holds for OAuth servers (never a token).
+    /// What the vault holds for OAuth servers (never a token).
     #[command(subcommand)]
     Auth(super::mcp_auth::AuthCommand),
     /// Declare a server in the configuration file (its comments are kept); then import it.
@@ -115,7 +115,7 @@ pub(crate) async fn run(cx: &Context, command: McpCommand) -> anyhow::Result<Exi
     }
 }
 
-/// The process's client of `server` (M13: its session is ended when the command returns).
+/// The process's client of `server` (its session is ended when the command returns).
 async fn client(
     cx: &Context,
     server: &ServerConfig,
@@ -142,12 +142,12 @@ pub(crate) struct ToolView<'a> {
     effect: &'static str,
     usable: bool,
     refused: Option<&'a str>,
-    /// Whether the tool declared an outputSchema its results are checked against (M7).
+    /// Whether the tool declared an outputSchema its results are checked against.
     checks_output: bool,
 }
 
 impl<'a> ToolView<'a> {
-    /// M10 (amended): the effect shown is the one the configuration declares now, not the
+    /// The effect shown is the one the configuration declares now, not the
     /// one recorded at import.
     fn new(entry: &'a CatalogueEntry, server: &ServerConfig) -> Self {
         let refused = match &entry.schema {
@@ -515,7 +515,7 @@ async fn health(cx: &Context) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// M14: the operator's prepared answer to a server's question during `mcp call`.
+/// The operator's prepared answer to a server's question during `mcp call`.
 struct PreparedAnswer(Map<String, Value>);
 
 impl Elicitor for PreparedAnswer {

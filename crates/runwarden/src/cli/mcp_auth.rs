@@ -1,4 +1,4 @@
-//! `runwarden mcp login` and `runwarden mcp auth status` (M18): an operator authorizes an
+//! `runwarden mcp login` and `runwarden mcp auth status`: an operator authorizes an
 //! OAuth server once, and sees what the vault holds for each (never a token).
 
 use std::process::ExitCode;

@@ -39,7 +39,7 @@ pub(crate) struct RunArgs {
     pub(crate) budgets: BudgetArgs,
 }
 
-/// R13: a run's own budgets; each may only lower its agent's.
+/// A run's own budgets; each may only lower its agent's.
 #[derive(Debug, Args)]
 pub(crate) struct BudgetArgs {
     /// Output tokens the run may generate, summed over its model calls.
@@ -63,7 +63,7 @@ impl BudgetArgs {
         }
     }
 
-    /// The budgets asked for, checked against the agent's (R13: only lower).
+    /// The budgets asked for, checked against the agent's (only lower).
     pub(crate) fn checked(&self, agent: &AgentConfig) -> anyhow::Result<Budgets> {
         let budgets = self.asked();
         agent
@@ -228,7 +228,7 @@ impl AgentBuilder {
 
 #[async_trait::async_trait]
 impl AgentSource for AgentBuilder {
-    /// R9: a failure that heals by itself (the catalogue read hit a locked store, the
+    /// A failure that heals by itself (the catalogue read hit a locked store, the
     /// process is out of file descriptors) hands the run back to the queue; only a
     /// configuration that cannot run dead-letters it.
     async fn agent(&self, name: &str) -> Result<AgentSpec, AgentError> {
@@ -294,8 +294,9 @@ pub(crate) fn event_line(event: &RunEvent) -> String {
             e.outcome.as_str(),
             text(&e.text)
         ),
+        // The text says that the call may have reached the server and what became of it.
         EventBody::EffectUncertain(e) => format!(
-            "tool {} {}, effect uncertain (the call may have reached the server): {}",
+            "tool {} {}: {}",
             text(&e.tool),
             e.outcome.as_str(),
             text(&e.text)
@@ -308,8 +309,12 @@ pub(crate) fn event_line(event: &RunEvent) -> String {
         EventBody::RunCompleted(e) => format!("completed: {}", text(&e.reason)),
         EventBody::RunFailed(e) => format!("failed: {}", text(&e.reason)),
         EventBody::RunStopped(e) => match &e.reason {
-            Some(reason) => format!("stopped: {}: {}", e.outcome.as_str(), text(reason)),
-            None => format!("stopped: {}", e.outcome.as_str()),
+            Some(reason) => format!(
+                "stopped: {}: {}",
+                crate::views::outcome_word(e.outcome),
+                text(reason)
+            ),
+            None => format!("stopped: {}", crate::views::outcome_word(e.outcome)),
         },
         EventBody::ModelProgress(e) => format!("model streaming: {} tokens so far", e.tokens),
         EventBody::ToolProgress(e) => {
@@ -504,7 +509,7 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
     })
 }
 
-/// `run`'s exit code when the run parked on an operator decision (R12).
+/// `run`'s exit code when the run parked on an operator decision.
 const EXIT_AWAITING: u8 = 3;
 
 pub(crate) async fn cancel(cx: &Context, args: RunIdArgs) -> anyhow::Result<ExitCode> {
@@ -655,7 +660,7 @@ pub(crate) async fn events(cx: &Context, args: EventsArgs) -> anyhow::Result<Exi
 }
 
 /// Through the API: one JSON answer, or with `--follow` the run's Server-Sent Events,
-/// which the server pushes as they are stored (O6).
+/// which the server pushes as they are stored.
 async fn events_from_server(
     cx: &Context,
     server: &crate::client::ApiClient,
@@ -697,7 +702,7 @@ async fn events_from_server(
 }
 
 /// From the store, opened once. With `--follow` it waits on the store's change feed
-/// (O6) and reads only when the run changed; a change another process made on a shared
+/// and reads only when the run changed; a change another process made on a shared
 /// SQLite file arrives as a resync within [`crate::root::OTHER_WRITERS_EVERY`].
 async fn events_from_store(cx: &Context, args: EventsArgs) -> anyhow::Result<ExitCode> {
     let runs = cx.root.runs().await?;

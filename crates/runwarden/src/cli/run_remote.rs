@@ -1,5 +1,5 @@
 //! `runwarden run --server URL`: the run is enqueued on the server, its events are
-//! followed as the server pushes them (O6), and Ctrl-C, SIGTERM or SIGHUP cancel it
+//! followed as the server pushes them, and Ctrl-C, SIGTERM or SIGHUP cancel it
 //! through the API, as they cancel a local run. The server's workers execute it; a run
 //! that waits for an operator's decision is followed until it goes on and ends.
 

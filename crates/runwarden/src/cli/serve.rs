@@ -160,7 +160,7 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
-/// O5: the TLS side of `serve` from `[serve] tls_cert` and `tls_key` (PEM), with rustls'
+/// The TLS side of `serve` from `[serve] tls_cert` and `tls_key` (PEM), with rustls'
 /// safe defaults (TLS 1.2 and 1.3) and HTTP/1.1. Errors name the file and what to fix;
 /// they never quote its contents.
 fn tls_acceptor(files: &crate::config::TlsFiles) -> anyhow::Result<tokio_rustls::TlsAcceptor> {

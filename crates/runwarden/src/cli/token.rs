@@ -1,4 +1,4 @@
-//! `runwarden token`: API bearer tokens with a role (O2). A token is printed once at
+//! `runwarden token`: API bearer tokens with a role. A token is printed once at
 //! creation; only its hash is stored.
 
 use std::process::ExitCode;

@@ -1,5 +1,5 @@
 //! `runwarden enqueue`, `worker`, `reap`: queued runs, the processes that claim them, and
-//! the reaper on demand (R3, R9).
+//! the reaper on demand.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -45,7 +45,7 @@ pub(crate) fn retry(settings: &WorkerSettings) -> RetryPolicy {
     }
 }
 
-/// The row is the state: the stored request is all a worker needs (R9).
+/// The row is the state: the stored request is all a worker needs.
 pub(crate) async fn enqueue(cx: &Context, args: EnqueueArgs) -> anyhow::Result<ExitCode> {
     if let Some(server) = &cx.server {
         // The server checks the budgets against its own configuration of the agent.

@@ -47,7 +47,7 @@ const PLAN: &str = r#"[
 "#;
 
 /// The second act's server (its `create_ticket` answers at once) and agent, whose
-/// `approve` makes that write wait for an operator (R12).
+/// `approve` makes that write wait for an operator.
 const DESK: &str = "desk";
 const APPROVER: &str = "approver";
 const APPROVER_PLAN: &str = r#"[
@@ -327,12 +327,14 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
             })
             .collect();
         output::line(format!(
-            "runwarden demo: a throwaway installation and an MCP server at {}\n\
-             tools: {}\n\
+            "runwarden demo: a throwaway installation and two MCP servers on 127.0.0.1:\n\
+             {SERVER} at {} (its tools: {}), for a run that is cancelled mid-write\n\
+             {DESK} at {} (the same tools; {DESK}__create_ticket needs an operator's approval)\n\
              run {} of a scripted agent: look Ada up, then file a ticket\n\n\
              {:>8}  what happened",
             server.url,
             tools.join(", "),
+            desk.url,
             run.id,
             "ms"
         ));
@@ -444,9 +446,9 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
     }
     if act.outcome != Outcome::Completed || act.calls_after != 1 {
         problems.push(format!(
-            "after the approval the run ended {} and the server saw {} calls, not 1",
-            act.outcome.as_str(),
-            act.calls_after
+            "after the approval the run ended {} and the server saw {}, not 1",
+            crate::views::outcome_word(act.outcome),
+            output::count(act.calls_after as u64, "call", "calls")
         ));
     }
 
@@ -476,9 +478,9 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
             "approval": {
                 "run_id": act.run_id,
                 "decision_id": act.decision_id,
-                "parked": act.parked.as_str(),
+                "parked": crate::views::outcome_word(act.parked),
                 "calls_while_waiting": act.calls_while_waiting,
-                "outcome": act.outcome.as_str(),
+                "outcome": crate::views::outcome_word(act.outcome),
                 "calls_after": act.calls_after,
             },
         });
@@ -488,10 +490,10 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
         output::line(format!(
             "\napproval  run {}: {DESK}__create_ticket needs an operator; the run waits ({}), the server saw {}\n          decision {} approved by demo; the run resumed: {}, the server saw {} (once)",
             act.run_id,
-            act.parked.as_str(),
+            crate::views::outcome_word(act.parked),
             output::count(act.calls_while_waiting as u64, "call", "calls"),
             act.decision_id,
-            act.outcome.as_str(),
+            crate::views::outcome_word(act.outcome),
             output::count(act.calls_after as u64, "call", "calls")
         ));
         if !problems.is_empty() {
@@ -518,7 +520,7 @@ struct ApprovalAct {
     calls_after: usize,
 }
 
-/// R12: a write that waits for an operator. The run parks before anything is sent, the
+/// A write that waits for an operator. The run parks before anything is sent, the
 /// demo approves it (as `runwarden approve` would, audited), and the resumed run makes
 /// the call once.
 async fn approval_act(

@@ -1,4 +1,4 @@
-//! Bearer tokens to roles (O2): no or an unknown token is 401, a role that may not do
+//! Bearer tokens to roles: no or an unknown token is 401, a role that may not do
 //! this is 403. Only a token's hash is stored; the vault compares hashes.
 
 use axum::extract::{Request, State};
@@ -35,9 +35,10 @@ pub(crate) async fn require(
     next: Next,
 ) -> Result<Response, ApiError> {
     let Some(presented) = bearer(&request) else {
-        return Err(ApiError::Unauthorized(
-            "send Authorization: Bearer <token>; `runwarden token create` makes one".into(),
-        ));
+        return Err(ApiError::Unauthorized(format!(
+            "send Authorization: Bearer <token>; `{}` makes one",
+            crate::cli::hints::TOKEN_HINT
+        )));
     };
     // Any store fault here is a 503 the client may retry, never a 401: a store that cannot
     // say whether a token is live has not said that it is not.

@@ -1,4 +1,4 @@
-//! `/v1/decisions` (R12): list the operator decisions (by status, by run), read one,
+//! `/v1/decisions`: list the operator decisions (by status, by run), read one,
 //! answer one (operator role). The answer is audited with the token's name as the actor.
 
 use axum::Extension;

@@ -1,6 +1,6 @@
 //! `GET /v1/runs/{id}/events`: a run's events as Server-Sent Events (resumable with
 //! `Last-Event-ID`, the event sequence) or, without the event-stream Accept header, as
-//! one JSON document. A live stream is pushed by the store's change feed (O6): it reads
+//! one JSON document. A live stream is pushed by the store's change feed: it reads
 //! only when its run changed, so an idle stream costs no reads. A live stream ends within
 //! [`TOKEN_RECHECK`] of its token being revoked: the token is checked again before each
 //! read and on that timer.
@@ -104,7 +104,7 @@ struct Tail {
     terminal_since: Option<Instant>,
     /// The final event was sent, or the server is stopping: end after `pending`.
     finished: bool,
-    /// O6: the store's changes; the stream reads only when one concerns its run.
+    /// The store's changes; the stream reads only when one concerns its run.
     feed: broadcast::Receiver<Change>,
     /// The feed said something changed (or nothing was read yet).
     stale: bool,
@@ -129,7 +129,7 @@ fn sse_event(event: &RunEvent) -> Event {
         .data(event_json(event).to_string())
 }
 
-/// A live stream (O6): it reads the store once at the start and then only when the change
+/// A live stream: it reads the store once at the start and then only when the change
 /// feed says its run changed (an event, a status, a resync or a lag). Idle, it costs no
 /// reads and no timer beyond the keep-alive.
 fn tail(

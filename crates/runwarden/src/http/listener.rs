@@ -11,7 +11,7 @@
 //! A graceful stop closes the listener, lets each connection finish the request it is
 //! serving (an event stream ends when the server drains) and waits for every connection.
 //!
-//! With TLS (O5), the handshake happens inside the connection's slot and must end within
+//! With TLS, the handshake happens inside the connection's slot and must end within
 //! the header-read timeout, so a client that connects and never says hello is held no
 //! longer than one that sends half a request line.
 

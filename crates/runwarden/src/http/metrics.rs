@@ -1,4 +1,4 @@
-//! `GET /metrics` (O5): OpenMetrics text from this process's registry.
+//! `GET /metrics`: OpenMetrics text from this process's registry.
 //!
 //! Counters and histograms count what this process did (API requests by route and status,
 //! the latency of cancels it woke), so two replicas on one database report their own
@@ -68,7 +68,7 @@ struct ActionLabels {
     action: String,
 }
 
-/// One outbound call's labels: its audit action and how far it got (V8).
+/// One outbound call's labels: its audit action and how far it got.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct CallLabels {
     action: String,

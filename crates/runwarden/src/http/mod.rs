@@ -1,4 +1,4 @@
-//! The HTTP API (O2): JSON under `/v1`, bearer tokens with roles, live run events as
+//! The HTTP API: JSON under `/v1`, bearer tokens with roles, live run events as
 //! Server-Sent Events, and one error shape. `runwarden serve` binds it; tests drive
 //! [`router`] with `tower::ServiceExt::oneshot` or over a real socket.
 //!
@@ -50,7 +50,7 @@ pub(crate) const OPENAPI: &str = include_str!("../../../../docs/openapi.json");
 pub(crate) struct AppState {
     /// The process's composition root (the backend's readiness probe).
     pub(crate) root: Arc<Root>,
-    /// Runs, their events, counts and the queue; its change feed drives live streams (O6).
+    /// Runs, their events, counts and the queue; its change feed drives live streams.
     pub(crate) runs: Arc<dyn QueueStore>,
     /// The imported MCP catalogue and server liveness.
     pub(crate) catalogue: Arc<dyn CatalogueStore>,
@@ -242,7 +242,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// O5: one log line per API request, at info, and this process's request metrics: the
+/// One log line per API request, at info, and this process's request metrics: the
 /// method, the route's template (never the concrete path, which may hold ids a dashboard
 /// would explode on, nor the query), the status, the duration and the token's name.
 async fn observe_request(
@@ -288,7 +288,7 @@ async fn observe_request(
     response
 }
 
-/// `[metrics] listen` (O5): `/metrics` alone, without a token, for a listener only the
+/// `[metrics] listen`: `/metrics` alone, without a token, for a listener only the
 /// scraper reaches. Counted like the API's own requests.
 pub(crate) fn metrics_router(state: AppState) -> Router {
     Router::new()

@@ -152,7 +152,7 @@ impl QueueStore for Counting {
         self.count();
         self.inner.run_requeue_apply(params).await
     }
-    /// Not counted: the reaper's pass (R9) runs on its own timer, idle or not.
+    /// Not counted: the reaper's pass runs on its own timer, idle or not.
     async fn run_stale(&self, now_ms: i64, limit: u32) -> Result<Vec<Run>, StoreError> {
         self.inner.run_stale(now_ms, limit).await
     }

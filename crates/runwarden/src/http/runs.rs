@@ -38,7 +38,7 @@ pub(crate) struct CreateRun {
     prompt: String,
     #[serde(default)]
     mode: Mode,
-    /// R13: the run's own budgets; each may only lower the agent's.
+    /// The run's own budgets; each may only lower the agent's.
     max_output_tokens_total: Option<u64>,
     max_wall_seconds: Option<u64>,
     max_tool_calls: Option<u32>,

@@ -325,6 +325,9 @@ async fn every_rejection_comes_back_in_our_error_shape() {
                 .is_some_and(|m| !m.is_empty()),
             "{answer}"
         );
+        let text = answer.to_string();
+        assert!(crate::output::rule_numbers(&text).is_empty(), "{answer}");
+        assert!(!text.contains('\u{1b}'), "ANSI in {answer}");
     }
     // Without a JSON content type the body is not read as JSON.
     let request = Request::post("/v1/runs")

@@ -1,4 +1,4 @@
-//! The console's state changes (O4): cancel a run and answer a decision. Each checks the
+//! The console's state changes: cancel a run and answer a decision. Each checks the
 //! origin and the session's CSRF token, then the operator role, and then goes through
 //! the exact code the API uses: the executor's cancel (the cancel hub wakes the call in
 //! flight) and `crate::decisions::answer` (guarded update, audited with the actor).
@@ -59,7 +59,7 @@ fn json_field(form: &Form, name: &str) -> Result<Option<Value>, PageError> {
     })
 }
 
-/// `POST /console/decisions/{id}`: answers a decision (R12) as the signed-in token.
+/// `POST /console/decisions/{id}`: answers a decision as the signed-in token.
 pub(super) async fn answer(
     State(state): State<AppState>,
     signed: Signed,

@@ -1,4 +1,4 @@
-//! The web console (O4): server-rendered HTML pages for runs, one run's live timeline,
+//! The web console: server-rendered HTML pages for runs, one run's live timeline,
 //! decisions, the audit log, MCP servers and the cancel-latency chart, with one small
 //! script and one stylesheet embedded in the binary.
 //!
@@ -30,7 +30,7 @@ use runwarden_vault::store::StoreError;
 
 use super::AppState;
 
-/// The policy every console answer carries (O4): scripts and styles only from this
+/// The policy every console answer carries: scripts and styles only from this
 /// origin, no inline script or style, no framing, forms post only here.
 pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 
@@ -63,7 +63,7 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
         .with_state(state)
 }
 
-/// O4: the headers of every console answer. Pages are never cached (they show live state
+/// The headers of every console answer. Pages are never cached (they show live state
 /// and carry the CSRF token); assets set their own long cache (their names hold a hash).
 async fn security_headers(request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;

@@ -1,4 +1,4 @@
-//! The console's pages (O4): runs (filters, paging, live rows), one run (live timeline,
+//! The console's pages: runs (filters, paging, live rows), one run (live timeline,
 //! Cancel), decisions (the pending queue with its answers), audit (filters, verify), MCP
 //! servers (health, tools, effects, approval policy, schemas) and the cancel-latency chart.
 //! They read what the API reads, through the same stores and view functions.
@@ -17,6 +17,7 @@ use super::{AppState, PageError};
 use crate::cli::audit::RowView;
 use crate::cli::mcp::server_views;
 use crate::decisions::decision_json;
+use crate::{output, views};
 
 /// Runs on one page of the runs table.
 pub(crate) const PAGE_SIZE: u32 = 50;
@@ -225,7 +226,7 @@ pub(super) async fn decisions(
 }
 
 /// One decision: what was asked, its arguments, and for a pending one, the answer forms
-/// an operator may send (R12: the answers its kind allows).
+/// an operator may send (the answers its kind allows).
 fn decision_card(d: &Value, signed: &Signed) -> Markup {
     let field = |name: &str| d[name].as_str().unwrap_or_default().to_string();
     let id = field("decision_id");
@@ -340,7 +341,7 @@ pub(super) async fn audit(
         @if let Some(report) = &report {
             section #verify class={ "verify " (if report.intact { "intact" } else { "broken" }) } {
                 h2 { @if report.intact { "The chain is intact" } @else { "The chain is broken" } }
-                p { (report.rows_verified) " rows verified · " (report.incomplete_calls) " calls without an outcome"
+                p { (output::count(report.rows_verified.max(0) as u64, "row", "rows")) " verified · " (output::count(report.incomplete_calls, "call", "calls")) " without an outcome"
                     @if let Some(row) = report.first_bad_row { " · first bad row " (row) }
                     @if let Some(anchored) = report.anchored_rows { " · anchored rows " (anchored) } }
                 @if let Some(problem) = &report.problem { p.error-text { (problem) } }
@@ -356,7 +357,7 @@ pub(super) async fn audit(
                         td { (v["action"].as_str().unwrap_or("")) }
                         td { (v["actor"].as_str().unwrap_or("")) }
                         td { (v["method"].as_str().unwrap_or("")) " " (v["host"].as_str().unwrap_or("")) (v["path"].as_str().unwrap_or("")) }
-                        td { (v["status"]) @if v["success"] == Value::Bool(false) { " failed" } }
+                        td { @if views::is_intent(v) { "intent" } @else { (v["status"]) @if v["success"] == Value::Bool(false) { " failed" } } }
                         td { (v["correlation"].as_str().unwrap_or("")) }
                         td.reason { (v["reason"].as_str().unwrap_or("")) " " (v["error"].as_str().unwrap_or("")) (v["outcome"].as_str().unwrap_or("")) }
                     }
@@ -368,7 +369,7 @@ pub(super) async fn audit(
 }
 
 /// `/mcp`: each configured server's health and its tools with the effect the
-/// configuration gives them (M10 amended), their approval policy (R12) and schema status.
+/// configuration gives them, their approval policy and schema status.
 pub(super) async fn mcp(
     State(state): State<AppState>,
     signed: Signed,
@@ -418,7 +419,7 @@ pub(super) async fn mcp(
     Ok(page("MCP servers", &signed, "mcp", body))
 }
 
-/// `/charts`: the cancel-latency histogram of this process's registry (O5), drawn as an
+/// `/charts`: the cancel-latency histogram of this process's registry, drawn as an
 /// inline SVG on the server (no script needed).
 pub(super) async fn charts(
     State(state): State<AppState>,
@@ -435,7 +436,7 @@ pub(super) async fn charts(
     let body = html! {
         h1 { "Metrics" }
         h2 { "Cancel latency (this process)" }
-        p { "Time from a cancel waking a run here to its call in flight returning; SPEC goal p99 ≤ 10 ms in-process, ≤ 50 ms through the API." }
+        p { "Time from a cancel waking a run here to its call in flight returning; the goal: p99 ≤ 10 ms in-process, ≤ 50 ms through the API." }
         (histogram_svg(&buckets))
         p { a href="/metrics" { "The full exposition" } " (needs a bearer token)." }
     };
@@ -488,7 +489,7 @@ fn histogram_svg(buckets: &[(String, u64)]) -> Markup {
                     text x=(x + bar / 2) y=(height + 16) text-anchor="middle" font-size="11" { (label) }
                 }
             }
-            figcaption { (total) " cancels observed by this process" }
+            figcaption { (output::count(total, "cancel", "cancels")) " observed by this process" }
         }
     }
 }

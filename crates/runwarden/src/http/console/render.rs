@@ -80,7 +80,7 @@ pub(crate) fn sign_in(error: Option<&str>) -> Markup {
     let body = html! {
         section.signin {
             h1 { "Sign in" }
-            p { "Paste an API token (" code { "runwarden token create NAME --role operator|viewer" } "). The console keeps a session cookie; the token itself is not stored in the browser." }
+            p { "Paste an API token (" code { (crate::cli::hints::TOKEN_HINT) } ", or " code { "--role viewer" } " to only look" "). The console keeps a session cookie; the token itself is not stored in the browser." }
             @if let Some(error) = error {
                 p.error-text role="alert" { (error) }
             }
@@ -130,8 +130,13 @@ pub(crate) fn run_head(run: &Run, usage: (u64, u64), signed: &Signed) -> Markup 
                 dt { "Reason" } dd.reason #run-reason { (reason) }
             }
             @if let Some(effect) = &run.pending_effect {
-                // R11: a write cancelled in flight keeps its fence.
-                dt { "Fence" } dd.fence #run-fence { (effect) }
+                // A write whose outcome is not recorded keeps its fence: a guard while the
+                // run goes on, a question for a person (red) once the run has ended.
+                @if run.status.is_terminal() {
+                    dt { "Fence" } dd.fence.needs-person #run-fence { (effect) ": it may or may not have happened; check before running it again" }
+                } @else {
+                    dt { "Fence" } dd.fence #run-fence { (effect) " in flight: never sent twice" }
+                }
             }
             dt { "Rounds" } dd { (run.rounds) }
             dt { "Attempts" } dd { (run.requeue_count + 1) }

@@ -1,4 +1,4 @@
-//! Console sign-in (O4): a pasted API token, verified like a bearer token, opens a session
+//! Console sign-in: a pasted API token, verified like a bearer token, opens a session
 //! (a random 256-bit id in an `HttpOnly; SameSite=Strict` cookie, `Secure` over TLS);
 //! only the id's hash is stored, bound to the token, with an expiry. Sign-out deletes the
 //! row. Every state-changing request carries the session's CSRF token, compared in
@@ -59,7 +59,7 @@ impl Signed {
         }
     }
 
-    /// O4: a viewer sees no buttons, and the server refuses their state changes anyway.
+    /// A viewer sees no buttons, and the server refuses their state changes anyway.
     pub(crate) fn require_operator(&self) -> Result<(), PageError> {
         if self.is_operator() {
             return Ok(());
@@ -70,7 +70,7 @@ impl Signed {
         )))
     }
 
-    /// O4: a state-changing request must carry this session's CSRF token (the `csrf`
+    /// A state-changing request must carry this session's CSRF token (the `csrf`
     /// field or the `X-CSRF-Token` header), compared in constant time.
     pub(crate) fn check_csrf(&self, headers: &HeaderMap, form: &Form) -> Result<(), PageError> {
         let presented = form
@@ -132,7 +132,7 @@ impl FromRequestParts<AppState> for Signed {
     }
 }
 
-/// O4: a state-changing request may not come from another origin. Browsers say where a
+/// A state-changing request may not come from another origin. Browsers say where a
 /// request comes from in `Sec-Fetch-Site` (whatever the referrer policy) and usually in
 /// `Origin`; under `Referrer-Policy: no-referrer` a form's `Origin` is `null`, which says
 /// nothing. Either header naming another site refuses the request (SameSite=Strict already
@@ -185,9 +185,10 @@ pub(super) async fn login(
     let form = Form::parse(&body);
     let presented = form.get("token").unwrap_or_default().trim();
     let Some(token) = token_verify(&*state.tokens, presented).await? else {
-        let page = render::sign_in(Some(
-            "that is not a live API token (unknown or revoked): paste one that `runwarden token create` printed",
-        ));
+        let page = render::sign_in(Some(&format!(
+            "that is not a live API token (unknown or revoked): paste one that `{}` printed",
+            crate::cli::hints::TOKEN_HINT
+        )));
         return Ok((
             axum::http::StatusCode::UNAUTHORIZED,
             Html(page.into_string()),

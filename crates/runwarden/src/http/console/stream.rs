@@ -1,4 +1,4 @@
-//! The console's live streams (O4, O6), pushed by the store's change feed like the API's
+//! The console's live streams, pushed by the store's change feed like the API's
 //! event streams: each SSE message is an HTML fragment rendered by the same functions as
 //! the first page load, so the script only swaps or appends server-escaped markup.
 //!

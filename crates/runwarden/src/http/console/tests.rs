@@ -535,7 +535,7 @@ async fn the_metrics_page_draws_the_cancel_histogram_as_an_svg() {
         "{}",
         page.body
     );
-    assert!(page.body.contains("1 cancels observed"), "{}", page.body);
+    assert!(page.body.contains("1 cancel observed"), "{}", page.body);
 }
 
 #[test]
@@ -592,4 +592,73 @@ async fn a_live_stream_ends_at_the_next_change_once_its_token_is_revoked() {
         .await
         .expect("the stream ends in time");
     assert!(end.is_none(), "the stream ended instead of sending {end:?}");
+}
+
+#[tokio::test]
+async fn every_page_speaks_plainly_with_no_rule_numbers_and_no_ansi() {
+    let f = fixture().await;
+    let browser = f.sign_in(&f.operator).await;
+    let run = f.queued_run("a").await;
+    let signed_out = f.get("/", None).await;
+    let hint = crate::cli::hints::TOKEN_HINT;
+    assert!(signed_out.body.contains(hint), "{}", signed_out.body);
+    let pages = ["/runs", "/decisions", "/audit?verify=1", "/mcp", "/charts"];
+    let run_page = format!("/runs/{run}");
+    for path in pages.into_iter().chain([run_page.as_str()]) {
+        let page = f.get(path, Some(&browser)).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
+        assert!(
+            crate::output::rule_numbers(&page.body).is_empty(),
+            "{path}: {:?}",
+            crate::output::rule_numbers(&page.body)
+        );
+        assert!(!page.body.contains('\u{1b}'), "{path} carries ANSI");
+    }
+    // Counts agree with their nouns.
+    let charts = f.get("/charts", Some(&browser)).await.body;
+    assert!(charts.contains("0 cancels observed"), "{charts}");
+    let audit = f.get("/audit?verify=1", Some(&browser)).await.body;
+    assert!(
+        !audit.contains(" 1 calls") && !audit.contains(" 1 rows"),
+        "{audit}"
+    );
+}
+
+#[tokio::test]
+async fn the_fence_is_a_quiet_guard_while_the_write_runs_and_red_once_it_needs_a_person() {
+    let f = fixture().await;
+    let browser = f.sign_in(&f.operator).await;
+    let id = uuid::Uuid::now_v7().to_string();
+    let running = NewRunStatus::Running {
+        owner: "seg".into(),
+        lease_until_ms: i64::MAX,
+    };
+    let create = RunCreate {
+        id: id.clone(),
+        agent: "a".into(),
+        correlation: id.clone(),
+        request: None,
+        status: running,
+        now_ms: 1,
+    };
+    let run = f.state.runs.run_create(create).await.unwrap();
+    let mark = runwarden_runtime::store::FenceMark {
+        id: id.clone(),
+        owner: "seg".into(),
+        epoch: run.claim_epoch,
+        effect: "non_idempotent_write".into(),
+        lease_until_ms: i64::MAX,
+        now_ms: 2,
+    };
+    assert!(f.state.runs.run_fence_mark(mark).await.unwrap());
+    let page = f.get(&format!("/runs/{id}"), Some(&browser)).await.body;
+    assert!(page.contains("non_idempotent_write in flight"), "{page}");
+    assert!(
+        !page.contains("needs-person"),
+        "red while the write runs: {page}"
+    );
+    f.state.runs.run_cancel(&id, 3).await.unwrap();
+    let page = f.get(&format!("/runs/{id}"), Some(&browser)).await.body;
+    assert!(page.contains("class=\"fence needs-person\""), "{page}");
+    assert!(page.contains("may or may not have happened"), "{page}");
 }

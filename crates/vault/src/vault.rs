@@ -182,7 +182,16 @@ impl Vault {
                 .sealed_get(SealedKind::Secret, &meta.name)
                 .await?
             {
-                values.push((meta.name.clone(), envelope::open(&self.master, &record)?));
+                // A record that does not open (altered, or under another key) cannot be
+                // placed either; it must not stop every other call. Its own use fails.
+                match envelope::open(&self.master, &record) {
+                    Ok(value) => values.push((meta.name.clone(), value)),
+                    Err(e) => tracing::warn!(
+                        secret = %meta.name,
+                        error = %e,
+                        "a stored secret that does not open is not searched for"
+                    ),
+                }
             }
         }
         let matcher = Arc::new(SecretMatcher::new(

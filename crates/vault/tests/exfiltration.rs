@@ -116,7 +116,11 @@ async fn a_request_carrying_a_stored_secret_anywhere_is_refused_before_sending()
     assert_eq!(refused.len(), 5, "{rows:?}");
     for row in &refused {
         assert_eq!(row.event.action, "http_call_refused");
-        assert!(row.event.host.starts_with("127.0.0.1"), "{:?}", row.event.host);
+        assert!(
+            row.event.host.starts_with("127.0.0.1"),
+            "{:?}",
+            row.event.host
+        );
         assert!(row.event.secret.is_some());
         assert!(
             row.event

@@ -336,6 +336,9 @@ impl StreamScrub {
 }
 
 #[cfg(test)]
+mod properties;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::delivery::Delivery;

@@ -289,7 +289,20 @@ fn mcp_answer(channel: Channel, body: &Value, echo: &str, tools: &[Value]) -> Re
             };
             json!({"protocolVersion": version, "capabilities": {"tools": {}}, "serverInfo": {"name": "echo", "version": "1"}, "instructions": format!("you are {echo}")})
         }
-        "tools/list" => json!({"tools": tools}),
+        // A description may ask for the echo (`{echo}`): what a catalogue keeps.
+        "tools/list" => {
+            let tools: Vec<Value> = tools
+                .iter()
+                .map(|t| {
+                    let mut t = t.clone();
+                    if let Some(d) = t.get("description").and_then(Value::as_str) {
+                        t["description"] = json!(d.replace("{echo}", echo));
+                    }
+                    t
+                })
+                .collect();
+            json!({"tools": tools})
+        }
         "tools/call" => {
             json!({"content": [{"type": "text", "text": format!("done; you sent {echo}")}]})
         }

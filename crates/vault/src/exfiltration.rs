@@ -84,7 +84,12 @@ impl Redactor {
     /// The names of the secrets whose value `value` holds in any string or key (as a
     /// whole string, JSON in a string, escaped or percent-encoded), sorted, each once.
     pub fn secrets_in(&self, value: &serde_json::Value) -> Vec<String> {
-        let text = value.to_string();
+        self.secrets_in_text(&value.to_string())
+    }
+
+    /// The names of the secrets whose value `text` holds in any spelling the scrubber
+    /// decodes, sorted, each once: the check every outbound request's body gets.
+    pub fn secrets_in_text(&self, text: &str) -> Vec<String> {
         carried_secrets(&self.scrubber, "", &[], Some(text.as_bytes()), &[])
     }
 }

@@ -163,25 +163,23 @@ pub fn json_decoded(text: &str) -> String {
                 continue;
             }
             let rest = &text[at..];
-            if rest.len() >= 6 && rest.as_bytes()[1] == b'u' {
-                if let Ok(unit) = u32::from_str_radix(&rest[2..6], 16) {
-                    let mut used = 6;
-                    let mut code = unit;
-                    if (0xD800..0xDC00).contains(&unit)
-                        && rest.len() >= 12
-                        && &rest[6..8] == "\\u"
-                        && let Ok(low) = u32::from_str_radix(&rest[8..12], 16)
-                    {
-                        code =
-                            0x10000 + ((unit - 0xD800) << 10) + (low.wrapping_sub(0xDC00) & 0x3ff);
-                        used = 12;
-                    }
-                    out.push(char::from_u32(code).unwrap_or('\u{fffd}'));
-                    for _ in 1..used {
-                        chars.next();
-                    }
-                    continue;
+            if rest.as_bytes().get(1) == Some(&b'u')
+                && let Some(Ok(unit)) = rest.get(2..6).map(|h| u32::from_str_radix(h, 16))
+            {
+                let mut used = 6;
+                let mut code = unit;
+                if (0xD800..0xDC00).contains(&unit)
+                    && rest.get(6..8) == Some("\\u")
+                    && let Some(Ok(low)) = rest.get(8..12).map(|h| u32::from_str_radix(h, 16))
+                {
+                    code = 0x10000 + ((unit - 0xD800) << 10) + (low.wrapping_sub(0xDC00) & 0x3ff);
+                    used = 12;
                 }
+                out.push(char::from_u32(code).unwrap_or('\u{fffd}'));
+                for _ in 1..used {
+                    chars.next();
+                }
+                continue;
             }
             match rest.chars().nth(1) {
                 Some(e @ ('"' | '\\' | '/')) => out.push(e),

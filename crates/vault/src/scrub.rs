@@ -102,15 +102,16 @@ impl Scrubber {
         let out = Self::rebuild(text, &ranges);
         let was_json = || serde_json::from_slice::<serde::de::IgnoredAny>(text).is_ok();
         let is_json = serde_json::from_slice::<serde::de::IgnoredAny>(&out).is_ok();
-        if !is_json && was_json() {
-            if let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(text) {
-                self.value(&mut value);
-                // Each string alone may still hold nothing: then the secret spanned two
-                // strings, and the raw cut (kept below) is the safer answer.
-                let again = Zeroizing::new(serde_json::to_vec(&value).unwrap_or_default());
-                if self.ranges(&again).is_empty() {
-                    return Some(again.to_vec());
-                }
+        if !is_json
+            && was_json()
+            && let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(text)
+        {
+            self.value(&mut value);
+            // Written out again (keys in order), a secret that spanned two strings is
+            // usually gone; should it still be there, the raw cut below is kept.
+            let again = Zeroizing::new(serde_json::to_vec(&value).unwrap_or_default());
+            if self.ranges(&again).is_empty() {
+                return Some(again.to_vec());
             }
         }
         Some(out)

@@ -13,7 +13,7 @@ use tracing::Instrument as _;
 use crate::audit::{AuditEvent, action, audit_error_text};
 use crate::delivery::Delivery;
 use crate::error::EgressError;
-use crate::exfiltration::{Redactor, carried_secrets};
+use crate::exfiltration::carried_secrets;
 use crate::guard::{self, EgressPolicy, VettedTarget};
 use crate::placement::{Credential, Placed, Placement};
 use crate::resolver::{Resolver, SystemResolver};
@@ -511,57 +511,6 @@ impl EgressClient {
     pub fn with_observer(mut self, observer: CallObserver) -> Self {
         self.observer = Some(observer);
         self
-    }
-
-    /// What cuts every stored secret out of text a caller assembled itself (a model's
-    /// streamed answer, a server's catalogue), in every spelling the scrubber decodes.
-    pub async fn redactor(&self) -> Result<Redactor, EgressError> {
-        let matcher = self
-            .vault
-            .secret_matcher()
-            .await
-            .map_err(EgressError::Store)?;
-        Ok(Redactor::new(matcher))
-    }
-
-    /// Records that something a caller assembled to send on (a model's tool call) carried
-    /// the value of stored secrets and was not acted on: one audit row naming the
-    /// secrets (never a value) and where they were headed, and the error to show.
-    pub async fn refuse_carried(
-        &self,
-        destination: &str,
-        secrets: Vec<String>,
-        actor: &str,
-        correlation: Option<&str>,
-    ) -> EgressError {
-        let event = AuditEvent {
-            time_ms: now_ms(),
-            action: action::HTTP_CALL_REFUSED.to_string(),
-            success: false,
-            secret: Some(secrets.join(",")),
-            method: String::new(),
-            host: destination.to_string(),
-            path: String::new(),
-            status: 0,
-            duration_ms: 0,
-            error: None,
-            reason: Some("secret_exfiltration".into()),
-            actor: actor.to_string(),
-            correlation: correlation.map(str::to_string),
-            intent_id: None,
-        };
-        let error = EgressError::SecretExfiltration {
-            host: destination.to_string(),
-            secrets,
-        };
-        let event = AuditEvent {
-            error: Some(audit_error_text(&error.to_string())),
-            ..event
-        };
-        if let Err(e) = self.vault.audit_record(event).await {
-            tracing::error!(error = %e, destination, "could not write the audit row of a refused tool call");
-        }
-        error
     }
 
     /// The vault behind this client.

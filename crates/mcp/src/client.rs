@@ -589,10 +589,17 @@ impl McpClient {
         let contact = match outcome {
             Ok(()) => Contact::Success { at_ms },
             Err(error) if error.is_cancelled() => return,
-            Err(error) => Contact::Failure {
-                at_ms,
-                error: one_line(&format!("{error} {}", op.trail())),
-            },
+            Err(error) => {
+                // Shown in `mcp list`, the API and the console: checked for every stored
+                // secret once more (the vault scrubbed what the server sent; this covers
+                // text assembled from several answers).
+                let text = one_line(&format!("{error} {}", op.trail()));
+                let text = match self.egress.redactor().await {
+                    Ok(redactor) => redactor.text(&text).into_owned(),
+                    Err(_) => text,
+                };
+                Contact::Failure { at_ms, error: text }
+            }
         };
         if let Err(error) = store.health_record(&self.server.name, contact).await {
             tracing::warn!(server = %self.server.name, %error, "could not record the server's liveness");
@@ -1234,7 +1241,15 @@ impl McpClient {
                 other => other?,
             };
             pages += 1;
-            let result = answer.message.unwrap_or(Value::Null);
+            let mut result = answer.message.unwrap_or(Value::Null);
+            // The catalogue keeps descriptions and schemas and sends them to model
+            // providers: each string is checked for every stored secret once more, as
+            // decoded, before anything is kept.
+            self.egress
+                .redactor()
+                .await
+                .map_err(|e| self.egress_error(op, "tools/list", e))?
+                .value(&mut result);
             let page = result
                 .get("tools")
                 .and_then(Value::as_array)

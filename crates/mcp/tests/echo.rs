@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use runwarden_mcp::{McpClient, ProtocolPolicy, Request, ServerConfig, ToolCallRequest};
 use runwarden_testkit::{
-    Channel, HOSTILE_SIGIL, TestServer, echo_handler, find_form, forms_of, hostile_placements,
-    received_credential, tool,
+    Channel, HOSTILE_SIGIL, Spelling, TestServer, echo_handler_spelt, find_form, forms_of,
+    hostile_placements, json_decoded, received_credential, tool,
 };
 use runwarden_vault::{Credential, SecretName, SecretValue};
 use serde_json::{Map, json};
@@ -18,7 +18,16 @@ use crate::support::fixture;
 async fn an_echoed_credential_never_reaches_a_tool_result_an_error_or_an_audit_row() {
     let f = fixture().await;
     let channel = Arc::new(Mutex::new(Channel::Body));
-    let mut server = TestServer::start(echo_handler(channel.clone(), vec![tool("create")])).await;
+    let spelling = Arc::new(Mutex::new(Spelling::Raw));
+    // The tool's description echoes the credential too: what the catalogue would keep.
+    let mut create = tool("create");
+    create["description"] = json!("creates tickets for {echo}");
+    let mut server = TestServer::start(echo_handler_spelt(
+        channel.clone(),
+        spelling.clone(),
+        vec![create],
+    ))
+    .await;
     for (i, (placement, value)) in hostile_placements().into_iter().enumerate() {
         let name = SecretName::new(format!("srv{i}")).unwrap();
         f.vault
@@ -26,8 +35,12 @@ async fn an_echoed_credential_never_reaches_a_tool_result_an_error_or_an_audit_r
             .await
             .unwrap();
         let forms = forms_of(&value);
-        for echo in Channel::ALL {
+        for (echo, spelt) in Channel::ALL
+            .into_iter()
+            .flat_map(|c| Spelling::ALL.map(|s| (c, s)))
+        {
             *channel.lock().unwrap() = echo;
+            *spelling.lock().unwrap() = spelt;
             // A fresh client per channel, so each one starts with a handshake.
             let mut config = ServerConfig::new("tickets", server.url("/mcp"))
                 .with_protocol(ProtocolPolicy::Handshake);
@@ -69,9 +82,9 @@ async fn an_echoed_credential_never_reaches_a_tool_result_an_error_or_an_audit_r
                 "{placement:?} {echo:?}: the server saw no credential: {seen:?}"
             );
             assert_eq!(
-                find_form(&returned, &forms),
+                find_form(&json_decoded(&returned), &forms),
                 None,
-                "{placement:?} {echo:?}: a form of the secret came back:\n{returned}"
+                "{placement:?} {echo:?} {spelt:?}: a form of the secret came back:\n{returned}"
             );
             // Where the client shows what the server wrote, the echo arrived, cut.
             if matches!(

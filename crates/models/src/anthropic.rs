@@ -260,10 +260,11 @@ impl ModelProvider for Anthropic {
         let stream = self
             .stream
             .then(|| (StreamApi::Anthropic, request.progress.clone()));
-        match call::send(&self.egress, egress_request, signal, stream).await? {
-            Answer::Json(answer) => parse_turn(&answer),
-            Answer::Streamed(turn) => Ok(turn),
-        }
+        let turn = match call::send(&self.egress, egress_request, signal, stream).await? {
+            Answer::Json(answer) => parse_turn(&answer)?,
+            Answer::Streamed(turn) => turn,
+        };
+        call::guarded(&self.egress, turn, request.correlation.as_deref()).await
     }
 }
 

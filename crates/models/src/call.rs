@@ -83,6 +83,42 @@ pub(crate) async fn send(
     assembler.finish(&response.body).map(Answer::Streamed)
 }
 
+/// What a model's answer must not carry: checked once the turn is whole (every streamed
+/// delta joined), before it is stored or acted on. Every stored secret is cut out of the
+/// text; a tool call whose arguments carry one (the model's own key, another server's
+/// credential, in any spelling) is not made: its arguments are dropped and it stands
+/// refused with `secret_exfiltration`, an audit row naming the secret and the tool.
+pub(crate) async fn guarded(
+    egress: &EgressClient,
+    mut turn: ModelTurn,
+    correlation: Option<&str>,
+) -> Result<ModelTurn, ModelError> {
+    let redactor = egress.redactor().await.map_err(from_egress)?;
+    if let Some(text) = turn.text.as_mut()
+        && let std::borrow::Cow::Owned(clean) = redactor.text(text)
+    {
+        *text = clean;
+    }
+    for call in &mut turn.tool_calls {
+        for field in [&mut call.id, &mut call.name] {
+            if let std::borrow::Cow::Owned(clean) = redactor.text(field) {
+                *field = clean;
+            }
+        }
+        let secrets = redactor.secrets_in(&call.arguments);
+        if secrets.is_empty() {
+            continue;
+        }
+        let destination = format!("tool {}", call.name);
+        let refused = egress
+            .refuse_carried(&destination, secrets, "model", correlation)
+            .await;
+        call.arguments = Value::Null;
+        call.invalid_arguments = Some(refused.to_string());
+    }
+    Ok(turn)
+}
+
 /// What the vault's scrubber puts in place of a secret (V9).
 const REDACTED: &[u8] = b"[redacted]";
 

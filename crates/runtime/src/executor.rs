@@ -1071,6 +1071,8 @@ impl Executor {
         let Value::Object(mut arguments) = call.arguments.clone() else {
             // L4: arguments the model wrote badly reach it as the tool's error, never `{}`.
             let text = match &call.invalid_arguments {
+                // The vault refused arguments that carry a secret's value: its words.
+                Some(why) if why.contains("(secret_exfiltration)") => why.clone(),
                 Some(why) => format!("arguments were not valid JSON: {why}"),
                 None => "the tool's arguments must be a JSON object".to_string(),
             };

@@ -4,7 +4,10 @@
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
-use runwarden_testkit::{Channel, echo_handler, find_form, forms_of, received_credential, tool};
+use runwarden_testkit::{
+    Channel, Spelling, echo_handler_spelt, find_form, forms_of, json_decoded, received_credential,
+    tool,
+};
 use serde_json::Value;
 
 use crate::api::{Api, Serve, token};
@@ -151,14 +154,22 @@ async fn traced_run(sandbox: &Arc<Sandbox>, json: bool, prompt: &str) -> Output 
 async fn credentials_echoed_by_the_mcp_server_and_the_model_reach_no_output_api_answer_or_database_byte()
  {
     let mcp_channel = Arc::new(Mutex::new(Channel::Body));
-    let mut mcp = runwarden_testkit::TestServer::start(echo_handler(
+    // Both servers spell the echo as this says: raw, or with one or every character a
+    // `\u` escape inside their JSON strings.
+    let spelling = Arc::new(Mutex::new(Spelling::Raw));
+    let mut mcp = runwarden_testkit::TestServer::start(echo_handler_spelt(
         mcp_channel.clone(),
+        spelling.clone(),
         vec![tool("create")],
     ))
     .await;
     let model_channel = Arc::new(Mutex::new(Channel::Body));
-    let mut model =
-        runwarden_testkit::TestServer::start(echo_handler(model_channel.clone(), vec![])).await;
+    let mut model = runwarden_testkit::TestServer::start(echo_handler_spelt(
+        model_channel.clone(),
+        spelling.clone(),
+        vec![],
+    ))
+    .await;
 
     let sandbox = Sandbox::initialised();
     sandbox.allow_loopback();
@@ -179,19 +190,34 @@ async fn credentials_echoed_by_the_mcp_server_and_the_model_reach_no_output_api_
     // Each run meets the echo in other channels: in the tool result and the model's text
     // and tool arguments; in a JSON-RPC error of the tool call; in headers and the content
     // type; in the model's OpenAI and Anthropic error bodies; in a model's redirect.
-    let runs: &[(Channel, Channel, bool)] = &[
-        (Channel::Body, Channel::Body, true),
-        (Channel::JsonRpcError, Channel::Body, true),
-        (Channel::Header, Channel::Header, true),
-        (Channel::ContentType, Channel::ContentType, true),
-        (Channel::Body, Channel::OpenAiError, false),
-        (Channel::Body, Channel::AnthropicError, false),
-        (Channel::Body, Channel::Redirect, false),
+    let raw = Spelling::Raw;
+    let runs: &[(Channel, Channel, bool, Spelling)] = &[
+        (Channel::Body, Channel::Body, true, raw),
+        (Channel::JsonRpcError, Channel::Body, true, raw),
+        (Channel::Header, Channel::Header, true, raw),
+        (Channel::ContentType, Channel::ContentType, true, raw),
+        (Channel::Body, Channel::OpenAiError, false, raw),
+        (Channel::Body, Channel::AnthropicError, false, raw),
+        (Channel::Body, Channel::Redirect, false, raw),
+        (Channel::Body, Channel::Body, true, Spelling::OneEscape),
+        (
+            Channel::JsonRpcError,
+            Channel::Body,
+            true,
+            Spelling::AllEscape,
+        ),
+        (
+            Channel::Body,
+            Channel::OpenAiError,
+            false,
+            Spelling::AllEscape,
+        ),
     ];
     let mut run_ids = Vec::new();
-    for (i, &(at_mcp, at_model, completes)) in runs.iter().enumerate() {
+    for (i, &(at_mcp, at_model, completes, spelt)) in runs.iter().enumerate() {
         *mcp_channel.lock().unwrap() = at_mcp;
         *model_channel.lock().unwrap() = at_model;
+        *spelling.lock().unwrap() = spelt;
         let out = traced_run(&sandbox, i % 2 == 1, "open a ticket").await;
         let expected = if completes { Some(0) } else { Some(1) };
         assert_eq!(out.code, expected, "{at_mcp:?} / {at_model:?}: {out:#?}");
@@ -231,6 +257,7 @@ async fn credentials_echoed_by_the_mcp_server_and_the_model_reach_no_output_api_
 
     // A handshake that fails on an echoed protocol version becomes the last error.
     *mcp_channel.lock().unwrap() = Channel::ProtocolVersion;
+    *spelling.lock().unwrap() = Spelling::AllEscape;
     outputs.push(runwarden(&sandbox, &["mcp", "health"]).await);
     let listed = runwarden(&sandbox, &["--json", "mcp", "list"]).await.ok();
     assert!(
@@ -260,7 +287,7 @@ async fn credentials_echoed_by_the_mcp_server_and_the_model_reach_no_output_api_
     let forms = forms_of(&format!("svc:{SIGIL}"));
     for out in &outputs {
         assert_eq!(
-            find_form(&out.all(), &forms),
+            find_form(&json_decoded(&out.all()), &forms),
             None,
             "a form of the secret was printed by {out:#?}"
         );
@@ -280,7 +307,11 @@ async fn credentials_echoed_by_the_mcp_server_and_the_model_reach_no_output_api_
     assert!(servers.to_string().contains("[redacted]"), "{servers}");
     api.get("/v1/audit", &viewer).await;
     for body in api.bodies() {
-        assert_eq!(find_form(&body, &forms), None, "an API answer: {body}");
+        assert_eq!(
+            find_form(&json_decoded(&body), &forms),
+            None,
+            "an API answer: {body}"
+        );
     }
     let database = sandbox.database();
     let wal = database.with_extension("db-wal");
@@ -290,7 +321,7 @@ async fn credentials_echoed_by_the_mcp_server_and_the_model_reach_no_output_api_
     );
     for path in [&database, &wal] {
         let bytes = std::fs::read(path).unwrap();
-        let text = String::from_utf8_lossy(&bytes);
+        let text = json_decoded(&String::from_utf8_lossy(&bytes));
         assert_eq!(
             find_form(&text, &forms),
             None,

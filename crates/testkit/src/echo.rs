@@ -73,6 +73,131 @@ pub fn received_credential(request: &HttpRequest) -> Vec<String> {
     forms
 }
 
+/// How the hostile server spells the echo inside a JSON string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spelling {
+    /// As a JSON encoder writes it (only `"`, `\\` and controls escaped).
+    Raw,
+    /// The first character as a `\u` escape in lowercase hex, the rest as written.
+    OneEscape,
+    /// Every character as a `\u` escape in uppercase hex (surrogate pairs above U+FFFF).
+    AllEscape,
+}
+
+impl Spelling {
+    /// Every spelling.
+    pub const ALL: [Self; 3] = [Self::Raw, Self::OneEscape, Self::AllEscape];
+
+    /// The inside of a JSON string holding `text`, spelt this way.
+    pub fn spell(self, text: &str) -> String {
+        let plain = Value::String(text.to_string()).to_string();
+        let plain = plain[1..plain.len() - 1].to_string();
+        let escape = |c: char, upper: bool| {
+            let mut units = [0u16; 2];
+            c.encode_utf16(&mut units)
+                .iter()
+                .map(|u| {
+                    if upper {
+                        format!("\\u{u:04X}")
+                    } else {
+                        format!("\\u{u:04x}")
+                    }
+                })
+                .collect::<String>()
+        };
+        match self {
+            Self::Raw => plain,
+            Self::OneEscape => {
+                let mut chars = text.chars();
+                let Some(first) = chars.next() else {
+                    return plain;
+                };
+                let rest = Value::String(chars.collect()).to_string();
+                format!("{}{}", escape(first, false), &rest[1..rest.len() - 1])
+            }
+            Self::AllEscape => text.chars().map(|c| escape(c, true)).collect(),
+        }
+    }
+}
+
+/// The hostile echo server with the echo spelt as `spelling` holds at the time of each
+/// request wherever it sits inside a JSON string of the answer.
+pub fn echo_handler_spelt(
+    channel: Arc<Mutex<Channel>>,
+    spelling: Arc<Mutex<Spelling>>,
+    tools: Vec<Value>,
+) -> impl Fn(&HttpRequest) -> Reply + Send + Sync + 'static {
+    let inner = echo_handler(channel, tools);
+    move |request| {
+        let spelling = *spelling.lock().expect("not poisoned");
+        let reply = inner(request);
+        let echo = received_credential(request).join(" | ");
+        match reply {
+            Reply::Respond {
+                status,
+                headers,
+                body,
+            } if spelling != Spelling::Raw && !echo.is_empty() => {
+                let plain = Spelling::Raw.spell(&echo);
+                let body = String::from_utf8_lossy(&body).replace(&plain, &spelling.spell(&echo));
+                Reply::Respond {
+                    status,
+                    headers,
+                    body: body.into_bytes(),
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+/// Every JSON string escape in `text` undone, as a reader of it would decode it (twice,
+/// for JSON inside a JSON string): what a leak check searches besides the text itself.
+pub fn json_decoded(text: &str) -> String {
+    fn once(text: &str) -> String {
+        let mut out = String::with_capacity(text.len());
+        let mut chars = text.char_indices().peekable();
+        while let Some((at, c)) = chars.next() {
+            if c != '\\' {
+                out.push(c);
+                continue;
+            }
+            let rest = &text[at..];
+            if rest.as_bytes().get(1) == Some(&b'u')
+                && let Some(Ok(unit)) = rest.get(2..6).map(|h| u32::from_str_radix(h, 16))
+            {
+                let mut used = 6;
+                let mut code = unit;
+                if (0xD800..0xDC00).contains(&unit)
+                    && rest.get(6..8) == Some("\\u")
+                    && let Some(Ok(low)) = rest.get(8..12).map(|h| u32::from_str_radix(h, 16))
+                {
+                    code = 0x10000 + ((unit - 0xD800) << 10) + (low.wrapping_sub(0xDC00) & 0x3ff);
+                    used = 12;
+                }
+                out.push(char::from_u32(code).unwrap_or('\u{fffd}'));
+                for _ in 1..used {
+                    chars.next();
+                }
+                continue;
+            }
+            match rest.chars().nth(1) {
+                Some(e @ ('"' | '\\' | '/')) => out.push(e),
+                Some('n') => out.push('\n'),
+                Some('t') => out.push('\t'),
+                Some('r') => out.push('\r'),
+                _ => {
+                    out.push('\\');
+                    continue;
+                }
+            }
+            chars.next();
+        }
+        out
+    }
+    once(&once(text))
+}
+
 /// A handler that echoes the received credential in whatever channel `channel` holds at
 /// the time of each request, so one server can be switched between channels. As an MCP
 /// server it offers `tools` (stateless, protocol 2025-11-25).
@@ -162,7 +287,20 @@ fn mcp_answer(channel: Channel, body: &Value, echo: &str, tools: &[Value]) -> Re
             };
             json!({"protocolVersion": version, "capabilities": {"tools": {}}, "serverInfo": {"name": "echo", "version": "1"}, "instructions": format!("you are {echo}")})
         }
-        "tools/list" => json!({"tools": tools}),
+        // A description may ask for the echo (`{echo}`): what a catalogue keeps.
+        "tools/list" => {
+            let tools: Vec<Value> = tools
+                .iter()
+                .map(|t| {
+                    let mut t = t.clone();
+                    if let Some(d) = t.get("description").and_then(Value::as_str) {
+                        t["description"] = json!(d.replace("{echo}", echo));
+                    }
+                    t
+                })
+                .collect();
+            json!({"tools": tools})
+        }
         "tools/call" => {
             json!({"content": [{"type": "text", "text": format!("done; you sent {echo}")}]})
         }

@@ -13,10 +13,11 @@ use tracing::Instrument as _;
 use crate::audit::{AuditEvent, action, audit_error_text};
 use crate::delivery::Delivery;
 use crate::error::EgressError;
+use crate::exfiltration::carried_secrets;
 use crate::guard::{self, EgressPolicy, VettedTarget};
 use crate::placement::{Credential, Placed, Placement};
 use crate::resolver::{Resolver, SystemResolver};
-use crate::scrub::Scrubber;
+use crate::scrub::{Scrubber, StreamScrub};
 use crate::secret::SecretValue;
 use crate::signal::CancellationSignal;
 use crate::vault::{Vault, now_ms};
@@ -132,6 +133,9 @@ pub struct EgressRequest {
     before_transfer: Option<BeforeTransfer>,
     on_intent: Option<IntentObserver>,
     on_head: Option<HeadObserver>,
+    /// Stored secrets the vault's own OAuth client sends in this request's body or
+    /// headers on purpose (a client secret to its token endpoint).
+    carries: Vec<String>,
     /// The action of the outcome row when the call reached the network (`http_call`
     /// unless the vault's own OAuth client names its requests).
     action: &'static str,
@@ -165,6 +169,7 @@ impl EgressRequest {
             before_transfer: None,
             on_intent: None,
             on_head: None,
+            carries: Vec::new(),
             action: action::HTTP_CALL,
         }
     }
@@ -172,6 +177,13 @@ impl EgressRequest {
     /// The audit action of the outcome row (the vault's OAuth requests have their own).
     pub(crate) fn audit_action(mut self, action: &'static str) -> Self {
         self.action = action;
+        self
+    }
+
+    /// Marks a stored secret as sent on purpose by the vault's own OAuth client (the
+    /// client secret to the token endpoint the configuration names).
+    pub(crate) fn carries_secret(mut self, name: &str) -> Self {
+        self.carries.push(name.to_string());
         self
     }
 
@@ -403,9 +415,6 @@ struct CallRecord {
     host: String,
     path: String,
     secret: Option<String>,
-    /// Where the secret goes, so what comes back can be scrubbed of every form it was
-    /// sent in (V9).
-    placement: Option<Placement>,
     actor: String,
     correlation: Option<String>,
     reason: Option<String>,
@@ -562,7 +571,6 @@ impl EgressClient {
             host,
             path,
             secret: request.credential.as_ref().map(|c| c.secret.to_string()),
-            placement: request.credential.as_ref().map(|c| c.placement.clone()),
             actor: request.actor.clone(),
             correlation: request.correlation.clone(),
             reason: request.reason.clone(),
@@ -581,7 +589,7 @@ impl EgressClient {
                             action::HTTP_CALL_CANCELLED_BEFORE_SEND,
                             0,
                             Err(error),
-                            None,
+                            &Scrubber::none(),
                         )
                         .await;
                 }
@@ -591,7 +599,13 @@ impl EgressClient {
                         delivery: Delivery::NotSent,
                     };
                     return self
-                        .finish(&record, action::HTTP_CALL_REFUSED, 0, Err(error), None)
+                        .finish(
+                            &record,
+                            action::HTTP_CALL_REFUSED,
+                            0,
+                            Err(error),
+                            &Scrubber::none(),
+                        )
                         .await;
                 }
             }
@@ -608,7 +622,7 @@ impl EgressClient {
                             action::HTTP_CALL_REFUSED,
                             0,
                             Err(refusal.into()),
-                            None,
+                            &Scrubber::none(),
                         )
                         .await;
                 }
@@ -627,32 +641,67 @@ impl EgressClient {
                             action::HTTP_CALL_REFUSED,
                             0,
                             Err(EgressError::Credential(e)),
-                            None,
+                            &Scrubber::none(),
                         )
                         .await;
                 }
             },
         };
+        // What comes back is searched for every stored secret and the one placed here.
+        let matcher = match self.vault.secret_matcher().await {
+            Ok(matcher) => matcher,
+            Err(e) => {
+                return self
+                    .finish(
+                        &record,
+                        action::HTTP_CALL_REFUSED,
+                        0,
+                        Err(EgressError::Store(e)),
+                        &Scrubber::none(),
+                    )
+                    .await;
+            }
+        };
+        let placed = request
+            .credential
+            .as_ref()
+            .map(|c| c.secret.as_str())
+            .zip(secret.as_ref());
+        let scrubber = Scrubber::new(Some(matcher), placed);
+        // No secret leaves for a host it does not belong to: checked before the intent
+        // row, so a refused request sends nothing and writes one row naming the secret.
+        let carried = carried_secrets(
+            &scrubber,
+            &request.url,
+            &request.headers,
+            request.body.as_deref(),
+            &request.carries,
+        );
+        if !carried.is_empty() {
+            tracing::warn!(host = %record.host, secrets = ?carried, "refused a request carrying a secret's value (secret_exfiltration)");
+            record.reason = Some("secret_exfiltration".into());
+            record.secret = Some(carried.join(","));
+            let error = EgressError::SecretExfiltration {
+                host: record.host.clone(),
+                secrets: carried,
+            };
+            return self
+                .finish(&record, action::HTTP_CALL_REFUSED, 0, Err(error), &scrubber)
+                .await;
+        }
         let answered = request.action;
         let built = self.build(&request, &target, secret.as_ref());
         let http_request = match built {
             Ok(r) => r,
             Err(error) => {
                 return self
-                    .finish(
-                        &record,
-                        action::HTTP_CALL_REFUSED,
-                        0,
-                        Err(error),
-                        secret.as_ref(),
-                    )
+                    .finish(&record, action::HTTP_CALL_REFUSED, 0, Err(error), &scrubber)
                     .await;
             }
         };
 
         // V7 (amended): no egress without an audit row. The intent is committed before any
         // byte goes out; if it cannot be, nothing is sent.
-        let scrubber = Scrubber::new(secret.as_ref(), record.placement.as_ref());
         let intent = record.event(action::HTTP_CALL_STARTED, 0, None, &scrubber);
         match self.vault.audit_record(intent).await {
             Ok(row) => {
@@ -670,7 +719,7 @@ impl EgressClient {
                         action::HTTP_CALL_REFUSED,
                         0,
                         Err(EgressError::AuditUnavailable { detail }),
-                        secret.as_ref(),
+                        &scrubber,
                     )
                     .await;
             }
@@ -685,7 +734,7 @@ impl EgressClient {
                     action::HTTP_CALL_REFUSED,
                     0,
                     Err(EgressError::Held { reason }),
-                    secret.as_ref(),
+                    &scrubber,
                 )
                 .await;
         }
@@ -694,9 +743,12 @@ impl EgressClient {
         let backstop = timeout + self.config.connect_timeout + BACKSTOP_GRACE;
         // V9: the caller's hook reads the body while it arrives (an MCP client hands the
         // server's progress and log messages on from it), so it sees it scrubbed too.
+        // The body grows a chunk at a time: the scrub keeps what it cleaned up to the last
+        // line break and looks again only at what came after (a line never splits an
+        // escape, so no spelling of a secret is cut in two by the window).
         let complete_when = request.complete_when.map(|mut complete| {
-            let scrubber = Scrubber::new(secret.as_ref(), record.placement.as_ref());
-            Box::new(move |body: &[u8]| complete(&scrubber.view(body))) as CompleteFn
+            let mut stream = StreamScrub::new(scrubber.clone());
+            Box::new(move |body: &[u8]| complete(&stream.view(body))) as CompleteFn
         });
         let transfer = transfer(
             self.http.clone(),
@@ -716,7 +768,7 @@ impl EgressClient {
                     status: t.status,
                     location,
                 };
-                self.finish(&record, answered, t.status, Err(error), secret.as_ref())
+                self.finish(&record, answered, t.status, Err(error), &scrubber)
                     .await
             }
             Driven::Done(Ok(t)) => {
@@ -728,7 +780,7 @@ impl EgressClient {
                     truncated: t.truncated,
                     audit_id: None,
                 };
-                self.finish(&record, answered, t.status, Ok(response), secret.as_ref())
+                self.finish(&record, answered, t.status, Ok(response), &scrubber)
                     .await
             }
             Driven::Done(Err(e)) => {
@@ -752,7 +804,7 @@ impl EgressClient {
                         delivery,
                     }
                 };
-                self.finish(&record, answered, 0, Err(error), secret.as_ref())
+                self.finish(&record, answered, 0, Err(error), &scrubber)
                     .await
             }
             Driven::Cancelled => {
@@ -762,7 +814,7 @@ impl EgressClient {
                     action::HTTP_CALL_CANCELLED,
                     0,
                     Err(error),
-                    secret.as_ref(),
+                    &scrubber,
                 )
                 .await
             }
@@ -771,7 +823,7 @@ impl EgressClient {
                     host,
                     delivery: Delivery::MaybeDelivered,
                 };
-                self.finish(&record, answered, 0, Err(error), secret.as_ref())
+                self.finish(&record, answered, 0, Err(error), &scrubber)
                     .await
             }
             Driven::Backstop => {
@@ -779,7 +831,7 @@ impl EgressClient {
                     host,
                     after: backstop,
                 };
-                self.finish(&record, answered, 0, Err(error), secret.as_ref())
+                self.finish(&record, answered, 0, Err(error), &scrubber)
                     .await
             }
         }
@@ -932,7 +984,7 @@ impl EgressClient {
         action: &str,
         status: u16,
         outcome: Result<EgressResponse, EgressError>,
-        secret: Option<&SecretValue>,
+        scrubber: &Scrubber,
     ) -> Result<EgressResponse, EgressError> {
         if let Some(observer) = &self.observer {
             let delivery = match &outcome {
@@ -944,12 +996,11 @@ impl EgressClient {
         // V9: everything that came from the server (body, headers, redirect target,
         // library and server text in errors) loses every form of the placed secret
         // before it reaches the audit row or the caller.
-        let scrubber = Scrubber::new(secret, record.placement.as_ref());
         let outcome = match outcome {
             Ok(response) => Ok(scrubber.response(response)),
             Err(error) => Err(scrubber.error(error)),
         };
-        let event = record.event(action, status, outcome.as_ref().err(), &scrubber);
+        let event = record.event(action, status, outcome.as_ref().err(), scrubber);
         let written = self.vault.audit_record(event).await;
         match (&written, outcome) {
             (Ok(row), Ok(mut response)) => {

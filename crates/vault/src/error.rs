@@ -249,6 +249,26 @@ pub enum EgressError {
     /// The vault's store failed before the call could start.
     #[error("while reading the vault: {0}")]
     Store(#[source] VaultError),
+    /// The request's URL, headers or body carry the value of a secret the vault holds,
+    /// somewhere no placement of this request puts it; nothing was sent.
+    #[error(
+        "refused (secret_exfiltration): the request to {host} carries the value of {}, which goes only where a configured placement puts it; nothing was sent",
+        secret_list(secrets)
+    )]
+    SecretExfiltration {
+        /// The host the request was for.
+        host: String,
+        /// The names of the secrets found (never a value).
+        secrets: Vec<String>,
+    },
+}
+
+fn secret_list(names: &[String]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+    match quoted.len() {
+        1 => format!("secret {}", quoted[0]),
+        _ => format!("secrets {}", quoted.join(", ")),
+    }
 }
 
 impl EgressError {
@@ -263,6 +283,7 @@ impl EgressError {
             | Self::InvalidHeader { .. }
             | Self::AuditUnavailable { .. }
             | Self::Held { .. }
+            | Self::SecretExfiltration { .. }
             | Self::Store(_) => Delivery::NotSent,
             Self::CancelledInFlight { .. } | Self::Backstop { .. } => Delivery::MaybeDelivered,
             Self::Timeout { delivery, .. }

@@ -8,7 +8,9 @@ use crate::audit_writer::AuditWriter;
 use crate::envelope::{self, Algorithm};
 use crate::error::VaultError;
 use crate::master_key::MasterKey;
+use crate::matcher::SecretMatcher;
 use crate::secret::{SecretName, SecretValue};
+use crate::secret_index::{SecretIndex, fingerprint};
 use crate::store::{AuditFilter, SealedKind, SealedMeta, StoreError, VaultStore};
 use crate::witness::Witness;
 
@@ -32,6 +34,7 @@ pub struct Vault {
     pub(crate) writer: AuditWriter,
     /// This open created the audit key: the store was new to the vault.
     pub(crate) fresh_key: bool,
+    secrets: SecretIndex,
 }
 
 impl std::fmt::Debug for Vault {
@@ -122,6 +125,7 @@ impl Vault {
             chain,
             writer,
             fresh_key,
+            secrets: SecretIndex::default(),
         })
     }
 
@@ -162,7 +166,9 @@ impl Vault {
             value.expose(),
             now_ms(),
         );
-        Ok(self.store.sealed_put(record).await?)
+        let put = self.store.sealed_put(record).await;
+        self.secrets.invalidate();
+        Ok(put?)
     }
 
     /// Names and times of every secret; never a value.
@@ -181,10 +187,54 @@ impl Vault {
 
     /// Removes a secret; answers whether it existed.
     pub async fn secret_remove(&self, name: &SecretName) -> Result<bool, VaultError> {
-        Ok(self
+        let removed = self
             .store
             .sealed_delete(SealedKind::Secret, name.as_str())
-            .await?)
+            .await;
+        self.secrets.invalidate();
+        Ok(removed?)
+    }
+
+    /// The matcher over every stored secret (for the scrubber and the exfiltration
+    /// check), rebuilt when the list of secrets changed since it was built, here or in
+    /// another process. Costs one store query when nothing changed.
+    pub(crate) async fn secret_matcher(&self) -> Result<Arc<SecretMatcher>, VaultError> {
+        let list = self.store.sealed_list(SealedKind::Secret).await?;
+        let print = fingerprint(&list);
+        if let Some(matcher) = self.secrets.current(print) {
+            return Ok(matcher);
+        }
+        let _one = self.secrets.rebuild_lock().await;
+        if let Some(matcher) = self.secrets.current(print) {
+            return Ok(matcher);
+        }
+        let mut values = Vec::with_capacity(list.len());
+        for meta in &list {
+            // A secret removed between the list and this read is simply not searched for.
+            if let Some(record) = self
+                .store
+                .sealed_get(SealedKind::Secret, &meta.name)
+                .await?
+            {
+                // A record that does not open (altered, or under another key) cannot be
+                // placed either; it must not stop every other call. Its own use fails.
+                match envelope::open(&self.master, &record) {
+                    Ok(value) => values.push((meta.name.clone(), value)),
+                    Err(e) => tracing::warn!(
+                        secret = %meta.name,
+                        error = %e,
+                        "a stored secret that does not open is not searched for"
+                    ),
+                }
+            }
+        }
+        let matcher = Arc::new(SecretMatcher::new(
+            values
+                .iter()
+                .map(|(name, value)| (name.clone(), value.as_slice())),
+        ));
+        self.secrets.store(print, matcher.clone());
+        Ok(matcher)
     }
 
     /// Opens a secret for placement at the wire. Crate-private: this is "use", not "reveal".
@@ -265,8 +315,9 @@ impl Vault {
                 envelope::rewrap(&old, &new, record)
                     .map_err(|e| StoreError::new("re-wrapping a data key", e))
             }))
-            .await?;
-        Ok(count)
+            .await;
+        self.secrets.invalidate();
+        Ok(count?)
     }
 
     /// Appends one row to the audit log and answers once it is committed.

@@ -5,8 +5,8 @@
 use std::sync::{Arc, Mutex};
 
 use runwarden_testkit::{
-    Channel, HOSTILE_SIGIL, TestServer, echo_handler, find_form, forms_of, hostile_placements,
-    received_credential,
+    Channel, HOSTILE_SIGIL, Spelling, TestServer, echo_handler, echo_handler_spelt, find_form,
+    forms_of, hostile_placements, json_decoded, received_credential,
 };
 use runwarden_vault::store::AuditFilter;
 use runwarden_vault::{Credential, EgressRequest, Method, SecretName, SecretValue};
@@ -21,7 +21,13 @@ const WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 async fn an_echoed_credential_is_redacted_in_every_channel_for_every_placement() {
     let f = fixture().await;
     let channel = Arc::new(Mutex::new(Channel::Body));
-    let mut server = TestServer::start(echo_handler(channel.clone(), vec![])).await;
+    let spelling = Arc::new(Mutex::new(Spelling::Raw));
+    let mut server = TestServer::start(echo_handler_spelt(
+        channel.clone(),
+        spelling.clone(),
+        vec![],
+    ))
+    .await;
     for (i, (placement, value)) in hostile_placements().into_iter().enumerate() {
         let name = SecretName::new(format!("s{i}")).unwrap();
         f.vault
@@ -29,8 +35,12 @@ async fn an_echoed_credential_is_redacted_in_every_channel_for_every_placement()
             .await
             .unwrap();
         let forms = forms_of(&value);
-        for echo in Channel::ALL {
+        for (echo, spelt) in Channel::ALL
+            .into_iter()
+            .flat_map(|c| Spelling::ALL.map(|s| (c, s)))
+        {
             *channel.lock().unwrap() = echo;
+            *spelling.lock().unwrap() = spelt;
             let method = if echo == Channel::ProtocolVersion {
                 "initialize"
             } else {
@@ -59,14 +69,15 @@ async fn an_echoed_credential_is_redacted_in_every_channel_for_every_placement()
                     .any(|f| f.contains(HOSTILE_SIGIL)),
                 "{placement:?}: the server saw no credential"
             );
+            // Judged by what the answer means: a reader decodes its JSON escapes.
             assert_eq!(
-                find_form(&returned, &forms),
+                find_form(&json_decoded(&returned), &forms),
                 None,
-                "{placement:?} {echo:?}: a form of the secret came back:\n{returned}"
+                "{placement:?} {echo:?} {spelt:?}: a form of the secret came back:\n{returned}"
             );
             assert!(
                 returned.contains("[redacted]"),
-                "{placement:?} {echo:?}: the echo did not come back redacted:\n{returned}"
+                "{placement:?} {echo:?} {spelt:?}: the echo did not come back redacted:\n{returned}"
             );
         }
     }
@@ -74,7 +85,7 @@ async fn an_echoed_credential_is_redacted_in_every_channel_for_every_placement()
     // V7 (amended): every call reached the server, so each has an intent and a completion.
     assert_eq!(
         rows.len(),
-        2 * hostile_placements().len() * Channel::ALL.len()
+        2 * hostile_placements().len() * Channel::ALL.len() * Spelling::ALL.len()
     );
     let rows = format!("{rows:?}");
     for (_, value) in hostile_placements() {

@@ -6,6 +6,7 @@ mod audit_log;
 mod cancellation;
 mod crypto;
 mod echo;
+mod exfiltration;
 mod failures;
 mod hostile;
 mod placement;

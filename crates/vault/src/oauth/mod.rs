@@ -1319,6 +1319,8 @@ impl OAuthClient {
     ) -> Result<TokenRecord, OAuthError> {
         let method = AuthMethod::parse(&identity.auth_method).unwrap_or(AuthMethod::None);
         let mut basic: Option<Zeroizing<String>> = None;
+        // The configured client secret goes to the token endpoint on purpose.
+        let mut carries: Option<String> = None;
         match method {
             AuthMethod::None => form.push(("client_id", identity.client_id.clone())),
             AuthMethod::ClientSecretBasic | AuthMethod::ClientSecretPost => {
@@ -1328,6 +1330,7 @@ impl OAuthClient {
                         let value = self
                             .secret(&self.settings.client_secret, "a client_secret")
                             .await?;
+                        carries = self.settings.client_secret.as_ref().map(|n| n.to_string());
                         Zeroizing::new(String::from_utf8_lossy(value.expose()).into_owned())
                     }
                 };
@@ -1391,6 +1394,9 @@ impl OAuthClient {
             .audit_action(action::OAUTH_TOKEN);
         if let Some(basic) = &basic {
             request = request.header("authorization", basic.to_string());
+        }
+        if let Some(name) = &carries {
+            request = request.carries_secret(name);
         }
         let response = self.send(request, "token", signal).await?;
         let body = Zeroizing::new(response.body);

@@ -1,5 +1,5 @@
 //! The words people read: the `init` template, every `--help`, the configuration
-//! reference, error text and log lines carry no rule numbers (`R12`, `M18`, "SPEC") and no
+//! reference, the API description, error text and log lines carry no rule numbers (`R12`, `M18`, "SPEC") and no
 //! ANSI colour when not on a terminal; a TOML mistake is shown with its line, column and
 //! text, as the parser lays it out.
 
@@ -54,6 +54,13 @@ fn the_init_template_and_the_configuration_reference_speak_plainly() {
         "docs/configuration.md",
         &std::fs::read_to_string(reference).unwrap(),
     );
+}
+
+#[test]
+fn the_api_description_speaks_plainly() {
+    // Served as is at /v1/openapi.json; generated clients carry its words into their docs.
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json");
+    plain("docs/openapi.json", &std::fs::read_to_string(doc).unwrap());
 }
 
 #[test]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create (or reuse) the venv that runs the official OpenAPI validator (openapi-spec-validator) over
-# docs/openapi.json. Idempotent: rebuilt only when missing or when tests/openapi/requirements.txt
+# docs/openapi.json and the client generator (openapi-python-client) the API tests generate a
+# client with. Idempotent: rebuilt only when missing or when tests/openapi/requirements.txt
 # changed. The venv lives outside the repo. The LAST line of stdout is its python path.
 set -euo pipefail
 

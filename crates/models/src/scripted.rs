@@ -1,9 +1,10 @@
 //! The scripted provider (L2): replays a JSON plan of turns, with no network at all.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use runwarden_vault::CancellationSignal;
+use runwarden_vault::{CancellationSignal, EgressClient};
 use serde_json::{Map, Value};
 
 use crate::error::ModelError;
@@ -39,9 +40,15 @@ struct PlannedTurn {
 /// the request, so a resumed or restarted run gets the turn it is at. Tool call ids are
 /// `call-<turn>-<n>`, both counted from 1. No call leaves the process, but the signal is
 /// still honoured: a signal already true answers [`ModelError::Cancelled`].
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Given the vault ([`Scripted::guarded_by`]), each turn passes the same check as a real
+/// model's: a stored secret is cut out of its text, and a tool call whose arguments carry
+/// one is refused (`secret_exfiltration`), so a plan cannot put a secret into the run's
+/// events or send it to a server.
+#[derive(Debug, Clone)]
 pub struct Scripted {
     turns: Vec<PlannedTurn>,
+    egress: Option<Arc<EgressClient>>,
 }
 
 impl Scripted {
@@ -56,6 +63,12 @@ impl Scripted {
     /// Reads a plan from its JSON text.
     pub fn from_json(text: &str) -> Result<Self, ModelError> {
         Self::parse(text).map_err(ModelError::Script)
+    }
+
+    /// Checks each turn against the vault's secrets, as a real model's turns are.
+    pub fn guarded_by(mut self, egress: Arc<EgressClient>) -> Self {
+        self.egress = Some(egress);
+        self
     }
 
     /// How many turns the plan has.
@@ -76,7 +89,10 @@ impl Scripted {
             .enumerate()
             .map(|(i, item)| parse_turn(i + 1, item))
             .collect::<Result<_, _>>()?;
-        Ok(Self { turns })
+        Ok(Self {
+            turns,
+            egress: None,
+        })
     }
 }
 
@@ -159,7 +175,7 @@ impl ModelProvider for Scripted {
             )));
         };
         let turn = index + 1;
-        Ok(ModelTurn {
+        let turn = ModelTurn {
             text: planned.text.clone(),
             tool_calls: planned
                 .tool_calls
@@ -174,7 +190,13 @@ impl ModelProvider for Scripted {
                 .collect(),
             finish: None,
             usage: None,
-        })
+        };
+        match &self.egress {
+            Some(egress) => {
+                crate::call::guarded(egress, turn, request.correlation.as_deref()).await
+            }
+            None => Ok(turn),
+        }
     }
 }
 

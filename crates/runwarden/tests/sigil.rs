@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine;
 use runwarden_testkit::{
-    Channel, Spelling, echo_handler_spelt, find_form, forms_of, json_decoded, received_credential,
-    tool,
+    Channel, Spelling, echo_handler_spelt, find_decoded_form, find_form, forms_of, json_decoded,
+    received_credential, tool,
 };
 use serde_json::Value;
 
@@ -116,6 +116,67 @@ fn a_sigil_secret_never_appears_in_any_output_log_or_the_database_file() {
             path.display()
         );
     }
+}
+
+/// Signs in to the console with `token` through its form and reads every page:
+/// runs, each run, MCP servers, audit, decisions, charts. None holds a form of the secret,
+/// as written or with HTML references, JSON escapes and percent-encoding undone.
+async fn console_pages_hold_no_form(
+    serve: &Serve,
+    token: &str,
+    run_ids: &[String],
+    forms: &[String],
+) {
+    // The search sees through each encoding: every character an HTML reference, or
+    // percent-encoded inside a JSON escape.
+    let secret = &forms[0];
+    let entities: String = secret.chars().map(|c| format!("&#{};", c as u32)).collect();
+    let percent: String = secret.bytes().map(|b| format!("%{b:02X}")).collect();
+    assert!(find_decoded_form(&entities, forms).is_some());
+    assert!(find_decoded_form(&percent.replace('%', "\\u0025"), forms).is_some());
+
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let base = serve.url();
+    let signed_in = http
+        .post(format!("{base}/console/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_in.status().as_u16(), 303, "the sign-in is accepted");
+    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_string();
+
+    let mut paths: Vec<String> = ["/runs", "/mcp", "/audit", "/decisions", "/charts"]
+        .map(String::from)
+        .to_vec();
+    paths.extend(run_ids.iter().map(|id| format!("/runs/{id}")));
+    let mut pages = Vec::new();
+    for path in &paths {
+        let answer = http
+            .get(format!("{base}{path}"))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status().as_u16(), 200, "GET {path}");
+        let page = answer.text().await.unwrap();
+        assert_eq!(
+            find_decoded_form(&page, forms),
+            None,
+            "the console's {path}: {page}"
+        );
+        pages.push((path.clone(), page));
+    }
+    // The pages showed the echoes, redacted: the first run's tool result and the MCP
+    // server's last error.
+    let shown = |path: &str| &pages.iter().find(|(p, _)| p == path).unwrap().1;
+    assert!(shown(&format!("/runs/{}", run_ids[0])).contains("[redacted]"));
+    assert!(shown("/mcp").contains("[redacted]"), "{}", shown("/mcp"));
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -313,6 +374,7 @@ async fn credentials_echoed_by_the_mcp_server_and_the_model_reach_no_output_api_
             "an API answer: {body}"
         );
     }
+    console_pages_hold_no_form(&serve, &viewer, &run_ids, &forms).await;
     let database = sandbox.database();
     let wal = database.with_extension("db-wal");
     assert!(

@@ -16,6 +16,7 @@ mod deploy;
 mod doctor;
 mod effects;
 mod egress;
+mod exfiltration;
 mod getting_started;
 mod hardening;
 mod init;

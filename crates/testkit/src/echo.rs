@@ -198,6 +198,86 @@ pub fn json_decoded(text: &str) -> String {
     once(&once(text))
 }
 
+/// HTML character references in `text` undone (`&amp;`, `&lt;`, `&gt;`, `&quot;`,
+/// `&apos;`, `&#NN;`, `&#xHH;`), as a browser shows a page: what a leak check of a console
+/// page searches besides its source.
+pub fn html_decoded(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('&') {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        let Some(end) = rest.find(';').filter(|&end| end <= 10) else {
+            out.push('&');
+            rest = &rest[1..];
+            continue;
+        };
+        let name = &rest[1..end];
+        let decoded = match name {
+            "amp" => Some('&'),
+            "lt" => Some('<'),
+            "gt" => Some('>'),
+            "quot" => Some('"'),
+            "apos" => Some('\''),
+            _ => name
+                .strip_prefix("#x")
+                .or_else(|| name.strip_prefix("#X"))
+                .map(|hex| u32::from_str_radix(hex, 16))
+                .or_else(|| name.strip_prefix('#').map(str::parse::<u32>))
+                .and_then(Result::ok)
+                .and_then(char::from_u32),
+        };
+        match decoded {
+            Some(c) => {
+                out.push(c);
+                rest = &rest[end + 1..];
+            }
+            None => {
+                out.push('&');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Percent-encoding in `text` undone (`%HH` to its byte; `+` stays), as a URL's reader
+/// decodes it.
+pub fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The first form of `secret` in `text` as written or in any reading of it: HTML
+/// references, JSON escapes and percent-encoding undone, one after another.
+pub fn find_decoded_form<'a>(text: &str, forms: &'a [String]) -> Option<&'a str> {
+    let html = html_decoded(text);
+    let json = json_decoded(&html);
+    let percent = percent_decoded(&json);
+    [text, &html, &json, &percent]
+        .into_iter()
+        .find_map(|reading| find_form(reading, forms))
+}
+
 /// A handler that echoes the received credential in whatever channel `channel` holds at
 /// the time of each request, so one server can be switched between channels. As an MCP
 /// server it offers `tools` (stateless, protocol 2025-11-25).

@@ -33,8 +33,9 @@ mod stats;
 mod vault;
 
 pub use echo::{
-    Channel, HOSTILE_SIGIL, Spelling, echo_handler, echo_handler_spelt, find_form, forms_of,
-    hostile_placements, json_decoded, received_credential,
+    Channel, HOSTILE_SIGIL, Spelling, echo_handler, echo_handler_spelt, find_decoded_form,
+    find_form, forms_of, hostile_placements, html_decoded, json_decoded, percent_decoded,
+    received_credential,
 };
 pub use jwt::{JWT_BEARER_ASSERTION, SigningKey};
 pub use llama::{LLAMA_DIR_ENV, LlamaServer};

@@ -125,7 +125,8 @@ fn provider(
         }
         ProviderConfig::Scripted { script } => Arc::new(
             Scripted::from_file(script)
-                .with_context(|| format!("while loading the plan of agent {}", agent.name))?,
+                .with_context(|| format!("while loading the plan of agent {}", agent.name))?
+                .guarded_by(egress.clone()),
         ),
     })
 }

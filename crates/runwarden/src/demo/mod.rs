@@ -200,7 +200,9 @@ async fn agent(at: &Installation, name: &str) -> anyhow::Result<AgentSpec> {
     let ProviderConfig::Scripted { script } = &config.provider else {
         bail!("the demo's agent is not scripted");
     };
-    let provider = Scripted::from_file(script).context("while loading the demo's plan")?;
+    let provider = Scripted::from_file(script)
+        .context("while loading the demo's plan")?
+        .guarded_by(at.egress.clone());
     let clients: HashMap<String, Arc<McpClient>> = at
         .config
         .mcp_servers

@@ -660,7 +660,7 @@ impl Watch {
                     at,
                     source: "operator",
                     kind: "cancel_issued".into(),
-                    text: "operator: cancel issued (executor.cancel, the operator's path)".into(),
+                    text: "operator: cancel issued (as the API and the console issue it)".into(),
                     quiet: false,
                 }
             }

@@ -1,5 +1,5 @@
 //! The words people read: the `init` template, every `--help`, the configuration
-//! reference, the API description, error text and log lines carry no rule numbers (`R12`, `M18`, "SPEC") and no
+//! reference, the API description and every operator document under docs/, error text and log lines carry no rule numbers (`R12`, `M18`, "SPEC") and no
 //! ANSI colour when not on a terminal; a TOML mistake is shown with its line, column and
 //! text, as the parser lays it out.
 
@@ -8,15 +8,17 @@ use std::process::Command;
 
 use crate::support::{Live, Sandbox};
 
-/// The rule numbers of the original requirements and the word SPEC in `text`.
+/// Whether `word` has the shape of a rule number of docs/requirements.md (`R12`, `M18`, `V4`).
+pub(crate) fn is_rule_number(word: &str) -> bool {
+    matches!(word.len(), 2 | 3)
+        && matches!(word.as_bytes()[0], b'R' | b'M' | b'V' | b'O' | b'L')
+        && word[1..].bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The rule numbers of the requirements and the word SPEC in `text`.
 fn rule_numbers(text: &str) -> Vec<&str> {
     text.split(|c: char| !c.is_ascii_alphanumeric())
-        .filter(|w| {
-            *w == "SPEC"
-                || (matches!(w.len(), 2 | 3)
-                    && matches!(w.as_bytes()[0], b'R' | b'M' | b'V' | b'O' | b'L')
-                    && w[1..].bytes().all(|b| b.is_ascii_digit()))
-        })
+        .filter(|w| *w == "SPEC" || is_rule_number(w))
         .collect()
 }
 
@@ -61,6 +63,45 @@ fn the_api_description_speaks_plainly() {
     // Served as is at /v1/openapi.json; generated clients carry its words into their docs.
     let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json");
     plain("docs/openapi.json", &std::fs::read_to_string(doc).unwrap());
+}
+
+#[test]
+fn every_document_under_docs_speaks_plainly() {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
+    let mut files = Vec::new();
+    walk(&docs, &mut files);
+    let mut read = 0;
+    for path in files {
+        let name = path
+            .strip_prefix(&docs)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        // Written for the engineers who carry the project on, not for operators:
+        // requirements.md defines the rule numbers that code comments cite, and the notes
+        // under design/ name them where a design meets a rule.
+        if name == "requirements.md" || name.starts_with("design/") {
+            continue;
+        }
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            plain(&format!("docs/{name}"), &text);
+            read += 1;
+        }
+    }
+    assert!(
+        read >= 4,
+        "only {read} documents under docs/: the walk missed them"
+    );
 }
 
 #[test]

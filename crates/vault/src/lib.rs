@@ -1,8 +1,9 @@
 //! The credential vault: secrets at rest, a guarded egress client that places them at the
 //! wire, and a hash-chained audit log of every outbound call.
 //!
-//! The vault knows nothing about runs, MCP or models (see `ARCHITECTURE.md`). Callers
-//! build an [`EgressRequest`] that *names* a secret and a [`Placement`], hand it to
+//! The vault knows nothing about runs or models, and of MCP only its authorization flow
+//! (the OAuth client in `oauth`; see `ARCHITECTURE.md`). Callers build an
+//! [`EgressRequest`] that *names* a secret and a [`Placement`], hand it to
 //! [`EgressClient::send`] with an optional [`CancellationSignal`], and get an
 //! [`EgressResponse`] or a typed [`EgressError`]. No HTTP-library type crosses this API.
 //!

@@ -229,6 +229,23 @@ fn configure(conn: &Connection) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Runs `work` with `synchronous=FULL`, so its commit syncs the WAL before it answers, and
+/// puts the store back to `NORMAL` whatever `work` returned. The store keeps `NORMAL`
+/// (a commit survives a killed process, not a power cut); the few writes a promise rests
+/// on pay for the sync: the audit intent a request may not leave without (V7), and the
+/// write fence's mark that keeps a write from being sent twice (R7).
+pub(crate) fn durably<T>(
+    conn: &mut Connection,
+    work: impl FnOnce(&mut Connection) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    let done = work(conn);
+    let restored = conn.pragma_update(None, "synchronous", "NORMAL");
+    let value = done?;
+    restored?;
+    Ok(value)
+}
+
 /// The probe connection: read-only, so it can never take the write lock, and with a short
 /// busy timeout, because a WAL reader only waits in rare cases (another connection
 /// recovering the WAL index) and the signal that asks must never stall for long (R6, V6).

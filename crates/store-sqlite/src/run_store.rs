@@ -21,6 +21,7 @@ use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use serde_json::Value;
 
 use crate::SqliteStore;
+use crate::connection::durably;
 use crate::failure::Failure;
 
 pub(crate) const RUN_COLUMNS: &str = "id, agent, status, termination_reason, request, claimed_by, lease_expires_ms, \
@@ -170,23 +171,25 @@ impl RunStore for SqliteStore {
 
     async fn run_fence_mark(&self, params: FenceMark) -> Result<bool, StoreError> {
         self.run("marking a run's write fence", move |conn| {
-            // R7: no lease of this claim or no running run, no write. The mark commits
-            // (an autocommit statement stepped to its end, so a failed commit is an
-            // error) before the call's audit intent, whose transaction is synced: in WAL
-            // mode the sync of a later commit makes every earlier frame durable, so the
-            // mark is as durable as the intent under `synchronous=NORMAL`.
-            let changed = conn.execute(
-                "UPDATE runs SET pending_effect = ?1, lease_expires_ms = ?2, updated_ms = ?3
+            // R7: no lease of this claim or no running run, no write. The mark is
+            // written after the call's audit intent and right before the first byte, so
+            // nothing later syncs it: it commits synced itself (an autocommit statement
+            // stepped to its end, so a failed commit or sync is an error and no byte
+            // leaves). A power cut cannot take back a mark whose write may have gone.
+            let changed = durably(conn, |conn| {
+                Ok(conn.execute(
+                    "UPDATE runs SET pending_effect = ?1, lease_expires_ms = ?2, updated_ms = ?3
                  WHERE id = ?4 AND claimed_by = ?5 AND claim_epoch = ?6 AND status = 'running'",
-                params![
-                    params.effect,
-                    params.lease_until_ms,
-                    params.now_ms,
-                    params.id,
-                    params.owner,
-                    params.epoch
-                ],
-            )?;
+                    params![
+                        params.effect,
+                        params.lease_until_ms,
+                        params.now_ms,
+                        params.id,
+                        params.owner,
+                        params.epoch
+                    ],
+                )?)
+            })?;
             Ok(changed == 1)
         })
         .await

@@ -11,6 +11,7 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params, params_from_iter};
 
 use crate::SqliteStore;
+use crate::connection::durably;
 use crate::failure::{Failure, hash32};
 
 const SEALED_COLUMNS: &str = "kind, name, algorithm, version, master_key_id, key_nonce, wrapped_key, value_nonce, \
@@ -275,20 +276,14 @@ impl VaultStore for SqliteStore {
 
 /// Appends `events` in one transaction that is synced to disk before it answers: V7
 /// (amended) wants an intent durable before its request leaves, and the anchor file
-/// outside the database must never record rows a power cut could take back. The rest of
-/// the store keeps `synchronous=NORMAL`; only audit transactions pay for the sync, once
-/// per batch.
+/// outside the database must never record rows a power cut could take back. The sync is
+/// paid once per batch.
 fn append_durably(
     conn: &mut Connection,
     events: Vec<AuditEvent>,
     chain: &AuditChain,
 ) -> Result<Vec<AuditRow>, Failure> {
-    conn.pragma_update(None, "synchronous", "FULL")?;
-    let appended = append_rows(conn, events, chain);
-    let restored = conn.pragma_update(None, "synchronous", "NORMAL");
-    let rows = appended?;
-    restored?;
-    Ok(rows)
+    durably(conn, |conn| append_rows(conn, events, chain))
 }
 
 fn append_rows(

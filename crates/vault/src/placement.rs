@@ -49,7 +49,7 @@ pub(crate) enum Placed {
     Query(String, Zeroizing<String>),
 }
 
-fn header_value(name: &str, bytes: &[u8]) -> Result<HeaderValue, EgressError> {
+pub(crate) fn header_value(name: &str, bytes: &[u8]) -> Result<HeaderValue, EgressError> {
     // V3: CR, LF and other control bytes would split or smuggle headers.
     if bytes
         .iter()

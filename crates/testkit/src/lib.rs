@@ -20,6 +20,7 @@
 
 #![deny(missing_docs)]
 
+mod dpop;
 mod echo;
 mod jwt;
 mod llama;

@@ -20,7 +20,6 @@
 
 #![deny(missing_docs)]
 
-mod dpop;
 mod echo;
 mod jwt;
 mod llama;

@@ -3,7 +3,8 @@
 //! the interface: RFC 8414 and OpenID discovery, RFC 9728 protected resource metadata,
 //! RFC 7591 dynamic registration, PKCE S256, RFC 9207 `iss`, RFC 8707 resource indicators,
 //! client credentials with `client_secret_basic`, `client_secret_post` and
-//! `private_key_jwt` (RFC 7523), and refresh tokens that rotate, with reuse detected.
+//! `private_key_jwt` (RFC 7523), refresh tokens that rotate, with reuse detected, and
+//! DPoP-bound tokens with nonces (RFC 9449, in [`dpop`]).
 //!
 //! The authorization endpoint approves at once and redirects, so a plain HTTP client that
 //! follows redirects completes a login. [`Knobs`] make the server misbehave on purpose, and
@@ -19,6 +20,8 @@ use serde_json::{Value, json};
 
 use crate::jwt::{JWT_BEARER_ASSERTION, SigningKey, random_token, unix_now, verify_jwt};
 use crate::server::{HttpRequest, Reply, TestServer};
+
+mod dpop;
 
 /// How a client authenticates at the token endpoint (RFC 7591 `token_endpoint_auth_method`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -951,7 +954,7 @@ fn token(state: &mut State, request: &HttpRequest) -> Reply {
         Ok(client) => client,
         Err(refusal) => return refusal,
     };
-    state.issuing_jkt = match token_request_proof(state, request) {
+    state.issuing_jkt = match dpop::token_request_proof(state, request) {
         Ok(jkt) => jkt,
         Err(refusal) => return refusal,
     };
@@ -1113,33 +1116,6 @@ fn token(state: &mut State, request: &HttpRequest) -> Reply {
     }
 }
 
-/// The DPoP key a token request binds its token to (RFC 9449 section 5): `None` without
-/// `dpop` or without a proof (unless one is required); a bad proof or a stale nonce is
-/// refused.
-fn token_request_proof(state: &mut State, request: &HttpRequest) -> Result<Option<String>, Reply> {
-    let proof = request.header("dpop");
-    if !state.knobs.dpop || (proof.is_none() && !state.knobs.dpop_required) {
-        return Ok(None);
-    }
-    let url = format!("{}/token", state.issuer);
-    let checked = crate::dpop::check(proof, "POST", &url, None, &mut state.dpop_jtis);
-    let proof =
-        checked.map_err(|problem| oauth_error(state, 400, "invalid_dpop_proof", &problem))?;
-    state.counters.dpop_token_proofs += 1;
-    if state.knobs.dpop_nonces && proof.nonce.as_deref() != Some(state.dpop_nonce_as.as_str()) {
-        state.counters.dpop_nonce_challenges += 1;
-        let nonce = state.dpop_nonce_as.clone();
-        return Err(oauth_error(
-            state,
-            400,
-            "use_dpop_nonce",
-            "the authorization server requires a DPoP nonce",
-        )
-        .with_header("dpop-nonce", &nonce));
-    }
-    Ok(Some(proof.jkt))
-}
-
 /// Issues an access token (and a refresh token when `with_refresh`). `family` carries a
 /// refresh's family and, without rotation, the refresh token to answer again.
 fn issue(
@@ -1279,7 +1255,7 @@ fn protected_resource(
     };
     let issued = bearer.as_ref().and_then(|b| state.access.get(b)).cloned();
     let dpop = request.header("dpop").map(|proof| {
-        crate::dpop::check(
+        dpop::check(
             Some(proof),
             &request.method,
             &config.resource,
@@ -1300,7 +1276,7 @@ fn protected_resource(
             status,
         });
     };
-    if let Some(reply) = resource_proof_refusal(
+    if let Some(reply) = dpop::resource_proof_refusal(
         &mut state,
         issued.as_ref(),
         scheme.as_deref(),
@@ -1343,46 +1319,6 @@ fn protected_resource(
     let reply = inner(request);
     record(&mut lock(shared), status_of(&reply));
     reply
-}
-
-/// RFC 9449 section 7: a bound token is taken only with the DPoP scheme and a valid proof
-/// of its key carrying the resource's current nonce; a DPoP-scheme token must be bound.
-fn resource_proof_refusal(
-    state: &mut State,
-    issued: Option<&IssuedToken>,
-    scheme: Option<&str>,
-    proof: Option<&Result<crate::dpop::Proof, String>>,
-    challenge: &str,
-) -> Option<Reply> {
-    let issued = issued?;
-    let dpop_scheme = scheme.is_some_and(|s| s.eq_ignore_ascii_case("dpop"));
-    let refuse = |error: &str| {
-        Some(json_reply(401, json!({"error": error})).with_header("www-authenticate", challenge))
-    };
-    let Some(jkt) = &issued.jkt else {
-        return if dpop_scheme {
-            refuse("invalid_token")
-        } else {
-            None
-        };
-    };
-    if !dpop_scheme {
-        return refuse("invalid_token");
-    }
-    let proof = match proof {
-        Some(Ok(proof)) if &proof.jkt == jkt => proof,
-        _ => return refuse("invalid_dpop_proof"),
-    };
-    if state.knobs.dpop_nonces && proof.nonce.as_deref() != Some(state.dpop_nonce_rs.as_str()) {
-        state.counters.dpop_nonce_challenges += 1;
-        let value = challenge.replace("invalid_dpop_proof", "use_dpop_nonce");
-        return Some(
-            json_reply(401, json!({"error": "use_dpop_nonce"}))
-                .with_header("www-authenticate", &value)
-                .with_header("dpop-nonce", &state.dpop_nonce_rs),
-        );
-    }
-    None
 }
 
 /// The status a reply will answer with; 0 for none.

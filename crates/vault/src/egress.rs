@@ -15,7 +15,7 @@ use crate::delivery::Delivery;
 use crate::error::EgressError;
 use crate::exfiltration::carried_secrets;
 use crate::guard::{self, EgressPolicy, VettedTarget};
-use crate::oauth::dpop::DpopKey;
+use crate::oauth::dpop::{self, DpopKey};
 use crate::placement::{Credential, Placed, Placement};
 use crate::resolver::{Resolver, SystemResolver};
 use crate::scrub::{Scrubber, StreamScrub};
@@ -691,33 +691,7 @@ impl EgressClient {
                 .await;
         }
         let answered = request.action;
-        // RFC 9449: a DPoP-bound token goes with a fresh proof of its key for this request.
-        let proof = match (&dpop_key, &secret) {
-            (Some(key), Some(token)) => {
-                let nonce = self.vault.dpop_nonces.get(&target.url);
-                let signed = key.proof(
-                    request.method.as_str(),
-                    &target.url,
-                    Some(token.expose()),
-                    nonce.as_deref(),
-                    now_ms() / 1000,
-                );
-                match signed {
-                    Ok(proof) => Some(proof),
-                    Err(_) => {
-                        let error = EgressError::InvalidHeader {
-                            name: "dpop".into(),
-                            problem: "the DPoP proof could not be signed",
-                        };
-                        return self
-                            .finish(&record, action::HTTP_CALL_REFUSED, 0, Err(error), &scrubber)
-                            .await;
-                    }
-                }
-            }
-            _ => None,
-        };
-        let built = self.build(&request, &target, secret.as_ref(), proof.as_deref());
+        let built = self.build(&request, &target, secret.as_ref(), dpop_key.as_ref());
         let http_request = match built {
             Ok(r) => r,
             Err(error) => {
@@ -800,7 +774,7 @@ impl EgressClient {
             }
             Driven::Done(Ok(t)) => {
                 tracing::debug!(host = %record.host, status = t.status, reason = ?record.reason, "outbound call answered");
-                if proof.is_some()
+                if dpop_key.is_some()
                     && let Some((_, nonce)) = t.headers.iter().find(|(n, _)| n == "dpop-nonce")
                 {
                     self.vault.dpop_nonces.remember(&target.url, nonce);
@@ -888,7 +862,7 @@ impl EgressClient {
         request: &EgressRequest,
         target: &VettedTarget,
         secret: Option<&SecretValue>,
-        dpop_proof: Option<&str>,
+        dpop_key: Option<&DpopKey>,
     ) -> Result<reqwest::Request, EgressError> {
         let mut url = target.url.clone();
         let mut headers = reqwest::header::HeaderMap::new();
@@ -926,8 +900,17 @@ impl EgressClient {
                     url.query_pairs_mut().append_pair(&name, &value);
                 }
             }
-            if let Some(proof) = dpop_proof {
-                for (name, value) in crate::oauth::dpop::wire_headers(secret, proof)? {
+            // RFC 9449: a bound token goes with a fresh proof of its key for this request.
+            if let Some(key) = dpop_key {
+                let nonce = self.vault.dpop_nonces.get(&target.url);
+                let placed = dpop::wire_headers(
+                    key,
+                    request.method.as_str(),
+                    &target.url,
+                    secret,
+                    nonce.as_deref(),
+                )?;
+                for (name, value) in placed {
                     headers.insert(name, value);
                 }
             }

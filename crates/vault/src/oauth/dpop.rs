@@ -185,17 +185,26 @@ pub(crate) fn ath(access_token: &[u8]) -> String {
 }
 
 /// The headers of a request that presents a DPoP-bound token: `Authorization: DPoP
-/// <token>` and `DPoP: <proof>` (RFC 9449 §7.1).
+/// <token>` and `DPoP: <proof>`, a fresh proof of `key` for a `method` request to `url`
+/// with the server's `nonce` (RFC 9449 §7.1).
 pub(crate) fn wire_headers(
+    key: &DpopKey,
+    method: &str,
+    url: &Url,
     token: &SecretValue,
-    proof: &str,
+    nonce: Option<&str>,
 ) -> Result<[(HeaderName, HeaderValue); 2], EgressError> {
+    let refused = |problem| EgressError::InvalidHeader {
+        name: "dpop".into(),
+        problem,
+    };
+    let proof = key
+        .proof(method, url, Some(token.expose()), nonce, now_ms() / 1000)
+        .map_err(|_| refused("the DPoP proof could not be signed"))?;
     let text = Zeroizing::new([b"DPoP ".as_slice(), token.expose()].concat());
     let authorization = crate::placement::header_value("authorization", &text)?;
-    let proof = HeaderValue::from_str(proof).map_err(|_| EgressError::InvalidHeader {
-        name: "dpop".into(),
-        problem: "the proof is not a valid header value",
-    })?;
+    let proof = HeaderValue::from_str(&proof)
+        .map_err(|_| refused("the proof is not a valid header value"))?;
     Ok([
         (AUTHORIZATION, authorization),
         (HeaderName::from_static("dpop"), proof),

@@ -8,9 +8,11 @@ use std::collections::HashSet;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ring::signature::{self, UnparsedPublicKey};
-use serde_json::Value;
+use serde_json::{Value, json};
 
+use super::{IssuedToken, State, json_reply, oauth_error};
 use crate::jwt::unix_now;
+use crate::server::{HttpRequest, Reply};
 
 /// How far a proof's `iat` may be from now, in seconds.
 const IAT_WINDOW: i64 = 300;
@@ -105,4 +107,74 @@ pub(crate) fn check(
         )),
         nonce: claims["nonce"].as_str().map(str::to_string),
     })
+}
+
+/// The DPoP key a token request binds its token to (RFC 9449 section 5): `None` without
+/// `dpop` or without a proof (unless one is required); a bad proof or a stale nonce is
+/// refused.
+pub(super) fn token_request_proof(
+    state: &mut State,
+    request: &HttpRequest,
+) -> Result<Option<String>, Reply> {
+    let proof = request.header("dpop");
+    if !state.knobs.dpop || (proof.is_none() && !state.knobs.dpop_required) {
+        return Ok(None);
+    }
+    let url = format!("{}/token", state.issuer);
+    let checked = check(proof, "POST", &url, None, &mut state.dpop_jtis);
+    let proof =
+        checked.map_err(|problem| oauth_error(state, 400, "invalid_dpop_proof", &problem))?;
+    state.counters.dpop_token_proofs += 1;
+    if state.knobs.dpop_nonces && proof.nonce.as_deref() != Some(state.dpop_nonce_as.as_str()) {
+        state.counters.dpop_nonce_challenges += 1;
+        let nonce = state.dpop_nonce_as.clone();
+        return Err(oauth_error(
+            state,
+            400,
+            "use_dpop_nonce",
+            "the authorization server requires a DPoP nonce",
+        )
+        .with_header("dpop-nonce", &nonce));
+    }
+    Ok(Some(proof.jkt))
+}
+
+/// RFC 9449 section 7: a bound token is taken only with the DPoP scheme and a valid proof
+/// of its key carrying the resource's current nonce; a DPoP-scheme token must be bound.
+pub(super) fn resource_proof_refusal(
+    state: &mut State,
+    issued: Option<&IssuedToken>,
+    scheme: Option<&str>,
+    proof: Option<&Result<Proof, String>>,
+    challenge: &str,
+) -> Option<Reply> {
+    let issued = issued?;
+    let dpop_scheme = scheme.is_some_and(|s| s.eq_ignore_ascii_case("dpop"));
+    let refuse = |error: &str| {
+        Some(json_reply(401, json!({"error": error})).with_header("www-authenticate", challenge))
+    };
+    let Some(jkt) = &issued.jkt else {
+        return if dpop_scheme {
+            refuse("invalid_token")
+        } else {
+            None
+        };
+    };
+    if !dpop_scheme {
+        return refuse("invalid_token");
+    }
+    let proof = match proof {
+        Some(Ok(proof)) if &proof.jkt == jkt => proof,
+        _ => return refuse("invalid_dpop_proof"),
+    };
+    if state.knobs.dpop_nonces && proof.nonce.as_deref() != Some(state.dpop_nonce_rs.as_str()) {
+        state.counters.dpop_nonce_challenges += 1;
+        let value = challenge.replace("invalid_dpop_proof", "use_dpop_nonce");
+        return Some(
+            json_reply(401, json!({"error": "use_dpop_nonce"}))
+                .with_header("www-authenticate", &value)
+                .with_header("dpop-nonce", &state.dpop_nonce_rs),
+        );
+    }
+    None
 }

@@ -459,6 +459,42 @@ mod tests {
         );
     }
 
+    fn answer(status: u16, nonce: Option<&str>) -> EgressResponse {
+        EgressResponse {
+            status,
+            headers: nonce
+                .map(|n| vec![("dpop-nonce".to_string(), n.to_string())])
+                .unwrap_or_default(),
+            body: Vec::new(),
+            truncated: false,
+            audit_id: None,
+        }
+    }
+
+    #[test]
+    fn a_request_is_sent_again_once_per_new_nonce_and_never_endlessly() {
+        let mut tried = Vec::new();
+        assert!(
+            !wants_new_nonce(&answer(400, None), true, &mut tried),
+            "no nonce named"
+        );
+        assert!(
+            !wants_new_nonce(&answer(200, Some("a")), false, &mut tried),
+            "not refused"
+        );
+        assert!(wants_new_nonce(&answer(400, Some("a")), true, &mut tried));
+        assert!(
+            !wants_new_nonce(&answer(400, Some("a")), true, &mut tried),
+            "a again"
+        );
+        assert!(wants_new_nonce(&answer(400, Some("b")), true, &mut tried));
+        assert!(
+            !wants_new_nonce(&answer(400, Some("c")), true, &mut tried),
+            "a server that changes its nonce on every answer is not followed for ever"
+        );
+        assert_eq!(tried, ["a", "b"]);
+    }
+
     #[test]
     fn nonces_are_kept_per_origin_and_odd_ones_dropped() {
         let nonces = Nonces::default();

@@ -453,8 +453,8 @@ impl Vault {
             .ok_or_else(not_found)?;
         let record: TokenRecord = serde_json::from_slice(&bytes).map_err(|_| not_found())?;
         let key = match &record.dpop_key {
-            // A bound token without its key cannot be presented: the server's 401 starts
-            // authorization over.
+            // A bound token whose key cannot be read is not sent at all: without a proof
+            // the server would refuse it anyway.
             Some(sealed) => Some(dpop::DpopKey::from_sealed_form(sealed).ok_or_else(not_found)?),
             None => None,
         };
@@ -1353,7 +1353,9 @@ impl OAuthClient {
     }
 
     /// One POST to the token endpoint with the client's authentication, for a bearer token.
-    #[allow(dead_code)] // the grants of this file ask for DPoP-bound tokens where offered
+    // Kept for grants that never bind their tokens; the grants of this file go through
+    // `token_request_bound`, which binds where DPoP is used.
+    #[allow(dead_code)]
     async fn token_request(
         &self,
         metadata: &ServerMetadata,

@@ -1570,6 +1570,7 @@ impl McpClient {
     ) -> Result<Answer, McpError> {
         let mut step_ups = 0;
         let mut renewed = false;
+        let mut nonces_tried = Vec::new();
         loop {
             let held = match &self.oauth {
                 Some(oauth) => oauth
@@ -1587,6 +1588,10 @@ impl McpClient {
             if let Some(oauth) = &self.oauth
                 && matches!(response.status, 401 | 403)
             {
+                // RFC 9449 §9: the token stands, the proof lacked the server's new nonce.
+                if oauth.retry_with_dpop_nonce(&response, &mut nonces_tried) {
+                    continue;
+                }
                 if response.status == 401 && renewed {
                     return Err(McpError::Status {
                         server: self.server.name.clone(),

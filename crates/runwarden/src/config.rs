@@ -850,6 +850,8 @@ struct OAuthSection {
     /// Scopes to ask for when the server's challenge names none (before its `scopes_supported`).
     #[serde(default)]
     scopes: Vec<String>,
+    /// Bind tokens to a DPoP key (RFC 9449). Default: when the authorization server offers ES256 proofs; `true` always, `false` never.
+    dpop: Option<bool>,
 }
 
 /// `[mcp.servers.NAME.tools.TOOL]`.
@@ -961,6 +963,7 @@ fn oauth_settings(section: OAuthSection, at: &str) -> anyhow::Result<OAuthSettin
         bail!("{at}: client_metadata_url goes with grant \"authorization_code\"");
     }
     settings.scopes = section.scopes;
+    settings.dpop = section.dpop;
     Ok(settings)
 }
 
@@ -2052,7 +2055,7 @@ effect = "read_only"
         let text = r#"
 [mcp.servers.tickets]
 url = "https://mcp.example.com/mcp"
-auth = { oauth = { grant = "client_credentials", client_id = "agent", private_key = "tickets-key", signing_alg = "RS256", scopes = ["tickets:read"] } }
+auth = { oauth = { grant = "client_credentials", client_id = "agent", private_key = "tickets-key", signing_alg = "RS256", scopes = ["tickets:read"], dpop = false } }
 "#;
         std::fs::write(&path, text).unwrap();
         let config = Config::load(&path).unwrap();
@@ -2067,6 +2070,7 @@ auth = { oauth = { grant = "client_credentials", client_id = "agent", private_ke
         assert_eq!(oauth.private_key.as_ref().unwrap().as_str(), "tickets-key");
         assert_eq!(oauth.signing_alg, SigningAlg::Rs256);
         assert_eq!(oauth.scopes, ["tickets:read"]);
+        assert_eq!(oauth.dpop, Some(false), "DPoP turned off");
     }
 
     #[test]

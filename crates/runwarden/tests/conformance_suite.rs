@@ -152,8 +152,6 @@ const AUTH_NOT_REQUIRED: &[(&str, &str)] = &[
         "auth/enterprise-managed-authorization",
         "SEP-990 token exchange with an enterprise IdP: not built",
     ),
-    ("auth/dpop", "DPoP-bound tokens (RFC 9449): not built"),
-    ("auth/dpop-nonce", "DPoP-bound tokens (RFC 9449): not built"),
     (
         "auth/wif-jwt-bearer",
         "workload identity federation (RFC 7523 JWT bearer grant): not built",

@@ -3,7 +3,8 @@
 //! the interface: RFC 8414 and OpenID discovery, RFC 9728 protected resource metadata,
 //! RFC 7591 dynamic registration, PKCE S256, RFC 9207 `iss`, RFC 8707 resource indicators,
 //! client credentials with `client_secret_basic`, `client_secret_post` and
-//! `private_key_jwt` (RFC 7523), and refresh tokens that rotate, with reuse detected.
+//! `private_key_jwt` (RFC 7523), refresh tokens that rotate, with reuse detected, and
+//! DPoP-bound tokens with nonces (RFC 9449, in [`dpop`]).
 //!
 //! The authorization endpoint approves at once and redirects, so a plain HTTP client that
 //! follows redirects completes a login. [`Knobs`] make the server misbehave on purpose, and
@@ -19,6 +20,8 @@ use serde_json::{Value, json};
 
 use crate::jwt::{JWT_BEARER_ASSERTION, SigningKey, random_token, unix_now, verify_jwt};
 use crate::server::{HttpRequest, Reply, TestServer};
+
+mod dpop;
 
 /// How a client authenticates at the token endpoint (RFC 7591 `token_endpoint_auth_method`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,6 +163,15 @@ pub struct Knobs {
     /// Scopes the server never grants, whatever is asked: with `required_scope` among
     /// them, a resource keeps answering 403 however often the client steps up.
     pub withheld_scopes: Vec<String>,
+    /// DPoP (RFC 9449): the metadata offers ES256 proofs, a token request with a valid
+    /// proof gets a token bound to its key (`token_type` DPoP), and resources take a bound
+    /// token only with the DPoP scheme and a valid proof of that key.
+    pub dpop: bool,
+    /// With `dpop`: a token request without a proof is refused.
+    pub dpop_required: bool,
+    /// With `dpop`: the token endpoint and the resources each demand their own current
+    /// nonce (`use_dpop_nonce`); [`AuthServer::rotate_dpop_nonces`] changes them.
+    pub dpop_nonces: bool,
 }
 
 impl Default for Knobs {
@@ -187,6 +199,9 @@ impl Default for Knobs {
             required_scope: None,
             refresh_delay: Duration::ZERO,
             withheld_scopes: Vec::new(),
+            dpop: false,
+            dpop_required: false,
+            dpop_nonces: false,
         }
     }
 }
@@ -213,6 +228,10 @@ pub struct Counters {
     /// Every error the token, authorization and registration endpoints answered, as
     /// `error: description`, in order: what a failing test prints.
     pub errors: Vec<String>,
+    /// Token requests that carried a valid DPoP proof.
+    pub dpop_token_proofs: usize,
+    /// `use_dpop_nonce` answers, from the token endpoint and from the resources.
+    pub dpop_nonce_challenges: usize,
 }
 
 impl Counters {
@@ -234,8 +253,13 @@ pub struct ResourceHit {
     pub resource: String,
     /// The method and target.
     pub method: String,
-    /// The bearer token presented, if any.
+    /// The access token presented, if any (with the Bearer or the DPoP scheme).
     pub bearer: Option<String>,
+    /// The Authorization scheme it came with (`Bearer`, `DPoP`).
+    pub scheme: Option<String>,
+    /// The DPoP proof presented, if any: the thumbprint of its key when it checked out,
+    /// else what was wrong with it.
+    pub dpop: Option<Result<String, String>>,
     /// The status answered (the inner handler's when the token was accepted).
     pub status: u16,
 }
@@ -251,6 +275,8 @@ pub struct IssuedToken {
     pub scopes: Vec<String>,
     /// The grant that produced it.
     pub grant: String,
+    /// The thumbprint of the DPoP key it is bound to (`cnf.jkt`), if bound.
+    pub jkt: Option<String>,
     expires: Instant,
 }
 
@@ -268,6 +294,8 @@ struct RefreshToken {
     scopes: Vec<String>,
     family: u64,
     used: bool,
+    /// A token bound to a DPoP key is refreshed only with a proof of that key.
+    jkt: Option<String>,
 }
 
 #[derive(Debug)]
@@ -292,6 +320,14 @@ struct State {
     assertion_ids: HashSet<String>,
     counters: Counters,
     hits: Vec<ResourceHit>,
+    /// Every DPoP proof `jti` seen, at the token endpoint and the resources.
+    dpop_jtis: HashSet<String>,
+    /// The nonces the token endpoint and the resources demand (with `dpop_nonces`).
+    dpop_nonce_as: String,
+    dpop_nonce_rs: String,
+    /// The key the token being issued is bound to: set by the token endpoint from the
+    /// request's proof, taken by `issue`.
+    issuing_jkt: Option<String>,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -320,6 +356,8 @@ impl AuthServer {
     pub async fn start_with(knobs: Knobs) -> Self {
         let shared: Shared = Arc::new(Mutex::new(State {
             knobs,
+            dpop_nonce_as: format!("as-{}", random_token(9)),
+            dpop_nonce_rs: format!("rs-{}", random_token(9)),
             ..State::default()
         }));
         let handler_state = shared.clone();
@@ -392,6 +430,13 @@ impl AuthServer {
     /// Every access token issued so far.
     pub fn access_tokens(&self) -> Vec<String> {
         lock(&self.shared).access.keys().cloned().collect()
+    }
+
+    /// New DPoP nonces: the next proof with an old one is answered `use_dpop_nonce`.
+    pub fn rotate_dpop_nonces(&self) {
+        let mut state = lock(&self.shared);
+        state.dpop_nonce_as = format!("as-{}", random_token(9));
+        state.dpop_nonce_rs = format!("rs-{}", random_token(9));
     }
 
     /// Makes every access token issued so far expire now (the next call meets a 401).
@@ -531,6 +576,9 @@ fn metadata(state: &mut State, path: &str) -> Reply {
     });
     if knobs.registration_enabled {
         document["registration_endpoint"] = json!(format!("{issuer}/register"));
+    }
+    if knobs.dpop {
+        document["dpop_signing_alg_values_supported"] = json!(["ES256"]);
     }
     if path.contains("openid") {
         document["subject_types_supported"] = json!(["public"]);
@@ -906,6 +954,10 @@ fn token(state: &mut State, request: &HttpRequest) -> Reply {
         Ok(client) => client,
         Err(refusal) => return refusal,
     };
+    state.issuing_jkt = match dpop::token_request_proof(state, request) {
+        Ok(jkt) => jkt,
+        Err(refusal) => return refusal,
+    };
     let resource = form.get("resource").cloned();
     match grant.as_str() {
         "client_credentials" => {
@@ -993,6 +1045,15 @@ fn token(state: &mut State, request: &HttpRequest) -> Reply {
                     "the refresh token was issued to another client",
                 );
             }
+            let bound_to = state.refresh.get(&presented).and_then(|r| r.jkt.clone());
+            if bound_to.is_some() && bound_to != state.issuing_jkt {
+                return oauth_error(
+                    state,
+                    400,
+                    "invalid_grant",
+                    "the refresh token is bound to another DPoP key (RFC 9449 section 5)",
+                );
+            }
             if used {
                 // RFC 9700 section 4.14.2: a rotated-out token presented again means two
                 // holders; the whole family is revoked.
@@ -1073,6 +1134,7 @@ fn issue(
         .collect();
     let access_token = format!("{}{}", knobs.access_token_prefix, random_token(24));
     let ttl = knobs.access_ttl;
+    let jkt = state.issuing_jkt.take();
     state.access.insert(
         access_token.clone(),
         IssuedToken {
@@ -1080,6 +1142,7 @@ fn issue(
             audience: audience.clone(),
             scopes: scopes.clone(),
             grant: grant.into(),
+            jkt: jkt.clone(),
             expires: Instant::now() + ttl,
         },
     );
@@ -1090,7 +1153,7 @@ fn issue(
         .or_default() += 1;
     let mut answer = json!({
         "access_token": access_token,
-        "token_type": "Bearer",
+        "token_type": if jkt.is_some() { "DPoP" } else { "Bearer" },
         "expires_in": ttl.as_secs(),
     });
     if !scopes.is_empty() {
@@ -1116,6 +1179,7 @@ fn issue(
                         scopes,
                         family,
                         used: false,
+                        jkt,
                     },
                 );
                 token
@@ -1165,13 +1229,22 @@ fn protected_resource(
             }),
         );
     }
-    let bearer = request
+    let (scheme, bearer) = match request
         .header("authorization")
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_string);
+        .and_then(|v| v.split_once(' '))
+    {
+        Some((scheme, token))
+            if ["bearer", "dpop"].contains(&scheme.to_ascii_lowercase().as_str()) =>
+        {
+            (Some(scheme.to_string()), Some(token.trim().to_string()))
+        }
+        _ => (None, None),
+    };
     let scope = config.scopes.join(" ");
+    // A DPoP server challenges with the DPoP scheme (RFC 9449 section 7.1).
+    let challenge_scheme = if state.knobs.dpop { "DPoP" } else { "Bearer" };
     let challenge = |error: Option<&str>, scope: &str| {
-        let mut value = format!("Bearer resource_metadata=\"{metadata_url}\"");
+        let mut value = format!("{challenge_scheme} resource_metadata=\"{metadata_url}\"");
         if !scope.is_empty() {
             value.push_str(&format!(", scope=\"{scope}\""));
         }
@@ -1180,15 +1253,39 @@ fn protected_resource(
         }
         value
     };
+    let issued = bearer.as_ref().and_then(|b| state.access.get(b)).cloned();
+    let dpop = request.header("dpop").map(|proof| {
+        dpop::check(
+            Some(proof),
+            &request.method,
+            &config.resource,
+            bearer.as_deref(),
+            &mut state.dpop_jtis,
+        )
+    });
+    let dpop_seen = dpop
+        .as_ref()
+        .map(|d| d.as_ref().map(|p| p.jkt.clone()).map_err(Clone::clone));
     let record = |state: &mut State, status: u16| {
         state.hits.push(ResourceHit {
             resource: config.resource.clone(),
             method: format!("{} {}", request.method, request.target),
             bearer: bearer.clone(),
+            scheme: scheme.clone(),
+            dpop: dpop_seen.clone(),
             status,
         });
     };
-    let issued = bearer.as_ref().and_then(|b| state.access.get(b)).cloned();
+    if let Some(reply) = dpop::resource_proof_refusal(
+        &mut state,
+        issued.as_ref(),
+        scheme.as_deref(),
+        dpop.as_ref(),
+        &challenge(Some("invalid_dpop_proof"), &scope),
+    ) {
+        record(&mut state, status_of(&reply));
+        return reply;
+    }
     let refusal = match (&bearer, &issued) {
         (None, _) => Some(challenge(None, &scope)),
         (Some(_), None) => Some(challenge(Some("invalid_token"), &scope)),

@@ -15,6 +15,7 @@ use crate::delivery::Delivery;
 use crate::error::EgressError;
 use crate::exfiltration::carried_secrets;
 use crate::guard::{self, EgressPolicy, VettedTarget};
+use crate::oauth::dpop::{self, DpopKey};
 use crate::placement::{Credential, Placed, Placement};
 use crate::resolver::{Resolver, SystemResolver};
 use crate::scrub::{Scrubber, StreamScrub};
@@ -630,10 +631,10 @@ impl EgressClient {
         record.host = target.audit_host();
         record.path = target.url.path().to_string();
 
-        let secret = match &request.credential {
-            None => None,
+        let (secret, dpop_key) = match &request.credential {
+            None => (None, None),
             Some(credential) => match self.read_credential(credential).await {
-                Ok(value) => Some(value),
+                Ok((value, key)) => (Some(value), key),
                 Err(e) => {
                     return self
                         .finish(
@@ -690,7 +691,7 @@ impl EgressClient {
                 .await;
         }
         let answered = request.action;
-        let built = self.build(&request, &target, secret.as_ref());
+        let built = self.build(&request, &target, secret.as_ref(), dpop_key.as_ref());
         let http_request = match built {
             Ok(r) => r,
             Err(error) => {
@@ -773,6 +774,11 @@ impl EgressClient {
             }
             Driven::Done(Ok(t)) => {
                 tracing::debug!(host = %record.host, status = t.status, reason = ?record.reason, "outbound call answered");
+                if dpop_key.is_some()
+                    && let Some((_, nonce)) = t.headers.iter().find(|(n, _)| n == "dpop-nonce")
+                {
+                    self.vault.dpop_nonces.remember(&target.url, nonce);
+                }
                 let response = EgressResponse {
                     status: t.status,
                     headers: t.headers,
@@ -838,24 +844,25 @@ impl EgressClient {
     }
 
     /// Reads what a credential places: a stored secret, or the access token of an OAuth
-    /// grant the vault holds (M18).
+    /// grant the vault holds (M18) with the DPoP key it is bound to.
     async fn read_credential(
         &self,
         credential: &Credential,
-    ) -> Result<SecretValue, crate::error::VaultError> {
+    ) -> Result<(SecretValue, Option<DpopKey>), crate::error::VaultError> {
         match credential.placement {
             Placement::OAuth => self.vault.oauth_access_use(&credential.secret).await,
-            _ => self.vault.secret_use(&credential.secret).await,
+            _ => Ok((self.vault.secret_use(&credential.secret).await?, None)),
         }
     }
 
-    /// Builds the wire request: the caller's headers, the placed credential, the pinned
-    /// addresses, the total timeout.
+    /// Builds the wire request: the caller's headers, the placed credential (with its
+    /// DPoP proof when the token is bound), the pinned addresses, the total timeout.
     fn build(
         &self,
         request: &EgressRequest,
         target: &VettedTarget,
         secret: Option<&SecretValue>,
+        dpop_key: Option<&DpopKey>,
     ) -> Result<reqwest::Request, EgressError> {
         let mut url = target.url.clone();
         let mut headers = reqwest::header::HeaderMap::new();
@@ -891,6 +898,20 @@ impl EgressClient {
                 }
                 Placed::Query(name, value) => {
                     url.query_pairs_mut().append_pair(&name, &value);
+                }
+            }
+            // RFC 9449: a bound token goes with a fresh proof of its key for this request.
+            if let Some(key) = dpop_key {
+                let nonce = self.vault.dpop_nonces.get(&target.url);
+                let placed = dpop::wire_headers(
+                    key,
+                    request.method.as_str(),
+                    &target.url,
+                    secret,
+                    nonce.as_deref(),
+                )?;
+                for (name, value) in placed {
+                    headers.insert(name, value);
                 }
             }
         }

@@ -30,7 +30,8 @@ pub enum Placement {
     },
     /// V3, M18: `Authorization: Bearer <access token>`, where the credential names an OAuth
     /// token the vault obtained and keeps sealed (`oauth.<hash>`, see [`crate::oauth`]);
-    /// the token itself never leaves the vault except on this header.
+    /// the token itself never leaves the vault except on this header. A DPoP-bound token
+    /// goes as `Authorization: DPoP <access token>` with a fresh `DPoP` proof (RFC 9449).
     OAuth,
 }
 
@@ -49,7 +50,7 @@ pub(crate) enum Placed {
     Query(String, Zeroizing<String>),
 }
 
-fn header_value(name: &str, bytes: &[u8]) -> Result<HeaderValue, EgressError> {
+pub(crate) fn header_value(name: &str, bytes: &[u8]) -> Result<HeaderValue, EgressError> {
     // V3: CR, LF and other control bytes would split or smuggle headers.
     if bytes
         .iter()

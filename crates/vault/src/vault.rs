@@ -35,6 +35,8 @@ pub struct Vault {
     /// This open created the audit key: the store was new to the vault.
     pub(crate) fresh_key: bool,
     secrets: SecretIndex,
+    /// The DPoP nonces servers gave this process (RFC 9449), by origin.
+    pub(crate) dpop_nonces: crate::oauth::dpop::Nonces,
 }
 
 impl std::fmt::Debug for Vault {
@@ -126,6 +128,7 @@ impl Vault {
             writer,
             fresh_key,
             secrets: SecretIndex::default(),
+            dpop_nonces: Default::default(),
         })
     }
 

@@ -106,7 +106,7 @@ impl<'a> ServerStatus<'a> {
             None => "-".into(),
         };
         format!(
-            "  {}: grant {}, issuer {}, scopes [{}], client {}{}, access token {}, refresh token {}, expires {}",
+            "  {}: grant {}, issuer {}, scopes [{}], client {}{}, access token {}{}, refresh token {}, expires {}",
             self.server,
             s.grant,
             s.issuer.as_deref().unwrap_or("(not discovered)"),
@@ -114,6 +114,10 @@ impl<'a> ServerStatus<'a> {
             s.client_id.as_deref().unwrap_or("-"),
             if s.registered { " (registered)" } else { "" },
             if s.access_token { "held" } else { "none" },
+            match &s.dpop_jkt {
+                Some(jkt) => format!(" (DPoP-bound, key {jkt})"),
+                None => String::new(),
+            },
             if s.refresh_token { "held" } else { "none" },
             expires
         )

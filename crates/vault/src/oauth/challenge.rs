@@ -1,4 +1,5 @@
-//! The `WWW-Authenticate: Bearer ...` challenge of a 401 or 403 (RFC 6750 §3, RFC 9728 §5.1).
+//! The `WWW-Authenticate: Bearer ...` challenge of a 401 or 403 (RFC 6750 §3, RFC 9728 §5.1),
+//! and its `DPoP ...` twin (RFC 9449 §7.1).
 
 /// What a resource server's Bearer challenge says, as far as the client acts on it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,19 +43,25 @@ impl Challenge {
     }
 }
 
-/// The parameters after `Bearer`, when a Bearer challenge is present.
+/// The parameters after `Bearer` (or `DPoP`, RFC 9449 §7.1, which carries the same
+/// parameters), when such a challenge is present.
 fn bearer_params(header: &str) -> Option<&str> {
     let trimmed = header.trim_start();
-    let (scheme, rest) = trimmed.split_once(|c: char| c.is_ascii_whitespace())?;
-    if scheme.eq_ignore_ascii_case("bearer") {
-        Some(rest)
-    } else if trimmed.eq_ignore_ascii_case("bearer") {
-        Some("")
-    } else {
-        // Several challenges in one header: find the Bearer one.
-        let at = trimmed.to_ascii_lowercase().find(", bearer ")?;
-        Some(&trimmed[at + ", bearer ".len()..])
+    let is_ours =
+        |scheme: &str| scheme.eq_ignore_ascii_case("bearer") || scheme.eq_ignore_ascii_case("dpop");
+    let (scheme, rest) = trimmed
+        .split_once(|c: char| c.is_ascii_whitespace())
+        .unwrap_or((trimmed, ""));
+    if is_ours(scheme) {
+        return Some(rest);
     }
+    // Several challenges in one header: find the first Bearer or DPoP one.
+    let lower = trimmed.to_ascii_lowercase();
+    [", bearer ", ", dpop "]
+        .iter()
+        .filter_map(|needle| lower.find(needle).map(|at| at + needle.len()))
+        .min()
+        .map(|at| &trimmed[at..])
 }
 
 /// `name=value` or `name="quoted \" value"` pairs, comma-separated.
@@ -128,5 +135,19 @@ mod tests {
         assert_eq!(found.scope, Some(vec!["a\"b".to_string()]));
         assert_eq!(Challenge::parse("Basic realm=\"x\""), Challenge::default());
         assert_eq!(Challenge::parse("Bearer"), Challenge::default());
+    }
+
+    #[test]
+    fn a_dpop_challenge_is_read_like_a_bearer_one() {
+        let found = Challenge::parse(
+            r#"DPoP error="use_dpop_nonce", resource_metadata="http://127.0.0.1:9/prm""#,
+        );
+        assert_eq!(found.error.as_deref(), Some("use_dpop_nonce"));
+        assert_eq!(
+            found.resource_metadata.as_deref(),
+            Some("http://127.0.0.1:9/prm")
+        );
+        let both = Challenge::parse(r#"Basic realm="x", DPoP algs="ES256", scope="a""#);
+        assert_eq!(both.scope, Some(vec!["a".to_string()]));
     }
 }

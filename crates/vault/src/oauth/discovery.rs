@@ -28,6 +28,8 @@ pub(crate) struct ServerMetadata {
     pub(crate) client_id_metadata_document_supported: bool,
     #[serde(default)]
     pub(crate) authorization_response_iss_parameter_supported: bool,
+    /// RFC 9449 §5.1: the algorithms the server takes DPoP proofs in.
+    pub(crate) dpop_signing_alg_values_supported: Option<Vec<String>>,
 }
 
 /// `scheme://host[:port]` of a URL.

@@ -14,6 +14,7 @@
 mod challenge;
 mod crypto;
 mod discovery;
+pub(crate) mod dpop;
 mod loopback;
 
 use std::sync::Arc;
@@ -149,6 +150,9 @@ pub struct OAuthSettings {
     pub client_metadata_url: Option<String>,
     /// Scopes to ask for when the server's challenge names none.
     pub scopes: Vec<String>,
+    /// Bind tokens to a DPoP key (RFC 9449): `None` when the authorization server offers
+    /// ES256 proofs, `Some(true)` always, `Some(false)` never.
+    pub dpop: Option<bool>,
 }
 
 impl OAuthSettings {
@@ -163,6 +167,7 @@ impl OAuthSettings {
             signing_alg: SigningAlg::default(),
             client_metadata_url: None,
             scopes: Vec::new(),
+            dpop: None,
         }
     }
 }
@@ -196,6 +201,9 @@ pub struct OAuthStatus {
     pub refresh_token: bool,
     /// When the access token expires, Unix milliseconds, when the server said.
     pub expires_at_ms: Option<i64>,
+    /// Set when the held token is DPoP-bound (RFC 9449): the thumbprint of its key
+    /// (RFC 7638, public; the private key stays sealed in the vault).
+    pub dpop_jkt: Option<String>,
 }
 
 /// A held token as a credential to place, and when it was obtained (so a 401 can tell
@@ -333,6 +341,10 @@ struct TokenRecord {
     refresh_token: Option<String>,
     expires_at_ms: Option<i64>,
     obtained_ms: i64,
+    /// The DPoP key the token is bound to, in [`dpop::DpopKey::sealed_form`]; `None` for
+    /// a bearer token.
+    #[serde(default)]
+    dpop_key: Option<String>,
 }
 
 impl TokenRecord {
@@ -422,12 +434,13 @@ fn one_line(text: &str) -> String {
 }
 
 impl Vault {
-    /// The access token of an OAuth token record, for placement at the wire only
-    /// ([`Placement::OAuth`]). Reads no record outside the token namespace.
+    /// The access token of an OAuth token record and the DPoP key it is bound to, for
+    /// placement at the wire only ([`Placement::OAuth`]). Reads no record outside the
+    /// token namespace.
     pub(crate) async fn oauth_access_use(
         &self,
         name: &SecretName,
-    ) -> Result<SecretValue, VaultError> {
+    ) -> Result<(SecretValue, Option<dpop::DpopKey>), VaultError> {
         let not_found = || VaultError::SecretNotFound {
             name: name.to_string(),
         };
@@ -439,7 +452,16 @@ impl Vault {
             .await?
             .ok_or_else(not_found)?;
         let record: TokenRecord = serde_json::from_slice(&bytes).map_err(|_| not_found())?;
-        Ok(SecretValue::new(record.access_token.as_bytes().to_vec()))
+        let key = match &record.dpop_key {
+            // A bound token whose key cannot be read is not sent at all: without a proof
+            // the server would refuse it anyway.
+            Some(sealed) => Some(dpop::DpopKey::from_sealed_form(sealed).ok_or_else(not_found)?),
+            None => None,
+        };
+        Ok((
+            SecretValue::new(record.access_token.as_bytes().to_vec()),
+            key,
+        ))
     }
 }
 
@@ -677,6 +699,7 @@ impl OAuthClient {
             access_token: false,
             refresh_token: false,
             expires_at_ms: None,
+            dpop_jkt: None,
         };
         if let Some(binding) = self.load_binding().await? {
             status.issuer = Some(binding.metadata.issuer.clone());
@@ -688,6 +711,11 @@ impl OAuthClient {
                 status.access_token = true;
                 status.refresh_token = token.refresh_token.is_some();
                 status.expires_at_ms = token.expires_at_ms;
+                status.dpop_jkt = token
+                    .dpop_key
+                    .as_deref()
+                    .and_then(dpop::DpopKey::from_sealed_form)
+                    .map(|key| key.thumbprint());
             }
         }
         Ok(status)
@@ -777,8 +805,20 @@ impl OAuthClient {
             });
         };
         form.push(("resource", binding.resource.clone()));
+        // A bound token is renewed with the key it is bound to (RFC 9449 §5).
+        let key = token
+            .dpop_key
+            .as_deref()
+            .and_then(dpop::DpopKey::from_sealed_form);
         let mut fresh = self
-            .token_request(&binding.metadata, &binding.identity, form, grant, signal)
+            .token_request_bound(
+                &binding.metadata,
+                &binding.identity,
+                form,
+                grant,
+                key.as_ref(),
+                signal,
+            )
             .await?;
         // A server that does not rotate keeps the refresh token it gave before.
         if fresh.refresh_token.is_none() {
@@ -804,6 +844,7 @@ impl OAuthClient {
             .or_else(|| found.scopes_supported.clone())
             .unwrap_or_default();
         let previous = self.load_binding().await?;
+        let key = self.dpop_key_for(&found.metadata)?;
         let (identity, token) = match self.settings.grant {
             Grant::ClientCredentials => {
                 let identity = self.configured_identity(&found.metadata)?;
@@ -814,11 +855,12 @@ impl OAuthClient {
                 }
                 form.push(("resource", found.resource.clone()));
                 let token = self
-                    .token_request(
+                    .token_request_bound(
                         &found.metadata,
                         &identity,
                         form,
                         "client_credentials",
+                        key.as_ref(),
                         signal,
                     )
                     .await?;
@@ -836,7 +878,7 @@ impl OAuthClient {
                 {
                     scopes.push("offline_access".into());
                 }
-                self.authorization_code(&found, &scopes, previous.as_ref(), signal)
+                self.authorization_code(&found, &scopes, previous.as_ref(), key.as_ref(), signal)
                     .await?
             }
         };
@@ -1022,6 +1064,7 @@ impl OAuthClient {
                 code_challenge_methods_supported: None,
                 client_id_metadata_document_supported: false,
                 authorization_response_iss_parameter_supported: false,
+                dpop_signing_alg_values_supported: None,
             },
         };
         Ok(Discovered {
@@ -1063,6 +1106,7 @@ impl OAuthClient {
         found: &Discovered,
         scopes: &[String],
         previous: Option<&Binding>,
+        key: Option<&dpop::DpopKey>,
         signal: Option<&dyn CancellationSignal>,
     ) -> Result<(Identity, TokenRecord), OAuthError> {
         let Some(prompt) = self.prompt.clone() else {
@@ -1205,7 +1249,7 @@ impl OAuthClient {
             ("resource", found.resource.clone()),
         ];
         let token = self
-            .token_request(metadata, &identity, form, "authorization_code", signal)
+            .token_request_bound(metadata, &identity, form, "authorization_code", key, signal)
             .await?;
         Ok((identity, token))
     }
@@ -1308,13 +1352,31 @@ impl OAuthClient {
             .map_err(|e| self.vault_error(e))
     }
 
-    /// One POST to the token endpoint with the client's authentication.
+    /// One POST to the token endpoint with the client's authentication, for a bearer token.
+    // Kept for grants that never bind their tokens; the grants of this file go through
+    // `token_request_bound`, which binds where DPoP is used.
+    #[allow(dead_code)]
     async fn token_request(
+        &self,
+        metadata: &ServerMetadata,
+        identity: &Identity,
+        form: Vec<(&str, String)>,
+        grant: &'static str,
+        signal: Option<&dyn CancellationSignal>,
+    ) -> Result<TokenRecord, OAuthError> {
+        self.token_request_bound(metadata, identity, form, grant, None, signal)
+            .await
+    }
+
+    /// One POST to the token endpoint with the client's authentication; with a DPoP key,
+    /// a proof of it rides along and the token comes back bound to it (RFC 9449 §5).
+    async fn token_request_bound(
         &self,
         metadata: &ServerMetadata,
         identity: &Identity,
         mut form: Vec<(&str, String)>,
         grant: &'static str,
+        key: Option<&dpop::DpopKey>,
         signal: Option<&dyn CancellationSignal>,
     ) -> Result<TokenRecord, OAuthError> {
         let method = AuthMethod::parse(&identity.auth_method).unwrap_or(AuthMethod::None);
@@ -1383,22 +1445,28 @@ impl OAuthClient {
         for (_, value) in form.iter_mut() {
             value.zeroize();
         }
-        let mut request = EgressRequest::new(Method::Post, metadata.token_endpoint.clone())
-            .header("content-type", "application/x-www-form-urlencoded")
-            .header("accept", "application/json")
-            .body(body.as_bytes().to_vec())
-            .timeout(REQUEST_TIMEOUT)
-            .max_response_bytes(MAX_BODY)
-            .actor("oauth")
-            .reason(format!("oauth {} token {grant}", self.server))
-            .audit_action(action::OAUTH_TOKEN);
-        if let Some(basic) = &basic {
-            request = request.header("authorization", basic.to_string());
-        }
-        if let Some(name) = &carries {
-            request = request.carries_secret(name);
-        }
-        let response = self.send(request, "token", signal).await?;
+        let request = || {
+            let mut request = EgressRequest::new(Method::Post, metadata.token_endpoint.clone())
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("accept", "application/json")
+                .body(body.as_bytes().to_vec())
+                .timeout(REQUEST_TIMEOUT)
+                .max_response_bytes(MAX_BODY)
+                .actor("oauth")
+                .reason(format!("oauth {} token {grant}", self.server))
+                .audit_action(action::OAUTH_TOKEN);
+            if let Some(basic) = &basic {
+                request = request.header("authorization", basic.to_string());
+            }
+            if let Some(name) = &carries {
+                request = request.carries_secret(name);
+            }
+            request
+        };
+        let response = match key {
+            None => self.send(request(), "token", signal).await?,
+            Some(key) => self.send_with_proof(metadata, key, request, signal).await?,
+        };
         let body = Zeroizing::new(response.body);
         if !(200..300).contains(&response.status) {
             let (error, description) = match serde_json::from_slice::<TokenErrorResponse>(&body) {
@@ -1422,16 +1490,29 @@ impl OAuthClient {
                 error: "the token response is not the JSON RFC 6749 §5.1 describes".into(),
                 description: None,
             })?;
-        if let Some(kind) = &answer.token_type
-            && !kind.eq_ignore_ascii_case("bearer")
-        {
-            return Err(OAuthError::TokenRefused {
-                server: self.server.clone(),
-                grant,
-                error: format!("the token type is {}, not Bearer", one_line(kind)),
-                description: None,
-            });
-        }
+        // Asked with a proof, the token is bound unless the server says Bearer (RFC 9449
+        // §5: then it is a plain bearer token); asked without, only Bearer will do.
+        let bound = match (answer.token_type.as_deref(), key) {
+            (Some(kind), Some(_)) if kind.eq_ignore_ascii_case(dpop::SCHEME) => true,
+            (None, _) => false,
+            (Some(kind), _) if kind.eq_ignore_ascii_case("bearer") => false,
+            (Some(kind), _) => {
+                return Err(OAuthError::TokenRefused {
+                    server: self.server.clone(),
+                    grant,
+                    error: format!(
+                        "the token type is {}, not {}",
+                        one_line(kind),
+                        if key.is_some() {
+                            "DPoP or Bearer"
+                        } else {
+                            "Bearer"
+                        }
+                    ),
+                    description: None,
+                });
+            }
+        };
         let now = now_ms();
         Ok(TokenRecord {
             access_token: answer.access_token.clone(),
@@ -1440,6 +1521,7 @@ impl OAuthClient {
                 .expires_in
                 .map(|s| now.saturating_add((s.min(10 * 365 * 86_400) * 1000) as i64)),
             obtained_ms: now,
+            dpop_key: key.filter(|_| bound).map(dpop::DpopKey::sealed_form),
         })
     }
 }
@@ -1487,6 +1569,7 @@ mod tests {
             refresh_token: None,
             expires_at_ms,
             obtained_ms,
+            dpop_key: None,
         }
     }
 

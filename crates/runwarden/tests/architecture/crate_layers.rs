@@ -21,60 +21,21 @@ const LAYERS: [&[&str]; 7] = [
     &["runwarden"],
 ];
 
-/// Dev-dependencies that point up a layer: (crate, dependency, why). Each one is a loop
-/// in the graph cargo builds for that crate's tests, so the structure work aims to remove
-/// them; until then each is named here.
+/// Dev-dependencies that point up a layer: (crate, dependency, why). All but the last close
+/// a loop in the graph cargo builds for the crate's tests (`testkit` itself depends on the
+/// SQLite store), so the structure work aims to remove them; until then each is named here.
+#[rustfmt::skip]
 const UPWARD_DEV_DEPENDENCIES: [(&str, &str, &str); 10] = [
-    (
-        "vault",
-        "store-sqlite",
-        "the vault's tests run over the real SQLite store",
-    ),
-    (
-        "vault",
-        "testkit",
-        "test servers, and a vault over the SQLite store",
-    ),
-    (
-        "mcp",
-        "store-sqlite",
-        "the liveness test keeps the client's state in a real SQLite file",
-    ),
-    (
-        "mcp",
-        "testkit",
-        "the Python peer and real HTTP servers for the client's tests",
-    ),
-    (
-        "models",
-        "store-sqlite",
-        "unused directly: SQLite comes through testkit's loopback_vault",
-    ),
-    (
-        "models",
-        "testkit",
-        "real HTTP servers and llama.cpp for the providers' tests",
-    ),
-    (
-        "runtime",
-        "store-sqlite",
-        "the runtime's tests run durable runs on SQLite",
-    ),
-    (
-        "runtime",
-        "store-postgres",
-        "the decision_latency bench's second node",
-    ),
-    (
-        "runtime",
-        "testkit",
-        "test servers for the runs' tools and models",
-    ),
-    (
-        "store-postgres",
-        "testkit",
-        "its own PostgreSQL cluster (TempCluster)",
-    ),
+    ("vault", "store-sqlite", "the vault's tests run over the real SQLite store"),
+    ("vault", "testkit", "test servers, and a vault over the SQLite store"),
+    ("mcp", "store-sqlite", "the liveness test keeps the client's state in a SQLite file"),
+    ("mcp", "testkit", "the Python peer and real HTTP servers for the client's tests"),
+    ("models", "store-sqlite", "unused directly: SQLite comes through testkit's loopback_vault"),
+    ("models", "testkit", "real HTTP servers and llama.cpp for the providers' tests"),
+    ("runtime", "store-sqlite", "the runtime's tests run durable runs on SQLite"),
+    ("runtime", "store-postgres", "the decision_latency bench's second node"),
+    ("runtime", "testkit", "test servers for the runs' tools and models"),
+    ("store-postgres", "testkit", "its own PostgreSQL cluster (TempCluster), timing figures"),
 ];
 
 fn layer(krate: &str) -> usize {

@@ -4,10 +4,10 @@
 //! `pub use executor::Observer`). A circle is a strongly connected set of two or more
 //! modules. The count may only fall: the structure work lowers `CEILING` as it breaks them.
 //!
-//! A line scan, not a parser (see `rust_source.rs`). Its limits: names a glob import
-//! (`use crate::x::*`) brings in are not followed; `super::` inside an inline non-test
-//! module (`vault/src/audit.rs`'s `mod action`) is read as if at the file's level; paths
-//! made by macros are not seen. Each can only hide an edge, never invent one.
+//! A text scan, not a parser (see `rust_source.rs`). Its limits: names a glob import
+//! (`use crate::x::*`) brings in are not followed, and paths made by macros are not seen
+//! (both can only hide an edge); `super::` inside an inline non-test module is read as if
+//! at the file's level (the one such module, `vault/src/audit.rs`'s `mod action`, has none).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -4,8 +4,30 @@
 
 use std::path::{Path, PathBuf};
 
+mod crate_layers;
+mod import_circles;
+mod rust_source;
+mod sizes;
+
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Each crate's name (its folder under `crates/`) and its `src/` folder, in name order.
+fn crate_sources() -> Vec<(String, PathBuf)> {
+    let mut crates: Vec<(String, PathBuf)> = std::fs::read_dir(workspace().join("crates"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.join("src").is_dir())
+        .map(|path| {
+            (
+                path.file_name().unwrap().to_string_lossy().into_owned(),
+                path.join("src"),
+            )
+        })
+        .collect();
+    crates.sort();
+    crates
 }
 
 /// The names in a crate's `[dependencies]` table (not dev- or build-dependencies).

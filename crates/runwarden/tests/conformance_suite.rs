@@ -144,20 +144,8 @@ impl Suite {
 /// scenario follows the rule below (the 0.2.0 ones tagged only 2026-07-28 run their MCP
 /// server at that revision, which M19 brings).
 const AUTH_NOT_REQUIRED: &[(&str, &str)] = &[
-    (
-        "auth/cross-app-access-complete-flow",
-        "SEP-990 token exchange with an enterprise IdP: not built",
-    ),
-    (
-        "auth/enterprise-managed-authorization",
-        "SEP-990 token exchange with an enterprise IdP: not built",
-    ),
     ("auth/dpop", "DPoP-bound tokens (RFC 9449): not built"),
     ("auth/dpop-nonce", "DPoP-bound tokens (RFC 9449): not built"),
-    (
-        "auth/wif-jwt-bearer",
-        "workload identity federation (RFC 7523 JWT bearer grant): not built",
-    ),
 ];
 
 /// Required: every scenario of both suites, at both revisions, but the OAuth extensions in

@@ -32,13 +32,13 @@ fn lookup_then_answer(server: &str) -> Value {
 }
 
 /// `[mcp.servers.NAME]` at `url` with `auth = { oauth = { OAUTH } }`.
-fn server_toml(name: &str, url: &str, oauth: &str) -> String {
+pub(crate) fn server_toml(name: &str, url: &str, oauth: &str) -> String {
     format!("\n[mcp.servers.{name}]\nurl = \"{url}\"\nauth = {{ oauth = {{ {oauth} }} }}\n")
 }
 
 /// An initialised sandbox that admits 127.0.0.1 (only: every other address stays behind
 /// the egress guard), with `servers` appended and agent `a` replaying a lookup on `srv`.
-fn sandbox(servers: &str) -> Arc<Sandbox> {
+pub(crate) fn sandbox(servers: &str) -> Arc<Sandbox> {
     let sandbox = Sandbox::initialised();
     sandbox.allow_loopback();
     sandbox.append_config(&format!(
@@ -53,7 +53,7 @@ fn sandbox(servers: &str) -> Arc<Sandbox> {
 }
 
 /// An authorization server with `knobs`, and an MCP server (one tool, `lookup`) behind it.
-async fn servers(knobs: Knobs) -> (AuthServer, ProtectedResource) {
+pub(crate) async fn servers(knobs: Knobs) -> (AuthServer, ProtectedResource) {
     let auth = AuthServer::start_with(knobs).await;
     let resource = auth
         .protect("/mcp", SCOPES, mcp_handler(vec![tool("lookup")], &[]))
@@ -62,7 +62,7 @@ async fn servers(knobs: Knobs) -> (AuthServer, ProtectedResource) {
 }
 
 /// `mcp call srv srv__lookup`, which must succeed and show the tool's answer.
-async fn lookup(sandbox: &Arc<Sandbox>) -> Output {
+pub(crate) async fn lookup(sandbox: &Arc<Sandbox>) -> Output {
     runwarden(
         sandbox,
         &[
@@ -80,7 +80,7 @@ async fn lookup(sandbox: &Arc<Sandbox>) -> Output {
 }
 
 /// `--json mcp auth status`: what the vault holds for `srv`.
-async fn auth_status(sandbox: &Arc<Sandbox>) -> (Output, Value) {
+pub(crate) async fn auth_status(sandbox: &Arc<Sandbox>) -> (Output, Value) {
     let out = runwarden(sandbox, &["--json", "mcp", "auth", "status"])
         .await
         .ok();
@@ -94,7 +94,7 @@ async fn auth_status(sandbox: &Arc<Sandbox>) -> (Output, Value) {
 /// Asserts every request that reached `resource` with a bearer carried a token the
 /// authorization server bound to that resource (RFC 8707), and that some did.
 #[track_caller]
-fn only_its_own_tokens_reached(auth: &AuthServer, resource: &ProtectedResource) {
+pub(crate) fn only_its_own_tokens_reached(auth: &AuthServer, resource: &ProtectedResource) {
     let hits = auth.hits_on(&resource.resource);
     let with_bearer: Vec<_> = hits.iter().filter(|h| h.bearer.is_some()).collect();
     assert!(!with_bearer.is_empty(), "no authorized request: {hits:#?}");
@@ -190,7 +190,7 @@ type Secret = (&'static str, String);
 /// A change that makes the servers' metadata lie.
 type Lie = fn(&mut Knobs);
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+pub(crate) fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 

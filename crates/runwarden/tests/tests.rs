@@ -29,6 +29,7 @@ mod metrics;
 mod mrtr;
 mod nodes;
 mod oauth;
+mod oauth_assertion;
 mod operator_cli;
 mod os_faults;
 mod pg_faults;

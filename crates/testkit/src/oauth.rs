@@ -3,7 +3,9 @@
 //! the interface: RFC 8414 and OpenID discovery, RFC 9728 protected resource metadata,
 //! RFC 7591 dynamic registration, PKCE S256, RFC 9207 `iss`, RFC 8707 resource indicators,
 //! client credentials with `client_secret_basic`, `client_secret_post` and
-//! `private_key_jwt` (RFC 7523), and refresh tokens that rotate, with reuse detected.
+//! `private_key_jwt` (RFC 7523), refresh tokens that rotate, with reuse detected, and the
+//! JWT bearer grant (RFC 7523) of assertions from issuers it trusts, ID-JAGs included
+//! (`jwt_grant.rs`).
 //!
 //! The authorization endpoint approves at once and redirects, so a plain HTTP client that
 //! follows redirects completes a login. [`Knobs`] make the server misbehave on purpose, and
@@ -213,6 +215,8 @@ pub struct Counters {
     /// Every error the token, authorization and registration endpoints answered, as
     /// `error: description`, in order: what a failing test prints.
     pub errors: Vec<String>,
+    /// The `sub` of every JWT bearer assertion the token endpoint accepted, in order.
+    pub assertion_subjects: Vec<String>,
 }
 
 impl Counters {
@@ -280,8 +284,8 @@ struct Code {
 }
 
 #[derive(Debug, Default)]
-struct State {
-    issuer: String,
+pub(crate) struct State {
+    pub(crate) issuer: String,
     knobs: Knobs,
     clients: HashMap<String, ClientSpec>,
     codes: HashMap<String, Code>,
@@ -289,9 +293,11 @@ struct State {
     refresh: HashMap<String, RefreshToken>,
     revoked_families: HashSet<u64>,
     next_family: u64,
-    assertion_ids: HashSet<String>,
-    counters: Counters,
+    pub(crate) assertion_ids: HashSet<String>,
+    pub(crate) counters: Counters,
     hits: Vec<ResourceHit>,
+    /// The JWT bearer grant: issuer to its public keys (JWKs).
+    pub(crate) trusted_issuers: HashMap<String, Vec<Value>>,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -347,6 +353,16 @@ impl AuthServer {
     /// Changes the knobs; the next request sees the change.
     pub fn knobs(&self, change: impl FnOnce(&mut Knobs)) {
         change(&mut lock(&self.shared).knobs);
+    }
+
+    /// Accepts JWT bearer assertions (RFC 7523) that `issuer` signs with `jwk`: a
+    /// workload identity issuer, or an identity provider's ID-JAGs.
+    pub fn trust_issuer(&self, issuer: &str, jwk: Value) {
+        lock(&self.shared)
+            .trusted_issuers
+            .entry(issuer.into())
+            .or_default()
+            .push(jwk);
     }
 
     /// Pre-registers a client.
@@ -463,7 +479,7 @@ pub fn pkce_challenge(verifier: &str) -> String {
     URL_SAFE_NO_PAD.encode(digest.as_ref())
 }
 
-fn json_reply(status: u16, body: Value) -> Reply {
+pub(crate) fn json_reply(status: u16, body: Value) -> Reply {
     Reply::typed(status, "application/json", body.to_string())
         .with_header("cache-control", "no-store")
 }
@@ -479,7 +495,7 @@ fn path_of(target: &str) -> &str {
     target.split_once('?').map(|(p, _)| p).unwrap_or(target)
 }
 
-fn scopes_of(text: Option<&String>) -> Vec<String> {
+pub(crate) fn scopes_of(text: Option<&String>) -> Vec<String> {
     text.map(|s| s.split_whitespace().map(str::to_string).collect())
         .unwrap_or_default()
 }
@@ -521,7 +537,8 @@ fn metadata(state: &mut State, path: &str) -> Reply {
             .unwrap_or_else(|| format!("{issuer}/token")),
         "response_types_supported": ["code"],
         "response_modes_supported": ["query"],
-        "grant_types_supported": ["authorization_code", "client_credentials", "refresh_token"],
+        "grant_types_supported": ["authorization_code", "client_credentials", "refresh_token",
+            crate::jwt_grant::JWT_BEARER_GRANT],
         "code_challenge_methods_supported": ["S256"],
         "token_endpoint_auth_methods_supported":
             ["none", "client_secret_basic", "client_secret_post", "private_key_jwt"],
@@ -540,7 +557,7 @@ fn metadata(state: &mut State, path: &str) -> Reply {
     json_reply(200, document)
 }
 
-fn oauth_error(state: &mut State, status: u16, error: &str, description: &str) -> Reply {
+pub(crate) fn oauth_error(state: &mut State, status: u16, error: &str, description: &str) -> Reply {
     state
         .counters
         .errors
@@ -1046,6 +1063,9 @@ fn token(state: &mut State, request: &HttpRequest) -> Reply {
                 delay => Reply::Delayed(delay, Box::new(answer)),
             }
         }
+        crate::jwt_grant::JWT_BEARER_GRANT => {
+            crate::jwt_grant::jwt_bearer(state, &client.client_id, &form)
+        }
         _ => oauth_error(
             state,
             400,
@@ -1057,7 +1077,7 @@ fn token(state: &mut State, request: &HttpRequest) -> Reply {
 
 /// Issues an access token (and a refresh token when `with_refresh`). `family` carries a
 /// refresh's family and, without rotation, the refresh token to answer again.
-fn issue(
+pub(crate) fn issue(
     state: &mut State,
     grant: &str,
     client_id: &str,

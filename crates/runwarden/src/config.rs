@@ -76,6 +76,9 @@ timeout_seconds = 30
 #                                      # header = "X-Api-Key" (and prefix); "query" with param
 # auth = { oauth = { grant = "client_credentials", client_id = "agent", client_secret = "tickets-client" } }
 #                                      # or grant = "authorization_code" and `runwarden mcp login`
+#                                      # or grant = "jwt_bearer" with assertion_file (or
+#                                      # assertion_command); or grant = "cross_app_access" with
+#                                      # id_token_file, idp_token_endpoint, idp_client_id
 # effect = "non_idempotent_write"      # the default; or "idempotent_write", "read_only"
 # timeout_seconds = 20                 # one budget per operation, spent across its legs (at least 1)
 # max_response_bytes = 2097152         # a longer answer is refused, its size named

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use zeroize::{Zeroize, ZeroizeOnDrop, Zeroizing};
 
 use super::assertion::looks_like_jwt;
-use super::jwt_bearer::AssertionLeg;
+use super::jwt_bearer::{AssertionLeg, withheld_if_quoting};
 use super::{
     MAX_BODY, OAuthClient, OAuthError, REQUEST_TIMEOUT, TokenErrorResponse, basic_authorization,
     one_line,
@@ -131,8 +131,8 @@ impl OAuthClient {
         let failed = |error: String, description: Option<String>| OAuthError::AssertionRefused {
             server: self.server.clone(),
             leg: AssertionLeg::IdentityProvider,
-            error,
-            description,
+            error: withheld_if_quoting(error, id_token),
+            description: description.map(|d| withheld_if_quoting(d, id_token)),
         };
         if !(200..300).contains(&response.status) {
             return Err(match serde_json::from_slice::<TokenErrorResponse>(&body) {

@@ -122,7 +122,6 @@ impl OAuthClient {
             )
         };
         let form = jwt_bearer_form(&assertion, scopes, resource);
-        drop(assertion);
         self.token_request(metadata, identity, form, "jwt_bearer", signal)
             .await
             .map_err(|error| match error {
@@ -134,8 +133,8 @@ impl OAuthClient {
                 } => OAuthError::AssertionRefused {
                     server,
                     leg,
-                    error,
-                    description,
+                    error: withheld_if_quoting(error, &assertion),
+                    description: description.map(|d| withheld_if_quoting(d, &assertion)),
                 },
                 error => error,
             })
@@ -173,9 +172,40 @@ impl OAuthClient {
     }
 }
 
+/// `text` from a server, unless it quotes a part of `jwt` (a server that echoes the
+/// assertion it refused would put it in our error): then a note that it was withheld.
+pub(super) fn withheld_if_quoting(text: String, jwt: &str) -> String {
+    let quotes = jwt
+        .split('.')
+        .filter(|part| part.len() >= 16)
+        .any(|part| text.contains(&part[..16]));
+    if quotes {
+        "[withheld: the answer quoted the JWT]".into()
+    } else {
+        text
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_text_that_quotes_the_jwt_is_withheld() {
+        let jwt =
+            "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJzaWdpbC13b3JrbG9hZCJ9.c2lnbmF0dXJlLXNpZ2lsLTRlOGE";
+        let cut = format!("bad assertion {}", &jwt[..60]);
+        assert_eq!(
+            withheld_if_quoting(cut, jwt),
+            "[withheld: the answer quoted the JWT]"
+        );
+        let signature = format!("signature {} invalid", jwt.rsplit('.').next().unwrap());
+        assert!(withheld_if_quoting(signature, jwt).starts_with("[withheld"));
+        assert_eq!(
+            withheld_if_quoting("the assertion has expired".into(), jwt),
+            "the assertion has expired"
+        );
+    }
 
     #[test]
     fn the_jwt_bearer_form_carries_the_assertion_scopes_and_resource() {

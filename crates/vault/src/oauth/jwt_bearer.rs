@@ -6,8 +6,6 @@
 //! Neither grant is retried with the same assertion after a refusal, nor replaced by
 //! another grant: the refusal reaches the caller, naming the leg that failed.
 
-use std::time::Duration;
-
 use zeroize::Zeroizing;
 
 use super::assertion::{ASSERTION_COMMAND_TIMEOUT, Problem};
@@ -155,9 +153,8 @@ impl OAuthClient {
                 ),
             });
         };
-        let limit: Duration = ASSERTION_COMMAND_TIMEOUT;
         source
-            .read(what, limit, signal)
+            .read(what, ASSERTION_COMMAND_TIMEOUT, signal)
             .await
             .map_err(|problem| match problem {
                 Problem::Cancelled => OAuthError::Cancelled {

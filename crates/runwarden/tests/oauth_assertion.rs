@@ -7,6 +7,7 @@
 //! a refusal names its leg and is not retried.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use runwarden_testkit::{
     AuthServer, ClientSpec, IdentityProvider, Knobs, ProtectedResource, SigningKey,
@@ -16,7 +17,7 @@ use serde_json::json;
 use crate::oauth::{
     auth_status, contains, lookup, only_its_own_tokens_reached, sandbox, server_toml, servers,
 };
-use crate::support::{Output, Sandbox, runwarden};
+use crate::support::{Live, Output, Sandbox, runwarden};
 
 /// The grant type the authorization server counts JWT bearer requests under.
 const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
@@ -294,4 +295,71 @@ async fn a_refused_leg_is_named_with_what_to_check_and_never_retried() {
         .fails()
         .says("no assertion to present: cannot read the file");
     assert_eq!(auth.counters().token_requests(JWT_BEARER), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_during_the_identity_provider_exchange_closes_it_on_the_wire() {
+    const WAIT: Duration = Duration::from_secs(15);
+    let mut idp = IdentityProvider::start().await;
+    let (auth, resource) = servers(Knobs::default()).await;
+    auth.register(ClientSpec::secret_basic("app", "app-secret-value"));
+    idp.register("idp-app", None, "app");
+    idp.stall(true);
+    let sandbox = sandbox(&server_toml(
+        "srv",
+        &resource.resource,
+        &format!(
+            "grant = \"cross_app_access\", client_id = \"app\", client_secret = \"app-secret\", \
+             id_token_file = \"id-token.jwt\", idp_token_endpoint = \"{}\", idp_client_id = \"idp-app\"",
+            idp.token_endpoint()
+        ),
+    ));
+    sandbox.put("app-secret", "app-secret-value");
+    std::fs::write(
+        sandbox.path().join("id-token.jwt"),
+        idp.id_token("alice", "idp-app"),
+    )
+    .unwrap();
+    let mut live = Live::start(&sandbox, &["mcp", "import", "srv"]);
+    let request = idp.server.next_request(WAIT).await;
+    assert!(
+        String::from_utf8_lossy(&request.body).contains("token-exchange"),
+        "the exchange is on the wire"
+    );
+    live.signal("INT");
+    let signalled = Instant::now();
+    idp.server.next_close(WAIT).await;
+    let ended = live.ended(signalled, WAIT).await;
+    assert_eq!(ended.code, Some(130), "{ended:#?}");
+    assert!(
+        signalled.elapsed() < Duration::from_secs(5),
+        "the cancel tore the exchange down at once: {:?}",
+        signalled.elapsed()
+    );
+    assert_eq!(auth.counters().token_requests(JWT_BEARER), 0);
+    // The torn-down leg is audited as a cancelled call.
+    let rows = runwarden(
+        &sandbox,
+        &["--json", "audit", "list", "--action", "http_call_cancelled"],
+    )
+    .await
+    .ok()
+    .json();
+    let port = url::Url::parse(&idp.issuer())
+        .unwrap()
+        .port()
+        .unwrap()
+        .to_string();
+    let leg = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["host"].as_str().unwrap_or_default().contains(&port))
+        .unwrap_or_else(|| panic!("the identity provider's leg is audited: {rows:#}"));
+    assert!(
+        leg["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("ID-JAG at the identity provider")),
+        "{leg:#}"
+    );
 }

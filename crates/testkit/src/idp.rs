@@ -43,6 +43,7 @@ struct State {
     clients: HashMap<String, Client>,
     exchanges: Vec<Exchange>,
     refusal: Option<(String, String)>,
+    stall: bool,
 }
 
 /// The identity provider; it stops when dropped. Its issuer is its base URL.
@@ -68,6 +69,7 @@ impl IdentityProvider {
             clients: HashMap::new(),
             exchanges: Vec::new(),
             refusal: None,
+            stall: false,
         }));
         let handler = shared.clone();
         let server = TestServer::start(move |request| token_endpoint(&handler, request)).await;
@@ -122,6 +124,11 @@ impl IdentityProvider {
     pub fn refuse(&self, refusal: Option<(&str, &str)>) {
         lock(&self.shared).refusal = refusal.map(|(e, d)| (e.into(), d.into()));
     }
+
+    /// From now on every exchange is held unanswered (the client's cancel must close it).
+    pub fn stall(&self, stall: bool) {
+        lock(&self.shared).stall = stall;
+    }
 }
 
 fn token_endpoint(shared: &Arc<Mutex<State>>, request: &HttpRequest) -> Reply {
@@ -129,6 +136,9 @@ fn token_endpoint(shared: &Arc<Mutex<State>>, request: &HttpRequest) -> Reply {
         return Reply::text(404, "not found");
     }
     let mut state = lock(shared);
+    if state.stall {
+        return Reply::Stall;
+    }
     let form: HashMap<String, String> = url::form_urlencoded::parse(&request.body)
         .into_owned()
         .collect();

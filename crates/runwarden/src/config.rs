@@ -838,7 +838,7 @@ struct AuthSection {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct OAuthSection {
-    /// `client_credentials` (unattended) or `authorization_code` (an operator runs `runwarden mcp login SERVER` once).
+    /// `client_credentials` (unattended), `authorization_code` (an operator runs `runwarden mcp login SERVER` once), `jwt_bearer` (workload identity: the platform's JWT from a file or a command) or `cross_app_access` (enterprise-managed: the user's ID token exchanged at the identity provider for an ID-JAG).
     grant: String,
     /// A pre-registered client id. Without it (and without `client_metadata_url`) the client registers itself (RFC 7591).
     client_id: Option<String>,

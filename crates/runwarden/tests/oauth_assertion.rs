@@ -156,13 +156,15 @@ async fn cross_app_access_exchanges_the_id_token_for_an_id_jag_then_calls_with_t
         &resource.resource,
         &format!(
             "grant = \"cross_app_access\", client_id = \"app\", client_secret = \"app-secret\", \
-             id_token_command = [\"cat\", \"id-token.jwt\"], idp_token_endpoint = \"{}\", \
+             id_token_command = [\"sh\", \"-c\", \"test -z \\\"$RUNWARDEN_LOG\\\" && cat id-token.jwt\"], \
+             idp_token_endpoint = \"{}\", \
              idp_client_id = \"idp-app\", idp_client_secret = \"idp-secret\"",
             idp.token_endpoint()
         ),
     );
     let sandbox = sandbox(&servers_toml);
-    // The command runs in the working directory of the process: the sandbox.
+    // The command runs in the working directory of the process (the sandbox), and fails if
+    // it sees runwarden's own variables (the traced runs below set RUNWARDEN_LOG).
     std::fs::write(sandbox.path().join("id-token.jwt"), &id_token).unwrap();
     let mut outputs = vec![
         sandbox.put("app-secret", &app_secret),
@@ -228,7 +230,7 @@ async fn cross_app_access_exchanges_the_id_token_for_an_id_jag_then_calls_with_t
     let (out, status) = auth_status(&sandbox).await;
     assert_eq!(status["grant"], "cross_app_access", "{out:#?}");
     assert_eq!(status["identity_provider"], json!(idp.token_endpoint()));
-    assert_eq!(status["assertion_source"], "command cat");
+    assert_eq!(status["assertion_source"], "command sh");
     let jag = exchange.issued.clone().unwrap();
     appears_nowhere(&sandbox, outputs, &[id_token, jag, app_secret, idp_secret]).await;
 }

@@ -108,12 +108,19 @@ async fn read_file(path: &std::path::Path) -> Result<Zeroizing<Vec<u8>>, Problem
 
 /// Runs `argv` with nothing on its standard input and its error output dropped (a helper
 /// that printed its token there would leak it into logs); answers its standard output.
-/// The child is killed when this future is dropped (timeout, cancel, too much output).
+/// The child gets none of runwarden's own `RUNWARDEN_*` variables: one may hold the
+/// master key. It is killed when this future is dropped (timeout, cancel, too much output).
 async fn run(argv: &[String], limit: Duration) -> Result<Zeroizing<Vec<u8>>, String> {
     let Some((program, args)) = argv.split_first() else {
         return Err("is empty".into());
     };
-    let mut child = tokio::process::Command::new(program)
+    let mut command = tokio::process::Command::new(program);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("RUNWARDEN_") {
+            command.env_remove(name);
+        }
+    }
+    let mut child = command
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

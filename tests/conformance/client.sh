@@ -39,6 +39,21 @@ case "$scenario" in
         printf '%s' "$(ctx client_secret)" | rw secret put conf-client >/dev/null
         auth="auth = { oauth = { grant = \"authorization_code\", client_id = \"$(ctx client_id)\", client_secret = \"conf-client\" } }"
         ;;
+    auth/cross-app-access-complete-flow|auth/enterprise-managed-authorization)
+        # SEP-990: the user's ID token from the enterprise IdP, exchanged there for an
+        # ID-JAG, then the JWT bearer grant at the MCP server's authorization server. The
+        # ID token is read from a file in one scenario and from a command in the other.
+        printf '%s' "$(ctx client_secret)" | rw secret put conf-client >/dev/null
+        (umask 077; printf '%s\n' "$(ctx idp_id_token)" > "$home/id-token.jwt")
+        source='id_token_file = "id-token.jwt"'
+        [[ "$scenario" == auth/enterprise-managed-authorization ]] && source="id_token_command = [\"cat\", \"$home/id-token.jwt\"]"
+        auth="auth = { oauth = { grant = \"cross_app_access\", client_id = \"$(ctx client_id)\", client_secret = \"conf-client\", $source, idp_token_endpoint = \"$(ctx idp_token_endpoint)\", idp_client_id = \"$(ctx idp_client_id)\" } }"
+        ;;
+    auth/wif-jwt-bearer)
+        # Workload identity federation (RFC 7523): the platform's JWT in a file.
+        (umask 077; printf '%s\n' "$(ctx valid_jwt)" > "$home/workload.jwt")
+        auth="auth = { oauth = { grant = \"jwt_bearer\", client_id = \"$(ctx client_id)\", assertion_file = \"workload.jwt\" } }"
+        ;;
     auth/*)
         # A Client ID Metadata Document URL is used where the authorization server
         # supports it (auth/basic-cimd); elsewhere the client registers itself (RFC 7591).

@@ -7,7 +7,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use runwarden_mcp::{Effect, ElicitationPolicy, ServerConfig};
 use runwarden_store_postgres::PgOptions;
-use runwarden_vault::oauth::{AuthMethod, Grant, OAuthSettings, SigningAlg};
+use runwarden_vault::oauth::{
+    AssertionSource, AuthMethod, Grant, IdentityProvider, OAuthSettings, SigningAlg,
+};
 use runwarden_vault::{
     Algorithm, Credential, EgressConfig, EgressPolicy, MAX_TICK, MasterKey, Placement, SecretName,
 };
@@ -74,6 +76,9 @@ timeout_seconds = 30
 #                                      # header = "X-Api-Key" (and prefix); "query" with param
 # auth = { oauth = { grant = "client_credentials", client_id = "agent", client_secret = "tickets-client" } }
 #                                      # or grant = "authorization_code" and `runwarden mcp login`
+#                                      # or grant = "jwt_bearer" with assertion_file (or
+#                                      # assertion_command); or grant = "cross_app_access" with
+#                                      # id_token_file, idp_token_endpoint, idp_client_id
 # effect = "non_idempotent_write"      # the default; or "idempotent_write", "read_only"
 # timeout_seconds = 20                 # one budget per operation, spent across its legs (at least 1)
 # max_response_bytes = 2097152         # a longer answer is refused, its size named
@@ -833,7 +838,7 @@ struct AuthSection {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct OAuthSection {
-    /// `client_credentials` (unattended) or `authorization_code` (an operator runs `runwarden mcp login SERVER` once).
+    /// `client_credentials` (unattended), `authorization_code` (an operator runs `runwarden mcp login SERVER` once), `jwt_bearer` (workload identity: the platform's JWT from a file or a command) or `cross_app_access` (enterprise-managed: the user's ID token exchanged at the identity provider for an ID-JAG).
     grant: String,
     /// A pre-registered client id. Without it (and without `client_metadata_url`) the client registers itself (RFC 7591).
     client_id: Option<String>,
@@ -852,6 +857,20 @@ struct OAuthSection {
     scopes: Vec<String>,
     /// Bind tokens to a DPoP key (RFC 9449). Default: when the authorization server offers ES256 proofs; `true` always, `false` never.
     dpop: Option<bool>,
+    /// `jwt_bearer`: a file holding the workload's JWT, read again for every token request (it may rotate).
+    assertion_file: Option<PathBuf>,
+    /// `jwt_bearer`: a command (program and arguments, no shell) whose standard output is the workload's JWT; run for every token request, stopped after 15 s.
+    assertion_command: Option<Vec<String>>,
+    /// `cross_app_access`: a file holding the user's ID token from the enterprise identity provider, read again for every token request.
+    id_token_file: Option<PathBuf>,
+    /// `cross_app_access`: a command (program and arguments, no shell) whose standard output is the ID token.
+    id_token_command: Option<Vec<String>>,
+    /// `cross_app_access`: the identity provider's token endpoint, where the ID token is exchanged for an ID-JAG.
+    idp_token_endpoint: Option<String>,
+    /// `cross_app_access`: this client's id at the identity provider.
+    idp_client_id: Option<String>,
+    /// `cross_app_access`: the vault secret holding this client's secret at the identity provider.
+    idp_client_secret: Option<String>,
 }
 
 /// `[mcp.servers.NAME.tools.TOOL]`.
@@ -893,14 +912,19 @@ fn effect(text: &str, at: &str) -> anyhow::Result<Effect> {
 }
 
 /// `auth = { oauth = { ... } }`, checked at load with the key named.
-fn oauth_settings(section: OAuthSection, at: &str) -> anyhow::Result<OAuthSettings> {
+fn oauth_settings(
+    mut section: OAuthSection,
+    at: &str,
+    resolve: &dyn Fn(PathBuf) -> PathBuf,
+) -> anyhow::Result<OAuthSettings> {
     let at = format!("{at} auth.oauth");
     let grant = Grant::parse(&section.grant).with_context(|| {
         format!(
-            "{at}: unknown grant {:?}: use \"client_credentials\" or \"authorization_code\"",
+            "{at}: unknown grant {:?}: use \"client_credentials\", \"authorization_code\", \"jwt_bearer\" or \"cross_app_access\"",
             section.grant
         )
     })?;
+    let (assertion, identity_provider) = assertion_settings(&mut section, grant, &at, resolve)?;
     let mut settings = OAuthSettings::new(grant);
     let secret = |key: &str, name: Option<String>| -> anyhow::Result<Option<SecretName>> {
         name.map(|n| SecretName::new(n).with_context(|| format!("{at}: {key}")))
@@ -962,9 +986,139 @@ fn oauth_settings(section: OAuthSection, at: &str) -> anyhow::Result<OAuthSettin
     {
         bail!("{at}: client_metadata_url goes with grant \"authorization_code\"");
     }
+    if settings.client_metadata_url.is_some() && settings.assertion.is_some() {
+        bail!("{at}: client_metadata_url goes with grant \"authorization_code\"");
+    }
     settings.scopes = section.scopes;
     settings.dpop = section.dpop;
+    if grant == Grant::CrossAppAccess && settings.client_id.is_none() {
+        bail!(
+            "{at}: grant \"cross_app_access\" needs client_id (the client the ID-JAG is issued to)"
+        );
+    }
+    settings.assertion = assertion;
+    settings.identity_provider = identity_provider;
     Ok(settings)
+}
+
+/// The keys of the assertion grants: where the JWT comes from (a file or a command) and,
+/// for `cross_app_access`, the identity provider. Each key is refused with other grants.
+fn assertion_settings(
+    section: &mut OAuthSection,
+    grant: Grant,
+    at: &str,
+    resolve: &dyn Fn(PathBuf) -> PathBuf,
+) -> anyhow::Result<(Option<AssertionSource>, Option<IdentityProvider>)> {
+    let (file_key, command_key, file, command) = match grant {
+        Grant::JwtBearer => (
+            "assertion_file",
+            "assertion_command",
+            section.assertion_file.take(),
+            section.assertion_command.take(),
+        ),
+        _ => (
+            "id_token_file",
+            "id_token_command",
+            section.id_token_file.take(),
+            section.id_token_command.take(),
+        ),
+    };
+    refuse_stray_assertion_keys(section, grant, at)?;
+    if !matches!(grant, Grant::JwtBearer | Grant::CrossAppAccess) {
+        if file.is_some() || command.is_some() {
+            bail!("{at}: {file_key} and {command_key} go with grant \"cross_app_access\"");
+        }
+        return Ok((None, None));
+    }
+    let source = match (file, command) {
+        (Some(path), None) => AssertionSource::File(resolve(path)),
+        (None, Some(argv)) if argv.first().is_some_and(|p| !p.trim().is_empty()) => {
+            AssertionSource::Command(argv)
+        }
+        (None, Some(_)) => {
+            bail!("{at}: {command_key} needs a program: [\"PROGRAM\", \"ARG\", ...]")
+        }
+        (Some(_), Some(_)) => bail!("{at}: give {file_key} or {command_key}, not both"),
+        (None, None) => bail!(
+            "{at}: grant \"{}\" needs {file_key} = \"PATH\" or {command_key} = [\"PROGRAM\", ...]",
+            grant.as_str()
+        ),
+    };
+    if grant == Grant::JwtBearer {
+        return Ok((Some(source), None));
+    }
+    let (Some(token_endpoint), Some(client_id)) = (
+        section.idp_token_endpoint.take(),
+        section.idp_client_id.take(),
+    ) else {
+        bail!(
+            "{at}: grant \"cross_app_access\" needs idp_token_endpoint (the identity provider's token endpoint) and idp_client_id"
+        );
+    };
+    http_url(&format!("{at} idp_token_endpoint"), &token_endpoint)?;
+    let client_secret = section
+        .idp_client_secret
+        .take()
+        .map(|n| SecretName::new(n).with_context(|| format!("{at}: idp_client_secret")))
+        .transpose()?;
+    Ok((
+        Some(source),
+        Some(IdentityProvider {
+            token_endpoint,
+            client_id,
+            client_secret,
+        }),
+    ))
+}
+
+/// Refuses an assertion key set with a grant it does not belong to, naming the grant it
+/// goes with. Called after the grant's own keys were taken out of `section`.
+fn refuse_stray_assertion_keys(
+    section: &OAuthSection,
+    grant: Grant,
+    at: &str,
+) -> anyhow::Result<()> {
+    let stray = [
+        (
+            "assertion_file",
+            section.assertion_file.is_some(),
+            "jwt_bearer",
+        ),
+        (
+            "assertion_command",
+            section.assertion_command.is_some(),
+            "jwt_bearer",
+        ),
+        (
+            "id_token_file",
+            section.id_token_file.is_some(),
+            "cross_app_access",
+        ),
+        (
+            "id_token_command",
+            section.id_token_command.is_some(),
+            "cross_app_access",
+        ),
+        (
+            "idp_token_endpoint",
+            section.idp_token_endpoint.is_some() && grant != Grant::CrossAppAccess,
+            "cross_app_access",
+        ),
+        (
+            "idp_client_id",
+            section.idp_client_id.is_some() && grant != Grant::CrossAppAccess,
+            "cross_app_access",
+        ),
+        (
+            "idp_client_secret",
+            section.idp_client_secret.is_some() && grant != Grant::CrossAppAccess,
+            "cross_app_access",
+        ),
+    ];
+    if let Some((key, _, owner)) = stray.iter().find(|(_, set, _)| *set) {
+        bail!("{at}: {key} goes with grant \"{owner}\"");
+    }
+    Ok(())
 }
 
 /// A server from `[mcp.servers.NAME]`, checked so that its tools' local names
@@ -972,6 +1126,7 @@ fn oauth_settings(section: OAuthSection, at: &str) -> anyhow::Result<OAuthSettin
 fn mcp_server(
     name: &str,
     section: ServerSection,
+    resolve: &dyn Fn(PathBuf) -> PathBuf,
 ) -> anyhow::Result<(ServerConfig, ServerApproval)> {
     let at = format!("[mcp.servers.{name}]");
     let valid_name = !name.is_empty()
@@ -1010,7 +1165,7 @@ fn mcp_server(
                     "{at}: auth.oauth stands alone: remove secret, placement, header, prefix and param (the vault places the OAuth token)"
                 );
             }
-            oauth = Some(oauth_settings(settings, &at)?);
+            oauth = Some(oauth_settings(settings, &at, resolve)?);
             None
         }
         Some(auth) => {
@@ -1379,7 +1534,7 @@ impl Config {
         let mut mcp_servers = BTreeMap::new();
         let mut approvals = BTreeMap::new();
         for (name, section) in file.mcp.servers {
-            let (server, policy) = mcp_server(&name, section)?;
+            let (server, policy) = mcp_server(&name, section, &resolve)?;
             mcp_servers.insert(name.clone(), server);
             approvals.insert(name, policy);
         }
@@ -2071,6 +2226,113 @@ auth = { oauth = { grant = "client_credentials", client_id = "agent", private_ke
         assert_eq!(oauth.signing_alg, SigningAlg::Rs256);
         assert_eq!(oauth.scopes, ["tickets:read"]);
         assert_eq!(oauth.dpop, Some(false), "DPoP turned off");
+    }
+
+    #[test]
+    fn the_assertion_grants_are_read_with_their_source_and_identity_provider() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.toml");
+        let text = r#"
+[mcp.servers.wif]
+url = "https://mcp.example.com/mcp"
+auth = { oauth = { grant = "jwt_bearer", client_id = "workload", assertion_file = "tokens/mcp.jwt" } }
+
+[mcp.servers.cmd]
+url = "https://mcp.example.com/mcp"
+auth = { oauth = { grant = "jwt_bearer", assertion_command = ["get-token", "--audience", "mcp"] } }
+
+[mcp.servers.xaa]
+url = "https://mcp.example.com/mcp"
+auth = { oauth = { grant = "cross_app_access", client_id = "app", client_secret = "app-secret", id_token_file = "/run/id.jwt", idp_token_endpoint = "https://idp.example.com/token", idp_client_id = "idp-app", idp_client_secret = "idp-secret" } }
+"#;
+        std::fs::write(&path, text).unwrap();
+        let config = Config::load(&path).unwrap();
+        let wif = config.mcp_server("wif").unwrap().oauth.clone().unwrap();
+        assert_eq!(wif.grant, Grant::JwtBearer);
+        assert_eq!(
+            wif.assertion,
+            Some(AssertionSource::File(dir.path().join("tokens/mcp.jwt"))),
+            "a relative path is relative to the file"
+        );
+        let cmd = config.mcp_server("cmd").unwrap().oauth.clone().unwrap();
+        assert_eq!(cmd.client_id, None, "client authentication is optional");
+        assert_eq!(
+            cmd.assertion,
+            Some(AssertionSource::Command(vec![
+                "get-token".into(),
+                "--audience".into(),
+                "mcp".into()
+            ]))
+        );
+        let xaa = config.mcp_server("xaa").unwrap().oauth.clone().unwrap();
+        assert_eq!(xaa.grant, Grant::CrossAppAccess);
+        assert_eq!(
+            xaa.assertion,
+            Some(AssertionSource::File("/run/id.jwt".into()))
+        );
+        let idp = xaa.identity_provider.unwrap();
+        assert_eq!(idp.token_endpoint, "https://idp.example.com/token");
+        assert_eq!(idp.client_id, "idp-app");
+        assert_eq!(idp.client_secret.unwrap().as_str(), "idp-secret");
+    }
+
+    #[test]
+    fn bad_assertion_grant_declarations_are_named_with_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.toml");
+        let server = "[mcp.servers.t]\nurl = \"https://x/mcp\"\n";
+        let idp = r#"idp_token_endpoint = "https://idp/token", idp_client_id = "i""#;
+        for (oauth, expected) in [
+            (
+                r#"grant = "jwt_bearer""#.to_string(),
+                "needs assertion_file = \"PATH\" or assertion_command",
+            ),
+            (
+                r#"grant = "jwt_bearer", assertion_file = "a", assertion_command = ["b"]"#.into(),
+                "not both",
+            ),
+            (
+                r#"grant = "jwt_bearer", assertion_command = []"#.into(),
+                "assertion_command needs a program",
+            ),
+            (
+                r#"grant = "jwt_bearer", id_token_file = "a""#.into(),
+                "id_token_file goes with grant \"cross_app_access\"",
+            ),
+            (
+                r#"grant = "client_credentials", client_id = "c", client_secret = "s", assertion_file = "a""#.into(),
+                "assertion_file goes with grant \"jwt_bearer\"",
+            ),
+            (
+                r#"grant = "jwt_bearer", assertion_file = "a", idp_client_id = "i""#.into(),
+                "idp_client_id goes with grant \"cross_app_access\"",
+            ),
+            (
+                format!(r#"grant = "cross_app_access", id_token_file = "a", {idp}"#),
+                "needs client_id",
+            ),
+            (
+                r#"grant = "cross_app_access", client_id = "c", id_token_file = "a""#.into(),
+                "needs idp_token_endpoint",
+            ),
+            (
+                r#"grant = "cross_app_access", client_id = "c", id_token_file = "a", idp_token_endpoint = "ftp://idp", idp_client_id = "i""#.into(),
+                "idp_token_endpoint",
+            ),
+            (
+                format!(r#"grant = "cross_app_access", client_id = "c", {idp}"#),
+                "needs id_token_file = \"PATH\" or id_token_command",
+            ),
+        ] {
+            let text = format!("{server}auth = {{ oauth = {{ {oauth} }} }}\n");
+            std::fs::write(&path, &text).unwrap();
+            let err = format!("{:#}", Config::load(&path).unwrap_err());
+            assert!(err.contains(expected), "{text}: {err}");
+            assert!(
+                err.contains("[mcp.servers.t] auth.oauth"),
+                "the key is named: {err}"
+            );
+        }
     }
 
     #[test]

@@ -143,20 +143,7 @@ impl Suite {
 /// M18: the OAuth scenarios that are not required, with why; every other `auth/*`
 /// scenario follows the rule below (the 0.2.0 ones tagged only 2026-07-28 run their MCP
 /// server at that revision, which M19 brings).
-const AUTH_NOT_REQUIRED: &[(&str, &str)] = &[
-    (
-        "auth/cross-app-access-complete-flow",
-        "SEP-990 token exchange with an enterprise IdP: not built",
-    ),
-    (
-        "auth/enterprise-managed-authorization",
-        "SEP-990 token exchange with an enterprise IdP: not built",
-    ),
-    (
-        "auth/wif-jwt-bearer",
-        "workload identity federation (RFC 7523 JWT bearer grant): not built",
-    ),
-];
+const AUTH_NOT_REQUIRED: &[(&str, &str)] = &[];
 
 /// Required: every scenario of both suites, at both revisions, but the OAuth extensions in
 /// [`AUTH_NOT_REQUIRED`] (M18, M19).

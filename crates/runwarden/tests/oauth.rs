@@ -94,7 +94,7 @@ pub(crate) async fn auth_status(sandbox: &Arc<Sandbox>) -> (Output, Value) {
 /// Asserts every request that reached `resource` with a bearer carried a token the
 /// authorization server bound to that resource (RFC 8707), and that some did.
 #[track_caller]
-fn only_its_own_tokens_reached(auth: &AuthServer, resource: &ProtectedResource) {
+pub(crate) fn only_its_own_tokens_reached(auth: &AuthServer, resource: &ProtectedResource) {
     let hits = auth.hits_on(&resource.resource);
     let with_bearer: Vec<_> = hits.iter().filter(|h| h.bearer.is_some()).collect();
     assert!(!with_bearer.is_empty(), "no authorized request: {hits:#?}");

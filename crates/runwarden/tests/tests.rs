@@ -29,6 +29,7 @@ mod metrics;
 mod mrtr;
 mod nodes;
 mod oauth;
+mod oauth_assertion;
 mod oauth_dpop;
 mod operator_cli;
 mod os_faults;

@@ -144,7 +144,12 @@ impl SigningKey {
 
     /// A compact JWS over `claims` with this key (header `alg`, `kid`, `typ: JWT`).
     pub fn sign_jwt(&self, claims: &Value) -> String {
-        let header = json!({"alg": self.alg(), "kid": self.kid, "typ": "JWT"});
+        self.sign_jwt_typed("JWT", claims)
+    }
+
+    /// A compact JWS over `claims` whose header names `typ` (`oauth-id-jag+jwt`).
+    pub fn sign_jwt_typed(&self, typ: &str, claims: &Value) -> String {
+        let header = json!({"alg": self.alg(), "kid": self.kid, "typ": typ});
         let input = format!(
             "{}.{}",
             URL_SAFE_NO_PAD.encode(header.to_string()),
@@ -238,6 +243,16 @@ pub(crate) fn verify_jwt(token: &str, jwks: &[Value]) -> Result<Value, String> {
     Err(format!(
         "no registered key verifies this {alg} assertion (kid {kid:?})"
     ))
+}
+
+/// One part of a compact JWT (0: the header, 1: the claims) as JSON, unverified: what
+/// picks the keys a signature is then checked with.
+pub(crate) fn jwt_part(token: &str, index: usize) -> Option<Value> {
+    token
+        .split('.')
+        .nth(index)
+        .and_then(|part| URL_SAFE_NO_PAD.decode(part).ok())
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
 }
 
 /// Seconds since the Unix epoch.

@@ -5,7 +5,8 @@
 //! PostgreSQL server in a temporary directory (or the shared one a test run started); and
 //! [`LlamaServer`], a real model server (llama.cpp with SmolLM2-135M) on 127.0.0.1; and
 //! [`AuthServer`], a real OAuth 2.1 authorization server whose tokens guard
-//! [`ProtectedResource`]s.
+//! [`ProtectedResource`]s, and [`IdentityProvider`], the enterprise identity provider of
+//! cross-app access.
 //!
 //! ```no_run
 //! # async fn example() {
@@ -21,6 +22,7 @@
 #![deny(missing_docs)]
 
 mod echo;
+mod idp;
 mod jwt;
 mod llama;
 mod mcp;
@@ -37,6 +39,7 @@ pub use echo::{
     find_form, forms_of, hostile_placements, html_decoded, json_decoded, percent_decoded,
     received_credential,
 };
+pub use idp::{Exchange, IdentityProvider};
 pub use jwt::{JWT_BEARER_ASSERTION, SigningKey};
 pub use llama::{LLAMA_DIR_ENV, LlamaServer};
 pub use mcp::{mcp_handler, tool};

@@ -3,8 +3,9 @@
 //! the interface: RFC 8414 and OpenID discovery, RFC 9728 protected resource metadata,
 //! RFC 7591 dynamic registration, PKCE S256, RFC 9207 `iss`, RFC 8707 resource indicators,
 //! client credentials with `client_secret_basic`, `client_secret_post` and
-//! `private_key_jwt` (RFC 7523), refresh tokens that rotate, with reuse detected, and
-//! DPoP-bound tokens with nonces (RFC 9449, in [`dpop`]).
+//! `private_key_jwt` (RFC 7523), refresh tokens that rotate, with reuse detected,
+//! DPoP-bound tokens with nonces (RFC 9449, in [`dpop`]), and the JWT bearer grant
+//! (RFC 7523) of assertions from issuers it trusts, ID-JAGs included (`oauth/jwt_grant.rs`).
 //!
 //! The authorization endpoint approves at once and redirects, so a plain HTTP client that
 //! follows redirects completes a login. [`Knobs`] make the server misbehave on purpose, and
@@ -22,6 +23,7 @@ use crate::jwt::{JWT_BEARER_ASSERTION, SigningKey, random_token, unix_now, verif
 use crate::server::{HttpRequest, Reply, TestServer};
 
 mod dpop;
+pub(crate) mod jwt_grant;
 
 /// How a client authenticates at the token endpoint (RFC 7591 `token_endpoint_auth_method`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,6 +234,8 @@ pub struct Counters {
     pub dpop_token_proofs: usize,
     /// `use_dpop_nonce` answers, from the token endpoint and from the resources.
     pub dpop_nonce_challenges: usize,
+    /// The `sub` of every JWT bearer assertion the token endpoint accepted, in order.
+    pub assertion_subjects: Vec<String>,
 }
 
 impl Counters {
@@ -308,8 +312,8 @@ struct Code {
 }
 
 #[derive(Debug, Default)]
-struct State {
-    issuer: String,
+pub(crate) struct State {
+    pub(crate) issuer: String,
     knobs: Knobs,
     clients: HashMap<String, ClientSpec>,
     codes: HashMap<String, Code>,
@@ -317,8 +321,8 @@ struct State {
     refresh: HashMap<String, RefreshToken>,
     revoked_families: HashSet<u64>,
     next_family: u64,
-    assertion_ids: HashSet<String>,
-    counters: Counters,
+    pub(crate) assertion_ids: HashSet<String>,
+    pub(crate) counters: Counters,
     hits: Vec<ResourceHit>,
     /// Every DPoP proof `jti` seen, at the token endpoint and the resources.
     dpop_jtis: HashSet<String>,
@@ -328,6 +332,8 @@ struct State {
     /// The key the token being issued is bound to: set by the token endpoint from the
     /// request's proof, taken by `issue`.
     issuing_jkt: Option<String>,
+    /// The JWT bearer grant: issuer to its public keys (JWKs).
+    pub(crate) trusted_issuers: HashMap<String, Vec<Value>>,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -385,6 +391,16 @@ impl AuthServer {
     /// Changes the knobs; the next request sees the change.
     pub fn knobs(&self, change: impl FnOnce(&mut Knobs)) {
         change(&mut lock(&self.shared).knobs);
+    }
+
+    /// Accepts JWT bearer assertions (RFC 7523) that `issuer` signs with `jwk`: a
+    /// workload identity issuer, or an identity provider's ID-JAGs.
+    pub fn trust_issuer(&self, issuer: &str, jwk: Value) {
+        lock(&self.shared)
+            .trusted_issuers
+            .entry(issuer.into())
+            .or_default()
+            .push(jwk);
     }
 
     /// Pre-registers a client.
@@ -508,7 +524,7 @@ pub fn pkce_challenge(verifier: &str) -> String {
     URL_SAFE_NO_PAD.encode(digest.as_ref())
 }
 
-fn json_reply(status: u16, body: Value) -> Reply {
+pub(crate) fn json_reply(status: u16, body: Value) -> Reply {
     Reply::typed(status, "application/json", body.to_string())
         .with_header("cache-control", "no-store")
 }
@@ -524,7 +540,7 @@ fn path_of(target: &str) -> &str {
     target.split_once('?').map(|(p, _)| p).unwrap_or(target)
 }
 
-fn scopes_of(text: Option<&String>) -> Vec<String> {
+pub(crate) fn scopes_of(text: Option<&String>) -> Vec<String> {
     text.map(|s| s.split_whitespace().map(str::to_string).collect())
         .unwrap_or_default()
 }
@@ -566,7 +582,8 @@ fn metadata(state: &mut State, path: &str) -> Reply {
             .unwrap_or_else(|| format!("{issuer}/token")),
         "response_types_supported": ["code"],
         "response_modes_supported": ["query"],
-        "grant_types_supported": ["authorization_code", "client_credentials", "refresh_token"],
+        "grant_types_supported": ["authorization_code", "client_credentials", "refresh_token",
+            jwt_grant::JWT_BEARER_GRANT],
         "code_challenge_methods_supported": ["S256"],
         "token_endpoint_auth_methods_supported":
             ["none", "client_secret_basic", "client_secret_post", "private_key_jwt"],
@@ -588,7 +605,7 @@ fn metadata(state: &mut State, path: &str) -> Reply {
     json_reply(200, document)
 }
 
-fn oauth_error(state: &mut State, status: u16, error: &str, description: &str) -> Reply {
+pub(crate) fn oauth_error(state: &mut State, status: u16, error: &str, description: &str) -> Reply {
     state
         .counters
         .errors
@@ -1107,6 +1124,7 @@ fn token(state: &mut State, request: &HttpRequest) -> Reply {
                 delay => Reply::Delayed(delay, Box::new(answer)),
             }
         }
+        jwt_grant::JWT_BEARER_GRANT => jwt_grant::jwt_bearer(state, &client.client_id, &form),
         _ => oauth_error(
             state,
             400,
@@ -1118,7 +1136,7 @@ fn token(state: &mut State, request: &HttpRequest) -> Reply {
 
 /// Issues an access token (and a refresh token when `with_refresh`). `family` carries a
 /// refresh's family and, without rotation, the refresh token to answer again.
-fn issue(
+pub(crate) fn issue(
     state: &mut State,
     grant: &str,
     client_id: &str,

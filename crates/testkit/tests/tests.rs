@@ -1,4 +1,5 @@
 //! The testkit's own servers, tested as any client would meet them: over real HTTP.
 
+mod idp;
 mod llama_build;
 mod oauth;

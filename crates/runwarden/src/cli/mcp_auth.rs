@@ -105,8 +105,16 @@ impl<'a> ServerStatus<'a> {
             None if s.access_token => "not given".into(),
             None => "-".into(),
         };
+        // The assertion grants: where the JWT comes from, and the identity provider.
+        let mut source = String::new();
+        if let Some(from) = &s.assertion_source {
+            source.push_str(&format!(", JWT from {from}"));
+        }
+        if let Some(idp) = &s.identity_provider {
+            source.push_str(&format!(", identity provider {idp}"));
+        }
         format!(
-            "  {}: grant {}, issuer {}, scopes [{}], client {}{}, access token {}{}, refresh token {}, expires {}",
+            "  {}: grant {}{source}, issuer {}, scopes [{}], client {}{}, access token {}{}, refresh token {}, expires {}",
             self.server,
             s.grant,
             s.issuer.as_deref().unwrap_or("(not discovered)"),

@@ -1,6 +1,8 @@
 //! OAuth 2.1 for MCP servers, as the MCP authorization spec (2025-11-25) asks of a client
 //! (SPEC M18, V3): discovery from a 401, issuer and resource checks, resource indicators,
-//! client credentials and authorization code with PKCE, refresh with rotation, scope step-up.
+//! client credentials and authorization code with PKCE, refresh with rotation, scope step-up,
+//! and the assertion grants: the JWT bearer grant for workload identity (`jwt_bearer.rs`)
+//! and enterprise-managed authorization, an ID token exchanged for an ID-JAG (`id_jag.rs`).
 //!
 //! Tokens are vault records, sealed like secrets (`oauth.<hash of issuer, resource and
 //! scopes>`, kind `internal`, never listed by `secret list`). No public method returns one:
@@ -11,10 +13,13 @@
 //! action (`oauth_metadata`, `oauth_registration`, `oauth_token`) and carries the caller's
 //! signal.
 
+mod assertion;
 mod challenge;
 mod crypto;
 mod discovery;
 pub(crate) mod dpop;
+mod id_jag;
+mod jwt_bearer;
 mod loopback;
 
 use std::sync::Arc;
@@ -26,8 +31,11 @@ use sha2::{Digest, Sha256};
 use url::Url;
 use zeroize::{Zeroize, ZeroizeOnDrop, Zeroizing};
 
+pub use assertion::{ASSERTION_COMMAND_TIMEOUT, AssertionSource};
 pub use challenge::Challenge;
 pub use crypto::SigningAlg;
+pub use id_jag::IdentityProvider;
+pub use jwt_bearer::AssertionLeg;
 
 use crate::audit::action;
 use crate::egress::{EgressClient, EgressRequest, Method};
@@ -73,6 +81,12 @@ pub enum Grant {
     ClientCredentials,
     /// Authorization code with PKCE, started by an operator (`runwarden mcp login`).
     AuthorizationCode,
+    /// The JWT bearer grant (RFC 7523) with a workload's JWT from a file or a command
+    /// (workload identity federation).
+    JwtBearer,
+    /// Enterprise-managed authorization (cross-app access): an ID token exchanged at the
+    /// identity provider for an ID-JAG, then the JWT bearer grant with it.
+    CrossAppAccess,
 }
 
 impl Grant {
@@ -81,14 +95,21 @@ impl Grant {
         match self {
             Self::ClientCredentials => "client_credentials",
             Self::AuthorizationCode => "authorization_code",
+            Self::JwtBearer => "jwt_bearer",
+            Self::CrossAppAccess => "cross_app_access",
         }
     }
 
     /// Parses a configured name.
     pub fn parse(text: &str) -> Option<Self> {
-        [Self::ClientCredentials, Self::AuthorizationCode]
-            .into_iter()
-            .find(|g| g.as_str() == text)
+        [
+            Self::ClientCredentials,
+            Self::AuthorizationCode,
+            Self::JwtBearer,
+            Self::CrossAppAccess,
+        ]
+        .into_iter()
+        .find(|g| g.as_str() == text)
     }
 }
 
@@ -153,6 +174,11 @@ pub struct OAuthSettings {
     /// Bind tokens to a DPoP key (RFC 9449): `None` when the authorization server offers
     /// ES256 proofs, `Some(true)` always, `Some(false)` never.
     pub dpop: Option<bool>,
+    /// The assertion grants: where the workload's JWT (`jwt_bearer`) or the ID token
+    /// (`cross_app_access`) comes from.
+    pub assertion: Option<AssertionSource>,
+    /// `cross_app_access`: the identity provider that exchanges the ID token.
+    pub identity_provider: Option<IdentityProvider>,
 }
 
 impl OAuthSettings {
@@ -168,6 +194,8 @@ impl OAuthSettings {
             client_metadata_url: None,
             scopes: Vec::new(),
             dpop: None,
+            assertion: None,
+            identity_provider: None,
         }
     }
 }
@@ -204,6 +232,12 @@ pub struct OAuthStatus {
     /// Set when the held token is DPoP-bound (RFC 9449): the thumbprint of its key
     /// (RFC 7638, public; the private key stays sealed in the vault).
     pub dpop_jkt: Option<String>,
+    /// The assertion grants: where the JWT comes from (`file PATH`, `command PROGRAM`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assertion_source: Option<String>,
+    /// `cross_app_access`: the identity provider's token endpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity_provider: Option<String>,
 }
 
 /// A held token as a credential to place, and when it was obtained (so a 401 can tell
@@ -274,6 +308,29 @@ pub enum OAuthError {
         error: String,
         /// The server's description, one line, cut to 200 characters.
         description: Option<String>,
+    },
+    /// A leg of the `jwt_bearer` or `cross_app_access` grant was refused or answered with
+    /// something unusable. Not retried with the same assertion.
+    #[error("server {server}: {leg} failed: {error}{}; {}", description.as_deref().map(|d| format!(" ({d})")).unwrap_or_default(), leg.advice())]
+    AssertionRefused {
+        /// The MCP server.
+        server: String,
+        /// Which request failed.
+        leg: AssertionLeg,
+        /// The OAuth error code, the HTTP status, or what was wrong with the answer.
+        error: String,
+        /// The server's description, one line, cut to 200 characters.
+        description: Option<String>,
+    },
+    /// The JWT of an assertion grant could not be read from its file or command.
+    #[error("server {server}: no {what} to present: {problem}")]
+    AssertionUnavailable {
+        /// The MCP server.
+        server: String,
+        /// `assertion` or `ID token`.
+        what: &'static str,
+        /// What failed and where (never the content).
+        problem: String,
     },
     /// An authorization code grant needs the operator, and this process has none.
     #[error(
@@ -700,6 +757,16 @@ impl OAuthClient {
             refresh_token: false,
             expires_at_ms: None,
             dpop_jkt: None,
+            assertion_source: self
+                .settings
+                .assertion
+                .as_ref()
+                .map(AssertionSource::describe),
+            identity_provider: self
+                .settings
+                .identity_provider
+                .as_ref()
+                .map(|idp| idp.token_endpoint.clone()),
         };
         if let Some(binding) = self.load_binding().await? {
             status.issuer = Some(binding.metadata.issuer.clone());
@@ -799,6 +866,22 @@ impl OAuthClient {
                 form.push(("scope", binding.scopes.join(" ")));
             }
             "client_credentials"
+        } else if matches!(
+            self.settings.grant,
+            Grant::JwtBearer | Grant::CrossAppAccess
+        ) {
+            // The assertion grants renew by presenting a fresh assertion.
+            let fresh = self
+                .assertion_grant(
+                    &binding.metadata,
+                    &binding.identity,
+                    &binding.scopes,
+                    &binding.resource,
+                    signal,
+                )
+                .await?;
+            self.save(binding, &fresh).await?;
+            return Ok(fresh);
         } else {
             return Err(OAuthError::LoginRequired {
                 server: self.server.clone(),
@@ -880,6 +963,13 @@ impl OAuthClient {
                 }
                 self.authorization_code(&found, &scopes, previous.as_ref(), key.as_ref(), signal)
                     .await?
+            }
+            Grant::JwtBearer | Grant::CrossAppAccess => {
+                let identity = self.assertion_identity(&found.metadata)?;
+                let token = self
+                    .assertion_grant(&found.metadata, &identity, &scopes, &found.resource, signal)
+                    .await?;
+                (identity, token)
             }
         };
         let binding = Binding {
@@ -1384,6 +1474,8 @@ impl OAuthClient {
         // The configured client secret goes to the token endpoint on purpose.
         let mut carries: Option<String> = None;
         match method {
+            // An assertion grant may go without client authentication (RFC 7523 §3.1).
+            AuthMethod::None if identity.client_id.is_empty() => {}
             AuthMethod::None => form.push(("client_id", identity.client_id.clone())),
             AuthMethod::ClientSecretBasic | AuthMethod::ClientSecretPost => {
                 let secret = match &identity.registered_secret {
@@ -1397,18 +1489,7 @@ impl OAuthClient {
                     }
                 };
                 if method == AuthMethod::ClientSecretBasic {
-                    // RFC 6749 §2.3.1: both parts form-encoded before base64.
-                    let id: String =
-                        url::form_urlencoded::byte_serialize(identity.client_id.as_bytes())
-                            .collect();
-                    let pass: Zeroizing<String> = Zeroizing::new(
-                        url::form_urlencoded::byte_serialize(secret.as_bytes()).collect(),
-                    );
-                    let pair = Zeroizing::new(format!("{id}:{}", pass.as_str()));
-                    basic = Some(Zeroizing::new(format!(
-                        "Basic {}",
-                        base64::engine::general_purpose::STANDARD.encode(pair.as_bytes())
-                    )));
+                    basic = Some(basic_authorization(&identity.client_id, &secret));
                 } else {
                     form.push(("client_id", identity.client_id.clone()));
                     form.push(("client_secret", secret.to_string()));
@@ -1524,6 +1605,19 @@ impl OAuthClient {
             dpop_key: key.filter(|_| bound).map(dpop::DpopKey::sealed_form),
         })
     }
+}
+
+/// The `Authorization` value of `client_secret_basic`: RFC 6749 §2.3.1 form-encodes both
+/// parts before base64.
+fn basic_authorization(client_id: &str, secret: &str) -> Zeroizing<String> {
+    let id: String = url::form_urlencoded::byte_serialize(client_id.as_bytes()).collect();
+    let pass: Zeroizing<String> =
+        Zeroizing::new(url::form_urlencoded::byte_serialize(secret.as_bytes()).collect());
+    let pair = Zeroizing::new(format!("{id}:{}", pass.as_str()));
+    Zeroizing::new(format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair.as_bytes())
+    ))
 }
 
 /// Basic unless the server lists only post (RFC 6749 makes Basic the default).

@@ -29,25 +29,13 @@ pub(crate) fn call(tool: &str, arguments: Value) -> ToolCallRequest {
 }
 
 pub(crate) fn stats(peer: &Peer) -> Value {
-    serde_json::from_str(&peer.stats()).expect("the peer's stats are JSON")
+    peer.stats_json()
 }
 
 /// Waits, with a deadline, until the peer's counters satisfy `done`. The peer handles a
 /// notification after answering 202, so its counters move a moment later.
 pub(crate) async fn wait_for_stats(peer: &Peer, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + WAIT;
-    let mut tick = tokio::time::interval(Duration::from_millis(20));
-    loop {
-        tick.tick().await;
-        let now = stats(peer);
-        if done(&now) {
-            return now;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the peer's counters never got there: {now}"
-        );
-    }
+    peer.wait_for_stats(WAIT, done).await
 }
 
 async fn start(flags: &'static [&'static str]) -> Peer {

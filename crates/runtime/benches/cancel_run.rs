@@ -15,7 +15,7 @@
 //! the same file, as another process would (nothing reaches this process's hub or change
 //! feed), so the status watcher finds it at its next periodic refresh (once per second). Poll-only trials run 100 at a time, each run on its own server
 //! and cancelled at its own random offset, so 200 trials of about a second take seconds.
-//! Every trial checks the outcome (CANCELLED), the row (cancelled, `pending_effect` kept)
+//! Every trial checks the outcome (cancelled), the row (cancelled, `pending_effect` kept)
 //! and that the write was sent once.
 //!
 //! Overhead per step: sequential runs of a scripted agent (instant) calling an instant MCP

@@ -1372,7 +1372,7 @@ impl Executor {
     /// R12: asks an operator about one tool call. The decision, its `decision_asked` step
     /// and (for the kinds that park) the run's move to `waiting_for_approval` with its
     /// lease released are one guarded transaction; the segment then ends
-    /// `AWAITING_APPROVAL`, holding no slot. Approvals expire after the tool's timeout;
+    /// `waiting_for_approval`, holding no slot. Approvals expire after the tool's timeout;
     /// an uncertain effect waits for a person however long it takes (nothing else may say
     /// what it did).
     async fn ask(
@@ -1453,7 +1453,7 @@ impl Executor {
                         time_ms: now,
                     });
                 }
-                Outcome::AwaitingApproval
+                Outcome::WaitingForApproval
             }
             Ok(None) => self.must_stop(segment).await.unwrap_or(Outcome::LeaseLost),
             Err(error) => {

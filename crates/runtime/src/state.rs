@@ -71,36 +71,49 @@ pub const MODEL_TRUNCATED: &str = "MODEL_TRUNCATED";
 pub const MODEL_NO_ANSWER: &str = "MODEL_NO_ANSWER";
 
 /// How a segment ended, as a value (R10). Never an error.
+///
+/// Its words are the run statuses' words (`completed`, `waiting_for_approval`, ...), so
+/// `run`, `worker`, the API, the console and the events say one thing; `lease_lost` and
+/// `dead_lettered` are the two endings with no status of their own. Events stored before
+/// the words were lower case (`CANCELLED`) still read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// The run completed.
+    #[serde(alias = "COMPLETED")]
     Completed,
     /// The run failed; the row says why.
+    #[serde(alias = "FAILED")]
     Failed,
     /// An operator cancelled the run; the segment stopped without settling.
+    #[serde(alias = "CANCELLED")]
     Cancelled,
     /// The run waits for an approval.
-    AwaitingApproval,
+    #[serde(alias = "AWAITING_APPROVAL")]
+    WaitingForApproval,
     /// The run went back to the queue for another attempt.
+    #[serde(rename = "queued", alias = "REQUEUED")]
     Requeued,
     /// The segment lost its lease and stopped at once, settling nothing (R3).
+    #[serde(alias = "LEASE_LOST")]
     LeaseLost,
     /// The run was failed for good by the reaper or the retry budget.
+    #[serde(alias = "DEAD_LETTERED")]
     DeadLettered,
 }
 
 impl Outcome {
-    /// The upper-case name used in output.
+    /// The word used in output and on the wire: the status it leaves the run in, or
+    /// `lease_lost` / `dead_lettered`.
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::Completed => "COMPLETED",
-            Self::Failed => "FAILED",
-            Self::Cancelled => "CANCELLED",
-            Self::AwaitingApproval => "AWAITING_APPROVAL",
-            Self::Requeued => "REQUEUED",
-            Self::LeaseLost => "LEASE_LOST",
-            Self::DeadLettered => "DEAD_LETTERED",
+            Self::Completed => RunState::Completed.as_str(),
+            Self::Failed => RunState::Failed.as_str(),
+            Self::Cancelled => RunState::Cancelled.as_str(),
+            Self::WaitingForApproval => RunState::WaitingForApproval.as_str(),
+            Self::Requeued => RunState::Queued.as_str(),
+            Self::LeaseLost => "lease_lost",
+            Self::DeadLettered => "dead_lettered",
         }
     }
 }

@@ -164,7 +164,7 @@ async fn a_required_approval_parks_the_run_and_approve_runs_the_call_exactly_onc
     let outcome = tokio::time::timeout(WAIT, f.executor.execute(&run, &agent, "go", None))
         .await
         .unwrap();
-    assert_eq!(outcome, Outcome::AwaitingApproval);
+    assert_eq!(outcome, Outcome::WaitingForApproval);
     assert!(
         calls.lock().unwrap().is_empty(),
         "R12: nothing reaches the server"
@@ -391,7 +391,7 @@ async fn each_answer_to_an_uncertain_write_does_what_it_says() {
         let parked = tokio::time::timeout(WAIT, f.executor.execute(&run, &agent, "go", None))
             .await
             .unwrap();
-        assert_eq!(parked, Outcome::AwaitingApproval);
+        assert_eq!(parked, Outcome::WaitingForApproval);
         let pending = decision_of(&f, &run.id).await;
         assert_eq!(pending.kind, DecisionKind::EffectUncertain);
         let wrong = answer(&f, &pending.id, reply(Answer::Approve)).await;

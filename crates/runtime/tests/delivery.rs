@@ -102,7 +102,7 @@ async fn a_non_idempotent_write_that_may_have_run_parks_the_run_for_a_person_and
             .await
             .unwrap();
         // R12: instead of failing EFFECT_UNCERTAIN, the run waits for a person.
-        assert_eq!(outcome, Outcome::AwaitingApproval, "{how:?}");
+        assert_eq!(outcome, Outcome::WaitingForApproval, "{how:?}");
 
         let row = f.store.run_get(&run.id).await.unwrap().unwrap();
         assert_eq!(row.status, RunState::WaitingForApproval, "{how:?}");
@@ -434,7 +434,7 @@ async fn a_resumed_run_whose_non_idempotent_write_is_uncertain_asks_a_person_wit
     // R12: the segment that recorded the step stopped before it asked; this one asks.
     assert_eq!(
         f.executor.execute(&run, &agent, "go", None).await,
-        Outcome::AwaitingApproval
+        Outcome::WaitingForApproval
     );
     assert_eq!(counts.calls.load(Ordering::SeqCst), 0, "R11: never re-sent");
     let row = f.store.run_get(&run.id).await.unwrap().unwrap();

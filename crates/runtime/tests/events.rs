@@ -30,9 +30,15 @@ fn every_payload_the_executor_wrote_before_the_types_decodes_and_is_written_back
         let body = EventBody::decode("captured", n as i64 + 1, kind, payload)
             .unwrap_or_else(|e| panic!("line {}: {e}", n + 1));
         assert_eq!(body.kind(), kind);
+        // The one change since: a stop's outcome is written in the run statuses' words
+        // (`CANCELLED` then, `cancelled` now); the old word still reads.
+        let mut expected = payload.clone();
+        if let Some(word) = expected["outcome"].as_str().map(str::to_lowercase) {
+            expected["outcome"] = json!(word);
+        }
         assert_eq!(
-            &body.to_payload(),
-            payload,
+            body.to_payload(),
+            expected,
             "line {}: the API answers the same JSON as before",
             n + 1
         );

@@ -1,5 +1,5 @@
 //! A segment whose lease cannot be renewed fences itself: with every renewal hanging in
-//! the store, its call in flight is stopped and the segment ends `LEASE_LOST` before the
+//! the store, its call in flight is stopped and the segment ends `lease_lost` before the
 //! lease runs out, so no other worker can hold the run while this one still calls.
 
 use std::sync::Arc;

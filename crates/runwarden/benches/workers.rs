@@ -393,7 +393,7 @@ fn throughput(install: &Install, processes: usize, slots: usize) -> (f64, f64, V
     while done.len() < RUNS {
         let line = until(&rx, "outcome line", |l| outcome(l).is_some());
         let (id, outcome) = outcome(&line).expect("picked");
-        assert_eq!(outcome, "COMPLETED", "run {id} (worker {})", line.worker);
+        assert_eq!(outcome, "completed", "run {id} (worker {})", line.worker);
         assert!(done.insert(id.clone()), "run {id} finished twice");
         first.get_or_insert(line.at);
         last = line.at;

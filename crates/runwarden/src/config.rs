@@ -149,7 +149,8 @@ max_requeues = 3            # retries of retryable failures and stale reclaims, 
 "#;
 
 /// The configuration file.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     /// Where the database, the master key and the audit anchor live, relative to this file. Default `.runwarden`. Env: `RUNWARDEN_DATA_DIR`.
@@ -196,7 +197,8 @@ struct FileConfig {
 }
 
 /// `[console]`.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 struct ConsoleSection {
     /// How long a console sign-in lasts, in hours (1 to 720). Default `12`. Revoking the token ends its sessions at once.
@@ -221,7 +223,8 @@ fn console_settings(section: ConsoleSection) -> anyhow::Result<ConsoleSettings> 
 }
 
 /// `[telemetry]`.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 struct TelemetrySection {
     /// The OTLP/HTTP collector (`http://127.0.0.1:4318`); spans go to `<endpoint>/v1/traces`. Default: none, no traces. Span attributes never hold a secret or a header, nor an argument value unless `record_arguments` is set.
@@ -310,7 +313,8 @@ pub(crate) fn http_url(key: &str, text: &str) -> anyhow::Result<()> {
 }
 
 /// `[metrics]`: who may read `/metrics`.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 struct MetricsSection {
     /// `/metrics` on the API port needs a viewer token. Default `true`.
@@ -330,7 +334,8 @@ pub(crate) struct MetricsSettings {
 }
 
 /// `[log]`: how the process writes its log lines (stderr).
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 struct LogSection {
     /// `text` or `json` (one object per line). Default `text`. `--log-format` and `RUNWARDEN_LOG_FORMAT` override it; the level comes from `RUNWARDEN_LOG` (default `warn`).
@@ -372,7 +377,8 @@ impl LogFormat {
 }
 
 /// `[serve]`: what the API gives a client.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 struct ServeSection {
     /// Connections served at once; the rest wait in the kernel's backlog. Default: half the open-file limit, 16 to 4096.
@@ -460,7 +466,8 @@ fn serve_settings(
 }
 
 /// `[client]`.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 struct ClientSection {
     /// The server the CLI talks to by default. Env: `RUNWARDEN_SERVER`.
@@ -470,7 +477,8 @@ struct ClientSection {
 }
 
 /// `[worker]`.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 struct WorkerSection {
     /// A dead worker's run is recovered within this. Default `30`.
@@ -566,7 +574,8 @@ fn status_refresh(value: Option<f64>) -> anyhow::Result<Duration> {
 }
 
 /// `[agents.NAME]`.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 struct AgentSection {
     /// `openai` (any OpenAI-compatible `base_url`), `anthropic` or `scripted`.
@@ -779,7 +788,8 @@ fn agent(
 }
 
 /// `[mcp]`.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 struct McpSection {
     /// MCP servers by name; a tool's local name is `<server>__<tool>`.
@@ -788,7 +798,8 @@ struct McpSection {
 }
 
 /// `[mcp.servers.NAME]`.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 struct ServerSection {
     /// The server's Streamable HTTP endpoint.
@@ -817,7 +828,8 @@ struct ServerSection {
 }
 
 /// `auth = { ... }`: a vault secret and its placement, or `oauth = { ... }`.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 struct AuthSection {
     /// The vault secret to place.
@@ -835,7 +847,8 @@ struct AuthSection {
 }
 
 /// `auth = { oauth = { ... } }`.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 struct OAuthSection {
     /// `client_credentials` (unattended), `authorization_code` (an operator runs `runwarden mcp login SERVER` once), `jwt_bearer` (workload identity: the platform's JWT from a file or a command) or `cross_app_access` (enterprise-managed: the user's ID token exchanged at the identity provider for an ID-JAG).
@@ -874,7 +887,8 @@ struct OAuthSection {
 }
 
 /// `[mcp.servers.NAME.tools.TOOL]`.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 struct ToolSection {
     /// The tool's effect, overriding the server's.
@@ -1287,7 +1301,8 @@ fn mcp_server(
 }
 
 /// `[store]`.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 struct StoreSection {
     /// The SQLite file. Default `<data_dir>/runwarden.db`. Env: `RUNWARDEN_SQLITE_PATH`.
@@ -1319,7 +1334,8 @@ fn pg_options(section: &StoreSection) -> anyhow::Result<PgOptions> {
 }
 
 /// `[vault]`.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 struct VaultSection {
     /// The master key file (mode 0600). Default `<data_dir>/master.key`. Env: `RUNWARDEN_MASTER_KEY_FILE`; `RUNWARDEN_MASTER_KEY` gives the key itself as 64 hex characters.
@@ -1331,7 +1347,8 @@ struct VaultSection {
 }
 
 /// `[audit]`.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 struct AuditSection {
     /// A file on another path where every advance of the audit anchor is appended, opened append-only; `audit verify --witness` checks the log against it. Default: none.
@@ -1339,7 +1356,8 @@ struct AuditSection {
 }
 
 /// `[egress]`.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 struct EgressSection {
     /// Hosts, addresses and CIDRs outbound calls may reach besides public addresses. Env: `RUNWARDEN_EGRESS_ALLOW` (comma-separated).

@@ -55,18 +55,3 @@ pub(crate) fn run_request_hash(agent: &str, prompt: &str, mode: &str, budgets: &
 pub(crate) fn is_intent(row: &Value) -> bool {
     row["action"] == runwarden_vault::audit::action::HTTP_CALL_STARTED
 }
-
-/// How a segment ended, in the words a run's status uses everywhere else
-/// (`waiting_for_approval`, `cancelled`), for text people read; `lease_lost` is the one
-/// ending with no status of its own.
-pub(crate) fn outcome_word(outcome: runwarden_runtime::Outcome) -> &'static str {
-    use runwarden_runtime::Outcome;
-    match outcome {
-        Outcome::Completed => "completed",
-        Outcome::Failed | Outcome::DeadLettered => "failed",
-        Outcome::Cancelled => "cancelled",
-        Outcome::AwaitingApproval => "waiting_for_approval",
-        Outcome::Requeued => "queued",
-        Outcome::LeaseLost => "lease_lost",
-    }
-}

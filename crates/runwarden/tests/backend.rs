@@ -299,7 +299,7 @@ async fn a_server_and_a_worker_process_share_one_postgres_database() {
         enqueued.elapsed()
     );
     assert_eq!(done["run_id"], run_id.as_str(), "{done}");
-    assert_eq!(done["outcome"], "COMPLETED", "{done}");
+    assert_eq!(done["outcome"], "completed", "{done}");
     // The server reads what the worker wrote, from the same database.
     let mut events = sandbox.command(&["--json", "events", &run_id]);
     events

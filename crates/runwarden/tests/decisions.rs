@@ -72,7 +72,7 @@ async fn pending(sandbox: &Arc<Sandbox>, run_id: &str) -> Value {
 async fn parked(sandbox: &Arc<Sandbox>, worker: &mut Child) -> (String, Value) {
     let run_id = enqueue(sandbox, "helper", "file a ticket").await;
     let (outcome, _) = worker.outcome_of(&run_id).await;
-    assert_eq!(outcome["outcome"], "AWAITING_APPROVAL", "{outcome:#}");
+    assert_eq!(outcome["outcome"], "waiting_for_approval", "{outcome:#}");
     let decision = pending(sandbox, &run_id).await;
     (run_id, decision)
 }
@@ -115,7 +115,7 @@ async fn a_required_approval_parks_the_run_sends_nothing_and_approve_runs_the_ca
         .ok()
         .says("answered approve");
     let (outcome, _) = worker.outcome_of(&run_id).await;
-    assert_eq!(outcome["outcome"], "COMPLETED", "{outcome:#}");
+    assert_eq!(outcome["outcome"], "completed", "{outcome:#}");
     assert_eq!(tickets(&peer), 1, "approve runs the call exactly once");
     let log = events(&sandbox, &run_id).await;
     assert!(kinds(&log).contains(&"decision_answered"), "{log:#?}");
@@ -162,7 +162,7 @@ async fn deny_gives_the_model_the_denial_and_an_edit_reaches_the_server() {
     .ok();
     let (outcome, _) = worker.outcome_of(&run_id).await;
     assert_eq!(
-        outcome["outcome"], "AWAITING_APPROVAL",
+        outcome["outcome"], "waiting_for_approval",
         "the echo waits too"
     );
     let second = pending(&sandbox, &run_id).await;
@@ -183,7 +183,7 @@ async fn deny_gives_the_model_the_denial_and_an_edit_reaches_the_server() {
     .await
     .ok();
     let (outcome, _) = worker.outcome_of(&run_id).await;
-    assert_eq!(outcome["outcome"], "COMPLETED", "{outcome:#}");
+    assert_eq!(outcome["outcome"], "completed", "{outcome:#}");
     assert_eq!(tickets(&peer), 0, "a denied write is never made");
     let texts = tool_texts(&events(&sandbox, &run_id).await);
     assert_eq!(texts[0], "denied by an operator: tickets are frozen today");
@@ -218,7 +218,7 @@ async fn two_approvals_racing_from_two_processes_run_the_call_once() {
     }
     assert_eq!(won, 1, "R12: exactly one answer wins");
     let (outcome, _) = worker.outcome_of(&run_id).await;
-    assert_eq!(outcome["outcome"], "COMPLETED");
+    assert_eq!(outcome["outcome"], "completed");
     assert_eq!(tickets(&peer), 1, "the call ran once");
     worker.stop_idle().await;
 }
@@ -256,7 +256,7 @@ async fn an_approval_nobody_answers_expires_and_the_model_reads_expired() {
     let (run_id, decision) = parked(&sandbox, &mut worker).await;
     // The worker's reaper denies it once due; the run is queued and completed.
     let (outcome, _) = worker.outcome_of(&run_id).await;
-    assert_eq!(outcome["outcome"], "COMPLETED", "{outcome:#}");
+    assert_eq!(outcome["outcome"], "completed", "{outcome:#}");
     assert_eq!(tickets(&peer), 0);
     let texts = tool_texts(&events(&sandbox, &run_id).await);
     assert_eq!(texts, ["denied by an operator: expired"]);
@@ -279,7 +279,7 @@ async fn an_approval_through_the_api_is_executed_by_a_worker_and_a_kill_9_after_
     let run_id = enqueue(&sandbox, "helper", "file a ticket").await;
     let mut first = Child::worker(&sandbox, None);
     let (outcome, _) = first.outcome_of(&run_id).await;
-    assert_eq!(outcome["outcome"], "AWAITING_APPROVAL");
+    assert_eq!(outcome["outcome"], "waiting_for_approval");
     let decision = pending(&sandbox, &run_id).await;
     let id = decision["decision_id"].as_str().unwrap();
 
@@ -378,8 +378,8 @@ async fn an_uncertain_write_parks_the_run_and_each_resolve_does_what_it_says() {
     runwarden(&sandbox, &["mcp", "import", "srv"]).await.ok();
     let mut worker = Child::worker(&sandbox, None);
     for (flag, end) in [
-        ("--applied", "COMPLETED"),
-        ("--not-applied", "COMPLETED"),
+        ("--applied", "completed"),
+        ("--not-applied", "completed"),
         ("--cancel", "cancelled"),
     ] {
         let before = writes.load(Ordering::SeqCst);

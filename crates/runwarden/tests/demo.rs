@@ -66,7 +66,13 @@ fn the_demo_needs_no_setup_and_its_timeline_shows_the_cancelled_transfer() {
     assert!(out.stdout.lines().count() <= 35, "too long: {out:#?}");
     // One status vocabulary, the one `status`, the API and the console use; every
     // server it names is introduced first.
-    for word in ["AWAITING_APPROVAL", "COMPLETED", "CANCELLED", "FAILED"] {
+    for word in [
+        "AWAITING_APPROVAL",
+        "WAITING_FOR_APPROVAL",
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+    ] {
         assert!(!out.stdout.contains(word), "{word} in {out:#?}");
     }
     let intro = out.stdout.find("\ndesk at http://127.0.0.1:");

@@ -48,7 +48,7 @@ async fn sandbox_with(
     sandbox
 }
 
-/// Runs agent `a`, expects COMPLETED, and checks the model's tool call reached the MCP
+/// Runs agent `a`, expects completed, and checks the model's tool call reached the MCP
 /// server as a `tools/call` of `create`.
 async fn tool_calling_run_completes(sandbox: &Arc<Sandbox>, mcp: &mut TestServer) {
     mcp.drain_requests();
@@ -58,7 +58,7 @@ async fn tool_calling_run_completes(sandbox: &Arc<Sandbox>, mcp: &mut TestServer
     )
     .await
     .ok()
-    .says("COMPLETED");
+    .says("completed");
     assert!(
         out.stdout.contains("model asked for srv__create"),
         "the model called the tool: {out:#?}"

@@ -207,9 +207,10 @@ async fn the_server_secret_goes_on_every_leg_and_never_into_output() {
     .ok();
     assert!(!out.stdout.contains(SIGIL) && !out.stderr.contains(SIGIL));
     let legs = server.drain_requests();
-    // M19: the server/discover probe (this server does not serve 2026-07-28), then
-    // initialize, notifications/initialized and tools/call.
-    assert_eq!(legs.len(), 4);
+    // The server/discover probe (this server does not serve 2026-07-28), then
+    // initialize, notifications/initialized, tools/list (the server was never imported:
+    // the call is checked against its tools listed live) and tools/call.
+    assert_eq!(legs.len(), 5);
     for leg in legs {
         assert_eq!(
             leg.header("authorization"),

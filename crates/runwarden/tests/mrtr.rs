@@ -49,7 +49,7 @@ async fn an_input_required_result_parks_the_run_and_another_worker_resumes_it_wi
     let mut first = Child::worker(&sandbox, None);
     let run_id = enqueue(&sandbox, "shipper", "ship the box").await;
     let (outcome, _) = first.outcome_of(&run_id).await;
-    assert_eq!(outcome["outcome"], "AWAITING_APPROVAL", "{outcome:#}");
+    assert_eq!(outcome["outcome"], "waiting_for_approval", "{outcome:#}");
     assert_eq!(shipments(&peer), 0, "nothing of the tool ran yet");
     let row = status(&sandbox, &run_id).await;
     assert_eq!(row["status"], "waiting_for_approval", "{row:#}");
@@ -97,7 +97,7 @@ async fn an_input_required_result_parks_the_run_and_another_worker_resumes_it_wi
     .ok();
     let mut second = Child::worker(&sandbox, None);
     let (outcome, _) = second.outcome_of(&run_id).await;
-    assert_eq!(outcome["outcome"], "COMPLETED", "{outcome:#}");
+    assert_eq!(outcome["outcome"], "completed", "{outcome:#}");
     assert_eq!(shipments(&peer), 1, "the re-issued call ran the tool once");
     let texts: Vec<String> = events(&sandbox, &run_id)
         .await

@@ -184,7 +184,7 @@ async fn every_queued_run_is_claimed_exactly_once_across_a_server_and_two_worker
             if line["stopped"] == true {
                 continue;
             }
-            assert_eq!(line["outcome"], "COMPLETED", "{line}");
+            assert_eq!(line["outcome"], "completed", "{line}");
             let id = line["run_id"].as_str().unwrap().to_string();
             assert!(printed.insert(id), "worker {w} ran a run twice: {ended:#?}");
         }
@@ -275,7 +275,7 @@ async fn a_cancel_through_the_api_of_one_node_tears_down_a_call_in_flight_on_ano
     }
 
     let (outcome, before) = node_b.outcome_of(&id).await;
-    assert_eq!(outcome["outcome"], "CANCELLED", "R10: {outcome}");
+    assert_eq!(outcome["outcome"], "cancelled", "R10: {outcome}");
     assert!(before.is_empty(), "{before:#?}");
     let ended = node_b.stop_idle().await;
     assert!(
@@ -340,7 +340,7 @@ async fn kill_9_of_a_worker_node_during_a_read_only_call_is_recovered_and_comple
         .until_stderr(&["the reaper recovered a stale run", &id, "Requeued"])
         .await;
     let (outcome, before) = survivor.outcome_of(&id).await;
-    assert_eq!(outcome["outcome"], "COMPLETED", "{outcome}");
+    assert_eq!(outcome["outcome"], "completed", "{outcome}");
     assert!(before.is_empty(), "{before:#?}");
     println!(
         "kill -9 of the node holding a read-only call to its completion elsewhere: {:?}",
@@ -406,7 +406,7 @@ async fn kill_9_of_a_worker_node_during_a_non_idempotent_write_dead_letters_the_
     // letter; the dead-lettered run is not among what it ran.
     let sentinel = enqueue(&install.sandbox, "quick", "sentinel").await;
     let (outcome, before) = survivor.outcome_of(&sentinel).await;
-    assert_eq!(outcome["outcome"], "COMPLETED", "{outcome}");
+    assert_eq!(outcome["outcome"], "completed", "{outcome}");
     assert!(
         before.is_empty(),
         "the survivor ran only the sentinel: {before:#?}"

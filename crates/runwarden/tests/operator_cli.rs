@@ -275,7 +275,7 @@ async fn run_through_a_server_prints_its_events_and_ctrl_c_cancels_it_through_th
     let summary = ended
         .stdout
         .iter()
-        .find(|l| l.starts_with("run ") && l.contains(" CANCELLED: cancelled by an operator"))
+        .find(|l| l.starts_with("run ") && l.contains(" cancelled: cancelled by an operator"))
         .cloned()
         .unwrap_or_else(|| panic!("a summary line: {ended:#?}"));
     assert!(

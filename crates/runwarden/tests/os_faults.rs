@@ -4,7 +4,7 @@
 //! runs are in flight), and a real 16 MiB tmpfs filled to the last byte, then freed.
 //!
 //! Every run calls one non-idempotent write on a server that counts them. After each case:
-//! the server saw each run's write at most once, a run reported or stored COMPLETED has its
+//! the server saw each run's write at most once, a run reported or stored completed has its
 //! write step and its end in the log, the worker never printed two endings for one run, the
 //! row's status matches the log's final event, `audit verify` passes, and once the fault is
 //! removed every run ends within [`SETTLE_BOUND`] without a restart.
@@ -26,7 +26,7 @@ const RUNS: usize = 8;
 /// every 0.2 s, a retry waits at most a few seconds).
 const SETTLE_BOUND: Duration = Duration::from_secs(40);
 /// The worker endings that end a run (the others hand it on).
-const ENDINGS: [&str; 4] = ["COMPLETED", "FAILED", "DEAD_LETTERED", "CANCELLED"];
+const ENDINGS: [&str; 4] = ["completed", "failed", "dead_lettered", "cancelled"];
 
 /// How a fault is switched on and off.
 #[derive(Debug, Clone, Copy)]
@@ -290,9 +290,9 @@ async fn check_case(
             seen.violations
                 .push(format!("run {id}: the worker printed {mine:?} for one run"));
         }
-        if mine.contains(&"COMPLETED") && status != "completed" {
+        if mine.contains(&"completed") && status != "completed" {
             seen.violations.push(format!(
-                "run {id}: the worker printed COMPLETED, the row says {status}"
+                "run {id}: the worker printed completed, the row says {status}"
             ));
         }
     }

@@ -242,7 +242,7 @@ async fn a_run_cancelled_while_queued_ends_with_a_final_event_that_says_so() {
 
     let log = events(&sandbox, &run_id).await;
     assert_eq!(kinds(&log), ["run_stopped"], "R8: the final event, once");
-    assert_eq!(log[0]["payload"]["outcome"], "CANCELLED");
+    assert_eq!(log[0]["payload"]["outcome"], "cancelled");
     let text = runwarden(&sandbox, &["events", &run_id]).await.ok();
     assert!(
         text.stdout

@@ -123,7 +123,7 @@ async fn a_scripted_run_calls_the_tool_and_completes_printing_each_step() {
     let out = runwarden(&sandbox, &["run", "--agent", "a", "open a ticket"])
         .await
         .ok()
-        .says("COMPLETED");
+        .says("completed");
     let banner = out.stderr.lines().next().unwrap_or_default();
     let run_id = banner
         .strip_prefix("run ")
@@ -135,7 +135,7 @@ async fn a_scripted_run_calls_the_tool_and_completes_printing_each_step() {
         "[3] round 1: tool srv__create succeeded: create {\"q\":\"printer\"}",
         "[4] round 2: model answered: Ticket created.",
         "[5] completed: Ticket created.",
-        &format!("run {run_id} COMPLETED"),
+        &format!("run {run_id} completed"),
     ];
     let mut from = 0;
     for step in steps {
@@ -217,7 +217,7 @@ async fn run_json_prints_one_object_per_event_each_with_the_run_id() {
     );
     assert_eq!(
         summary[0],
-        json!({"run_id": run_id, "outcome": "COMPLETED", "status": "completed",
+        json!({"run_id": run_id, "outcome": "completed", "status": "completed",
                "termination_reason": "Ticket created.", "pending_effect": null,
                "usage": {"input_tokens": 0, "output_tokens": 0}})
     );
@@ -260,7 +260,7 @@ async fn cancel_from_another_process_tears_down_a_stalled_write_and_keeps_the_fe
     let ended = run.ended(cancelled, CROSS_PROCESS).await;
     assert_eq!(ended.code, Some(130), "{ended:#?}");
     let summary: Value = serde_json::from_str(ended.stdout.last().unwrap()).unwrap();
-    assert_eq!(summary["outcome"], "CANCELLED");
+    assert_eq!(summary["outcome"], "cancelled");
     assert_eq!(summary["pending_effect"], "non_idempotent_write");
 
     let events = events(&sandbox, &run_id).await;
@@ -279,7 +279,7 @@ async fn cancel_from_another_process_tears_down_a_stalled_write_and_keeps_the_fe
         step["text"].as_str().unwrap().contains("cancelled"),
         "M12: the tool result says cancelled: {step}"
     );
-    assert_eq!(events[3]["payload"]["outcome"], "CANCELLED");
+    assert_eq!(events[3]["payload"]["outcome"], "cancelled");
 
     let audit = runwarden(
         &sandbox,
@@ -397,7 +397,7 @@ async fn ctrl_c_on_run_cancels_through_the_operator_path() {
     assert_eq!(ended.code, Some(130), "{ended:#?}");
     let stdout = ended.stdout.join("\n");
     assert!(
-        stdout.contains(&format!("run {run_id} CANCELLED")) && stdout.contains("after Ctrl-C"),
+        stdout.contains(&format!("run {run_id} cancelled")) && stdout.contains("after Ctrl-C"),
         "{ended:#?}"
     );
     assert!(
@@ -516,7 +516,7 @@ async fn the_api_key_of_a_model_never_appears_in_output() {
         .await
         .unwrap()
         .ok()
-        .says("COMPLETED");
+        .says("completed");
     let run_id = out
         .stderr
         .lines()

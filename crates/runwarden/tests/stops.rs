@@ -131,7 +131,7 @@ async fn sigterm_and_sighup_cancel_a_run_like_ctrl_c_and_close_the_call_in_fligh
         assert_eq!(ended.code, Some(130), "SIG{signal}: {ended:#?}");
         let stdout = ended.stdout.join("\n");
         assert!(
-            stdout.contains(&format!("run {run_id} CANCELLED"))
+            stdout.contains(&format!("run {run_id} cancelled"))
                 && stdout.contains(&format!("after {cause}")),
             "SIG{signal}: {ended:#?}"
         );
@@ -177,7 +177,7 @@ async fn a_closed_stdout_cancels_the_run_even_while_its_tool_call_is_on_the_wire
     }
     let said = said.join("\n");
     assert!(
-        said.contains(&format!("run {run_id} CANCELLED"))
+        said.contains(&format!("run {run_id} cancelled"))
             && said.contains("after a closed standard output"),
         "the summary goes to stderr when stdout is gone: {said}"
     );
@@ -219,7 +219,7 @@ async fn a_long_error_is_printed_whole_by_run_events_and_status() {
     assert!(
         run.stdout
             .lines()
-            .any(|l| l.contains(&format!("{run_id} FAILED: ")) && l.contains(&expected)),
+            .any(|l| l.contains(&format!("{run_id} failed: ")) && l.contains(&expected)),
         "{run:#?}"
     );
 

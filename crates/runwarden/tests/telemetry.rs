@@ -33,7 +33,7 @@ async fn a_run_that_calls_a_tool_is_one_trace_that_reaches_the_mcp_server() {
     runwarden(&sandbox, &["run", "--agent", "a", "file it"])
         .await
         .ok()
-        .says("COMPLETED");
+        .says("completed");
 
     // The process flushes its spans before it exits.
     let run = receiver.wait_for("run", WAIT).await;
@@ -54,7 +54,7 @@ async fn a_run_that_calls_a_tool_is_one_trace_that_reaches_the_mcp_server() {
         assert_eq!(span.trace_id, run.trace_id, "one trace: {span:?}");
     }
     assert_eq!(tool_call.attributes["tool"], "srv__create");
-    assert_eq!(run.attributes["outcome"], "COMPLETED");
+    assert_eq!(run.attributes["outcome"], "completed");
     for leg in &outbound {
         assert_eq!(leg.trace_id, run.trace_id);
         assert_eq!(leg.attributes["delivery"], "answered", "{leg:?}");
@@ -140,7 +140,7 @@ async fn record_arguments_puts_the_arguments_on_the_tool_call_span_and_never_the
     runwarden(&sandbox, &["run", "--agent", "a", "file it"])
         .await
         .ok()
-        .says("COMPLETED");
+        .says("completed");
 
     let tool_call = receiver.wait_for("tool_call", WAIT).await;
     let recorded = tool_call.attributes.get("arguments").expect("recorded");

@@ -17,6 +17,7 @@ mod doctor;
 mod effects;
 mod egress;
 mod exfiltration;
+mod fastmcp;
 mod getting_started;
 mod hardening;
 mod init;

@@ -59,7 +59,7 @@ async fn mcp_import_mcp_call_and_run_each_end_their_session_with_delete() {
     runwarden(&sandbox, &["run", "--agent", "a", "go"])
         .await
         .ok()
-        .says("COMPLETED");
+        .says("completed");
     assert_eq!(deletes(&peer), 3, "run");
 }
 
@@ -75,7 +75,7 @@ async fn a_tools_progress_and_logs_become_throttled_bounded_run_events() {
     let out = runwarden(&sandbox, &["run", "--agent", "a", "go"])
         .await
         .ok()
-        .says("COMPLETED");
+        .says("completed");
     let run_id = out
         .stderr
         .lines()

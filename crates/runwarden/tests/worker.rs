@@ -366,7 +366,7 @@ async fn kill_9_during_a_non_idempotent_write_dead_letters_the_run_and_the_write
         // dead letter; the dead-lettered run is not among what it ran.
         let sentinel = enqueue(&sandbox, "quick", &format!("sentinel {k}")).await;
         let (outcome, before) = second.outcome_of(&sentinel).await;
-        assert_eq!(outcome["outcome"], "COMPLETED", "{outcome}");
+        assert_eq!(outcome["outcome"], "completed", "{outcome}");
         assert!(
             before.is_empty(),
             "the second worker ran only the sentinel: {before:#?}"
@@ -487,7 +487,7 @@ async fn kill_9_after_the_server_answered_a_write_and_before_it_was_recorded_nev
     let mut second = Child::worker(&sandbox, None);
     let sentinel = enqueue(&sandbox, "quick", "sentinel").await;
     let (outcome, before) = second.outcome_of(&sentinel).await;
-    assert_eq!(outcome["outcome"], "COMPLETED", "{outcome}");
+    assert_eq!(outcome["outcome"], "completed", "{outcome}");
     assert!(before.is_empty(), "{before:#?}");
     second.stop_idle().await;
     assert_eq!(calls.total("create"), ANSWERED_TRIALS, "0 duplicates");
@@ -540,7 +540,7 @@ async fn kill_9_during_a_read_only_call_lets_another_worker_complete_the_run() {
         .until_stderr(&["the reaper recovered a stale run", &id, "Requeued"])
         .await;
     let (outcome, before) = second.outcome_of(&id).await;
-    assert_eq!(outcome["outcome"], "COMPLETED", "{outcome}");
+    assert_eq!(outcome["outcome"], "completed", "{outcome}");
     assert!(before.is_empty(), "{before:#?}");
     second.stop_idle().await;
 
@@ -650,7 +650,7 @@ async fn racing_workers_in_threads_and_processes_claim_every_run_exactly_once() 
     for (id, seen) in &per_run {
         assert_eq!(
             seen.iter().map(|(_, o)| o.as_str()).collect::<Vec<_>>(),
-            ["COMPLETED"],
+            ["completed"],
             "run {id} ran once: {seen:?}"
         );
     }
@@ -737,7 +737,7 @@ async fn sigterm_drains_and_a_second_sigterm_exits_at_once() {
     let quick = enqueue(&sandbox, "quick", "hello").await;
     let mut idle = Child::worker(&sandbox, None);
     let (outcome, _) = idle.outcome_of(&quick).await;
-    assert_eq!(outcome["outcome"], "COMPLETED");
+    assert_eq!(outcome["outcome"], "completed");
     let ended = idle.stop_idle().await;
     assert_eq!(summary(&ended)["abandoned"], 0, "{ended:#?}");
 }
@@ -758,7 +758,7 @@ async fn a_queued_run_cancelled_before_any_worker_is_never_claimed() {
     let later = enqueue(&sandbox, "quick", "later").await;
     let mut worker = Child::worker(&sandbox, None);
     let (outcome, before) = worker.outcome_of(&later).await;
-    assert_eq!(outcome["outcome"], "COMPLETED", "{outcome}");
+    assert_eq!(outcome["outcome"], "completed", "{outcome}");
     assert!(before.is_empty(), "nothing else ran: {before:#?}");
     let ended = worker.stop_idle().await;
     assert!(
@@ -773,6 +773,6 @@ async fn a_queued_run_cancelled_before_any_worker_is_never_claimed() {
     // R8: its one event is the final one the cancel wrote: nothing ran.
     let log = events(&sandbox, &id).await;
     assert_eq!(kinds(&log), ["run_stopped"], "{log:#?}");
-    assert_eq!(log[0]["payload"]["outcome"], "CANCELLED");
+    assert_eq!(log[0]["payload"]["outcome"], "cancelled");
     assert_eq!(calls.total("lookup") + calls.total("create"), 0);
 }

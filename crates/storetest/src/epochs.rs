@@ -243,7 +243,7 @@ async fn a_final_event_and_its_status_are_one_write_and_a_cancel_refuses_both(
     // The segment records its stop instead: the winner's outcome.
     let stop = EventAppend {
         kind: "run_stopped".into(),
-        payload: json!({"outcome": "CANCELLED"}),
+        payload: json!({"outcome": "cancelled"}),
         end: None,
         ..step(&run, run.claim_epoch, None)
     };

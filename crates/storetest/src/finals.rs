@@ -64,7 +64,7 @@ async fn a_cancel_while_queued_writes_the_final_event_with_it(store: &dyn QueueS
     let log = events(store, "final-queued").await;
     assert_eq!(log.len(), 1, "{log:?}");
     assert_eq!(log[0].kind, "run_stopped");
-    assert_eq!(log[0].payload["outcome"], "CANCELLED", "{:?}", log[0]);
+    assert_eq!(log[0].payload["outcome"], "cancelled", "{:?}", log[0]);
     let reason = log[0].payload["reason"].as_str().unwrap_or_default();
     assert!(reason.contains("while queued"), "{reason}");
     assert_eq!(log[0].time_ms, T0 + 10, "written with the cancel");
@@ -85,7 +85,7 @@ async fn a_cancel_of_a_running_run_leaves_the_final_event_to_its_segment(store: 
         owner: OWNER.into(),
         epoch: 1,
         kind: "run_stopped".into(),
-        payload: json!({"outcome": "CANCELLED"}),
+        payload: json!({"outcome": "cancelled"}),
         clear_fence: false,
         round: None,
         end: None,
@@ -190,7 +190,7 @@ async fn a_cancelled_run_whose_segment_died_gets_its_stop_from_the_reaper(store:
         owner: OWNER.into(),
         epoch: 1,
         kind: "run_stopped".into(),
-        payload: json!({"outcome": "CANCELLED"}),
+        payload: json!({"outcome": "cancelled"}),
         clear_fence: false,
         round: None,
         end: None,

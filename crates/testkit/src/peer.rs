@@ -1,5 +1,5 @@
-//! The real MCP peer: the official Python SDK serving `tests/peer/server.py`, started in
-//! its own process for one test and killed when dropped.
+//! The real MCP peers: the official Python SDK serving `tests/peer/server.py` (and 1.x,
+//! and fastmcp), each started in its own process for one test and killed when dropped.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -77,6 +77,13 @@ impl Peer {
         Self::spawn(python, "tests/peer1/server.py", flags)
     }
 
+    /// Starts the fastmcp peer (`tests/peer/fastmcp_server.py`: fastmcp, the most used
+    /// Python server framework; it offers 2026-07-28), from the same venv as
+    /// [`Peer::start`]: fastmcp is pinned beside the SDK it builds on.
+    pub fn start_fastmcp() -> Self {
+        Self::spawn(python(), "tests/peer/fastmcp_server.py", &[])
+    }
+
     fn spawn(python: PathBuf, script: &str, flags: &[&str]) -> Self {
         let mut child = Command::new(python)
             .arg(repo_root().join(script))
@@ -116,6 +123,34 @@ impl Peer {
     /// The peer's counters (`GET /stats`), as JSON text.
     pub fn stats(&self) -> String {
         self.get("/stats")
+    }
+
+    /// The peer's counters (`GET /stats`), as JSON.
+    pub fn stats_json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stats()).expect("the peer's stats are JSON")
+    }
+
+    /// Waits, up to `within`, until the peer's counters satisfy `done`, and answers them.
+    /// A peer handles a notification or a disconnect after it answered, so its counters
+    /// move a moment later.
+    pub async fn wait_for_stats(
+        &self,
+        within: Duration,
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + within;
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        loop {
+            tick.tick().await;
+            let now = self.stats_json();
+            if done(&now) {
+                return now;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the peer's counters never got there: {now}"
+            );
+        }
     }
 
     /// The body of a plain `GET` of `path` on the peer (`/stats`, `/wire-stats`).

@@ -14,7 +14,7 @@ use runwarden_vault::CancelFlag;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::Context;
+use super::{Context, mcp_refusal};
 use crate::output;
 
 /// Exit status of a command the operator interrupted (128 + SIGINT).
@@ -563,6 +563,14 @@ fn json_object(flag: &str, text: &str) -> anyhow::Result<Map<String, Value>> {
     }
 }
 
+/// The entry `tool` names, by its local name or else its remote one.
+fn find_entry<'a>(catalogue: &'a [CatalogueEntry], tool: &str) -> Option<&'a CatalogueEntry> {
+    catalogue
+        .iter()
+        .find(|e| e.local_name == tool)
+        .or_else(|| catalogue.iter().find(|e| e.remote_name == tool))
+}
+
 async fn call(
     cx: &Context,
     name: &str,
@@ -580,17 +588,30 @@ async fn call(
         None => None,
     };
     let (client, store) = client(cx, server).await?;
-    // A local name from the catalogue maps to its remote name; anything else goes as is.
-    let catalogue = store.catalogue_list(Some(name)).await?;
-    let entry = catalogue
-        .iter()
-        .find(|e| e.local_name == tool)
-        .or_else(|| catalogue.iter().find(|e| e.remote_name == tool));
-    if !force {
-        refuse_locally(name, tool, entry, &catalogue)?;
-    }
-    let remote = entry.map_or(tool, |e| e.remote_name.as_str()).to_string();
     let stop = ctrl_c_flag();
+    // The call is checked against the imported catalogue, or, for a server never
+    // imported, its tools listed now; `--force` skips the check (and that listing).
+    let catalogue = if force {
+        store.catalogue_list(Some(name)).await?
+    } else {
+        match mcp_refusal::catalogue_for_call(store.as_ref(), &client, server, &stop).await {
+            Ok((catalogue, source)) => {
+                let entry = find_entry(&catalogue, tool);
+                mcp_refusal::refuse_locally(name, tool, entry, &catalogue, source)?;
+                catalogue
+            }
+            Err(error) => match error.into_error(name) {
+                Ok(error) => return Err(error),
+                Err(cancelled) => {
+                    output::error(cx.json, &anyhow::anyhow!("cancelled: {cancelled}"));
+                    return Ok(ExitCode::from(EXIT_CANCELLED));
+                }
+            },
+        }
+    };
+    // A local name from the catalogue maps to its remote name; anything else goes as is.
+    let entry = find_entry(&catalogue, tool);
+    let remote = entry.map_or(tool, |e| e.remote_name.as_str()).to_string();
     let request = ToolCallRequest {
         tool: remote.clone(),
         arguments,
@@ -646,63 +667,6 @@ async fn call(
     Ok(code)
 }
 
-/// `mcp call` refuses, before anything is sent, a tool the imported catalogue does not
-/// offer: one it does not list (naming the close names it does), or one refused at
-/// import. `--force` sends it anyway. A server never imported has no catalogue to check
-/// against, so its calls go as they are.
-fn refuse_locally(
-    server: &str,
-    tool: &str,
-    entry: Option<&CatalogueEntry>,
-    catalogue: &[CatalogueEntry],
-) -> anyhow::Result<()> {
-    match entry {
-        Some(entry) => match &entry.schema {
-            SchemaStatus::Usable(_) => Ok(()),
-            SchemaStatus::Refused(reason) => bail!(
-                "tool {} of server {server} is refused by the catalogue ({reason}); nothing was sent: pass --force to send it anyway",
-                entry.local_name
-            ),
-        },
-        None if catalogue.is_empty() => Ok(()),
-        None => {
-            let close = close_names(tool, catalogue);
-            let hint = if close.is_empty() {
-                String::new()
-            } else {
-                format!(" (did you mean {}?)", close.join(", "))
-            };
-            bail!(
-                "server {server} offers no tool {tool:?}{hint}; nothing was sent: check the name with `runwarden mcp list {server}`, run `runwarden mcp import {server}` if the server added it, or pass --force to send it anyway"
-            )
-        }
-    }
-}
-
-/// The catalogue's names closest to `tool` (local or remote, whichever is closer), best
-/// first, at most three.
-fn close_names(tool: &str, catalogue: &[CatalogueEntry]) -> Vec<String> {
-    let mut scored: Vec<(f64, &str)> = catalogue
-        .iter()
-        .map(|e| {
-            let local = strsim::jaro_winkler(tool, &e.local_name);
-            let remote = strsim::jaro_winkler(tool, &e.remote_name);
-            if remote >= local {
-                (remote, e.remote_name.as_str())
-            } else {
-                (local, e.local_name.as_str())
-            }
-        })
-        .filter(|(score, _)| *score >= 0.8)
-        .collect();
-    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
-    scored
-        .into_iter()
-        .take(3)
-        .map(|(_, n)| n.to_string())
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -721,54 +685,6 @@ mod tests {
         assert_eq!(
             answer,
             ElicitationAnswer::Accept(expected.as_object().unwrap().clone())
-        );
-    }
-
-    #[test]
-    fn an_unknown_tool_is_refused_with_the_close_names() {
-        let entry = |remote: &str, schema: SchemaStatus| CatalogueEntry {
-            server: "peer".into(),
-            local_name: format!("peer__{remote}"),
-            remote_name: remote.into(),
-            description: None,
-            effect: runwarden_mcp::Effect::ReadOnly,
-            schema,
-            output_schema: None,
-            imported_ms: 0,
-        };
-        let usable = SchemaStatus::Usable(json!({"type": "object"}));
-        let catalogue = vec![
-            entry("echo", usable.clone()),
-            entry("echo_twice", usable.clone()),
-            entry("create_ticket", usable),
-            entry("tasky", SchemaStatus::Refused("needs tasks".into())),
-        ];
-        let error = refuse_locally("peer", "ecoh", None, &catalogue)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            error.contains("offers no tool \"ecoh\" (did you mean echo?)"),
-            "{error}"
-        );
-        let twice = refuse_locally("peer", "echo_twise", None, &catalogue)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            twice.contains("(did you mean echo_twice, echo?)"),
-            "best first, far names left out: {twice}"
-        );
-        assert!(error.contains("--force"), "{error}");
-        let refused = refuse_locally("peer", "tasky", Some(&catalogue[3]), &catalogue)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            refused.contains("is refused by the catalogue (needs tasks)"),
-            "{refused}"
-        );
-        assert!(refuse_locally("peer", "echo", Some(&catalogue[0]), &catalogue).is_ok());
-        assert!(
-            refuse_locally("peer", "echo", None, &[]).is_ok(),
-            "nothing imported, nothing to check against"
         );
     }
 

@@ -11,6 +11,7 @@ pub(crate) mod init;
 pub(crate) mod mcp;
 mod mcp_auth;
 mod mcp_edit;
+mod mcp_refusal;
 mod new_key;
 pub(crate) mod run;
 mod run_remote;

@@ -310,12 +310,8 @@ pub(crate) fn event_line(event: &RunEvent) -> String {
         EventBody::RunCompleted(e) => format!("completed: {}", text(&e.reason)),
         EventBody::RunFailed(e) => format!("failed: {}", text(&e.reason)),
         EventBody::RunStopped(e) => match &e.reason {
-            Some(reason) => format!(
-                "stopped: {}: {}",
-                crate::views::outcome_word(e.outcome),
-                text(reason)
-            ),
-            None => format!("stopped: {}", crate::views::outcome_word(e.outcome)),
+            Some(reason) => format!("stopped: {}: {}", e.outcome.as_str(), text(reason)),
+            None => format!("stopped: {}", e.outcome.as_str()),
         },
         EventBody::ModelProgress(e) => format!("model streaming: {} tokens so far", e.tokens),
         EventBody::ToolProgress(e) => {
@@ -467,7 +463,7 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
             " ({} input, {} output tokens)",
             usage.input_tokens, usage.output_tokens
         ));
-        if outcome == Outcome::AwaitingApproval {
+        if outcome == Outcome::WaitingForApproval {
             // R12: the run is parked; a worker resumes it once an operator answers.
             text.push_str(&format!(
                 "\nwaiting for an operator: `runwarden decisions list --run {}`, then approve, deny or resolve; a worker resumes the run",
@@ -505,7 +501,7 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
         Outcome::Completed => ExitCode::SUCCESS,
         Outcome::Cancelled => ExitCode::from(EXIT_CANCELLED),
         // R12: not a failure; the run waits for an operator's decision.
-        Outcome::AwaitingApproval => ExitCode::from(EXIT_AWAITING),
+        Outcome::WaitingForApproval => ExitCode::from(EXIT_AWAITING),
         _ => ExitCode::FAILURE,
     })
 }

@@ -6,8 +6,8 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use runwarden_runtime::RunState;
 use runwarden_runtime::events::is_final_kind;
+use runwarden_runtime::{Outcome, RunState};
 use serde_json::{Value, json};
 
 use super::Context;
@@ -52,13 +52,14 @@ async fn received(signal: Option<&mut tokio::signal::unix::Signal>) {
     }
 }
 
-/// What `run` prints as its outcome for a run in `status`.
-fn outcome_of(status: Option<RunState>) -> &'static str {
+/// What `run` reports as its outcome for a run in `status`: the word `run` says when it
+/// executes the run itself.
+fn outcome_of(status: Option<RunState>) -> Outcome {
     match status {
-        Some(RunState::Completed) => "COMPLETED",
-        Some(RunState::Cancelled) => "CANCELLED",
-        Some(RunState::WaitingForApproval) => "AWAITING_APPROVAL",
-        _ => "FAILED",
+        Some(RunState::Completed) => Outcome::Completed,
+        Some(RunState::Cancelled) => Outcome::Cancelled,
+        Some(RunState::WaitingForApproval) => Outcome::WaitingForApproval,
+        _ => Outcome::Failed,
     }
 }
 
@@ -117,12 +118,12 @@ pub(crate) async fn run(
     };
     let outcome = outcome_of(status["status"].as_str().and_then(RunState::parse));
     let summary = json!({
-        "run_id": run_id, "outcome": outcome, "status": status["status"],
+        "run_id": run_id, "outcome": outcome.as_str(), "status": status["status"],
         "termination_reason": status["termination_reason"], "pending_effect": status["pending_effect"],
         "usage": status["usage"],
     });
     output::emit(cx.json, &summary, || {
-        let mut text = format!("run {run_id} {outcome}");
+        let mut text = format!("run {run_id} {}", outcome.as_str());
         if let Some(reason) = status["termination_reason"].as_str() {
             text.push_str(&format!(": {reason}"));
         }
@@ -130,12 +131,12 @@ pub(crate) async fn run(
             " ({} input, {} output tokens)",
             status["usage"]["input_tokens"], status["usage"]["output_tokens"]
         ));
-        if outcome == "AWAITING_APPROVAL" {
+        if outcome == Outcome::WaitingForApproval {
             text.push_str(&format!(
                 "\nwaiting for an operator: `runwarden decisions list --run {run_id}`, then approve, deny or resolve; a worker resumes the run"
             ));
         }
-        if let (Some(at), "CANCELLED") = (cancelled_at, outcome) {
+        if let (Some(at), Outcome::Cancelled) = (cancelled_at, outcome) {
             text.push_str(&format!(
                 " ({} ms after the cancel)",
                 at.elapsed().as_millis()
@@ -147,9 +148,9 @@ pub(crate) async fn run(
         text
     });
     Ok(match outcome {
-        "COMPLETED" => ExitCode::SUCCESS,
-        "CANCELLED" => ExitCode::from(EXIT_CANCELLED),
-        "AWAITING_APPROVAL" => ExitCode::from(EXIT_AWAITING),
+        Outcome::Completed => ExitCode::SUCCESS,
+        Outcome::Cancelled => ExitCode::from(EXIT_CANCELLED),
+        Outcome::WaitingForApproval => ExitCode::from(EXIT_AWAITING),
         _ => ExitCode::FAILURE,
     })
 }

@@ -443,13 +443,13 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
     if !verify.intact {
         problems.push("the audit chain does not verify".into());
     }
-    if act.parked != Outcome::AwaitingApproval || act.calls_while_waiting != 0 {
+    if act.parked != Outcome::WaitingForApproval || act.calls_while_waiting != 0 {
         problems.push("the write did not wait for the approval".into());
     }
     if act.outcome != Outcome::Completed || act.calls_after != 1 {
         problems.push(format!(
             "after the approval the run ended {} and the server saw {}, not 1",
-            crate::views::outcome_word(act.outcome),
+            act.outcome.as_str(),
             output::count(act.calls_after as u64, "call", "calls")
         ));
     }
@@ -480,9 +480,9 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
             "approval": {
                 "run_id": act.run_id,
                 "decision_id": act.decision_id,
-                "parked": crate::views::outcome_word(act.parked),
+                "parked": act.parked.as_str(),
                 "calls_while_waiting": act.calls_while_waiting,
-                "outcome": crate::views::outcome_word(act.outcome),
+                "outcome": act.outcome.as_str(),
                 "calls_after": act.calls_after,
             },
         });
@@ -492,10 +492,10 @@ async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
         output::line(format!(
             "\napproval  run {}: {DESK}__create_ticket needs an operator; the run waits ({}), the server saw {}\n          decision {} approved by demo; the run resumed: {}, the server saw {} (once)",
             act.run_id,
-            crate::views::outcome_word(act.parked),
+            act.parked.as_str(),
             output::count(act.calls_while_waiting as u64, "call", "calls"),
             act.decision_id,
-            crate::views::outcome_word(act.outcome),
+            act.outcome.as_str(),
             output::count(act.calls_after as u64, "call", "calls")
         ));
         if !problems.is_empty() {

@@ -491,3 +491,133 @@ async fn a_worker_on_a_disk_filled_to_the_last_byte_and_freed_makes_each_write_a
     );
     assert!(seen.violations.is_empty(), "{:#?}", seen.violations);
 }
+
+/// Reads `child`'s stderr until a line holding every one of `needles`; answers the lines
+/// read, that one last.
+async fn until_stderr(child: &mut Child, needles: &[&str]) -> Vec<String> {
+    let mut lines = Vec::new();
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(10), child.stderr.recv()).await;
+        let Ok(Some(line)) = next else {
+            panic!("no stderr line with {needles:?}; it printed: {lines:#?}");
+        };
+        let found = needles.iter().all(|n| line.contains(n));
+        lines.push(line);
+        if found {
+            return lines;
+        }
+    }
+}
+
+/// How many of `lines` say the disk is full.
+fn full_disk_warnings(lines: &[String]) -> usize {
+    lines
+        .iter()
+        .filter(|l| l.contains("WARN") && l.contains("the disk is full"))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_on_a_full_disk_waits_not_ready_and_works_once_space_is_freed() {
+    let disk = match SmallDisk::mount() {
+        Ok(disk) => disk,
+        Err(why) => {
+            println!("skipped: cannot mount a tmpfs here ({why}); run as root to test a full disk");
+            return;
+        }
+    };
+    let agents = write_agents("w", "answer", RUNS);
+    let install = install_in(
+        Sandbox::initialised_in(disk.mount.path()),
+        WORKER_SETTINGS,
+        &agents,
+    )
+    .await;
+    let mut ids = Vec::new();
+    for (k, (agent, _)) in agents.iter().enumerate() {
+        let q = format!("answer {k}");
+        ids.push((enqueue(&install.sandbox, agent, &q).await, q));
+    }
+    let database = install.sandbox.database();
+    let filler = disk.fill();
+    // Both started on the full disk: a worker, and a server (its API alone) for /readyz.
+    let mut worker = {
+        let mut command = install
+            .sandbox
+            .command(&["--json", "worker", "--concurrency", "4"]);
+        command.env("RUNWARDEN_LOG", "warn");
+        Child::spawn(command)
+    };
+    let mut serve = Child::start(
+        &install.sandbox,
+        &[
+            "--json",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--concurrency",
+            "0",
+        ],
+    );
+    let path = database.display().to_string();
+    let mut worker_lines = until_stderr(&mut worker, &["WARN", "the disk is full", &path]).await;
+    let url = serve.json().await["url"].as_str().unwrap().to_string();
+    let mut serve_lines = until_stderr(&mut serve, &["WARN", "the disk is full", &path]).await;
+    let answer = reqwest::get(format!("{url}/readyz")).await.unwrap();
+    assert_eq!(answer.status(), 503, "not ready while the disk is full");
+    let body: Value = serde_json::from_str(&answer.text().await.unwrap()).unwrap();
+    assert_eq!(body["error"]["code"], "not_ready", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("disk_full"),
+        "{body}"
+    );
+    let health = reqwest::get(format!("{url}/healthz")).await.unwrap();
+    assert_eq!(health.status(), 200, "the process itself answers");
+    assert!(!worker.has_exited(), "the worker waits instead of exiting");
+    assert_eq!(
+        install.calls.total("create"),
+        0,
+        "nothing ran on a full disk"
+    );
+
+    let freed = Instant::now();
+    std::fs::remove_file(filler).expect("the filler goes");
+    let settled = until_all_ended(&database, SETTLE_BOUND).await;
+    let ready = reqwest::get(format!("{url}/readyz")).await.unwrap();
+    assert_eq!(ready.status(), 200, "ready once there is room");
+    for child in [&mut worker, &mut serve] {
+        child.signal("TERM");
+    }
+    let ended = worker.ended(Instant::now(), Duration::from_secs(30)).await;
+    assert_eq!(ended.code, Some(0), "{ended:#?}");
+    worker_lines.extend(ended.stderr);
+    let served = serve.ended(Instant::now(), Duration::from_secs(30)).await;
+    assert_eq!(served.code, Some(0), "{served:#?}");
+    serve_lines.extend(served.stderr);
+    assert_eq!(
+        full_disk_warnings(&worker_lines),
+        1,
+        "said once: {worker_lines:#?}"
+    );
+    assert_eq!(
+        full_disk_warnings(&serve_lines),
+        1,
+        "said once: {serve_lines:#?}"
+    );
+    let seen = check_case(&install, &ids, &ended.stdout, settled).await;
+    report("worker started on a full disk, then freed", &seen);
+    println!(
+        "1 started-full case, {} runs, {} writes seen, all ended {:.1?} after space was freed",
+        seen.runs,
+        seen.writes,
+        freed.elapsed()
+    );
+    assert!(seen.violations.is_empty(), "{:#?}", seen.violations);
+    assert_eq!(
+        seen.writes, RUNS,
+        "every run wrote once after the space came back"
+    );
+}

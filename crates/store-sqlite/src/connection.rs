@@ -88,12 +88,14 @@ impl SqliteStore {
 
     fn open_with(path: &Path, flags: OpenFlags) -> Result<Self, StoreError> {
         let operation = format!("opening the database at {}", path.display());
+        let failed =
+            |e: Failure, operation: &str| named_if_full(path, e.into_store_error(operation));
         let mut conn = Connection::open_with_flags(path, flags)
-            .map_err(|e| Failure::from(e).into_store_error(&operation))?;
-        configure(&conn).map_err(|e| e.into_store_error(&operation))?;
-        migrate(&mut conn).map_err(|e| e.into_store_error("migrating the database"))?;
+            .map_err(|e| failed(Failure::from(e), &operation))?;
+        configure(&conn).map_err(|e| failed(e, &operation))?;
+        migrate(&mut conn).map_err(|e| failed(e, "migrating the database"))?;
         // Opened after the migration, so the file exists, is in WAL mode and has its tables.
-        let probe = open_probe(path).map_err(|e| e.into_store_error(&operation))?;
+        let probe = open_probe(path).map_err(|e| failed(e, &operation))?;
         // After both connections are open, so the -wal and -shm files exist to be checked.
         let tightened = tighten(&database_files(path));
         Ok(Self {
@@ -253,6 +255,26 @@ fn missing(path: &Path) -> StoreError {
 }
 
 /// The fault behind a failed file operation of our own (not SQLite's).
+/// An I/O error while the file system holding `path` has no byte left is a full disk:
+/// SQLite reports a shared-memory file it could not grow as a plain I/O error.
+fn named_if_full(path: &Path, error: StoreError) -> StoreError {
+    if !matches!(error.fault, StoreFault::Io | StoreFault::DiskFull) {
+        return error;
+    }
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    match rustix::fs::statvfs(dir.unwrap_or(Path::new("."))) {
+        Ok(stats) if stats.f_bavail == 0 => StoreError::with_fault(
+            error.operation,
+            StoreFault::DiskFull,
+            format!(
+                "the disk holding {} is full: free space on that file system",
+                path.display()
+            ),
+        ),
+        _ => error,
+    }
+}
+
 fn io_fault(error: &std::io::Error) -> StoreFault {
     match error.kind() {
         std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {

@@ -1,11 +1,14 @@
 //! `GET /healthz` (the process answers) and `GET /readyz` (the store answers too); neither
 //! needs a token.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use axum::extract::State;
-use runwarden_vault::store::StoreError;
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::response::IntoResponse as _;
+use runwarden_vault::store::{StoreError, StoreFault};
 use serde_json::{Value, json};
+use tower::ServiceExt as _;
 
 use super::AppState;
 use super::error::ApiError;
@@ -64,4 +67,22 @@ fn report_change(
         None => tracing::info!(previous = *last, "ready: the store accepts writes again"),
     }
     *last = now;
+}
+
+/// The API's router once `live` holds it; until then (a server started on a full disk,
+/// waiting for room) `/healthz` answers and every other path is 503 not ready, disk full.
+pub(crate) fn until_open(live: Arc<OnceLock<Router>>) -> Router {
+    Router::new().fallback(move |request: Request| {
+        let live = live.clone();
+        async move {
+            match live.get() {
+                Some(app) => match app.clone().oneshot(request).await {
+                    Ok(response) => response,
+                    Err(never) => match never {},
+                },
+                None if request.uri().path() == "/healthz" => healthz().await.into_response(),
+                None => ApiError::NotReady(Some(StoreFault::DiskFull.as_str())).into_response(),
+            }
+        }
+    })
 }

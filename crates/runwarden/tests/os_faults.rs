@@ -24,7 +24,7 @@ use crate::worker::{Install, WORKER_SETTINGS, enqueue, install_in, write_agents}
 const RUNS: usize = 8;
 /// Once the fault is removed, every run ends within this (leases are 1 s, the reaper looks
 /// every 0.2 s, a retry waits at most a few seconds).
-const SETTLE_BOUND: Duration = Duration::from_secs(40);
+pub(crate) const SETTLE_BOUND: Duration = Duration::from_secs(40);
 /// The worker endings that end a run (the others hand it on).
 const ENDINGS: [&str; 4] = ["COMPLETED", "FAILED", "DEAD_LETTERED", "CANCELLED"];
 
@@ -64,15 +64,15 @@ impl Fault {
 
 /// What one case saw.
 #[derive(Debug, Default)]
-struct Seen {
-    runs: usize,
-    writes: usize,
+pub(crate) struct Seen {
+    pub(crate) runs: usize,
+    pub(crate) writes: usize,
     written_twice: usize,
     statuses: BTreeMap<String, usize>,
     settled_in: Duration,
     /// Warnings and errors the worker logged: the fault was felt.
     complaints: usize,
-    violations: Vec<String>,
+    pub(crate) violations: Vec<String>,
 }
 
 /// `strace` attached to every thread of `pid`, failing `fault` on the database's files
@@ -181,7 +181,7 @@ fn read_run(database: &Path, id: &str) -> (String, Vec<String>) {
 
 /// Waits (reading the file every 100 ms, up to `bound`) until no run is queued, running or
 /// parked; answers how long that took, or `None` if the bound passed.
-async fn until_all_ended(database: &Path, bound: Duration) -> Option<Duration> {
+pub(crate) async fn until_all_ended(database: &Path, bound: Duration) -> Option<Duration> {
     let started = Instant::now();
     loop {
         let open = {
@@ -233,7 +233,7 @@ async fn until_a_worker_is_seen(database: &Path) {
 }
 
 /// Checks one case's runs after the fault was removed, the worker's output lines included.
-async fn check_case(
+pub(crate) async fn check_case(
     install: &Install,
     ids: &[(String, String)],
     worker_lines: &[String],
@@ -342,7 +342,7 @@ where
     seen
 }
 
-fn report(name: &str, seen: &Seen) {
+pub(crate) fn report(name: &str, seen: &Seen) {
     println!(
         "{name}: {} runs, {} writes seen, {} written more than once, rows {:?}, all ended {:.1?} after the fault, {} worker warnings",
         seen.runs, seen.writes, seen.written_twice, seen.statuses, seen.settled_in, seen.complaints
@@ -494,7 +494,7 @@ async fn a_worker_on_a_disk_filled_to_the_last_byte_and_freed_makes_each_write_a
 
 /// Reads `child`'s stderr until a line holding every one of `needles`; answers the lines
 /// read, that one last.
-async fn until_stderr(child: &mut Child, needles: &[&str]) -> Vec<String> {
+pub(crate) async fn until_stderr(child: &mut Child, needles: &[&str]) -> Vec<String> {
     let mut lines = Vec::new();
     loop {
         let next = tokio::time::timeout(Duration::from_secs(10), child.stderr.recv()).await;

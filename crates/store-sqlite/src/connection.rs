@@ -36,6 +36,9 @@ pub(crate) struct Inner {
     /// a thousand threads to fight over one mutex on two cores. One permit would put a
     /// thread hand-off between every two calls and cost a quarter of the throughput.
     gate: Arc<tokio::sync::Semaphore>,
+    /// The `-wal` and `-shm` files as opened: a call on `conn` is refused once one of them
+    /// was deleted under this process.
+    watched: crate::removed::Watched,
     /// O6: what this process committed, for live views, workers and the status watcher.
     feed: runwarden_runtime::ChangeFeed,
 }
@@ -98,6 +101,8 @@ impl SqliteStore {
         let probe = open_probe(path).map_err(|e| failed(e, &operation))?;
         // After both connections are open, so the -wal and -shm files exist to be checked.
         let tightened = tighten(&database_files(path));
+        let [_, wal, shm] = database_files(path);
+        let watched = crate::removed::Watched::now(&[wal, shm]);
         Ok(Self {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
@@ -105,6 +110,7 @@ impl SqliteStore {
                 conn: Mutex::new(conn),
                 probe: Arc::new(Mutex::new(probe)),
                 gate: Arc::new(tokio::sync::Semaphore::new(2)),
+                watched,
                 feed: runwarden_runtime::ChangeFeed::new(),
             }),
         })
@@ -162,6 +168,7 @@ impl SqliteStore {
                     "the connection was poisoned by an earlier panic: restart the process",
                 )
             })?;
+            inner.watched.check(&conn, operation)?;
             work(&mut conn).map_err(|e| e.into_store_error(operation))
         });
         task.await

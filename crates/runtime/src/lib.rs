@@ -40,6 +40,7 @@ mod signal;
 mod state;
 pub mod store;
 mod tool_notices;
+mod uncertain;
 mod watcher;
 mod worker;
 
@@ -71,6 +72,7 @@ pub use schema_check::check as schema_check;
 pub use signal::{CancelHub, RunSignal, SIGNAL_READ_INTERVAL, is_run_cancelled};
 pub use state::{EFFECT_UNCERTAIN, MODEL_NO_ANSWER, MODEL_TRUNCATED, Outcome, RunState};
 pub use store::{CancelAnswer, Run, RunEvent, RunFilter, RunStore};
+pub use uncertain::{after_reread, outcome_unknown};
 pub use watcher::{DEFAULT_WATCH_INTERVAL, StatusWatcher, WatcherConfig};
 pub use worker::{
     AgentError, AgentSource, OutcomeObserver, StopLevel, WORKER_BEAT, Worker, WorkerConfig,

@@ -365,14 +365,9 @@ impl PgStore {
         F: Future<Output = Result<Option<T>, Failure>>,
     {
         match result {
-            Err(error) if error.fault == StoreFault::Io => {
-                match self.with(operation, reread()).await {
-                    Ok(Some(answer)) => {
-                        tracing::warn!(operation, %error, "the answer to a write was lost; a re-read shows it was stored");
-                        Ok(answer)
-                    }
-                    Ok(None) | Err(_) => Err(error),
-                }
+            Err(error) if runwarden_runtime::outcome_unknown(&error) => {
+                let found = self.with(operation, reread()).await;
+                runwarden_runtime::after_reread(error, operation, found)
             }
             other => other,
         }

@@ -72,6 +72,8 @@ pub(crate) struct Seen {
     settled_in: Duration,
     /// Warnings and errors the worker logged: the fault was felt.
     complaints: usize,
+    /// The worker's lines that report a change of the store's state.
+    state_changes: Vec<String>,
     pub(crate) violations: Vec<String>,
 }
 
@@ -318,7 +320,15 @@ where
         let q = format!("answer {k}");
         ids.push((enqueue(&install.sandbox, agent, &q).await, q));
     }
-    let mut worker = Child::worker(&install.sandbox, Some(4));
+    let mut worker = {
+        let mut command = install
+            .sandbox
+            .command(&["--json", "worker", "--concurrency", "4"]);
+        // The reaper's lines, and every change of the store's state.
+        let log = "warn,runwarden_runtime::worker=info,runwarden_runtime::store_state=info";
+        command.env("RUNWARDEN_LOG", log);
+        Child::spawn(command)
+    };
     apply(worker.pid, install.sandbox.database()).await;
     let settled = until_all_ended(&install.sandbox.database(), SETTLE_BOUND).await;
     let stopping = Instant::now();
@@ -339,13 +349,43 @@ where
         .iter()
         .filter(|l| l.contains("WARN") || l.contains("ERROR"))
         .count();
+    seen.state_changes = ended
+        .stderr
+        .into_iter()
+        .filter(|l| l.contains("the store is failing") || l.contains("accepts writes again"))
+        .collect();
     seen
+}
+
+/// Checks that the store's state changes were each logged once: failing and recovered
+/// alternate (a state is never reported twice in a row), the fault was reported, and the
+/// last change is the recovery.
+fn check_state_changes(seen: &Seen) -> Result<usize, String> {
+    let failing: Vec<bool> = seen
+        .state_changes
+        .iter()
+        .map(|l| l.contains("the store is failing"))
+        .collect();
+    let alternate = failing.windows(2).all(|w| w[0] != w[1] || w[0]);
+    if failing.first() != Some(&true) || failing.last() != Some(&false) || !alternate {
+        return Err(format!(
+            "the store's state changes were not each logged once: {:#?}",
+            seen.state_changes
+        ));
+    }
+    Ok(failing.iter().filter(|f| **f).count())
 }
 
 pub(crate) fn report(name: &str, seen: &Seen) {
     println!(
-        "{name}: {} runs, {} writes seen, {} written more than once, rows {:?}, all ended {:.1?} after the fault, {} worker warnings",
-        seen.runs, seen.writes, seen.written_twice, seen.statuses, seen.settled_in, seen.complaints
+        "{name}: {} runs, {} writes seen, {} written more than once, rows {:?}, all ended {:.1?} after the fault, {} worker warnings, {} changes of the store's state",
+        seen.runs,
+        seen.writes,
+        seen.written_twice,
+        seen.statuses,
+        seen.settled_in,
+        seen.complaints,
+        seen.state_changes.len()
     );
     for v in &seen.violations {
         println!("  VIOLATION {v}");
@@ -402,6 +442,11 @@ async fn a_worker_whose_disk_writes_fail_makes_each_write_at_most_once_and_every
         })
         .await;
         report(&fault.name(), &seen);
+        if !seen.state_changes.is_empty()
+            && let Err(e) = check_state_changes(&seen)
+        {
+            violations.push(format!("{}: {e}", fault.name()));
+        }
         cases += 1;
         runs += seen.runs;
         writes += seen.writes;
@@ -485,6 +530,11 @@ async fn a_worker_on_a_disk_filled_to_the_last_byte_and_freed_makes_each_write_a
     })
     .await;
     report("tmpfs of 16 MiB filled to the last byte, then freed", &seen);
+    let changes = check_state_changes(&seen).unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "the store's state: {changes} failing, {} lines in all",
+        seen.state_changes.len()
+    );
     println!(
         "1 full-disk case, {} runs, {} writes seen",
         seen.runs, seen.writes

@@ -326,7 +326,7 @@ impl PgStore {
             .unwrap_or_else(|_| Arc::new(AtomicBool::new(false)));
         let mut work = Box::pin(ABANDONED.scope(abandoned.clone(), work));
         let deadline = self.inner.options.call_timeout;
-        match tokio::time::timeout(deadline, &mut work).await {
+        let result = match tokio::time::timeout(deadline, &mut work).await {
             Ok(result) => result.map_err(|e| e.into_store_error(operation)),
             Err(_) => {
                 abandoned.store(true, Ordering::SeqCst);
@@ -347,7 +347,10 @@ impl PgStore {
                     ),
                 ))
             }
-        }
+        };
+        // A round trip that succeeded shows the server reachable and answering.
+        runwarden_runtime::observe_store_call(&result, true);
+        result
     }
 
     /// A write whose answer was lost (the connection broke or went silent after the

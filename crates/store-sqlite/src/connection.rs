@@ -169,10 +169,21 @@ impl SqliteStore {
                 )
             })?;
             inner.watched.check(&conn, operation)?;
-            work(&mut conn).map_err(|e| e.into_store_error(operation))
+            let before = conn.total_changes();
+            let result = work(&mut conn).map_err(|e| e.into_store_error(operation));
+            // Only a call that wrote shows that writes land again.
+            let wrote = conn.total_changes() > before;
+            Ok((result, wrote))
         });
-        task.await
-            .map_err(|e| StoreError::new(operation, format!("the store task failed: {e}")))?
+        let outcome = task
+            .await
+            .map_err(|e| StoreError::new(operation, format!("the store task failed: {e}")))?;
+        let (result, wrote) = match outcome {
+            Ok((result, wrote)) => (result, wrote),
+            Err(refused) => (Err(refused), false),
+        };
+        runwarden_runtime::observe_store_call(&result, wrote);
+        result
     }
 
     /// Runs `work` with the read-only probe connection on tokio's blocking pool, outside

@@ -1,7 +1,7 @@
 //! `GET /healthz` (the process answers) and `GET /readyz` (the store answers too); neither
 //! needs a token.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -32,7 +32,6 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Result<axum::Json<V
             .map(|fault| fault.fault.as_str())
     });
     report_change(
-        state.root.metrics(),
         fault.map(|kind| kind.unwrap_or("unreachable")),
         ready.as_ref().err(),
     );
@@ -42,31 +41,14 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Result<axum::Json<V
     }
 }
 
-/// The store's state as the last probe found it: `""` when ready, else the fault's kind.
-static LAST_STATE: Mutex<&str> = Mutex::new("");
-
-/// Logs and counts a change of the store's state once, at WARN when it fails and at INFO
-/// when it recovers, however often the probe runs.
-fn report_change(
-    metrics: &super::Metrics,
-    state: Option<&'static str>,
-    error: Option<&anyhow::Error>,
-) {
-    let now = state.unwrap_or("");
-    let mut last = LAST_STATE.lock().unwrap_or_else(|p| p.into_inner());
-    if *last == now {
-        return;
-    }
-    metrics.observe_store_state(state.unwrap_or("ready"));
-    match error {
-        Some(error) => tracing::warn!(
-            state = now,
-            error = format!("{error:#}"),
-            "not ready: the store does not accept writes"
-        ),
-        None => tracing::info!(previous = *last, "ready: the store accepts writes again"),
-    }
-    *last = now;
+/// Reports the probe's finding to the process's store state, which logs and counts a
+/// change once, however often the probe runs.
+fn report_change(state: Option<&'static str>, error: Option<&anyhow::Error>) {
+    let error = error.map(|e| format!("{e:#}"));
+    runwarden_runtime::report_store_state(
+        state.unwrap_or("ready"),
+        error.as_ref().map(|e| e as &dyn std::fmt::Display),
+    );
 }
 
 /// The API's router once `live` holds it; until then (a server started on a full disk,

@@ -624,6 +624,11 @@ async fn a_worker_started_on_a_full_disk_waits_not_ready_and_works_once_space_is
             .contains("disk_full"),
         "{body}"
     );
+    let api = reqwest::get(format!("{url}/v1/runs")).await.unwrap();
+    assert_eq!(api.status(), 503, "the API is unavailable, not broken");
+    assert!(api.headers().contains_key("retry-after"), "{api:?}");
+    let body: Value = serde_json::from_str(&api.text().await.unwrap()).unwrap();
+    assert_eq!(body["error"]["code"], "store_unavailable", "{body}");
     let health = reqwest::get(format!("{url}/healthz")).await.unwrap();
     assert_eq!(health.status(), 200, "the process itself answers");
     assert!(!worker.has_exited(), "the worker waits instead of exiting");

@@ -52,7 +52,8 @@ fn report_change(state: Option<&'static str>, error: Option<&anyhow::Error>) {
 }
 
 /// The API's router once `live` holds it; until then (a server started on a full disk,
-/// waiting for room) `/healthz` answers and every other path is 503 not ready, disk full.
+/// waiting for room) `/healthz` answers, `/readyz` is 503 not ready (disk full), and every
+/// other path 503 `store_unavailable` with `Retry-After`.
 pub(crate) fn until_open(live: Arc<OnceLock<Router>>) -> Router {
     Router::new().fallback(move |request: Request| {
         let live = live.clone();
@@ -62,8 +63,18 @@ pub(crate) fn until_open(live: Arc<OnceLock<Router>>) -> Router {
                     Ok(response) => response,
                     Err(never) => match never {},
                 },
-                None if request.uri().path() == "/healthz" => healthz().await.into_response(),
-                None => ApiError::NotReady(Some(StoreFault::DiskFull.as_str())).into_response(),
+                None => match request.uri().path() {
+                    "/healthz" => healthz().await.into_response(),
+                    "/readyz" => {
+                        ApiError::NotReady(Some(StoreFault::DiskFull.as_str())).into_response()
+                    }
+                    _ => ApiError::StoreUnavailable(StoreError::with_fault(
+                        "opening the database",
+                        StoreFault::DiskFull,
+                        "the disk holding the database is full",
+                    ))
+                    .into_response(),
+                },
             }
         }
     })

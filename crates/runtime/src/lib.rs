@@ -39,7 +39,9 @@ mod schema_check;
 mod signal;
 mod state;
 pub mod store;
+mod store_state;
 mod tool_notices;
+mod uncertain;
 mod watcher;
 mod worker;
 
@@ -71,6 +73,8 @@ pub use schema_check::check as schema_check;
 pub use signal::{CancelHub, RunSignal, SIGNAL_READ_INTERVAL, is_run_cancelled};
 pub use state::{EFFECT_UNCERTAIN, MODEL_NO_ANSWER, MODEL_TRUNCATED, Outcome, RunState};
 pub use store::{CancelAnswer, Run, RunEvent, RunFilter, RunStore};
+pub use store_state::{observe_store_call, report_store_state, store_state_changes};
+pub use uncertain::{after_reread, outcome_unknown};
 pub use watcher::{DEFAULT_WATCH_INTERVAL, StatusWatcher, WatcherConfig};
 pub use worker::{
     AgentError, AgentSource, OutcomeObserver, StopLevel, WORKER_BEAT, Worker, WorkerConfig,

@@ -107,6 +107,14 @@ impl Backend {
     }
 }
 
+/// Whether `error` is (or was caused by) a store fault of a full disk.
+pub(crate) fn is_disk_full(error: &anyhow::Error) -> bool {
+    error
+        .chain()
+        .filter_map(|cause| cause.downcast_ref::<StoreError>())
+        .any(|e| e.fault == runwarden_vault::store::StoreFault::DiskFull)
+}
+
 /// What a process builds once: the backend on first use, the vault and its egress
 /// client on first use, and one cancel hub that every executor of the process shares.
 pub(crate) struct Root {
@@ -190,6 +198,45 @@ impl Root {
             })
             .await
             .map_err(anyhow::Error::from)
+    }
+
+    /// The backend, waiting while the disk holding it is full: a long-lived process
+    /// (`worker`, `serve`) started on a full disk says so once at WARN and opens the store
+    /// as soon as there is room. `None` when `stop` asked to stop first. Any other fault
+    /// is the error it was.
+    pub(crate) async fn backend_when_room(
+        &self,
+        mut stop: tokio::sync::watch::Receiver<runwarden_runtime::StopLevel>,
+    ) -> anyhow::Result<Option<&Backend>> {
+        const RETRY: Duration = Duration::from_millis(500);
+        let mut waited = false;
+        loop {
+            let error = match self.backend().await {
+                Ok(backend) => {
+                    if waited {
+                        tracing::info!("the store has room again; starting work");
+                    }
+                    return Ok(Some(backend));
+                }
+                Err(error) => error,
+            };
+            if !is_disk_full(&error) {
+                return Err(error);
+            }
+            if !waited {
+                tracing::warn!(
+                    error = format!("{error:#}"),
+                    "the disk is full: waiting for free space before claiming work; nothing is lost"
+                );
+                waited = true;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(RETRY) => {}
+                changed = stop.changed() => if changed.is_err() || *stop.borrow() != runwarden_runtime::StopLevel::Run {
+                    return Ok(None);
+                },
+            }
+        }
     }
 
     /// Every seam of the one backend.

@@ -24,7 +24,7 @@ use crate::worker::{Install, WORKER_SETTINGS, enqueue, install_in, write_agents}
 const RUNS: usize = 8;
 /// Once the fault is removed, every run ends within this (leases are 1 s, the reaper looks
 /// every 0.2 s, a retry waits at most a few seconds).
-const SETTLE_BOUND: Duration = Duration::from_secs(40);
+pub(crate) const SETTLE_BOUND: Duration = Duration::from_secs(40);
 /// The worker endings that end a run (the others hand it on).
 const ENDINGS: [&str; 4] = ["completed", "failed", "dead_lettered", "cancelled"];
 
@@ -64,15 +64,17 @@ impl Fault {
 
 /// What one case saw.
 #[derive(Debug, Default)]
-struct Seen {
-    runs: usize,
-    writes: usize,
+pub(crate) struct Seen {
+    pub(crate) runs: usize,
+    pub(crate) writes: usize,
     written_twice: usize,
     statuses: BTreeMap<String, usize>,
     settled_in: Duration,
     /// Warnings and errors the worker logged: the fault was felt.
     complaints: usize,
-    violations: Vec<String>,
+    /// The worker's lines that report a change of the store's state.
+    state_changes: Vec<String>,
+    pub(crate) violations: Vec<String>,
 }
 
 /// `strace` attached to every thread of `pid`, failing `fault` on the database's files
@@ -181,7 +183,7 @@ fn read_run(database: &Path, id: &str) -> (String, Vec<String>) {
 
 /// Waits (reading the file every 100 ms, up to `bound`) until no run is queued, running or
 /// parked; answers how long that took, or `None` if the bound passed.
-async fn until_all_ended(database: &Path, bound: Duration) -> Option<Duration> {
+pub(crate) async fn until_all_ended(database: &Path, bound: Duration) -> Option<Duration> {
     let started = Instant::now();
     loop {
         let open = {
@@ -233,7 +235,7 @@ async fn until_a_worker_is_seen(database: &Path) {
 }
 
 /// Checks one case's runs after the fault was removed, the worker's output lines included.
-async fn check_case(
+pub(crate) async fn check_case(
     install: &Install,
     ids: &[(String, String)],
     worker_lines: &[String],
@@ -318,7 +320,15 @@ where
         let q = format!("answer {k}");
         ids.push((enqueue(&install.sandbox, agent, &q).await, q));
     }
-    let mut worker = Child::worker(&install.sandbox, Some(4));
+    let mut worker = {
+        let mut command = install
+            .sandbox
+            .command(&["--json", "worker", "--concurrency", "4"]);
+        // The reaper's lines, and every change of the store's state.
+        let log = "warn,runwarden_runtime::worker=info,runwarden_runtime::store_state=info";
+        command.env("RUNWARDEN_LOG", log);
+        Child::spawn(command)
+    };
     apply(worker.pid, install.sandbox.database()).await;
     let settled = until_all_ended(&install.sandbox.database(), SETTLE_BOUND).await;
     let stopping = Instant::now();
@@ -339,13 +349,43 @@ where
         .iter()
         .filter(|l| l.contains("WARN") || l.contains("ERROR"))
         .count();
+    seen.state_changes = ended
+        .stderr
+        .into_iter()
+        .filter(|l| l.contains("the store is failing") || l.contains("accepts writes again"))
+        .collect();
     seen
 }
 
-fn report(name: &str, seen: &Seen) {
+/// Checks that the store's state changes were each logged once: failing and recovered
+/// alternate (a state is never reported twice in a row), the fault was reported, and the
+/// last change is the recovery.
+fn check_state_changes(seen: &Seen) -> Result<usize, String> {
+    let failing: Vec<bool> = seen
+        .state_changes
+        .iter()
+        .map(|l| l.contains("the store is failing"))
+        .collect();
+    let alternate = failing.windows(2).all(|w| w[0] != w[1] || w[0]);
+    if failing.first() != Some(&true) || failing.last() != Some(&false) || !alternate {
+        return Err(format!(
+            "the store's state changes were not each logged once: {:#?}",
+            seen.state_changes
+        ));
+    }
+    Ok(failing.iter().filter(|f| **f).count())
+}
+
+pub(crate) fn report(name: &str, seen: &Seen) {
     println!(
-        "{name}: {} runs, {} writes seen, {} written more than once, rows {:?}, all ended {:.1?} after the fault, {} worker warnings",
-        seen.runs, seen.writes, seen.written_twice, seen.statuses, seen.settled_in, seen.complaints
+        "{name}: {} runs, {} writes seen, {} written more than once, rows {:?}, all ended {:.1?} after the fault, {} worker warnings, {} changes of the store's state",
+        seen.runs,
+        seen.writes,
+        seen.written_twice,
+        seen.statuses,
+        seen.settled_in,
+        seen.complaints,
+        seen.state_changes.len()
     );
     for v in &seen.violations {
         println!("  VIOLATION {v}");
@@ -402,6 +442,11 @@ async fn a_worker_whose_disk_writes_fail_makes_each_write_at_most_once_and_every
         })
         .await;
         report(&fault.name(), &seen);
+        if !seen.state_changes.is_empty()
+            && let Err(e) = check_state_changes(&seen)
+        {
+            violations.push(format!("{}: {e}", fault.name()));
+        }
         cases += 1;
         runs += seen.runs;
         writes += seen.writes;
@@ -485,9 +530,149 @@ async fn a_worker_on_a_disk_filled_to_the_last_byte_and_freed_makes_each_write_a
     })
     .await;
     report("tmpfs of 16 MiB filled to the last byte, then freed", &seen);
+    let changes = check_state_changes(&seen).unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "the store's state: {changes} failing, {} lines in all",
+        seen.state_changes.len()
+    );
     println!(
         "1 full-disk case, {} runs, {} writes seen",
         seen.runs, seen.writes
     );
     assert!(seen.violations.is_empty(), "{:#?}", seen.violations);
+}
+
+/// Reads `child`'s stderr until a line holding every one of `needles`; answers the lines
+/// read, that one last.
+pub(crate) async fn until_stderr(child: &mut Child, needles: &[&str]) -> Vec<String> {
+    let mut lines = Vec::new();
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(10), child.stderr.recv()).await;
+        let Ok(Some(line)) = next else {
+            panic!("no stderr line with {needles:?}; it printed: {lines:#?}");
+        };
+        let found = needles.iter().all(|n| line.contains(n));
+        lines.push(line);
+        if found {
+            return lines;
+        }
+    }
+}
+
+/// How many of `lines` say the disk is full.
+fn full_disk_warnings(lines: &[String]) -> usize {
+    lines
+        .iter()
+        .filter(|l| l.contains("WARN") && l.contains("the disk is full"))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_on_a_full_disk_waits_not_ready_and_works_once_space_is_freed() {
+    let disk = match SmallDisk::mount() {
+        Ok(disk) => disk,
+        Err(why) => {
+            println!("skipped: cannot mount a tmpfs here ({why}); run as root to test a full disk");
+            return;
+        }
+    };
+    let agents = write_agents("w", "answer", RUNS);
+    let install = install_in(
+        Sandbox::initialised_in(disk.mount.path()),
+        WORKER_SETTINGS,
+        &agents,
+    )
+    .await;
+    let mut ids = Vec::new();
+    for (k, (agent, _)) in agents.iter().enumerate() {
+        let q = format!("answer {k}");
+        ids.push((enqueue(&install.sandbox, agent, &q).await, q));
+    }
+    let database = install.sandbox.database();
+    let filler = disk.fill();
+    // Both started on the full disk: a worker, and a server (its API alone) for /readyz.
+    let mut worker = {
+        let mut command = install
+            .sandbox
+            .command(&["--json", "worker", "--concurrency", "4"]);
+        command.env("RUNWARDEN_LOG", "warn");
+        Child::spawn(command)
+    };
+    let mut serve = Child::start(
+        &install.sandbox,
+        &[
+            "--json",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--concurrency",
+            "0",
+        ],
+    );
+    let path = database.display().to_string();
+    let mut worker_lines = until_stderr(&mut worker, &["WARN", "the disk is full", &path]).await;
+    let url = serve.json().await["url"].as_str().unwrap().to_string();
+    let mut serve_lines = until_stderr(&mut serve, &["WARN", "the disk is full", &path]).await;
+    let answer = reqwest::get(format!("{url}/readyz")).await.unwrap();
+    assert_eq!(answer.status(), 503, "not ready while the disk is full");
+    let body: Value = serde_json::from_str(&answer.text().await.unwrap()).unwrap();
+    assert_eq!(body["error"]["code"], "not_ready", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("disk_full"),
+        "{body}"
+    );
+    let api = reqwest::get(format!("{url}/v1/runs")).await.unwrap();
+    assert_eq!(api.status(), 503, "the API is unavailable, not broken");
+    assert!(api.headers().contains_key("retry-after"), "{api:?}");
+    let body: Value = serde_json::from_str(&api.text().await.unwrap()).unwrap();
+    assert_eq!(body["error"]["code"], "store_unavailable", "{body}");
+    let health = reqwest::get(format!("{url}/healthz")).await.unwrap();
+    assert_eq!(health.status(), 200, "the process itself answers");
+    assert!(!worker.has_exited(), "the worker waits instead of exiting");
+    assert_eq!(
+        install.calls.total("create"),
+        0,
+        "nothing ran on a full disk"
+    );
+
+    let freed = Instant::now();
+    std::fs::remove_file(filler).expect("the filler goes");
+    let settled = until_all_ended(&database, SETTLE_BOUND).await;
+    let ready = reqwest::get(format!("{url}/readyz")).await.unwrap();
+    assert_eq!(ready.status(), 200, "ready once there is room");
+    for child in [&mut worker, &mut serve] {
+        child.signal("TERM");
+    }
+    let ended = worker.ended(Instant::now(), Duration::from_secs(30)).await;
+    assert_eq!(ended.code, Some(0), "{ended:#?}");
+    worker_lines.extend(ended.stderr);
+    let served = serve.ended(Instant::now(), Duration::from_secs(30)).await;
+    assert_eq!(served.code, Some(0), "{served:#?}");
+    serve_lines.extend(served.stderr);
+    assert_eq!(
+        full_disk_warnings(&worker_lines),
+        1,
+        "said once: {worker_lines:#?}"
+    );
+    assert_eq!(
+        full_disk_warnings(&serve_lines),
+        1,
+        "said once: {serve_lines:#?}"
+    );
+    let seen = check_case(&install, &ids, &ended.stdout, settled).await;
+    report("worker started on a full disk, then freed", &seen);
+    println!(
+        "1 started-full case, {} runs, {} writes seen, all ended {:.1?} after space was freed",
+        seen.runs,
+        seen.writes,
+        freed.elapsed()
+    );
+    assert!(seen.violations.is_empty(), "{:#?}", seen.violations);
+    assert_eq!(
+        seen.writes, RUNS,
+        "every run wrote once after the space came back"
+    );
 }

@@ -10,9 +10,13 @@
 //! Then: no write reaches the server twice; what each run's log records is what the
 //! server saw (a stored write step means one write, a completed run means a stored write,
 //! no write stored means none sent unless the run is failed as an unknown outcome); every
-//! run is terminal within [`SETTLE`] of the fault's end; both workers are still running,
-//! and they exit cleanly at the end. Waits are on the store's own change notifications,
-//! each with a timeout.
+//! run is terminal within [`SETTLE`] of the fault's end; each run's row matches its log;
+//! both workers are still running, and they exit cleanly at the end. Waits are on the
+//! store's own change notifications, each with a timeout.
+//!
+//! A second test stops the server itself hard (`pg_ctl stop -m immediate`, as a crash)
+//! while runs are in flight and starts it again, on a cluster of its own so no other test
+//! sees the restart: every run ends after it, and the server saw exactly one write per run.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -152,6 +156,8 @@ struct Seen {
     uncertain: usize,
     last_kind: Option<String>,
     writes: usize,
+    /// Whether the row's status matches the log's final event.
+    row_and_log: Result<(), String>,
 }
 
 /// The runs among `ids` (by id, with their agent's index) not yet terminal.
@@ -186,13 +192,22 @@ async fn seen(db: &tokio_postgres::Client, id: &str, k: usize, install: &Install
         .iter()
         .map(|r| r.get(0))
         .collect();
+    let status: String = row.get(0);
+    let row_and_log = match runwarden_runtime::RunState::parse(&status) {
+        Some(state) => {
+            let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
+            runwarden_runtime::check_row_matches_log(id, state, &kinds)
+        }
+        None => Err(format!("run {id}: unknown status {status}")),
+    };
     Seen {
-        status: row.get(0),
+        status,
         reason: row.get(1),
         steps: kinds.iter().filter(|k| *k == "tool_executed").count(),
         uncertain: kinds.iter().filter(|k| *k == "effect_uncertain").count(),
         last_kind: kinds.last().cloned(),
         writes: install.calls.of("create", &format!("answer {k}")),
+        row_and_log,
     }
 }
 
@@ -202,6 +217,7 @@ async fn seen(db: &tokio_postgres::Client, id: &str, k: usize, install: &Install
 fn check(case: &str, id: &str, run: &Seen) -> bool {
     let at = format!("case {case}, run {id}: {run:?}");
     assert!(run.writes <= 1, "at most once: {at}");
+    assert!(run.row_and_log.is_ok(), "the row matches the log: {at}");
     assert!(
         run.steps + run.uncertain <= 1,
         "one recorded write step: {at}"
@@ -452,4 +468,94 @@ async fn two_workers_through_a_faulty_link_write_at_most_once_and_recover_withou
         assert_eq!(ended.code, Some(0), "worker {w} exits cleanly: {ended:#?}");
     }
     drop(cluster);
+}
+
+/// Runs queued before the server restart.
+const RESTART_RUNS: usize = 8;
+
+/// Waits until the counting server has received its first `create` call.
+async fn until_a_write_arrives(server: &mut runwarden_testkit::TestServer) {
+    loop {
+        let request = server.next_request(SETTLE).await;
+        let body: serde_json::Value =
+            serde_json::from_slice(&request.body).unwrap_or(serde_json::Value::Null);
+        if body["method"] == "tools/call" && body["params"]["name"] == "create" {
+            return;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_across_a_server_restart_write_once_per_run_and_finish() {
+    let started = Instant::now();
+    // A cluster of this test's own: stopping the shared server would fail other tests.
+    let mut cluster = TempCluster::start_owned();
+    let url = cluster.fresh_database().await;
+    let sandbox = {
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || Sandbox::initialised_on(&url))
+            .await
+            .unwrap()
+    };
+    let text = std::fs::read_to_string(sandbox.config()).unwrap();
+    std::fs::write(
+        sandbox.config(),
+        text.replace("\n[store]\n", &format!("\n[store]\n{STORE_BOUNDS}")),
+    )
+    .unwrap();
+    let agents = write_agents("r", "answer", RESTART_RUNS);
+    let mut install = install_in(sandbox, SETTINGS, &agents).await;
+    // Queued before the workers start, so both claim at once and the stop finds runs at
+    // every stage: claimed, fenced, sent, answered.
+    let mut ids = BTreeMap::new();
+    for k in 0..RESTART_RUNS {
+        let id = enqueue_direct(&install.sandbox, &url, format!("r{k}")).await;
+        ids.insert(id, k);
+    }
+    let mut workers: Vec<Child> = (0..2)
+        .map(|_| Child::worker(&install.sandbox, Some(3)))
+        .collect();
+    until_a_write_arrives(&mut install.server).await;
+    tokio::task::block_in_place(|| cluster.stop());
+    let writes_while_up = install.calls.total("create");
+    // The fault window: the server stays down longer than a lease.
+    tokio::time::sleep(FAULT).await;
+    tokio::task::block_in_place(|| cluster.restart());
+    let back = Instant::now();
+    let (db, mut changes) = direct(&url).await;
+    until_terminal(&db, &mut changes, &ids, &mut workers, "server restart").await;
+    let settled = back.elapsed();
+    let mut statuses = BTreeMap::<String, usize>::new();
+    for (id, k) in &ids {
+        let run = seen(&db, id, *k, &install).await;
+        check("server restart", id, &run);
+        assert_eq!(
+            run.writes, 1,
+            "run {id}: the server saw exactly one write for it: {run:?}"
+        );
+        let reason = run.reason.as_deref().unwrap_or_default();
+        let reason = reason.split(':').next().unwrap_or_default();
+        *statuses
+            .entry(format!("{} {reason}", run.status).trim().to_string())
+            .or_default() += 1;
+    }
+    for (w, worker) in workers.iter_mut().enumerate() {
+        assert!(
+            !worker.has_exited(),
+            "worker {w} is still running after the restart"
+        );
+    }
+    println!(
+        "server restart: {} runs, {} writes seen ({writes_while_up} before the stop), rows {statuses:?}, \
+         all terminal {settled:.1?} after the restart (bound {SETTLE:?}), {:.1?} in all",
+        ids.len(),
+        install.calls.total("create"),
+        started.elapsed()
+    );
+    for (w, worker) in workers.iter_mut().enumerate() {
+        let since = Instant::now();
+        worker.signal("TERM");
+        let ended = worker.ended(since, Duration::from_secs(10)).await;
+        assert_eq!(ended.code, Some(0), "worker {w} exits cleanly: {ended:#?}");
+    }
 }

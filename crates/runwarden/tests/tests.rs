@@ -48,5 +48,6 @@ mod support;
 mod telemetry;
 mod tls;
 mod user_text;
+mod wal_removed;
 mod wire;
 mod worker;

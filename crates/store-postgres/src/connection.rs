@@ -326,7 +326,7 @@ impl PgStore {
             .unwrap_or_else(|_| Arc::new(AtomicBool::new(false)));
         let mut work = Box::pin(ABANDONED.scope(abandoned.clone(), work));
         let deadline = self.inner.options.call_timeout;
-        match tokio::time::timeout(deadline, &mut work).await {
+        let result = match tokio::time::timeout(deadline, &mut work).await {
             Ok(result) => result.map_err(|e| e.into_store_error(operation)),
             Err(_) => {
                 abandoned.store(true, Ordering::SeqCst);
@@ -347,7 +347,10 @@ impl PgStore {
                     ),
                 ))
             }
-        }
+        };
+        // A round trip that succeeded shows the server reachable and answering.
+        runwarden_runtime::observe_store_call(&result, true);
+        result
     }
 
     /// A write whose answer was lost (the connection broke or went silent after the
@@ -365,14 +368,9 @@ impl PgStore {
         F: Future<Output = Result<Option<T>, Failure>>,
     {
         match result {
-            Err(error) if error.fault == StoreFault::Io => {
-                match self.with(operation, reread()).await {
-                    Ok(Some(answer)) => {
-                        tracing::warn!(operation, %error, "the answer to a write was lost; a re-read shows it was stored");
-                        Ok(answer)
-                    }
-                    Ok(None) | Err(_) => Err(error),
-                }
+            Err(error) if runwarden_runtime::outcome_unknown(&error) => {
+                let found = self.with(operation, reread()).await;
+                runwarden_runtime::after_reread(error, operation, found)
             }
             other => other,
         }

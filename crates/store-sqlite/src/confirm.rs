@@ -27,17 +27,35 @@ pub(crate) fn returning_one<T, P: Params>(
     Ok(first)
 }
 
-/// After a claim's commit reported an error: whether the claim landed anyway (SQLite may
-/// report an I/O error for a commit that reached the WAL). Read only on a connection back
-/// in autocommit mode, so the answer is what is stored, never this connection's own
-/// rolled-back changes; any doubt answers false, and the run's lease then runs out.
-pub(crate) fn claim_landed(conn: &Connection, run: &Run) -> Result<bool, Failure> {
+/// A write that ended in `result`: when it failed with an unknown outcome (SQLite may
+/// report an I/O error for a commit that reached the WAL), `reread` says what is stored,
+/// and the runtime's rule (shared with PostgreSQL) decides. Read only on a connection
+/// back in autocommit mode, so the answer is what is stored, never this connection's own
+/// rolled-back changes; any doubt keeps the error.
+pub(crate) fn or_reread<T>(
+    conn: &Connection,
+    operation: &str,
+    result: Result<T, Failure>,
+    reread: impl FnOnce(&Connection) -> Result<Option<T>, Failure>,
+) -> Result<T, Failure> {
+    let error = match result {
+        Ok(answer) => return Ok(answer),
+        Err(failure) => failure.into_store_error(operation),
+    };
+    if !runwarden_runtime::outcome_unknown(&error) {
+        return Err(error.into());
+    }
     if !conn.is_autocommit() {
         let _ = conn.execute_batch("ROLLBACK");
         if !conn.is_autocommit() {
-            return Ok(false);
+            return Err(error.into());
         }
     }
+    runwarden_runtime::after_reread(error, operation, reread(conn)).map_err(Failure::from)
+}
+
+/// Whether `run`'s claim is what the row holds.
+pub(crate) fn claim_landed(conn: &Connection, run: &Run) -> Result<Option<Run>, Failure> {
     let held: Option<(String, Option<String>, i64)> = conn
         .query_row(
             "SELECT status, claimed_by, claim_epoch FROM runs WHERE id = ?1",
@@ -45,7 +63,8 @@ pub(crate) fn claim_landed(conn: &Connection, run: &Run) -> Result<bool, Failure
             |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
         )
         .optional()?;
-    Ok(held.is_some_and(|(status, owner, epoch)| {
+    let landed = held.is_some_and(|(status, owner, epoch)| {
         status == "running" && owner == run.claimed_by && epoch == run.claim_epoch
-    }))
+    });
+    Ok(landed.then(|| run.clone()))
 }

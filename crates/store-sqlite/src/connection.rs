@@ -36,6 +36,9 @@ pub(crate) struct Inner {
     /// a thousand threads to fight over one mutex on two cores. One permit would put a
     /// thread hand-off between every two calls and cost a quarter of the throughput.
     gate: Arc<tokio::sync::Semaphore>,
+    /// The `-wal` and `-shm` files as opened: a call on `conn` is refused once one of them
+    /// was deleted under this process.
+    watched: crate::removed::Watched,
     /// O6: what this process committed, for live views, workers and the status watcher.
     feed: runwarden_runtime::ChangeFeed,
 }
@@ -88,14 +91,18 @@ impl SqliteStore {
 
     fn open_with(path: &Path, flags: OpenFlags) -> Result<Self, StoreError> {
         let operation = format!("opening the database at {}", path.display());
+        let failed =
+            |e: Failure, operation: &str| named_if_full(path, e.into_store_error(operation));
         let mut conn = Connection::open_with_flags(path, flags)
-            .map_err(|e| Failure::from(e).into_store_error(&operation))?;
-        configure(&conn).map_err(|e| e.into_store_error(&operation))?;
-        migrate(&mut conn).map_err(|e| e.into_store_error("migrating the database"))?;
+            .map_err(|e| failed(Failure::from(e), &operation))?;
+        configure(&conn).map_err(|e| failed(e, &operation))?;
+        migrate(&mut conn).map_err(|e| failed(e, "migrating the database"))?;
         // Opened after the migration, so the file exists, is in WAL mode and has its tables.
-        let probe = open_probe(path).map_err(|e| e.into_store_error(&operation))?;
+        let probe = open_probe(path).map_err(|e| failed(e, &operation))?;
         // After both connections are open, so the -wal and -shm files exist to be checked.
         let tightened = tighten(&database_files(path));
+        let [_, wal, shm] = database_files(path);
+        let watched = crate::removed::Watched::now(&[wal, shm]);
         Ok(Self {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
@@ -103,6 +110,7 @@ impl SqliteStore {
                 conn: Mutex::new(conn),
                 probe: Arc::new(Mutex::new(probe)),
                 gate: Arc::new(tokio::sync::Semaphore::new(2)),
+                watched,
                 feed: runwarden_runtime::ChangeFeed::new(),
             }),
         })
@@ -160,10 +168,22 @@ impl SqliteStore {
                     "the connection was poisoned by an earlier panic: restart the process",
                 )
             })?;
-            work(&mut conn).map_err(|e| e.into_store_error(operation))
+            inner.watched.check(&conn, operation)?;
+            let before = conn.total_changes();
+            let result = work(&mut conn).map_err(|e| e.into_store_error(operation));
+            // Only a call that wrote shows that writes land again.
+            let wrote = conn.total_changes() > before;
+            Ok((result, wrote))
         });
-        task.await
-            .map_err(|e| StoreError::new(operation, format!("the store task failed: {e}")))?
+        let outcome = task
+            .await
+            .map_err(|e| StoreError::new(operation, format!("the store task failed: {e}")))?;
+        let (result, wrote) = match outcome {
+            Ok((result, wrote)) => (result, wrote),
+            Err(refused) => (Err(refused), false),
+        };
+        runwarden_runtime::observe_store_call(&result, wrote);
+        result
     }
 
     /// Runs `work` with the read-only probe connection on tokio's blocking pool, outside
@@ -270,6 +290,26 @@ fn missing(path: &Path) -> StoreError {
 }
 
 /// The fault behind a failed file operation of our own (not SQLite's).
+/// An I/O error while the file system holding `path` has no byte left is a full disk:
+/// SQLite reports a shared-memory file it could not grow as a plain I/O error.
+fn named_if_full(path: &Path, error: StoreError) -> StoreError {
+    if !matches!(error.fault, StoreFault::Io | StoreFault::DiskFull) {
+        return error;
+    }
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    match rustix::fs::statvfs(dir.unwrap_or(Path::new("."))) {
+        Ok(stats) if stats.f_bavail == 0 => StoreError::with_fault(
+            error.operation,
+            StoreFault::DiskFull,
+            format!(
+                "the disk holding {} is full: free space on that file system",
+                path.display()
+            ),
+        ),
+        _ => error,
+    }
+}
+
 fn io_fault(error: &std::io::Error) -> StoreFault {
     match error.kind() {
         std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {

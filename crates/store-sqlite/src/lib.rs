@@ -42,6 +42,7 @@ mod migrate;
 mod other_writers;
 mod permissions;
 mod queue_store;
+mod removed;
 mod run_store;
 mod session_store;
 mod token_store;

@@ -215,13 +215,11 @@ fn claim(conn: &mut Connection, params: &Claim) -> Result<Option<Run>, Failure> 
         run_columns,
     )?;
     let run = run_row(columns)?;
-    match tx.commit() {
-        Ok(()) => Ok(Some(run)),
-        Err(error) => match crate::confirm::claim_landed(conn, &run) {
-            Ok(true) => Ok(Some(run)),
-            _ => Err(error.into()),
-        },
-    }
+    let committed = tx.commit().map(|()| run.clone()).map_err(Failure::from);
+    crate::confirm::or_reread(conn, "claiming a queued run", committed, |conn| {
+        crate::confirm::claim_landed(conn, &run)
+    })
+    .map(Some)
 }
 
 /// R9: applies a segment's decision, guarded by what it read: the owner holds the lease

@@ -173,13 +173,13 @@ impl RunStore for SqliteStore {
         self.run("marking a run's write fence", move |conn| {
             // R7: no lease of this claim or no running run, no write. The mark is
             // written after the call's audit intent and right before the first byte, so
-            // nothing later syncs it: it commits synced itself (an autocommit statement
-            // stepped to its end, so a failed commit or sync is an error and no byte
-            // leaves). A power cut cannot take back a mark whose write may have gone.
-            let changed = durably(conn, |conn| {
+            // nothing later syncs it: it commits synced itself (`durably`; an autocommit
+            // statement stepped to its end, so a failed commit or sync is an error and no
+            // byte leaves). A power cut cannot take back a mark whose write may have gone.
+            let marked = durably(conn, |conn| {
                 Ok(conn.execute(
                     "UPDATE runs SET pending_effect = ?1, lease_expires_ms = ?2, updated_ms = ?3
-                 WHERE id = ?4 AND claimed_by = ?5 AND claim_epoch = ?6 AND status = 'running'",
+                     WHERE id = ?4 AND claimed_by = ?5 AND claim_epoch = ?6 AND status = 'running'",
                     params![
                         params.effect,
                         params.lease_until_ms,
@@ -188,9 +188,35 @@ impl RunStore for SqliteStore {
                         params.owner,
                         params.epoch
                     ],
-                )?)
-            })?;
-            Ok(changed == 1)
+                )? == 1)
+            });
+            // A mark whose commit may have landed is re-read: then the fence is in place
+            // and the write may go. Not when the sync itself failed: the mark may then be
+            // readable but not on disk, and the write must not leave on it.
+            if let Err(failure) = &marked
+                && sync_failed(failure)
+            {
+                return marked;
+            }
+            // A later renewal only moves the lease further out.
+            crate::confirm::or_reread(conn, "marking a run's write fence", marked, |conn| {
+                let held = conn
+                    .query_row(
+                        "SELECT 1 FROM runs WHERE id = ?1 AND claimed_by = ?2 AND claim_epoch = ?3
+                             AND status = 'running' AND pending_effect = ?4
+                             AND lease_expires_ms >= ?5",
+                        params![
+                            params.id,
+                            params.owner,
+                            params.epoch,
+                            params.effect,
+                            params.lease_until_ms
+                        ],
+                        |_| Ok(true),
+                    )
+                    .optional()?;
+                Ok(held)
+            })
         })
         .await
     }
@@ -212,58 +238,22 @@ impl RunStore for SqliteStore {
         let seq = self
             .run("appending a run event", move |conn| {
                 let payload = params.payload.to_string();
-                let round = params.round.map(i64::from);
-                // BEGIN IMMEDIATE takes the write lock before reading MAX(seq), so a writer in
-                // another process waits (busy timeout) instead of taking the same sequence (R1).
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                // The guard decides: the owner of a running run under this claim's epoch,
-                // or of a run cancelled under it (R5: it records its boundary step). R7:
-                // the fence is cleared on a running run only; a cancelled mid-write run
-                // keeps its mark. Rounds never go down. A final event with `end` moves a
-                // running run to its final status in the same transaction (one truth per
-                // run); a cancel that won the row refuses it.
-                let (end_status, end_reason) = match &params.end {
-                    Some(end) => (Some(end.status.as_str()), Some(end.reason.as_str())),
-                    None => (None, None),
-                };
-                let changed = tx.execute(
-                    "UPDATE runs SET
-                     pending_effect = CASE WHEN ?1 AND status = 'running' THEN NULL
-                                           ELSE pending_effect END,
-                     rounds = MAX(rounds, COALESCE(?2, rounds)),
-                     termination_reason = CASE WHEN ?7 IS NULL THEN termination_reason
-                                               ELSE ?8 END,
-                     status = COALESCE(?7, status),
-                     updated_ms = ?3
-                 WHERE id = ?4 AND claimed_by = ?5 AND claim_epoch = ?6
-                   AND (status = 'running' OR (?7 IS NULL AND status = 'cancelled'))",
-                    params![
-                        params.clear_fence,
-                        round,
-                        params.now_ms,
-                        params.id,
-                        params.owner,
-                        params.epoch,
-                        end_status,
-                        end_reason
-                    ],
-                )?;
-                if changed != 1 {
-                    // Dropping the transaction rolls it back: nothing is stored.
-                    return Ok(None);
-                }
-                let seq: i64 = tx.query_row(
-                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = ?1",
-                    [&params.id],
-                    |row| row.get(0),
-                )?;
-                tx.execute(
-                    "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                    params![params.id, seq, params.kind, payload, params.now_ms],
-                )?;
-                tx.commit()?;
-                Ok(Some(seq))
+                let appended = append_guarded(conn, &params, &payload);
+                // A step whose commit may have landed is re-read: read as unstored, a
+                // recorded write would end FENCED_WRITE. The same kind, payload and time
+                // is this append.
+                crate::confirm::or_reread(conn, "appending a run event", appended, |conn| {
+                    let seq = conn
+                        .query_row(
+                            "SELECT seq FROM run_events
+                             WHERE run_id = ?1 AND kind = ?2 AND time_ms = ?3 AND payload = ?4
+                             ORDER BY seq DESC LIMIT 1",
+                            params![params.id, params.kind, params.now_ms, payload],
+                            |row| row.get(0),
+                        )
+                        .optional()?;
+                    Ok(seq.map(Some))
+                })
             })
             .await?;
         if let Some(seq) = seq {
@@ -288,30 +278,25 @@ impl RunStore for SqliteStore {
         let (run_id, status) = (params.id.clone(), params.status);
         let answer = self
             .run(SETTLING, move |conn| {
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let changed = tx.execute(
-                    "UPDATE runs SET status = ?1, termination_reason = ?2, updated_ms = ?3
-                 WHERE id = ?4 AND claimed_by = ?5 AND claim_epoch = ?6 AND status = 'running'",
-                    params![
-                        params.status.as_str(),
-                        params.reason,
-                        params.now_ms,
-                        params.id,
-                        params.owner,
-                        params.epoch
-                    ],
-                )?;
-                let answer = if changed == 1 {
-                    SettleAnswer::Settled
-                } else if read_status(&tx, &params.id)? == Some(RunState::Cancelled) {
-                    // R4, R5: the cancel won the row; the segment must not overwrite it.
-                    SettleAnswer::AlreadyCancelled
-                } else {
-                    // R3: another segment holds the run, or it is no longer running.
-                    SettleAnswer::LeaseLost
-                };
-                tx.commit()?;
-                Ok(answer)
+                let settled = settle(conn, &params);
+                // A settle whose commit may have landed is re-read: the row then says so.
+                crate::confirm::or_reread(conn, SETTLING, settled, |conn| {
+                    let held = conn
+                        .query_row(
+                            "SELECT 1 FROM runs WHERE id = ?1 AND claimed_by = ?2
+                                 AND claim_epoch = ?3 AND status = ?4 AND termination_reason = ?5",
+                            params![
+                                params.id,
+                                params.owner,
+                                params.epoch,
+                                params.status.as_str(),
+                                params.reason
+                            ],
+                            |_| Ok(SettleAnswer::Settled),
+                        )
+                        .optional()?;
+                    Ok(held)
+                })
             })
             .await?;
         if answer == SettleAnswer::Settled {
@@ -575,4 +560,101 @@ pub(crate) fn run_row(c: RunColumns) -> Result<Run, Failure> {
         created_ms: c.created_ms,
         updated_ms: c.updated_ms,
     })
+}
+
+/// The guarded append of one event (and, for a final event, the run's end) in one
+/// transaction; `None` when the guard matched nothing and nothing was stored.
+fn append_guarded(
+    conn: &mut Connection,
+    params: &EventAppend,
+    payload: &str,
+) -> Result<Option<i64>, Failure> {
+    let round = params.round.map(i64::from);
+    // BEGIN IMMEDIATE takes the write lock before reading MAX(seq), so a writer in
+    // another process waits (busy timeout) instead of taking the same sequence (R1).
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    // The guard decides: the owner of a running run under this claim's epoch,
+    // or of a run cancelled under it (R5: it records its boundary step). R7:
+    // the fence is cleared on a running run only; a cancelled mid-write run
+    // keeps its mark. Rounds never go down. A final event with `end` moves a
+    // running run to its final status in the same transaction (one truth per
+    // run); a cancel that won the row refuses it.
+    let (end_status, end_reason) = match &params.end {
+        Some(end) => (Some(end.status.as_str()), Some(end.reason.as_str())),
+        None => (None, None),
+    };
+    let changed = tx.execute(
+        "UPDATE runs SET
+         pending_effect = CASE WHEN ?1 AND status = 'running' THEN NULL
+                               ELSE pending_effect END,
+         rounds = MAX(rounds, COALESCE(?2, rounds)),
+         termination_reason = CASE WHEN ?7 IS NULL THEN termination_reason
+                                   ELSE ?8 END,
+         status = COALESCE(?7, status),
+         updated_ms = ?3
+     WHERE id = ?4 AND claimed_by = ?5 AND claim_epoch = ?6
+       AND (status = 'running' OR (?7 IS NULL AND status = 'cancelled'))",
+        params![
+            params.clear_fence,
+            round,
+            params.now_ms,
+            params.id,
+            params.owner,
+            params.epoch,
+            end_status,
+            end_reason
+        ],
+    )?;
+    if changed != 1 {
+        // Dropping the transaction rolls it back: nothing is stored.
+        return Ok(None);
+    }
+    let seq: i64 = tx.query_row(
+        "SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = ?1",
+        [&params.id],
+        |row| row.get(0),
+    )?;
+    tx.execute(
+        "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
+     VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![params.id, seq, params.kind, payload, params.now_ms],
+    )?;
+    tx.commit()?;
+    Ok(Some(seq))
+}
+
+/// A segment's settle, guarded by its claim, in one transaction.
+fn settle(conn: &mut Connection, params: &RunSettle) -> Result<SettleAnswer, Failure> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let changed = tx.execute(
+        "UPDATE runs SET status = ?1, termination_reason = ?2, updated_ms = ?3
+     WHERE id = ?4 AND claimed_by = ?5 AND claim_epoch = ?6 AND status = 'running'",
+        params![
+            params.status.as_str(),
+            params.reason,
+            params.now_ms,
+            params.id,
+            params.owner,
+            params.epoch
+        ],
+    )?;
+    let answer = if changed == 1 {
+        SettleAnswer::Settled
+    } else if read_status(&tx, &params.id)? == Some(RunState::Cancelled) {
+        // R4, R5: the cancel won the row; the segment must not overwrite it.
+        SettleAnswer::AlreadyCancelled
+    } else {
+        // R3: another segment holds the run, or it is no longer running.
+        SettleAnswer::LeaseLost
+    };
+    tx.commit()?;
+    Ok(answer)
+}
+
+/// Whether `failure` is a failed sync of the log (`fsync`/`fdatasync`): the commit's
+/// frames may be readable by this connection and still not be on disk.
+fn sync_failed(failure: &Failure) -> bool {
+    matches!(failure, Failure::Sql(rusqlite::Error::SqliteFailure(e, _))
+        if e.extended_code == rusqlite::ffi::SQLITE_IOERR_FSYNC
+            || e.extended_code == rusqlite::ffi::SQLITE_IOERR_DIR_FSYNC)
 }

@@ -50,49 +50,38 @@ fn limits(cx: &Context) -> Limits {
     }
 }
 
-pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let stop = super::signals::stop_levels();
-    let limits = limits(cx);
-    // One root, one backend: the API and the workers below share its store and feed.
-    let state = AppState::new(cx.root.clone(), stop.clone()).await?;
-    // SIGHUP reloads the agents and MCP servers (and says what changed); runs in flight
-    // keep what they were built with.
-    crate::reload::on_hangup(state.agents.clone(), cx.config.path.clone());
-    // O6: changes other processes make on a shared SQLite file reach this one's feed.
-    cx.root.watch_other_writers().await?;
-    let tls = cx.config.serve.tls.as_ref().map(tls_acceptor).transpose()?;
+/// Where `serve` listens, bound before the store opens so the address answers even while
+/// it waits for room on a full disk.
+struct Bound {
+    metrics: Option<tokio::net::TcpListener>,
+    addr: std::net::SocketAddr,
+    url: String,
+    metrics_url: Option<String>,
+}
+
+async fn bind(
+    cx: &Context,
+    args: &ServeArgs,
+    tls: bool,
+) -> anyhow::Result<(tokio::net::TcpListener, Bound)> {
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("while binding {} (is another server there?)", args.listen))?;
     let addr = listener
         .local_addr()
         .context("while reading the bound address")?;
-
-    let settings = &cx.config.worker;
-    let concurrency = args.concurrency.unwrap_or(settings.concurrency);
-    let workers = if concurrency > 0 {
-        let worker = cx
-            .root
-            .worker(state.executor.clone(), state.agents.clone(), concurrency)
-            .await?;
-        state.metrics.watch_slots(worker.busy_slots());
-        Some(tokio::spawn(Arc::new(worker).run(stop.clone())))
-    } else {
-        None
-    };
-
     // O5: `/metrics` on a port of its own, for a scraper with no token.
-    let metrics_listener = match &cx.config.metrics.listen {
+    let metrics = match &cx.config.metrics.listen {
         Some(at) => Some(tokio::net::TcpListener::bind(at).await.with_context(|| {
             format!("while binding [metrics] listen = {at:?} (is another server there?)")
         })?),
         None => None,
     };
-    let metrics_url = metrics_listener
+    let metrics_url = metrics
         .as_ref()
         .and_then(|l| l.local_addr().ok())
         .map(|addr| format!("http://{addr}/metrics"));
-    let url = if tls.is_some() {
+    let url = if tls {
         format!("https://{addr}")
     } else {
         if !addr.ip().is_loopback() {
@@ -102,10 +91,22 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
         }
         format!("http://{addr}")
     };
+    let bound = Bound {
+        metrics,
+        addr,
+        url,
+        metrics_url,
+    };
+    Ok((listener, bound))
+}
+
+/// The ready line (stdout) and, on a terminal, how to stop.
+fn announce(cx: &Context, bound: &Bound, concurrency: usize, limits: Limits) {
+    let (addr, url, metrics_url) = (bound.addr, &bound.url, &bound.metrics_url);
     output::emit(
         cx.json,
         &json!({ "listening": addr.to_string(), "url": url, "concurrency": concurrency, "max_connections": limits.max_connections, "metrics": metrics_url }),
-        || match &metrics_url {
+        || match metrics_url {
             Some(metrics) => format!("listening on {url} (metrics on {metrics})"),
             None => format!("listening on {url}"),
         },
@@ -116,8 +117,62 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
             output::count(concurrency as u64, "worker slot", "worker slots")
         );
     }
+}
 
-    if let Some(metrics_listener) = metrics_listener {
+/// The API's listener: not served yet, or already serving [`crate::http::until_open`]
+/// while the store waited for room.
+enum Front {
+    Fresh(tokio::net::TcpListener),
+    Waiting(
+        tokio::task::JoinHandle<()>,
+        Arc<std::sync::OnceLock<axum::Router>>,
+    ),
+}
+
+pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let stop = super::signals::stop_levels();
+    let limits = limits(cx);
+    let tls = cx.config.serve.tls.as_ref().map(tls_acceptor).transpose()?;
+    let (listener, mut bound) = bind(cx, &args, tls.is_some()).await?;
+    let concurrency = args.concurrency.unwrap_or(cx.config.worker.concurrency);
+    let mut front = Front::Fresh(listener);
+    // A store on a full disk: the address answers, not ready, until there is room.
+    if let Err(error) = cx.root.backend().await {
+        if !crate::root::is_disk_full(&error) {
+            return Err(error);
+        }
+        let Front::Fresh(listener) = front else {
+            unreachable!("nothing served yet")
+        };
+        let live = Arc::new(std::sync::OnceLock::new());
+        let app = crate::http::until_open(live.clone());
+        let server = crate::http::listener::serve(listener, app, limits, tls.clone(), stop.clone());
+        let server = tokio::spawn(server);
+        announce(cx, &bound, concurrency, limits);
+        if cx.root.backend_when_room(stop.clone()).await?.is_none() {
+            server.await.context("the server task ended abnormally")?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        front = Front::Waiting(server, live);
+    }
+    // One root, one backend: the API and the workers below share its store and feed.
+    let state = AppState::new(cx.root.clone(), stop.clone()).await?;
+    // SIGHUP reloads the agents and MCP servers (and says what changed); runs in flight
+    // keep what they were built with.
+    crate::reload::on_hangup(state.agents.clone(), cx.config.path.clone());
+    // O6: changes other processes make on a shared SQLite file reach this one's feed.
+    cx.root.watch_other_writers().await?;
+    let workers = if concurrency > 0 {
+        let worker = cx
+            .root
+            .worker(state.executor.clone(), state.agents.clone(), concurrency)
+            .await?;
+        state.metrics.watch_slots(worker.busy_slots());
+        Some(tokio::spawn(Arc::new(worker).run(stop.clone())))
+    } else {
+        None
+    };
+    if let Some(metrics_listener) = bound.metrics.take() {
         tokio::spawn(crate::http::listener::serve(
             metrics_listener,
             crate::http::metrics_router(state.clone()),
@@ -127,8 +182,18 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
         ));
     }
     // First signal: stop accepting, finish the requests in flight, drain the workers.
-    let server = crate::http::listener::serve(listener, router(state), limits, tls, stop.clone());
-    let mut server = tokio::spawn(server);
+    let mut server = match front {
+        Front::Waiting(server, live) => {
+            let _ = live.set(router(state));
+            server
+        }
+        Front::Fresh(listener) => {
+            announce(cx, &bound, concurrency, limits);
+            let server =
+                crate::http::listener::serve(listener, router(state), limits, tls, stop.clone());
+            tokio::spawn(server)
+        }
+    };
     tokio::select! {
         served = &mut server => served.context("the server task ended abnormally")?,
         // Second signal: exit now; running leases run out and the reaper recovers them.
@@ -142,6 +207,14 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
             return Ok(ExitCode::SUCCESS);
         }
     }
+    stopped(cx, workers).await
+}
+
+/// Waits for the workers to drain and says what they left.
+async fn stopped(
+    cx: &Context,
+    workers: Option<tokio::task::JoinHandle<runwarden_runtime::WorkerSummary>>,
+) -> anyhow::Result<ExitCode> {
     let summary = match workers {
         Some(workers) => Some(workers.await.context("the worker task ended abnormally")?),
         None => None,

@@ -117,6 +117,9 @@ pub(crate) async fn enqueue(cx: &Context, args: EnqueueArgs) -> anyhow::Result<E
 
 pub(crate) async fn worker(cx: &Context, args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let stop = super::signals::stop_levels(); // before any work: an early SIGTERM drains
+    if cx.root.backend_when_room(stop.clone()).await?.is_none() {
+        return Ok(ExitCode::SUCCESS); // stopped while waiting for room: nothing was claimed
+    }
     let settings = &cx.config.worker;
     let concurrency = args.concurrency.unwrap_or(settings.concurrency).max(1);
     let executor = cx.root.executor("worker", true, None).await?;

@@ -1,11 +1,14 @@
 //! `GET /healthz` (the process answers) and `GET /readyz` (the store answers too); neither
 //! needs a token.
 
-use std::sync::Mutex;
+use std::sync::{Arc, OnceLock};
 
-use axum::extract::State;
-use runwarden_vault::store::StoreError;
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::response::IntoResponse as _;
+use runwarden_vault::store::{StoreError, StoreFault};
 use serde_json::{Value, json};
+use tower::ServiceExt as _;
 
 use super::AppState;
 use super::error::ApiError;
@@ -29,7 +32,6 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Result<axum::Json<V
             .map(|fault| fault.fault.as_str())
     });
     report_change(
-        state.root.metrics(),
         fault.map(|kind| kind.unwrap_or("unreachable")),
         ready.as_ref().err(),
     );
@@ -39,29 +41,41 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Result<axum::Json<V
     }
 }
 
-/// The store's state as the last probe found it: `""` when ready, else the fault's kind.
-static LAST_STATE: Mutex<&str> = Mutex::new("");
+/// Reports the probe's finding to the process's store state, which logs and counts a
+/// change once, however often the probe runs.
+fn report_change(state: Option<&'static str>, error: Option<&anyhow::Error>) {
+    let error = error.map(|e| format!("{e:#}"));
+    runwarden_runtime::report_store_state(
+        state.unwrap_or("ready"),
+        error.as_ref().map(|e| e as &dyn std::fmt::Display),
+    );
+}
 
-/// Logs and counts a change of the store's state once, at WARN when it fails and at INFO
-/// when it recovers, however often the probe runs.
-fn report_change(
-    metrics: &super::Metrics,
-    state: Option<&'static str>,
-    error: Option<&anyhow::Error>,
-) {
-    let now = state.unwrap_or("");
-    let mut last = LAST_STATE.lock().unwrap_or_else(|p| p.into_inner());
-    if *last == now {
-        return;
-    }
-    metrics.observe_store_state(state.unwrap_or("ready"));
-    match error {
-        Some(error) => tracing::warn!(
-            state = now,
-            error = format!("{error:#}"),
-            "not ready: the store does not accept writes"
-        ),
-        None => tracing::info!(previous = *last, "ready: the store accepts writes again"),
-    }
-    *last = now;
+/// The API's router once `live` holds it; until then (a server started on a full disk,
+/// waiting for room) `/healthz` answers, `/readyz` is 503 not ready (disk full), and every
+/// other path 503 `store_unavailable` with `Retry-After`.
+pub(crate) fn until_open(live: Arc<OnceLock<Router>>) -> Router {
+    Router::new().fallback(move |request: Request| {
+        let live = live.clone();
+        async move {
+            match live.get() {
+                Some(app) => match app.clone().oneshot(request).await {
+                    Ok(response) => response,
+                    Err(never) => match never {},
+                },
+                None => match request.uri().path() {
+                    "/healthz" => healthz().await.into_response(),
+                    "/readyz" => {
+                        ApiError::NotReady(Some(StoreFault::DiskFull.as_str())).into_response()
+                    }
+                    _ => ApiError::StoreUnavailable(StoreError::with_fault(
+                        "opening the database",
+                        StoreFault::DiskFull,
+                        "the disk holding the database is full",
+                    ))
+                    .into_response(),
+                },
+            }
+        }
+    })
 }

@@ -90,6 +90,8 @@ struct Sources {
     watcher: Option<(runwarden_runtime::StatusWatcher, u64)>,
     /// The store errors counted already, per kind.
     store_errors: [u64; 7],
+    /// The store's changes of state counted already, per state entered.
+    store_states: Vec<(&'static str, u64)>,
 }
 
 /// The process's metrics.
@@ -182,7 +184,7 @@ impl Metrics {
         let store_state_changes = Family::<KindLabels, Counter>::default();
         registry.register(
             "store_state_changes",
-            "Changes of the store's state found by the readiness probe, by the state entered (ready, busy, read_only, disk_full, too_many_files, io, corrupt, other, unreachable)",
+            "Changes of the store's state found by store calls and the readiness probe, by the state entered (ready, busy, read_only, disk_full, too_many_files, io, corrupt, other, unreachable)",
             store_state_changes.clone(),
         );
         let db_decisions_pending = Gauge::default();
@@ -258,13 +260,21 @@ impl Metrics {
                 .inc_by(seen.saturating_sub(*counted));
             *counted = seen;
         }
-    }
-
-    /// Counts one change of the store's state, named by the state entered.
-    pub(crate) fn observe_store_state(&self, state: &'static str) {
-        self.store_state_changes
-            .get_or_create(&KindLabels { kind: state })
-            .inc();
+        for (state, seen) in runwarden_runtime::store_state_changes() {
+            let states = &mut sources.store_states;
+            let at = match states.iter().position(|(s, _)| *s == state) {
+                Some(at) => at,
+                None => {
+                    states.push((state, 0));
+                    states.len() - 1
+                }
+            };
+            let counted = &mut states[at].1;
+            self.store_state_changes
+                .get_or_create(&KindLabels { kind: state })
+                .inc_by(seen.saturating_sub(*counted));
+            *counted = seen;
+        }
     }
 
     /// Records one cancel latency.

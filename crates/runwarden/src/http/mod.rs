@@ -20,6 +20,8 @@ pub(crate) mod listener;
 mod metrics;
 mod runs;
 
+pub(crate) use health::until_open;
+
 use std::sync::Arc;
 
 use axum::Router;

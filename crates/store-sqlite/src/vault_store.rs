@@ -95,6 +95,19 @@ impl VaultStore for SqliteStore {
         .await
     }
 
+    async fn sealed_secrets_version(&self) -> Result<u64, StoreError> {
+        // On the read-only probe connection: a WAL reader never waits for the write gate,
+        // the writer's transactions or the audit writer's group commit, and sees every
+        // transaction committed before its read began.
+        self.probe("reading the secrets' version", |conn| {
+            let version: i64 = conn
+                .prepare_cached("SELECT version FROM secrets_version WHERE id = 1")?
+                .query_row([], |row| row.get(0))?;
+            Ok(version.cast_unsigned())
+        })
+        .await
+    }
+
     async fn sealed_rewrap_all(&self, mut rewrap: RewrapFn) -> Result<usize, StoreError> {
         self.run("rewrapping sealed records", move |conn| {
             // V1: rotation is atomic. Dropping the transaction on any early return rolls

@@ -29,10 +29,11 @@ pub(crate) struct SecretIndex {
     rebuilding: tokio::sync::Mutex<()>,
     /// Callers that have begun to ask for the version so far.
     asked: AtomicU64,
-    /// The newest version read, and how many askers it answers. Held across the read on
-    /// purpose: callers that arrive meanwhile wait for the next read instead of each
-    /// sending their own.
-    looked: tokio::sync::Mutex<Look>,
+    /// The newest version read and how many askers it answers. Never held across an
+    /// await: a caller that finds a read under way waits for `read_done` instead.
+    looked: Mutex<Look>,
+    /// Wakes every waiting caller when a read ends, answered or failed.
+    read_done: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -41,6 +42,19 @@ struct Look {
     /// `version` began.
     answers: u64,
     version: Option<u64>,
+    /// A read is under way; callers that asked before it began will be answered by it.
+    reading: bool,
+}
+
+/// Marks the one read under way; when it ends (or its caller is dropped mid-read), the
+/// mark is cleared and every waiting caller wakes to take the answer or read again.
+struct ReadUnderWay<'a>(&'a SecretIndex);
+
+impl Drop for ReadUnderWay<'_> {
+    fn drop(&mut self) {
+        self.0.look().reading = false;
+        self.0.read_done.notify_waiters();
+    }
 }
 
 impl std::fmt::Debug for SecretIndex {
@@ -52,25 +66,45 @@ impl std::fmt::Debug for SecretIndex {
 impl SecretIndex {
     /// The secrets' version as of a read that began after this call did (`read` runs it),
     /// shared with every other caller that was waiting when that read began. A failed
-    /// read fails this caller only; the next one waiting reads again.
+    /// read fails its own caller only; the callers waiting on it read again.
     pub(crate) async fn version<E, F, Fut>(&self, read: F) -> Result<u64, E>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<u64, E>>,
     {
         let ask = self.asked.fetch_add(1, Ordering::SeqCst) + 1;
-        let mut look = self.looked.lock().await;
-        if let Some(version) = look.version.filter(|_| look.answers >= ask) {
-            return Ok(version);
-        }
-        // Loaded before the read begins: every ask counted here came first.
-        let answers = self.asked.load(Ordering::SeqCst);
-        let version = read().await?;
-        *look = Look {
-            answers,
-            version: Some(version),
+        let answers = loop {
+            // Registered before the look, so a read that ends after it wakes this caller.
+            let done = self.read_done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            {
+                let mut look = self.look();
+                if let Some(version) = look.version.filter(|_| look.answers >= ask) {
+                    return Ok(version);
+                }
+                if !look.reading {
+                    look.reading = true;
+                    // Loaded before the read begins: every ask counted here came first.
+                    break self.asked.load(Ordering::SeqCst);
+                }
+            }
+            done.await;
         };
+        let under_way = ReadUnderWay(self);
+        let version = read().await?;
+        {
+            let mut look = self.look();
+            look.answers = answers;
+            look.version = Some(version);
+        }
+        drop(under_way);
         Ok(version)
+    }
+
+    fn look(&self) -> std::sync::MutexGuard<'_, Look> {
+        // Nothing panics while holding it; a poisoned lock still holds consistent numbers.
+        self.looked.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The matcher, when it was built at this version.

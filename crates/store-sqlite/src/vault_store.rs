@@ -296,9 +296,13 @@ fn append_durably(
     events: Vec<AuditEvent>,
     chain: &AuditChain,
 ) -> Result<Vec<AuditRow>, Failure> {
-    conn.pragma_update(None, "synchronous", "FULL")?;
+    // Cached statements: every synced batch runs both, so neither is parsed again.
+    conn.prepare_cached("PRAGMA synchronous = FULL")?
+        .execute([])?;
     let appended = append_rows(conn, events, chain);
-    let restored = conn.pragma_update(None, "synchronous", "NORMAL");
+    let restored = conn
+        .prepare_cached("PRAGMA synchronous = NORMAL")
+        .and_then(|mut stmt| stmt.execute([]));
     let rows = appended?;
     restored?;
     Ok(rows)
@@ -363,12 +367,16 @@ fn append_rows(
         }
     }
     if prev_id > 0 {
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO audit_tip (id, last_id, last_hash, anchor) VALUES (1, ?1, ?2, ?3)
              ON CONFLICT (id) DO UPDATE SET
                  last_id = excluded.last_id, last_hash = excluded.last_hash, anchor = excluded.anchor",
-            params![prev_id, &prev_hash[..], &chain.anchor(prev_id, &prev_hash)[..]],
-        )?;
+        )?
+        .execute(params![
+            prev_id,
+            &prev_hash[..],
+            &chain.anchor(prev_id, &prev_hash)[..]
+        ])?;
     }
     tx.commit()?;
     Ok(rows)
@@ -376,17 +384,14 @@ fn append_rows(
 
 fn read_tip(conn: &Connection) -> Result<Option<AuditTip>, Failure> {
     let raw = conn
-        .query_row(
-            "SELECT last_id, last_hash, anchor FROM audit_tip WHERE id = 1",
-            [],
-            |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    row.get::<_, Vec<u8>>(1)?,
-                    row.get::<_, Vec<u8>>(2)?,
-                ))
-            },
-        )
+        .prepare_cached("SELECT last_id, last_hash, anchor FROM audit_tip WHERE id = 1")?
+        .query_row([], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, Vec<u8>>(1)?,
+                row.get::<_, Vec<u8>>(2)?,
+            ))
+        })
         .optional()?;
     raw.map(|(last_id, last_hash, anchor)| {
         Ok(AuditTip {

@@ -244,6 +244,9 @@ impl VaultStore for Faulty {
     async fn sealed_list(&self, kind: SealedKind) -> Result<Vec<SealedMeta>, StoreError> {
         self.inner.sealed_list(kind).await
     }
+    async fn sealed_secrets_version(&self) -> Result<u64, StoreError> {
+        self.inner.sealed_secrets_version().await
+    }
     async fn sealed_rewrap_all(&self, rewrap: RewrapFn) -> Result<usize, StoreError> {
         self.inner.sealed_rewrap_all(rewrap).await
     }

@@ -41,6 +41,7 @@ mod reload;
 mod rotate;
 mod run;
 mod secret;
+mod secret_freshness;
 mod sigil;
 mod slow_clients;
 mod stops;

@@ -91,6 +91,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0015_mcp_protocol",
         sql: include_str!("../migrations/0015_mcp_protocol.sql"),
     },
+    Migration {
+        version: 16,
+        name: "0016_secrets_version",
+        sql: include_str!("../migrations/0016_secrets_version.sql"),
+    },
 ];
 
 /// The advisory lock key that serialises migrations across nodes ("rwmigrat" in ASCII).

@@ -110,6 +110,20 @@ impl VaultStore for PgStore {
         .await
     }
 
+    async fn sealed_secrets_version(&self) -> Result<u64, StoreError> {
+        self.with("reading the secrets' version", async {
+            let client = self.client().await?;
+            // A plain read takes no lock: it never waits for a transaction changing secrets,
+            // and its snapshot holds every transaction committed before it began.
+            let stmt = client
+                .prepare_cached("SELECT version FROM secrets_version WHERE id = 1")
+                .await?;
+            let version: i64 = client.query_one(&stmt, &[]).await?.try_get(0)?;
+            Ok(version.cast_unsigned())
+        })
+        .await
+    }
+
     async fn sealed_rewrap_all(&self, mut rewrap: RewrapFn) -> Result<usize, StoreError> {
         const OPERATION: &str = "rewrapping sealed records";
         self.with(OPERATION, async {

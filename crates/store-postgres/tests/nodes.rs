@@ -57,7 +57,8 @@ async fn nodes_starting_together_apply_each_migration_once() {
             "0012_oauth_refresh_lease",
             "0013_decision_reissue",
             "0014_claim_epoch",
-            "0015_mcp_protocol"
+            "0015_mcp_protocol",
+            "0016_secrets_version"
         ]
     );
 }

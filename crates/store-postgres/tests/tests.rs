@@ -6,3 +6,4 @@ mod common;
 mod conformance;
 mod faults;
 mod nodes;
+mod secrets_version;

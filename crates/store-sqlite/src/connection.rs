@@ -258,9 +258,13 @@ pub(crate) fn durably<T>(
     conn: &mut Connection,
     work: impl FnOnce(&mut Connection) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
-    conn.pragma_update(None, "synchronous", "FULL")?;
+    // Cached statements: every synced write runs both, so neither is parsed again.
+    conn.prepare_cached("PRAGMA synchronous = FULL")?
+        .execute([])?;
     let done = work(conn);
-    let restored = conn.pragma_update(None, "synchronous", "NORMAL");
+    let restored = conn
+        .prepare_cached("PRAGMA synchronous = NORMAL")
+        .and_then(|mut stmt| stmt.execute([]));
     let value = done?;
     restored?;
     Ok(value)

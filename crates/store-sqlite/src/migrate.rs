@@ -90,6 +90,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "0015_mcp_protocol",
         sql: include_str!("../migrations/0015_mcp_protocol.sql"),
     },
+    Migration {
+        version: 16,
+        name: "0016_secrets_version",
+        sql: include_str!("../migrations/0016_secrets_version.sql"),
+    },
 ];
 
 /// Brings the schema up to date. The version is read first, without a lock a reader

@@ -96,6 +96,19 @@ impl VaultStore for SqliteStore {
         .await
     }
 
+    async fn sealed_secrets_version(&self) -> Result<u64, StoreError> {
+        // On the read-only probe connection: a WAL reader never waits for the write gate,
+        // the writer's transactions or the audit writer's group commit, and sees every
+        // transaction committed before its read began.
+        self.probe("reading the secrets' version", |conn| {
+            let version: i64 = conn
+                .prepare_cached("SELECT version FROM secrets_version WHERE id = 1")?
+                .query_row([], |row| row.get(0))?;
+            Ok(version.cast_unsigned())
+        })
+        .await
+    }
+
     async fn sealed_rewrap_all(&self, mut rewrap: RewrapFn) -> Result<usize, StoreError> {
         self.run("rewrapping sealed records", move |conn| {
             // V1: rotation is atomic. Dropping the transaction on any early return rolls
@@ -345,12 +358,16 @@ fn append_rows(
         }
     }
     if prev_id > 0 {
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO audit_tip (id, last_id, last_hash, anchor) VALUES (1, ?1, ?2, ?3)
              ON CONFLICT (id) DO UPDATE SET
                  last_id = excluded.last_id, last_hash = excluded.last_hash, anchor = excluded.anchor",
-            params![prev_id, &prev_hash[..], &chain.anchor(prev_id, &prev_hash)[..]],
-        )?;
+        )?
+        .execute(params![
+            prev_id,
+            &prev_hash[..],
+            &chain.anchor(prev_id, &prev_hash)[..]
+        ])?;
     }
     tx.commit()?;
     Ok(rows)
@@ -358,17 +375,14 @@ fn append_rows(
 
 fn read_tip(conn: &Connection) -> Result<Option<AuditTip>, Failure> {
     let raw = conn
-        .query_row(
-            "SELECT last_id, last_hash, anchor FROM audit_tip WHERE id = 1",
-            [],
-            |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    row.get::<_, Vec<u8>>(1)?,
-                    row.get::<_, Vec<u8>>(2)?,
-                ))
-            },
-        )
+        .prepare_cached("SELECT last_id, last_hash, anchor FROM audit_tip WHERE id = 1")?
+        .query_row([], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, Vec<u8>>(1)?,
+                row.get::<_, Vec<u8>>(2)?,
+            ))
+        })
         .optional()?;
     raw.map(|(last_id, last_hash, anchor)| {
         Ok(AuditTip {

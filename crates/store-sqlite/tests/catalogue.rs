@@ -78,7 +78,8 @@ async fn a_vault_only_database_gets_the_mcp_tables_on_open_and_keeps_its_records
             (12, "0012_oauth_refresh_lease".to_owned()),
             (13, "0013_decision_reissue".to_owned()),
             (14, "0014_claim_epoch".to_owned()),
-            (15, "0015_mcp_protocol".to_owned())
+            (15, "0015_mcp_protocol".to_owned()),
+            (16, "0016_secrets_version".to_owned())
         ]
     );
     let old: Option<SealedRecord> = store.sealed_get(SealedKind::Secret, "old").await.unwrap();

@@ -11,6 +11,7 @@ mod other_writers;
 mod queue;
 mod runs;
 mod sealed;
+mod secrets_version;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_sqlite_store_passes_the_conformance_suite() {

@@ -35,6 +35,10 @@
 //!
 //! [`exercise_session_store`] checks console sessions (O4): found by id only, ended by
 //! expiry, sign-out and the token's revocation.
+//!
+//! [`exercise_secret_freshness`] takes two handles of one fresh database (two processes,
+//! two nodes) and checks that a secret changed through one is searched for by the next
+//! call of a vault on the other.
 
 #![deny(missing_docs)]
 
@@ -42,6 +46,7 @@ pub use catalogue::exercise_catalogue_store;
 pub use decisions::exercise_decision_store;
 pub use queue::exercise_queue_store;
 pub use runs::exercise_run_store;
+pub use secrets_version::exercise_secret_freshness;
 pub use sessions::exercise_session_store;
 pub use tokens::exercise_token_store;
 pub use vault::exercise_vault_store;
@@ -53,6 +58,7 @@ mod finals;
 mod keys;
 mod queue;
 mod runs;
+mod secrets_version;
 mod sessions;
 mod tokens;
 mod vault;

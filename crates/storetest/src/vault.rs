@@ -40,6 +40,9 @@ pub async fn exercise_vault_store(store: Arc<dyn VaultStore>) {
     an_untouched_log_verifies_intact(s, &chain).await;
     // Last: it appends rows, and earlier checks need an empty log.
     audit_counts_follow_appends(s).await;
+    // After the log's checks: it appends a row with the same chain key.
+    crate::secrets_version::the_secrets_version_moves_with_every_change_to_a_secret(s, &chain)
+        .await;
 }
 
 fn record(kind: SealedKind, name: &str, time_ms: i64) -> SealedRecord {

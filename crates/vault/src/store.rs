@@ -232,6 +232,21 @@ pub trait VaultStore: Send + Sync + 'static {
     /// Metadata of every record of a kind, ordered by name.
     async fn sealed_list(&self, kind: SealedKind) -> Result<Vec<SealedMeta>, StoreError>;
 
+    /// The secrets' version: a number that changes whenever an operator's secret is
+    /// stored, replaced, removed or rewrapped, committed in the same transaction as the
+    /// change (by any process on the store), and never changed by anything else. The
+    /// vault reads it before every guarded call to learn whether its matcher over the
+    /// secrets is still current, so it must be cheap and must not wait for a writer: a
+    /// backend reads one row (on SQLite from a read-only WAL connection, outside the
+    /// write gate). The answer reflects every change committed before the read began.
+    ///
+    /// The default reads the list of secrets and answers its fingerprint: correct, but
+    /// one list read per call, through whatever queue the backend's reads take.
+    async fn sealed_secrets_version(&self) -> Result<u64, StoreError> {
+        let list = self.sealed_list(SealedKind::Secret).await?;
+        Ok(list_fingerprint(&list))
+    }
+
     /// Runs `rewrap` over every record of every kind in one transaction and stores the
     /// results; any error leaves every record as it was. Answers how many were rewrapped.
     async fn sealed_rewrap_all(&self, rewrap: RewrapFn) -> Result<usize, StoreError>;
@@ -287,6 +302,23 @@ pub trait VaultStore: Send + Sync + 'static {
     /// M18: gives the lease back if `holder` still has it; a lease another holder took
     /// after this one's expired is left alone.
     async fn oauth_lease_release(&self, key: &str, holder: &str) -> Result<(), StoreError>;
+}
+
+/// A number that differs for two lists of secrets that differ in any name, algorithm or
+/// time (never a value): the default [`VaultStore::sealed_secrets_version`]. Two changes
+/// within one millisecond that leave every name and algorithm as they were look alike to
+/// it; a backend's own version does not.
+fn list_fingerprint(list: &[SealedMeta]) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut hasher = DefaultHasher::new();
+    list.len().hash(&mut hasher);
+    for meta in list {
+        meta.name.hash(&mut hasher);
+        meta.algorithm.hash(&mut hasher);
+        meta.created_ms.hash(&mut hasher);
+        meta.updated_ms.hash(&mut hasher);
+    }
+    hasher.finish()
 }
 
 /// Storage for API tokens: only their SHA-256 hashes are kept.

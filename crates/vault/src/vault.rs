@@ -10,7 +10,7 @@ use crate::error::VaultError;
 use crate::master_key::MasterKey;
 use crate::matcher::SecretMatcher;
 use crate::secret::{SecretName, SecretValue};
-use crate::secret_index::{SecretIndex, fingerprint};
+use crate::secret_index::SecretIndex;
 use crate::store::{AuditFilter, SealedKind, SealedMeta, StoreError, VaultStore};
 use crate::witness::Witness;
 
@@ -199,18 +199,24 @@ impl Vault {
     }
 
     /// The matcher over every stored secret (for the scrubber and the exfiltration
-    /// check), rebuilt when the list of secrets changed since it was built, here or in
-    /// another process. Costs one store query when nothing changed.
+    /// check), rebuilt when the secrets' version moved since it was built, here or in
+    /// another process (the freshness rule is on [`SecretIndex`]). Costs one small read,
+    /// shared by concurrent callers, when nothing changed.
     pub(crate) async fn secret_matcher(&self) -> Result<Arc<SecretMatcher>, VaultError> {
-        let list = self.store.sealed_list(SealedKind::Secret).await?;
-        let print = fingerprint(&list);
-        if let Some(matcher) = self.secrets.current(print) {
+        let version = self
+            .secrets
+            .version(|| self.store.sealed_secrets_version())
+            .await?;
+        if let Some(matcher) = self.secrets.current(version) {
             return Ok(matcher);
         }
         let _one = self.secrets.rebuild_lock().await;
-        if let Some(matcher) = self.secrets.current(print) {
+        if let Some(matcher) = self.secrets.current(version) {
             return Ok(matcher);
         }
+        // Read after the version: whatever changes meanwhile moves the version again, and
+        // the next call rebuilds.
+        let list = self.store.sealed_list(SealedKind::Secret).await?;
         let mut values = Vec::with_capacity(list.len());
         for meta in &list {
             // A secret removed between the list and this read is simply not searched for.
@@ -236,7 +242,7 @@ impl Vault {
                 .iter()
                 .map(|(name, value)| (name.clone(), value.as_slice())),
         ));
-        self.secrets.store(print, matcher.clone());
+        self.secrets.store(version, matcher.clone());
         Ok(matcher)
     }
 

@@ -9,10 +9,16 @@ use std::process::{Child, Command, Output, Stdio};
 /// The release binary under measurement (Cargo sets this for benches too).
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_runwarden");
 
+/// The binary to run: `BENCH_RUNWARDEN_BIN` when set (another commit's build, so two
+/// commits are measured by one harness back to back), else [`BIN`].
+pub(crate) fn bin() -> std::ffi::OsString {
+    std::env::var_os("BENCH_RUNWARDEN_BIN").unwrap_or_else(|| BIN.into())
+}
+
 /// The binary with `--config CONFIG` and `args`, none of the caller's `RUNWARDEN_*`
 /// variables (a developer's own settings must not leak into a figure), stdin closed.
 pub(crate) fn command(config: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(BIN);
+    let mut command = Command::new(bin());
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("RUNWARDEN_") {
             command.env_remove(name);

@@ -89,6 +89,9 @@ impl VaultStore for CountingStore {
     async fn sealed_list(&self, kind: SealedKind) -> Result<Vec<SealedMeta>, StoreError> {
         self.inner.sealed_list(kind).await
     }
+    async fn sealed_secrets_version(&self) -> Result<u64, StoreError> {
+        self.inner.sealed_secrets_version().await
+    }
     async fn sealed_rewrap_all(&self, rewrap: RewrapFn) -> Result<usize, StoreError> {
         self.inner.sealed_rewrap_all(rewrap).await
     }
@@ -276,7 +279,16 @@ async fn try_build(
         fail_next: AtomicUsize::new(0),
         appends_left: Default::default(),
     });
-    let mut vault = Vault::open(store.clone(), key, Algorithm::default()).await?;
+    let mut vault = match Vault::open(store.clone(), key, Algorithm::default()).await {
+        Ok(vault) => vault,
+        Err(error) => {
+            // A failed open leaves the files where they are, as on a real disk: a test
+            // may go on reading them through a store it still holds. Dropping the
+            // TempDir here would delete them under that store.
+            let _ = dir.keep();
+            return Err(error);
+        }
+    };
     if anchored {
         vault = vault.with_anchor(dir.path().join("audit.anchor"));
     }

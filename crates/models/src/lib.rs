@@ -1,5 +1,5 @@
 //! Model providers for runwarden runs: one model turn per call, every byte through the
-//! vault's guarded egress client, cancellable by the run's signal (SPEC L1, L2).
+//! vault's guarded egress client, cancellable by the run's signal (L1, L2).
 //!
 //! A provider implements [`ModelProvider`]: given a [`ModelRequest`] (system prompt,
 //! [`Message`]s, [`ToolSpec`]s) and an optional cancellation signal, it answers one

@@ -1,4 +1,4 @@
-//! `runwarden.toml` and its environment overrides (SPEC O3).
+//! `runwarden.toml` and its environment overrides (O3).
 
 use crate::support::{Sandbox, TestServer};
 

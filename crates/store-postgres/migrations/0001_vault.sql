@@ -1,4 +1,4 @@
--- The vault: envelope-sealed records (SPEC V1) and the hash-chained audit log (SPEC V7).
+-- The vault: envelope-sealed records (V1) and the hash-chained audit log (V7).
 -- The same tables and columns as SQLite's 0001_vault, in PostgreSQL types: times are
 -- BIGINT milliseconds UTC, bytes are BYTEA. Released migrations are never edited: a
 -- change is a new numbered file, with the same number and name in every backend.

@@ -1,4 +1,4 @@
--- MCP: the imported tool catalogue (SPEC M8-M10) and per-server liveness (SPEC M11).
+-- MCP: the imported tool catalogue (M8-M10) and per-server liveness (M11).
 -- Released migrations are never edited: a change is a new numbered file.
 
 -- One row per imported tool. A tool is either usable (schema_json holds the normalised

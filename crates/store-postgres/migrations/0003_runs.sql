@@ -1,4 +1,4 @@
--- Runs and their events (SPEC R1), the lease (R3), the cancel (R4) and the write fence
+-- Runs and their events (R1), the lease (R3), the cancel (R4) and the write fence
 -- (R7). Released migrations are never edited: a change is a new numbered file.
 
 -- One row per run. status is the only source of truth for "is this run cancelled?"

@@ -1,4 +1,4 @@
--- API tokens (SPEC O2): only the SHA-256 of a token is stored, never its value.
+-- API tokens (O2): only the SHA-256 of a token is stored, never its value.
 -- Released migrations are never edited: a change is a new numbered file.
 
 CREATE TABLE api_tokens (

@@ -1,4 +1,4 @@
--- Operator decisions (SPEC R12): one pending question about one tool call of one run.
+-- Operator decisions (R12): one pending question about one tool call of one run.
 -- Released migrations are never edited: a change is a new numbered file.
 --
 -- status is pending, answered, expired or dropped (a cancel won). An answer is one guarded

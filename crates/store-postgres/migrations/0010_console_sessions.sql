@@ -1,4 +1,4 @@
--- Console sessions (SPEC O4): only the SHA-256 of a session id is stored, bound to the API
+-- Console sessions (O4): only the SHA-256 of a session id is stored, bound to the API
 -- token it was opened with; a revoked token ends its sessions (lookups join the token).
 -- Released migrations are never edited: a change is a new numbered file.
 

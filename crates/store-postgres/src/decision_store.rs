@@ -1,4 +1,4 @@
-//! Operator decisions for PostgreSQL (SPEC R12): asking one parks the run in the same
+//! Operator decisions for PostgreSQL (R12): asking one parks the run in the same
 //! transaction; answering is one guarded UPDATE that also appends `decision_answered` and
 //! moves the run back to the queue (or cancels it), so two answers racing, on any nodes,
 //! leave one.

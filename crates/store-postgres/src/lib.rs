@@ -1,5 +1,5 @@
 //! The PostgreSQL store behind runwarden's vault, tool catalogue, runs and queue: many
-//! nodes share one database (SPEC O3 amended).
+//! nodes share one database (O3 amended).
 //!
 //! [`PgStore`] connects a pool, applies the embedded migrations (the same numbers and
 //! names as SQLite's) under an advisory lock and implements every store seam:

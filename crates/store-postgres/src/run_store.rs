@@ -1,4 +1,4 @@
-//! `RunStore` for PostgreSQL: run rows and their events (SPEC R1), the lease (R3), the
+//! `RunStore` for PostgreSQL: run rows and their events (R1), the lease (R3), the
 //! cancel (R4), the status reads (R5, R6) and the write fence (R7).
 //!
 //! Every write that could race is one guarded UPDATE whose affected-row count (or

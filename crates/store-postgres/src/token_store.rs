@@ -1,4 +1,4 @@
-//! `TokenStore` for PostgreSQL: API tokens by the SHA-256 of their value (SPEC O2).
+//! `TokenStore` for PostgreSQL: API tokens by the SHA-256 of their value (O2).
 
 use async_trait::async_trait;
 use runwarden_vault::store::{StoreError, TokenStore};

@@ -1,5 +1,5 @@
-//! `VaultStore` for PostgreSQL: sealed records (SPEC V1) and the chained audit log (SPEC
-//! V7), one chain per database however many nodes append to it.
+//! `VaultStore` for PostgreSQL: sealed records (V1) and the chained audit log
+//! (V7), one chain per database however many nodes append to it.
 
 use std::sync::Arc;
 

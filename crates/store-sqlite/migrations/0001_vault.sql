@@ -1,4 +1,4 @@
--- The vault: envelope-sealed records (SPEC V1) and the hash-chained audit log (SPEC V7).
+-- The vault: envelope-sealed records (V1) and the hash-chained audit log (V7).
 -- Released migrations are never edited: a change is a new numbered file.
 
 CREATE TABLE sealed (

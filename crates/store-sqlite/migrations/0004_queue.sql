@@ -1,4 +1,4 @@
--- The queue (SPEC R3, R9): when a queued run's next attempt may start. Released
+-- The queue (R3, R9): when a queued run's next attempt may start. Released
 -- migrations are never edited: a change is a new numbered file.
 
 -- retry_at_ms is the backoff of a requeued run (R9); a worker claims only queued rows whose

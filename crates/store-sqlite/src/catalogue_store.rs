@@ -1,5 +1,5 @@
-//! `CatalogueStore` for SQLite: the imported tool catalogue (SPEC M8-M10) and per-server
-//! liveness (SPEC M11).
+//! `CatalogueStore` for SQLite: the imported tool catalogue (M8-M10) and per-server
+//! liveness (M11).
 
 use async_trait::async_trait;
 use runwarden_mcp::{

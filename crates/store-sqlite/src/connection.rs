@@ -1,6 +1,6 @@
 //! `SqliteStore`: one SQLite connection behind a mutex, opened with the pragmas that let
 //! several processes share the file, and a runner that moves each call off the runtime;
-//! plus a second, read-only connection for the status watcher's batched reads (SPEC R6).
+//! plus a second, read-only connection for the status watcher's batched reads (R6).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -227,7 +227,7 @@ fn write_probe(conn: &Connection) -> Result<(), Failure> {
 /// How long a writer waits for another process's transaction before failing `Busy`.
 const WRITER_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// SPEC O3: WAL and a busy timeout let `serve`, workers and the CLI share one file; a
+/// O3: WAL and a busy timeout let `serve`, workers and the CLI share one file; a
 /// writer waits up to five seconds for another process's transaction instead of failing.
 fn configure(conn: &Connection) -> Result<(), Failure> {
     conn.busy_timeout(WRITER_BUSY_TIMEOUT)?;

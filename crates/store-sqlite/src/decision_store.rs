@@ -1,4 +1,4 @@
-//! Operator decisions for SQLite (SPEC R12): asking one parks the run in the same
+//! Operator decisions for SQLite (R12): asking one parks the run in the same
 //! transaction; answering is one guarded UPDATE that also appends `decision_answered` and
 //! moves the run back to the queue (or cancels it), so two answers racing leave one.
 //!

@@ -1,10 +1,10 @@
 //! The embedded SQLite store behind runwarden's vault: sealed records and the audit log
-//! in one local file that `serve`, workers and CLI processes share (SPEC O3).
+//! in one local file that `serve`, workers and CLI processes share (O3).
 //!
 //! [`SqliteStore`] opens (or creates) the database, applies the embedded migrations and
 //! implements [`runwarden_vault::store::VaultStore`] and, for the imported MCP tool
-//! catalogue and server liveness (SPEC M8-M11), [`runwarden_mcp::CatalogueStore`], and,
-//! for durable runs and their events (SPEC R1-R7), `runwarden_runtime::store::RunStore`,
+//! catalogue and server liveness (M8-M11), [`runwarden_mcp::CatalogueStore`], and,
+//! for durable runs and their events (R1-R7), `runwarden_runtime::store::RunStore`,
 //! and, for the queue and the reaper (R3, R9), `runwarden_runtime::queue::QueueStore`.
 //! It is cheap to clone; every call runs on tokio's blocking pool, except the synchronous
 //! run-status probe, which answers at once from a read-only connection of its own (R6).

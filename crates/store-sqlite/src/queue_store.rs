@@ -1,4 +1,4 @@
-//! `QueueStore` for SQLite: a worker's claim of a queued run (SPEC R3), and applying the
+//! `QueueStore` for SQLite: a worker's claim of a queued run (R3), and applying the
 //! runtime's retry decisions: a segment's requeue or dead letter, and the reaper's rescue
 //! of stale runs (R9).
 //!

@@ -1,4 +1,4 @@
-//! `RunStore` for SQLite: run rows and their events (SPEC R1), the lease (R3), the cancel
+//! `RunStore` for SQLite: run rows and their events (R1), the lease (R3), the cancel
 //! (R4), the status probe (R5, R6) and the write fence (R7).
 //!
 //! Every write that could race is one guarded UPDATE whose affected-row count decides.

@@ -1,4 +1,4 @@
-//! `SessionStore` for SQLite: console sessions by the SHA-256 of their id (SPEC O4),
+//! `SessionStore` for SQLite: console sessions by the SHA-256 of their id (O4),
 //! answered only while unexpired and while their token is not revoked.
 
 use async_trait::async_trait;

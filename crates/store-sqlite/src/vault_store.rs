@@ -1,4 +1,4 @@
-//! `VaultStore` for SQLite: sealed records (SPEC V1) and the chained audit log (SPEC V7).
+//! `VaultStore` for SQLite: sealed records (V1) and the chained audit log (V7).
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! SPEC V7: edits, deletions, reordering and truncation done with raw SQL on the real file
+//! V7: edits, deletions, reordering and truncation done with raw SQL on the real file
 //! are all caught by `AuditChain::verify`.
 
 use runwarden_vault::audit::VerifyReport;

@@ -1,4 +1,4 @@
-//! The MCP catalogue and liveness tables (SPEC M8-M11) on a real file: the conformance
+//! The MCP catalogue and liveness tables (M8-M11) on a real file: the conformance
 //! suite, the upgrade from a vault-only database, and rows damaged through raw SQL.
 
 use std::sync::Arc;

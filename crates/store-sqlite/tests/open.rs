@@ -1,4 +1,4 @@
-//! Opening: pragmas for sharing one file (SPEC O3), the `init` hint, and schema versions.
+//! Opening: pragmas for sharing one file (O3), the `init` hint, and schema versions.
 
 use runwarden_store_sqlite::SqliteStore;
 

@@ -1,4 +1,4 @@
-//! The queue (SPEC R3, R9) on a real file: the conformance suite, two connections (like
+//! The queue (R3, R9) on a real file: the conformance suite, two connections (like
 //! two worker processes) racing to claim the same rows, the reaper's guarded update losing
 //! to a heartbeat from another connection, and a database from before the queue migration.
 

@@ -1,4 +1,4 @@
-//! Runs and their events (SPEC R1-R7) on a real file: the conformance suite, the status
+//! Runs and their events (R1-R7) on a real file: the conformance suite, the status
 //! probe answering while writers hold the file (R6), several connections appending at once
 //! (R1), and rows damaged through raw SQL.
 

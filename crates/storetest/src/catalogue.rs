@@ -1,5 +1,5 @@
-//! The `CatalogueStore` conformance checks: the imported tool catalogue (SPEC M8-M10)
-//! first, then per-server liveness (SPEC M11).
+//! The `CatalogueStore` conformance checks: the imported tool catalogue (M8-M10)
+//! first, then per-server liveness (M11).
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! The decision conformance checks (SPEC R12): asking parks the run (no lease, its request
+//! The decision conformance checks (R12): asking parks the run (no lease, its request
 //! and fence kept), an answer is one guarded update that queues the run again, two answers
 //! racing leave exactly one, a cancel wins over a waiting decision, an answer on a
 //! cancelled or finished run is refused, and expiry.

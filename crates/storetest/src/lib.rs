@@ -3,7 +3,7 @@
 //!
 //! [`exercise_vault_store`] takes a fresh, empty
 //! [`VaultStore`](runwarden_vault::store::VaultStore) and runs a list of small checks, each
-//! named after the property it guards (SPEC V1 for sealed records, SPEC V7 for the audit
+//! named after the property it guards (V1 for sealed records, V7 for the audit
 //! log). A backend's tests call it once:
 //!
 //! ```no_run
@@ -18,10 +18,10 @@
 //!
 //! [`exercise_catalogue_store`] does the same for a fresh
 //! [`CatalogueStore`](runwarden_mcp::CatalogueStore): the imported MCP tool catalogue
-//! (SPEC M8-M10) and per-server liveness (SPEC M11).
+//! (M8-M10) and per-server liveness (M11).
 //!
 //! [`exercise_run_store`] does the same for a fresh
-//! [`RunStore`](runwarden_runtime::store::RunStore): runs and their events (SPEC R1), the
+//! [`RunStore`](runwarden_runtime::store::RunStore): runs and their events (R1), the
 //! lease (R3), the cancel (R4), the boundary step after a cancel (R5), the status probe
 //! (R6) and the write fence (R7).
 //!

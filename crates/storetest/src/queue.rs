@@ -1,4 +1,4 @@
-//! The `QueueStore` conformance checks: the worker's claim (SPEC R3), requeue and
+//! The `QueueStore` conformance checks: the worker's claim (R3), requeue and
 //! dead-letter (R9), the reaper's rescue of stale runs and its race with a heartbeat (R9),
 //! and what a cancel (R4) and a lost lease (R3) mean for both.
 //!

@@ -1,4 +1,4 @@
-//! The `RunStore` conformance checks: birth and the lease (SPEC R1, R3), the cancel (R4),
+//! The `RunStore` conformance checks: birth and the lease (R1, R3), the cancel (R4),
 //! events and the boundary step after a cancel (R1, R5), the write fence (R7), settling,
 //! and the status probe (R6).
 

@@ -1,4 +1,4 @@
-//! The console-session checks (SPEC O4): a session is found by its id only, ends at its
+//! The console-session checks (O4): a session is found by its id only, ends at its
 //! expiry, at sign-out and when its token is revoked, and stores no id.
 
 use std::sync::Arc;

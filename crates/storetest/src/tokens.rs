@@ -1,4 +1,4 @@
-//! The token-store checks (SPEC O2): tokens are found by hash only, revocation sticks,
+//! The token-store checks (O2): tokens are found by hash only, revocation sticks,
 //! listing never shows a hash.
 
 use std::sync::Arc;

@@ -12,7 +12,7 @@ use crate::store::{AuditFilter, StoreError, VaultStore};
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// The action strings written to the audit log. Frozen once published (SPEC V7): a new
+/// The action strings written to the audit log. Frozen once published (V7): a new
 /// path gets a new string, an existing string never changes meaning.
 pub mod action {
     /// A request was sent; `success` says whether a 2xx came back.
@@ -357,7 +357,7 @@ impl AuditEvent {
 }
 
 /// Makes error text fit for an audit row: one line, URL queries redacted, at most 200
-/// characters (SPEC V7).
+/// characters (V7).
 pub fn audit_error_text(text: &str) -> String {
     let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
     let redacted = redact_queries(&one_line);

@@ -1,5 +1,5 @@
 //! Group commit for the audit log: concurrent appends share one store transaction, and
-//! each committed batch moves the anchor file outside the database (SPEC V7 amended).
+//! each committed batch moves the anchor file outside the database (V7 amended).
 //!
 //! There is no background task (vaults live in many short-lived runtimes). A caller
 //! enqueues its event; if no flush is running it becomes the leader, takes everything

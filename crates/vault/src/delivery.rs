@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Whether a request may have reached the server (SPEC V8).
+/// Whether a request may have reached the server (V8).
 ///
 /// The vault is the only layer that sees the wire, so it is the only one that decides.
 /// Layers above carry the value up unchanged or make it *less* certain; none may turn

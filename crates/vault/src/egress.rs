@@ -23,11 +23,11 @@ use crate::secret::SecretValue;
 use crate::signal::CancellationSignal;
 use crate::vault::{Vault, now_ms};
 
-/// The default cap on a response body: 2 MiB (SPEC M5).
+/// The default cap on a response body: 2 MiB (M5).
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 2 * 1024 * 1024;
 
 /// The longest the vault waits between two questions to a signal that cannot wake while a
-/// call is in flight (SPEC V6).
+/// call is in flight (V6).
 pub const MAX_TICK: Duration = Duration::from_millis(100);
 
 /// The default backstop tick for a signal that wakes ([`CancellationSignal::wakes`]): news
@@ -206,7 +206,7 @@ impl EgressRequest {
         self
     }
 
-    /// The total bound for this request, connect included (SPEC V5).
+    /// The total bound for this request, connect included (V5).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
@@ -354,7 +354,7 @@ impl Resolve for PinnedResolver {
 
 /// The only HTTP client in runwarden: places credentials, enforces the egress policy,
 /// bounds and cancels transfers, and audits every call: an intent row committed before
-/// any byte leaves, and an outcome row (SPEC V3-V7).
+/// any byte leaves, and an outcome row (V3-V7).
 pub struct EgressClient {
     vault: Arc<Vault>,
     config: EgressConfig,
@@ -519,7 +519,7 @@ impl EgressClient {
         &self.vault
     }
 
-    /// Sends one request and audits it, whatever happens (SPEC V7): a call that reaches the
+    /// Sends one request and audits it, whatever happens (V7): a call that reaches the
     /// network writes an intent row (`http_call_started`) before the transfer and a
     /// completion row naming it after; a call that never does writes exactly one row. If
     /// the intent cannot be committed, nothing is sent ([`EgressError::AuditUnavailable`]).

@@ -1,5 +1,5 @@
 //! Envelope encryption: a random data key per record, both layers sealed with an AEAD
-//! whose associated data names the record (SPEC V1).
+//! whose associated data names the record (V1).
 
 use aes_gcm::Aes256Gcm;
 use chacha20poly1305::XChaCha20Poly1305;

@@ -146,7 +146,7 @@ pub enum VaultError {
     Store(#[from] StoreError),
 }
 
-/// Why an outbound call did not produce a response (SPEC V4-V6).
+/// Why an outbound call did not produce a response (V4-V6).
 ///
 /// The text of every variant is free of secret values and URL query strings.
 #[derive(Debug, thiserror::Error)]

@@ -13,7 +13,7 @@ use zeroize::Zeroizing;
 
 use crate::error::VaultError;
 
-/// The 32-byte key that wraps every data key (SPEC V1). Zeroized on drop, never printed.
+/// The 32-byte key that wraps every data key (V1). Zeroized on drop, never printed.
 pub struct MasterKey {
     bytes: Zeroizing<[u8; 32]>,
     id: String,

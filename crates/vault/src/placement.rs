@@ -7,7 +7,7 @@ use zeroize::Zeroizing;
 use crate::error::EgressError;
 use crate::secret::{SecretName, SecretValue};
 
-/// How a secret is placed on a request (SPEC V3). Chosen where the secret is used, not
+/// How a secret is placed on a request (V3). Chosen where the secret is used, not
 /// stored with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

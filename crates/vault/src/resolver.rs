@@ -1,4 +1,4 @@
-//! DNS resolution behind a trait, so tests can serve hostile answers (SPEC V4).
+//! DNS resolution behind a trait, so tests can serve hostile answers (V4).
 
 use std::io;
 use std::net::IpAddr;

@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 /// A future that resolves when a signal has news worth asking about.
 pub type WakeFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
-/// Answers "has the work this call belongs to been cancelled?" (SPEC V6).
+/// Answers "has the work this call belongs to been cancelled?" (V6).
 ///
 /// The vault owns no notion of runs: the caller decides what cancelled means and hands a
 /// signal in with each request. The vault asks it before it reads a secret, again whenever

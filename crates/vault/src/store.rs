@@ -59,7 +59,7 @@ pub const STORE_FAULTS: [StoreFault; 7] = [
 
 /// Store errors this process has built so far, per kind, in [`STORE_FAULTS`] order. Every
 /// `StoreError` is built by [`StoreError::with_fault`], which counts it here; the process's
-/// `/metrics` reports these as `runwarden_store_errors_total{kind}` (SPEC O5: per process).
+/// `/metrics` reports these as `runwarden_store_errors_total{kind}` (O5: per process).
 static FAULTS_SEEN: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
 
 /// How many store errors of each kind this process has seen, in [`STORE_FAULTS`] order.
@@ -152,7 +152,7 @@ impl SealedKind {
     }
 }
 
-/// One envelope-encrypted record as stored (SPEC V1). Holds ciphertext only.
+/// One envelope-encrypted record as stored (V1). Holds ciphertext only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SealedRecord {
     /// Which table it belongs to.

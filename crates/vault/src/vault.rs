@@ -21,7 +21,7 @@ const AUDIT_KEY: &str = "audit-chain";
 /// made over the loss.
 const AUDIT_KEY_MADE: &str = "audit-chain-made";
 
-/// Secrets at rest and the audit log (SPEC V1, V2, V7).
+/// Secrets at rest and the audit log (V1, V2, V7).
 ///
 /// There is deliberately no method that returns a secret's plaintext to a caller: callers
 /// name a secret and [`EgressClient`](crate::EgressClient) places it at the wire ("use").

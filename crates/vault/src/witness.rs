@@ -1,5 +1,5 @@
 //! The anchor file: a witness of the audit log's length and tip kept outside the database
-//! (SPEC V7 amended), so a wipe or a rollback of rows plus tip is detectable.
+//! (V7 amended), so a wipe or a rollback of rows plus tip is detectable.
 //!
 //! The file holds two fixed-size slots written alternately. Each slot carries a sequence
 //! number, the anchored length, the hash of the row at that length and a MAC keyed from

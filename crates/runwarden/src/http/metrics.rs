@@ -22,7 +22,7 @@ use runwarden_runtime::{CancelLatencyObserver, RunState};
 use super::AppState;
 use super::error::ApiError;
 
-/// Upper bounds of the cancel-latency buckets, in seconds. SPEC's goal is p99 <= 10 ms
+/// Upper bounds of the cancel-latency buckets, in seconds. The goal is p99 <= 10 ms
 /// woken in-process, so the low end is fine-grained.
 const CANCEL_BUCKETS: [f64; 10] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
 

@@ -1,5 +1,5 @@
 //! OAuth 2.1 for MCP servers, as the MCP authorization spec (2025-11-25) asks of a client
-//! (SPEC M18, V3): discovery from a 401, issuer and resource checks, resource indicators,
+//! (M18, V3): discovery from a 401, issuer and resource checks, resource indicators,
 //! client credentials and authorization code with PKCE, refresh with rotation, scope step-up,
 //! and the assertion grants: the JWT bearer grant for workload identity (`jwt_bearer.rs`)
 //! and enterprise-managed authorization, an ID token exchanged for an ID-JAG (`id_jag.rs`).

@@ -14,7 +14,7 @@ use super::assertion::looks_like_jwt;
 use super::jwt_bearer::{AssertionLeg, withheld_if_quoting};
 use super::{
     MAX_BODY, OAuthClient, OAuthError, REQUEST_TIMEOUT, TokenErrorResponse, basic_authorization,
-    one_line,
+    form_body, one_line,
 };
 use crate::audit::action;
 use crate::egress::{EgressRequest, Method};
@@ -98,14 +98,7 @@ impl OAuthClient {
             }
             None => form.push(("client_id", idp.client_id.clone())),
         }
-        let body = Zeroizing::new(
-            url::form_urlencoded::Serializer::new(String::new())
-                .extend_pairs(form.iter().map(|(k, v)| (*k, v.as_str())))
-                .finish(),
-        );
-        for (_, value) in form.iter_mut() {
-            value.zeroize();
-        }
+        let body = form_body(&mut form);
         let mut request = EgressRequest::new(Method::Post, idp.token_endpoint.clone())
             .header("content-type", "application/x-www-form-urlencoded")
             .header("accept", "application/json")

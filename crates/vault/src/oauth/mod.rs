@@ -1518,14 +1518,7 @@ impl OAuthClient {
                 form.push(("client_assertion", assertion.to_string()));
             }
         }
-        let body = Zeroizing::new(
-            url::form_urlencoded::Serializer::new(String::new())
-                .extend_pairs(form.iter().map(|(k, v)| (*k, v.as_str())))
-                .finish(),
-        );
-        for (_, value) in form.iter_mut() {
-            value.zeroize();
-        }
+        let body = form_body(&mut form);
         let request = || {
             let mut request = EgressRequest::new(Method::Post, metadata.token_endpoint.clone())
                 .header("content-type", "application/x-www-form-urlencoded")
@@ -1605,6 +1598,20 @@ impl OAuthClient {
             dpop_key: key.filter(|_| bound).map(dpop::DpopKey::sealed_form),
         })
     }
+}
+
+/// A token request's form, encoded as its body; the values (secrets, assertions, codes)
+/// are wiped once encoded, and the body is wiped when dropped.
+fn form_body(form: &mut [(&str, String)]) -> Zeroizing<String> {
+    let body = Zeroizing::new(
+        url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(form.iter().map(|(k, v)| (*k, v.as_str())))
+            .finish(),
+    );
+    for (_, value) in form.iter_mut() {
+        value.zeroize();
+    }
+    body
 }
 
 /// The `Authorization` value of `client_secret_basic`: RFC 6749 §2.3.1 form-encodes both

@@ -1,10 +1,10 @@
 //! The official MCP conformance suite (`@modelcontextprotocol/conformance`, versions 0.1.16
 //! and 0.2.0-alpha.12, installed by `scripts/conformance.sh`) drives runwarden's CLI through
 //! `tests/conformance/client.sh` in each of its client scenarios. Every scenario must pass,
-//! OAuth (`auth/*`, M18) and the 2026-07-28 revision (M19, with `tools_call` run again with
-//! `--spec-version 2026-07-28`) included, but for the OAuth extensions in
-//! [`AUTH_NOT_REQUIRED`] and the few listed in [`EXPECTED_FAILURES`] with the reason; a
-//! listed one that passes fails the test, so the list never goes stale.
+//! OAuth (`auth/*`, M18, with its extensions: DPoP, workload identity, cross-app access)
+//! and the 2026-07-28 revision (M19, with `tools_call` run again with `--spec-version
+//! 2026-07-28`) included, but for the few listed in [`EXPECTED_FAILURES`] with the reason;
+//! a listed one that passes fails the test, so the list never goes stale.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -140,19 +140,8 @@ impl Suite {
     }
 }
 
-/// M18: the OAuth scenarios that are not required, with why; every other `auth/*`
-/// scenario follows the rule below (the 0.2.0 ones tagged only 2026-07-28 run their MCP
-/// server at that revision, which M19 brings).
-const AUTH_NOT_REQUIRED: &[(&str, &str)] = &[];
-
-/// Required: every scenario of both suites, at both revisions, but the OAuth extensions in
-/// [`AUTH_NOT_REQUIRED`] (M18, M19).
-fn required(name: &str, _tags: &str) -> bool {
-    !AUTH_NOT_REQUIRED.iter().any(|(n, _)| *n == name)
-}
-
 #[test]
-fn the_official_conformance_suite_passes_every_scenario_but_the_oauth_extensions_not_built() {
+fn the_official_conformance_suite_passes_every_client_scenario() {
     let dir = suite_dir();
     let results = tempfile::tempdir().expect("a results directory");
     let suites: Vec<Suite> = VERSIONS.iter().map(|v| Suite::new(&dir, v)).collect();
@@ -193,23 +182,16 @@ fn the_official_conformance_suite_passes_every_scenario_but_the_oauth_extensions
     for (index, suite) in suites.iter().enumerate() {
         let mine: Vec<_> = outcomes.iter().filter(|o| o.0 == index).collect();
         let passed = mine.iter().filter(|o| o.3.is_ok()).count();
-        let required_ones: Vec<_> = mine.iter().filter(|o| required(&o.1, &o.2)).collect();
-        let required_passed = required_ones.iter().filter(|o| o.3.is_ok()).count();
         println!(
-            "conformance {}: {passed} of {} client scenarios passed; required (all but the OAuth extensions not built): {required_passed} of {}",
+            "conformance {}: {passed} of {} client scenarios passed",
             suite.version,
             mine.len(),
-            required_ones.len()
         );
         for (_, name, tags, outcome) in &mine {
-            let mark = match (outcome, required(name, tags)) {
-                (Ok(()), _) => "pass",
-                (Err(_), true) => "FAIL",
-                (Err(_), false) => "fail (not required)",
-            };
-            println!("  {mark:<20} {name} [{tags}]");
+            let mark = if outcome.is_ok() { "pass" } else { "FAIL" };
+            println!("  {mark:<6} {name} [{tags}]");
         }
-        for (_, name, _, outcome) in required_ones {
+        for (_, name, _, outcome) in mine {
             let expected = EXPECTED_FAILURES.iter().find(|(n, _)| n == name);
             match (outcome, expected) {
                 (Ok(()), None) | (Err(_), Some(_)) => {}

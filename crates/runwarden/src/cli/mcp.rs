@@ -27,7 +27,7 @@ pub(crate) enum McpCommand {
         /// The server's name in [mcp.servers].
         name: String,
     },
-    /// Servers, their tools (local name, effect, schema status) and last contact.
+    /// Servers, their tools (local name, effect, the server's name or why it is refused) and last contact.
     List {
         /// Only this server.
         name: Option<String>,

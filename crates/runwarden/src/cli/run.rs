@@ -313,7 +313,10 @@ pub(crate) fn event_line(event: &RunEvent) -> String {
             Some(reason) => format!("stopped: {}: {}", e.outcome.as_str(), text(reason)),
             None => format!("stopped: {}", e.outcome.as_str()),
         },
-        EventBody::ModelProgress(e) => format!("model streaming: {} tokens so far", e.tokens),
+        EventBody::ModelProgress(e) => format!(
+            "model streaming: {} so far",
+            crate::output::count(e.tokens, "token", "tokens")
+        ),
         EventBody::ToolProgress(e) => {
             let of = e.total.map(|t| format!(" of {t}")).unwrap_or_default();
             let message = e

@@ -926,8 +926,8 @@ impl McpClient {
     /// budget or signal does), through the vault like every leg. The server's requests in
     /// it are answered as a response stream's are. A server that offers none (405), or
     /// already has one open for the session (409), simply gets none; no failure of this
-    /// stream touches the call. A 405 is remembered for the session: its later calls open
-    /// no standalone stream.
+    /// stream touches the call. A 405, or an answer that is not an event stream, is
+    /// remembered for the session: its later calls ask for no standalone stream.
     async fn standalone(&self, op: &Operation<'_>, listen: &Listen<'_>, stream: Standalone) {
         let spec = LegSpec {
             http: Method::Get,
@@ -941,20 +941,27 @@ impl McpClient {
             standalone: Some(stream),
             headers: Vec::new(),
         };
-        match Box::pin(self.leg_spec(op, spec)).await {
-            Ok(_) => {}
+        let refused = match Box::pin(self.leg_spec(op, spec)).await {
+            // A stream is `text/event-stream`; any other answer opens none.
+            Ok(answer) => !answer.response.header("content-type").is_some_and(|t| {
+                t.trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("text/event-stream")
+            }),
             Err(
                 McpError::Status { status: 405, .. }
                 | McpError::Rpc {
                     status: Some(405), ..
                 },
-            ) => {
-                tracing::debug!(server = %self.server.name, "the server offers no standalone stream for this session");
-                listen.session.no_standalone.store(true, Ordering::Relaxed);
-            }
+            ) => true,
             Err(error) => {
                 tracing::debug!(server = %self.server.name, %error, "the standalone stream is closed");
+                false
             }
+        };
+        if refused {
+            tracing::debug!(server = %self.server.name, "the server offers no standalone stream for this session");
+            listen.session.no_standalone.store(true, Ordering::Relaxed);
         }
     }
 

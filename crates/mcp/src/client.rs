@@ -4,7 +4,7 @@
 //! answered while a stream is open (M14), progress handed on (M15) and broken streams
 //! resumed (M16).
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -252,6 +252,9 @@ struct Session {
     remembered: bool,
     /// The run tag of the operation that opened the session, for its `DELETE`'s audit row.
     pub(crate) correlation: Option<String>,
+    /// The server answered a standalone GET with 405: it offers no standalone stream for
+    /// this session, so none is asked for again.
+    no_standalone: AtomicBool,
 }
 
 /// One operation: its deadline, the caller's signal and the legs so far.
@@ -887,10 +890,11 @@ impl McpClient {
             headers: headers.to_vec(),
             ..LegSpec::post("tools/call", message, Some(id))
         };
-        let answered = if session.id.is_some() {
+        let answered = if session.id.is_some() && !session.no_standalone.load(Ordering::Relaxed) {
             // M14: a stateful server may ask its questions on the standalone GET stream,
             // so one is open for the call's lifetime, and the call waits (briefly) for it
-            // to open so a question sent at once is not lost.
+            // to open so a question sent at once is not lost. A server that refused one
+            // (405) for this session is not asked again.
             let (end, ended) = tokio::sync::watch::channel(false);
             let (opened_tx, opened) = tokio::sync::oneshot::channel();
             let stream = Standalone {
@@ -922,7 +926,8 @@ impl McpClient {
     /// budget or signal does), through the vault like every leg. The server's requests in
     /// it are answered as a response stream's are. A server that offers none (405), or
     /// already has one open for the session (409), simply gets none; no failure of this
-    /// stream touches the call.
+    /// stream touches the call. A 405, or an answer that is not an event stream, is
+    /// remembered for the session: its later calls ask for no standalone stream.
     async fn standalone(&self, op: &Operation<'_>, listen: &Listen<'_>, stream: Standalone) {
         let spec = LegSpec {
             http: Method::Get,
@@ -936,11 +941,27 @@ impl McpClient {
             standalone: Some(stream),
             headers: Vec::new(),
         };
-        match Box::pin(self.leg_spec(op, spec)).await {
-            Ok(_) => {}
+        let refused = match Box::pin(self.leg_spec(op, spec)).await {
+            // A stream is `text/event-stream`; any other answer opens none.
+            Ok(answer) => !answer.response.header("content-type").is_some_and(|t| {
+                t.trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("text/event-stream")
+            }),
+            Err(
+                McpError::Status { status: 405, .. }
+                | McpError::Rpc {
+                    status: Some(405), ..
+                },
+            ) => true,
             Err(error) => {
                 tracing::debug!(server = %self.server.name, %error, "the standalone stream is closed");
+                false
             }
+        };
+        if refused {
+            tracing::debug!(server = %self.server.name, "the server offers no standalone stream for this session");
+            listen.session.no_standalone.store(true, Ordering::Relaxed);
         }
     }
 
@@ -1358,6 +1379,7 @@ impl McpClient {
                     stateless: true,
                     remembered: true,
                     correlation: op.correlation.clone(),
+                    no_standalone: AtomicBool::new(false),
                 });
             }
             Some(_) => {
@@ -1415,6 +1437,7 @@ impl McpClient {
                 stateless: true,
                 remembered: false,
                 correlation: None,
+                no_standalone: AtomicBool::new(false),
             };
             let id = self.next_id();
             let message = json!({
@@ -1472,6 +1495,7 @@ impl McpClient {
                 stateless: true,
                 remembered: false,
                 correlation: op.correlation.clone(),
+                no_standalone: AtomicBool::new(false),
             };
             return Ok(Some((session, crate::known::discover_ttl(&result))));
         }
@@ -1529,6 +1553,7 @@ impl McpClient {
             stateless: false,
             remembered: false,
             correlation: op.correlation.clone(),
+            no_standalone: AtomicBool::new(false),
         };
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
         self.leg(

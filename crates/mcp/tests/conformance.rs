@@ -47,6 +47,7 @@ conformance!(
     a_body_over_2_mib_is_refused_without_echoing_it,
     an_expired_session_is_renewed_once_for_a_list,
     an_expired_session_never_resends_a_call,
+    a_refused_standalone_stream_is_not_asked_for_again,
 );
 
 fn call(tool: &str) -> ToolCallRequest {
@@ -118,17 +119,42 @@ async fn handshake_order_and_headers(profile: Profile) {
             "the session id is echoed only when issued"
         );
     }
-    // A second operation reuses the session: no second handshake.
+    // A second operation reuses the session: no second handshake, and no second GET
+    // (the server refused the standalone stream once, for the session).
     client.call_tool(call("search"), None).await;
     assert_eq!(
         server
             .drain_requests()
             .iter()
-            .filter(|r| r.method != "GET")
             .map(method_of)
             .collect::<Vec<_>>(),
         ["tools/call"]
     );
+}
+
+/// M14: a server that answers the standalone GET with 405 offers none for the session;
+/// many calls on one session ask for it once.
+async fn a_refused_standalone_stream_is_not_asked_for_again(profile: Profile) {
+    let f = fixture().await;
+    let mut server = scripted::start(Script::new(profile)).await;
+    let client = f.client(server.url("/mcp"), None);
+    for _ in 0..20 {
+        assert!(
+            client
+                .call_tool(call("search"), None)
+                .await
+                .result
+                .is_success()
+        );
+    }
+    let requests = server.drain_requests();
+    let gets = requests.iter().filter(|r| r.method == "GET").count();
+    assert_eq!(gets, usize::from(profile.sessions), "{requests:?}");
+    let calls = requests
+        .iter()
+        .filter(|r| method_of(r) == "tools/call")
+        .count();
+    assert_eq!(calls, 20);
 }
 
 async fn an_older_supported_version_is_negotiated_and_sent_back(profile: Profile) {

@@ -611,3 +611,39 @@ async fn without_a_response_stream_a_servers_request_fails_the_call_at_once_neve
         );
     }
 }
+
+#[tokio::test]
+async fn a_standalone_get_answered_without_an_event_stream_is_not_asked_for_again() {
+    let f = fixture().await;
+    // The testkit's server issues a session and answers every GET with a JSON body, not
+    // an event stream: it offers no standalone stream.
+    let inner = mcp_handler(vec![runwarden_testkit::tool("search")], &[]);
+    let mut server = TestServer::start(move |request: &HttpRequest| {
+        let initialize = scripted::method_of(request) == "initialize";
+        let reply = inner(request);
+        if initialize {
+            reply.with_header("mcp-session-id", "s-1")
+        } else {
+            reply
+        }
+    })
+    .await;
+    let client = f.client(server.url("/mcp"), None);
+    for _ in 0..10 {
+        let outcome = client
+            .call_tool(call("search", json!({"q": "x"})), None)
+            .await;
+        assert_eq!(outcome.result.outcome, ToolOutcome::Succeeded);
+    }
+    let requests = server.drain_requests();
+    let gets = requests.iter().filter(|r| r.method == "GET").count();
+    let calls = requests
+        .iter()
+        .filter(|r| scripted::method_of(r) == "tools/call")
+        .count();
+    assert_eq!(
+        (gets, calls),
+        (1, 10),
+        "one GET for the session, not one per call"
+    );
+}

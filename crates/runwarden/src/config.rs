@@ -1502,6 +1502,15 @@ impl Config {
                 });
             }
         };
+        // A value the parser accepted but a check refuses names the file too, as a
+        // parse error does.
+        Self::from_file(path, file)
+            .with_context(|| format!("while reading the configuration {}", path.display()))
+    }
+
+    /// The checked configuration from the parsed `file` at `path`, with the environment
+    /// applied.
+    fn from_file(path: &Path, file: FileConfig) -> anyhow::Result<Self> {
         // The process already read these with `LogFormat::peek` and
         // `peek_otlp_endpoint`; a bad value is reported here.
         if let Some(format) = &file.log.format {
@@ -2212,6 +2221,10 @@ effect = "read_only"
             std::fs::write(&path, text).unwrap();
             let err = format!("{:#}", Config::load(&path).unwrap_err());
             assert!(err.contains(key) && err.contains(why), "{text}: {err}");
+            assert!(
+                err.contains(&path.display().to_string()),
+                "the file is named: {err}"
+            );
         }
         std::fs::write(
             &path,

@@ -383,3 +383,33 @@ async fn a_budget_too_small_to_work_and_a_limit_out_of_range_are_refused_when_th
             .says(says);
     }
 }
+
+/// A tool setting that names a tool the server does not offer would fail every run that
+/// uses the server; `doctor` names it, with the tools the server does offer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_names_a_tool_setting_for_a_tool_the_server_does_not_offer() {
+    let server = TestServer::start(mcp_handler(tools(), &[])).await;
+    let sandbox = sandbox_with_server(&server.url("/mcp"), "");
+    runwarden(&sandbox, &["mcp", "import", "srv"]).await.ok();
+    let report = runwarden(&sandbox, &["--json", "doctor"]).await.json();
+    let settings = |report: &Value| {
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "tool settings")
+            .cloned()
+            .unwrap_or_else(|| panic!("no tool settings check: {report:#}"))
+    };
+    assert_eq!(settings(&report)["verdict"], "ok", "{report:#}");
+
+    sandbox.append_config("\n[mcp.servers.srv.tools.serch]\neffect = \"read_only\"\n");
+    let out = runwarden(&sandbox, &["--json", "doctor"]).await.fails();
+    let check = settings(&out.json());
+    assert_eq!(check["verdict"], "problem", "{check:#}");
+    let detail = check["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("\"serch\"") && detail.contains("search"),
+        "names the setting and what the server offers: {detail}"
+    );
+}

@@ -1,6 +1,6 @@
 //! `runwarden doctor`: checks an installation (the database's integrity, free space, file
-//! modes, the master key and the audit anchor, the WAL, workers, the store) and says what
-//! to do about each problem. Exit 1 when any check finds a problem.
+//! modes, the master key and the audit anchor, the WAL, tool settings, workers, the store)
+//! and says what to do about each problem. Exit 1 when any check finds a problem.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -277,6 +277,7 @@ async fn store_checks(cx: &Context) -> Vec<Check> {
         }
         Err(error) => checks.push(Check::bad("master key", Verdict::Problem, crate::output::one_line(&error), "do what the message says; a key that does not open the vault is not the one this database was made with: point [vault] master_key_file (or RUNWARDEN_MASTER_KEY) at that one")),
     }
+    checks.extend(tool_settings(cx).await);
     if let Ok(queue) = cx.root.queue().await {
         checks.push(match queue.worker_last_seen().await {
             Ok(Some(seen)) => {
@@ -292,4 +293,62 @@ async fn store_checks(cx: &Context) -> Vec<Check> {
         });
     }
     checks
+}
+
+/// Each server's `[mcp.servers.NAME.tools.TOOL]` settings against its imported catalogue:
+/// a setting for a tool the server does not offer would fail every run of an agent that
+/// uses the server, so it is a problem here, before a run finds it. A server never
+/// imported has nothing to check against yet.
+async fn tool_settings(cx: &Context) -> Vec<Check> {
+    let servers: Vec<_> = cx
+        .config
+        .mcp_servers
+        .values()
+        .filter(|s| !s.tools.is_empty())
+        .collect();
+    if servers.is_empty() {
+        return Vec::new();
+    }
+    let catalogue = match cx.root.catalogue().await {
+        Ok(store) => store.catalogue_list(None).await,
+        Err(_) => return Vec::new(), // the store check above already says why
+    };
+    let catalogue = match catalogue {
+        Ok(entries) => entries,
+        Err(error) => {
+            return vec![Check::bad(
+                "tool settings",
+                Verdict::Problem,
+                error.to_string(),
+                "see the message",
+            )];
+        }
+    };
+    let mut wrong = Vec::new();
+    for server in servers {
+        let offered: Vec<&str> = catalogue
+            .iter()
+            .filter(|e| e.server == server.name)
+            .map(|e| e.remote_name.as_str())
+            .collect();
+        if offered.is_empty() {
+            continue;
+        }
+        if let Err(error) = server.check_tool_overrides(offered.iter().copied()) {
+            wrong.push(error.to_string());
+        }
+    }
+    if wrong.is_empty() {
+        vec![Check::ok(
+            "tool settings",
+            "every tool setting names a tool its server offers",
+        )]
+    } else {
+        vec![Check::bad(
+            "tool settings",
+            Verdict::Problem,
+            wrong.join("; "),
+            "fix the tool's name in the configuration (runs of agents that use the server fail until then)",
+        )]
+    }
 }

@@ -101,8 +101,7 @@ impl SqliteStore {
         let probe = open_probe(path).map_err(|e| failed(e, &operation))?;
         // After both connections are open, so the -wal and -shm files exist to be checked.
         let tightened = tighten(&database_files(path));
-        let [_, wal, shm] = database_files(path);
-        let watched = crate::removed::Watched::now(&[wal, shm]);
+        let watched = crate::removed::Watched::now(path, &database_files(path));
         Ok(Self {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),

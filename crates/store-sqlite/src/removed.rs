@@ -1,13 +1,15 @@
-//! The write-ahead log and its shared-memory index deleted under a running process (an
-//! operator's `rm`, a cleanup job). SQLite goes on writing to the files it has open, which
-//! no other process will ever read: every change from then on would be lost at the next
-//! start, and a run whose claim or fence mark is lost could be executed again.
+//! The database file, its write-ahead log or its shared-memory index deleted under a
+//! running process (an operator's `rm`, a cleanup job). SQLite goes on writing to the
+//! files it has open, which no other process will ever read: every change from then on
+//! would be lost at the next start, and a run whose claim or fence mark is lost could be
+//! executed again.
 //!
 //! [`Watched`] remembers which files (by inode) the store opened and compares them with
 //! what the paths name now, before every call on the write connection. The first time a
 //! file is found gone, what the deleted log holds is copied into the database file (a
 //! checkpoint through the connection that still has it open), one ERROR says which file
-//! disappeared and what to do, and from then on every write of this process is refused,
+//! disappeared and what to do (the database file itself has nothing to copy into: it says
+//! to restore from a backup), and from then on every write of this process is refused,
 //! so it claims nothing and `/readyz` fails, until it is restarted.
 
 use std::os::unix::fs::MetadataExt as _;
@@ -17,23 +19,26 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use runwarden_vault::store::{StoreError, StoreFault};
 use rusqlite::Connection;
 
-/// The `-wal` and `-shm` files of one database as the store opened them.
+/// The database file and its `-wal` and `-shm` files as the store opened them.
 pub(crate) struct Watched {
     files: Vec<(PathBuf, u64)>,
+    /// The database file itself: when it is the one gone, nothing can be saved into it.
+    database: PathBuf,
     /// Set (for good) the first time a file was found gone.
     gone: AtomicBool,
 }
 
 impl Watched {
     /// The files' inodes now, just after opening; a file that does not exist yet is not
-    /// watched.
-    pub(crate) fn now(files: &[PathBuf]) -> Self {
+    /// watched. `database` is the database file, one of `files`.
+    pub(crate) fn now(database: &Path, files: &[PathBuf]) -> Self {
         let files = files
             .iter()
             .filter_map(|path| Some((path.clone(), std::fs::metadata(path).ok()?.ino())))
             .collect();
         Self {
             files,
+            database: database.to_path_buf(),
             gone: AtomicBool::new(false),
         }
     }
@@ -66,12 +71,17 @@ impl Watched {
         if self.gone.swap(true, Ordering::SeqCst) {
             return Err(refused("this process writes nothing more"));
         }
-        let saved = match checkpoint(conn) {
-            Ok(()) => "the changes it held were copied into the database file".to_string(),
-            Err(e) => format!(
-                "the changes written since the last checkpoint may be lost (copying them into \
+        let saved = if path == self.database {
+            // Its data went with it: a checkpoint would only write into the deleted file.
+            "what it held is gone with it: restore it from a backup".to_string()
+        } else {
+            match checkpoint(conn) {
+                Ok(()) => "the changes it held were copied into the database file".to_string(),
+                Err(e) => format!(
+                    "the changes written since the last checkpoint may be lost (copying them into \
                  the database file failed: {e})"
-            ),
+                ),
+            }
         };
         let error = refused(&saved);
         tracing::error!(

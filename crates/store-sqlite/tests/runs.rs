@@ -262,3 +262,29 @@ async fn a_duplicate_run_id_is_refused_with_a_hint() {
     );
     assert!(text.contains("fresh UUIDv7"), "{text}");
 }
+
+/// The database file itself deleted under an open store (an operator's `rm`): its data
+/// went with it, so the next write is refused, named as the deleted file with what to do,
+/// and nothing claims to have saved it; every later write is refused too.
+#[tokio::test]
+async fn a_database_file_deleted_under_the_store_refuses_every_write_and_says_to_restore() {
+    let db = TempDb::new();
+    let store = db.open();
+    store.run_create(running("before")).await.unwrap();
+    std::fs::remove_file(&db.path).unwrap();
+    let error = store.run_create(running("after")).await.unwrap_err();
+    assert_eq!(
+        error.fault,
+        runwarden_vault::store::StoreFault::Corrupt,
+        "{error}"
+    );
+    let text = error.to_string();
+    assert!(
+        text.contains(&db.path.display().to_string())
+            && text.contains("restore it from a backup")
+            && !text.contains("copied into the database file"),
+        "{text}"
+    );
+    let again = store.run_create(running("later")).await.unwrap_err();
+    assert!(again.to_string().contains("writes nothing more"), "{again}");
+}

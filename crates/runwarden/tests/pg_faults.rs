@@ -340,15 +340,11 @@ async fn terminate_backends(db: &tokio_postgres::Client, until: Instant) -> i64 
     total
 }
 
-/// A fresh database, the proxy in front of it, and an installation whose store URL goes
-/// through the proxy (with short store bounds); answers the direct URL as well.
-async fn installed_behind_a_proxy(cluster: &TempCluster) -> (Install, Arc<Faults>, String) {
-    let direct_url = cluster.fresh_database().await;
-    let (port, faults) = proxy(port_of(&direct_url)).await;
-    let proxied_url =
-        direct_url.replace(&format!(":{}/", port_of(&direct_url)), &format!(":{port}/"));
+/// An initialised sandbox on the PostgreSQL database at `url`, with the store's bounds
+/// (`STORE_BOUNDS`) in its `[store]` section.
+async fn bounded_sandbox_on(url: &str) -> Sandbox {
     let sandbox = {
-        let url = proxied_url.clone();
+        let url = url.to_string();
         tokio::task::spawn_blocking(move || Sandbox::initialised_on(&url))
             .await
             .unwrap()
@@ -359,6 +355,17 @@ async fn installed_behind_a_proxy(cluster: &TempCluster) -> (Install, Arc<Faults
         text.replace("\n[store]\n", &format!("\n[store]\n{STORE_BOUNDS}")),
     )
     .unwrap();
+    sandbox
+}
+
+/// A fresh database, the proxy in front of it, and an installation whose store URL goes
+/// through the proxy (with short store bounds); answers the direct URL as well.
+async fn installed_behind_a_proxy(cluster: &TempCluster) -> (Install, Arc<Faults>, String) {
+    let direct_url = cluster.fresh_database().await;
+    let (port, faults) = proxy(port_of(&direct_url)).await;
+    let proxied_url =
+        direct_url.replace(&format!(":{}/", port_of(&direct_url)), &format!(":{port}/"));
+    let sandbox = bounded_sandbox_on(&proxied_url).await;
     let agents = write_agents("p", "answer", RUNS_PER_CASE * 3);
     let install = install_in(sandbox, SETTINGS, &agents).await;
     (install, faults, direct_url)
@@ -491,18 +498,7 @@ async fn two_workers_across_a_server_restart_write_once_per_run_and_finish() {
     // A cluster of this test's own: stopping the shared server would fail other tests.
     let mut cluster = TempCluster::start_owned();
     let url = cluster.fresh_database().await;
-    let sandbox = {
-        let url = url.clone();
-        tokio::task::spawn_blocking(move || Sandbox::initialised_on(&url))
-            .await
-            .unwrap()
-    };
-    let text = std::fs::read_to_string(sandbox.config()).unwrap();
-    std::fs::write(
-        sandbox.config(),
-        text.replace("\n[store]\n", &format!("\n[store]\n{STORE_BOUNDS}")),
-    )
-    .unwrap();
+    let sandbox = bounded_sandbox_on(&url).await;
     let agents = write_agents("r", "answer", RESTART_RUNS);
     let mut install = install_in(sandbox, SETTINGS, &agents).await;
     // Queued before the workers start, so both claim at once and the stop finds runs at

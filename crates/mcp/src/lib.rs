@@ -38,15 +38,15 @@ pub mod schema;
 mod sse;
 pub mod stateless;
 mod stream;
+mod versions;
 
 pub use catalogue::{
-    CatalogueEntry, CatalogueStore, Contact, KnownProtocol, SchemaStatus, ServerHealth,
+    CatalogueEntry, CatalogueStore, Contact, KnownProtocol, ListedTool, SchemaStatus, ServerHealth,
     StoredSchema, build_catalogue, stored_catalogue,
 };
 pub use client::{
-    CANCEL_NOTICE_BUDGET, CLOSE_BUDGET, CallGate, GateFuture, LegReport, ListedTool, MAX_PAGES,
-    MAX_RESUMES, McpClient, Notification, Reply, Request, RequestTrail, SUPPORTED_VERSIONS,
-    ToolCall, ToolCallRequest, USER_AGENT,
+    CANCEL_NOTICE_BUDGET, CLOSE_BUDGET, CallGate, GateFuture, LegReport, MAX_PAGES, MAX_RESUMES,
+    McpClient, Notification, Reply, Request, RequestTrail, ToolCall, ToolCallRequest, USER_AGENT,
 };
 pub use config::{
     ConfigError, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, Effect, ElicitationPolicy,
@@ -60,3 +60,4 @@ pub use error::McpError;
 pub use result::{ToolOutcome, ToolResult};
 pub use stateless::{InputRequest, InputRequired, InputResume, STATELESS_VERSION};
 pub use stream::{Notice, NoticeSink};
+pub use versions::SUPPORTED_VERSIONS;

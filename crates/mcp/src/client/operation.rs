@@ -23,7 +23,8 @@ pub struct LegReport {
     pub audit_id: Option<i64>,
 }
 
-/// How one [`McpClient::send_request`] went ([`McpClient::last_request`]).
+/// How one [`McpClient::send_request`](super::McpClient::send_request) went
+/// ([`McpClient::last_request`](super::McpClient::last_request)).
 #[derive(Debug, Clone)]
 pub struct RequestTrail {
     /// The protocol version spoken, once a session was ready.

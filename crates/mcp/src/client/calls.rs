@@ -25,7 +25,7 @@ use crate::stream::{NoticeSink, OnProgress};
 const STANDALONE_OPEN_WAIT: Duration = Duration::from_secs(1);
 
 /// The budget of the best-effort `notifications/cancelled` after a torn-down call (M4).
-pub const CANCEL_NOTICE_BUDGET: Duration = Duration::from_secs(2);
+pub(super) const CANCEL_NOTICE_BUDGET: Duration = Duration::from_secs(2);
 
 /// What a [`CallGate`] returns: `Err` with the reason refuses the call.
 pub type GateFuture =
@@ -50,9 +50,11 @@ impl std::fmt::Debug for CallGate {
     }
 }
 
-/// One `tools/call`.
+/// One `tools/call` to send to an MCP server, with what the caller hangs on it (a gate, an
+/// elicitor, a notice sink). Not the call a model asks for: that is the models crate's
+/// `ToolCallRequest`.
 #[derive(Debug, Clone, Default)]
-pub struct ToolCallRequest {
+pub struct McpCall {
     /// The remote tool name (what goes on the wire).
     pub tool: String,
     /// The arguments object.
@@ -113,7 +115,7 @@ impl McpClient {
     /// reached the server is followed by a bounded `notifications/cancelled` (M4).
     pub async fn call_tool(
         &self,
-        call: ToolCallRequest,
+        call: McpCall,
         signal: Option<&dyn CancellationSignal>,
     ) -> ToolCall {
         let mut op = self.operation(signal, call.correlation.clone());
@@ -169,7 +171,7 @@ impl McpClient {
     async fn call_tool_legs(
         &self,
         op: &Operation<'_>,
-        call: &ToolCallRequest,
+        call: &McpCall,
         request_id: &mut Option<i64>,
         input_required: &mut Option<InputRequired>,
     ) -> Result<Value, McpError> {
@@ -229,7 +231,7 @@ impl McpClient {
         &self,
         op: &Operation<'_>,
         session: &Arc<Session>,
-        call: &ToolCallRequest,
+        call: &McpCall,
         headers: &[(String, String)],
         resume: Option<&InputResume>,
         request_id: &mut Option<i64>,

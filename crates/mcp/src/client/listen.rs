@@ -56,15 +56,17 @@ impl McpClient {
             ),
             "sampling/createMessage" => (
                 "sampling refusal",
-                refusal("runwarden does not offer sampling (the capability is not declared)"),
+                method_not_found(
+                    "runwarden does not offer sampling (the capability is not declared)",
+                ),
             ),
             "roots/list" => (
                 "roots refusal",
-                refusal("runwarden does not offer roots (the capability is not declared)"),
+                method_not_found("runwarden does not offer roots (the capability is not declared)"),
             ),
             _ => (
                 "unknown request refusal",
-                refusal("method not found: runwarden does not handle this request"),
+                method_not_found("method not found: runwarden does not handle this request"),
             ),
         };
         let mut message = reply;
@@ -128,6 +130,6 @@ impl McpClient {
 }
 
 /// M14: a JSON-RPC error for a request whose capability we never declared.
-pub(super) fn refusal(message: &str) -> Value {
+fn method_not_found(message: &str) -> Value {
     json!({"error": {"code": METHOD_NOT_FOUND, "message": message}})
 }

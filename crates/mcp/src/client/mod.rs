@@ -36,9 +36,9 @@ mod signal;
 mod stateless;
 mod transport;
 
-pub use calls::{CANCEL_NOTICE_BUDGET, CallGate, GateFuture, ToolCall, ToolCallRequest};
+pub use calls::{CallGate, GateFuture, McpCall, ToolCall};
 pub use operation::{LegReport, RequestTrail};
-pub use requests::{MAX_PAGES, Notification, Reply, Request};
+pub use requests::{Notification, Reply, Request};
 pub use resume::MAX_RESUMES;
 pub use session::CLOSE_BUDGET;
 pub use transport::USER_AGENT;

@@ -9,7 +9,7 @@ use runwarden_vault::EgressRequest;
 use serde_json::{Map, Value, json};
 
 use super::listen::Listen;
-use super::{McpClient, Operation, Session, ToolCallRequest};
+use super::{McpCall, McpClient, Operation, Session};
 use crate::error::{McpError, one_line};
 use crate::stateless::{self, InputRequired, InputResume, STATELESS_VERSION};
 use crate::versions::HANDSHAKE_VERSIONS;
@@ -122,7 +122,7 @@ impl McpClient {
     pub(super) async fn param_headers(
         &self,
         op: &Operation<'_>,
-        call: &ToolCallRequest,
+        call: &McpCall,
     ) -> Result<Vec<(String, String)>, McpError> {
         let known = |client: &Self| {
             client
@@ -164,7 +164,7 @@ impl McpClient {
         &self,
         op: &Operation<'_>,
         session: &Session,
-        call: &ToolCallRequest,
+        call: &McpCall,
         asked: &InputRequired,
     ) -> Result<InputResume, McpError> {
         let listen = Listen {

@@ -18,23 +18,23 @@ mod tests;
 
 use keywords::{CONSTRAINTS, STRUCTURE, check_constraint, check_type, forbid};
 use references::merge;
-pub use refusal::SchemaRefusal;
+pub(crate) use refusal::SchemaRefusal;
 use refusal::malformed;
 
 /// The deepest schema the normaliser accepts. The top-level schema is at depth 1 and
 /// each nested schema (a property's value, an `allOf`/`anyOf`/`oneOf` entry, `not`,
 /// `items`, or an `additionalProperties` schema) is one deeper than the schema that
 /// holds it. An inlined reference sits at the depth of the `$ref` it replaces.
-pub const MAX_DEPTH: usize = 12;
+pub(crate) const MAX_DEPTH: usize = 12;
 
 /// The largest normalised schema the normaliser accepts, in bytes of compact JSON.
-pub const MAX_ENCODED_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_ENCODED_BYTES: usize = 16 * 1024;
 
 /// The most schema objects a normalised schema may hold. Every schema object takes at
 /// least two bytes (`{}`), so a schema past this count is over [`MAX_ENCODED_BYTES`]
 /// anyway; counting while inlining stops a small schema whose references fan out (each
 /// definition naming the next one twice) long before it is built.
-pub const MAX_SCHEMAS: usize = MAX_ENCODED_BYTES / 2;
+pub(crate) const MAX_SCHEMAS: usize = MAX_ENCODED_BYTES / 2;
 
 /// Normalises a remote tool's input schema for model providers (M8 amended), or says
 /// why the tool must be refused.
@@ -59,7 +59,7 @@ pub const MAX_SCHEMAS: usize = MAX_ENCODED_BYTES / 2;
 ///   keywords.
 ///
 /// Keys keep the order of the input's map, so the output depends on the input alone.
-pub fn normalise_input_schema(schema: &Value) -> Result<Value, SchemaRefusal> {
+pub(crate) fn normalise_input_schema(schema: &Value) -> Result<Value, SchemaRefusal> {
     let Value::Object(top) = schema else {
         return Err(SchemaRefusal::NotAnObjectSchema);
     };

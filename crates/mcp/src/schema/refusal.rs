@@ -4,7 +4,7 @@ use super::MAX_ENCODED_BYTES;
 
 /// Why a tool's input schema was refused; the tool is then not offered to providers.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SchemaRefusal {
+pub(crate) enum SchemaRefusal {
     /// The top-level schema is not an object with `type: "object"`.
     #[error("the top-level schema must be an object with type \"object\"; the tool is refused")]
     NotAnObjectSchema,

@@ -25,7 +25,7 @@ use crate::stream::{NoticeSink, OnProgress};
 const STANDALONE_OPEN_WAIT: Duration = Duration::from_secs(1);
 
 /// The budget of the best-effort `notifications/cancelled` after a torn-down call (M4).
-pub(super) const CANCEL_NOTICE_BUDGET: Duration = Duration::from_secs(2);
+const CANCEL_NOTICE_BUDGET: Duration = Duration::from_secs(2);
 
 /// What a [`CallGate`] returns: `Err` with the reason refuses the call.
 pub type GateFuture =

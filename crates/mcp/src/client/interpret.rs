@@ -167,7 +167,7 @@ impl McpClient {
 }
 
 /// M5: the code and message of a JSON-RPC error in a JSON body (one line, cut short).
-pub(super) fn rpc_error_in(response: &EgressResponse) -> Option<(i64, String)> {
+fn rpc_error_in(response: &EgressResponse) -> Option<(i64, String)> {
     let json = response.header("content-type").is_some_and(|t| {
         t.trim_start()
             .to_ascii_lowercase()
@@ -185,7 +185,7 @@ pub(super) fn rpc_error_in(response: &EgressResponse) -> Option<(i64, String)> {
 
 /// M19: the versions a server names when it refuses ours (JSON-RPC -32022, with or
 /// without an HTTP error status), each cut to one short line.
-pub(super) fn unsupported_version(response: &EgressResponse) -> Option<Vec<String>> {
+fn unsupported_version(response: &EgressResponse) -> Option<Vec<String>> {
     let json = response.header("content-type").is_some_and(|t| {
         t.trim_start()
             .to_ascii_lowercase()

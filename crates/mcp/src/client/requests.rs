@@ -13,7 +13,7 @@ use crate::error::McpError;
 use crate::stateless::{self, STATELESS_VERSION};
 
 /// The most `tools/list` pages one discovery walks (M6).
-pub(super) const MAX_PAGES: usize = 50;
+const MAX_PAGES: usize = 50;
 
 /// A request operation other than a tool call.
 #[derive(Debug, Clone, PartialEq, Eq)]

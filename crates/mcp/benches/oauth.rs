@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use runwarden_mcp::{McpClient, ServerConfig, ToolCallRequest};
+use runwarden_mcp::{McpCall, McpClient, ServerConfig};
 use runwarden_testkit::{
     AuthServer, ClientSpec, Dist, LoopbackVault, loopback_vault, mcp_handler, tool,
 };
@@ -21,8 +21,8 @@ use serde_json::json;
 const ITERATIONS: usize = 1_000;
 const RENEWALS: usize = 200;
 
-fn call() -> ToolCallRequest {
-    ToolCallRequest {
+fn call() -> McpCall {
+    McpCall {
         tool: "echo".into(),
         arguments: json!({"text": "hello"}).as_object().unwrap().clone(),
         correlation: None,

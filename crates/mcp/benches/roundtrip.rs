@@ -21,7 +21,7 @@ use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{Peer, ServiceExt};
-use runwarden_mcp::{McpClient, ServerConfig, ToolCallRequest};
+use runwarden_mcp::{McpCall, McpClient, ServerConfig};
 use runwarden_testkit::{
     Dist, LoopbackVault, Reply, Seen, TestServer, loopback_vault, mcp_handler, tool,
 };
@@ -161,7 +161,7 @@ async fn main() {
         ServerConfig::new("bench", url.clone()),
         egress,
     ));
-    let call = || ToolCallRequest {
+    let call = || McpCall {
         tool: "echo".into(),
         arguments: json!({"text": "hello"}).as_object().unwrap().clone(),
         correlation: None,
@@ -259,7 +259,7 @@ async fn main() {
     let ours = throughput(OURS, move || {
         let client = client.clone();
         async move {
-            let call = ToolCallRequest {
+            let call = McpCall {
                 tool: "echo".into(),
                 arguments: Default::default(),
                 correlation: None,
@@ -277,9 +277,9 @@ async fn main() {
     let ours_session = throughput(OURS_SESSION, move || {
         let client = session_calls.clone();
         async move {
-            let call = ToolCallRequest {
+            let call = McpCall {
                 tool: "echo".into(),
-                ..ToolCallRequest::default()
+                ..McpCall::default()
             };
             client.call_tool(call, None).await.result.is_success()
         }

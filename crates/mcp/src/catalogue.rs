@@ -5,10 +5,24 @@ use async_trait::async_trait;
 use runwarden_vault::store::StoreError;
 use serde_json::Value;
 
-use crate::client::ListedTool;
 use crate::config::{Effect, ServerConfig};
 use crate::naming::local_names;
 use crate::schema::normalise_input_schema;
+
+/// A tool as the server listed it, before normalisation.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ListedTool {
+    /// The remote name.
+    pub name: String,
+    /// The server's description, if any.
+    pub description: Option<String>,
+    /// The input schema as sent.
+    pub input_schema: Value,
+    /// The output schema as sent, if the tool declared one (M7 amended).
+    pub output_schema: Option<Value>,
+    /// `execution.taskSupport` as sent (`"required"`, `"optional"`, `"forbidden"`).
+    pub task_support: Option<String>,
+}
 
 /// Whether a tool's input schema can be offered to model providers.
 #[derive(Debug, Clone, PartialEq)]

@@ -8,7 +8,7 @@ use runwarden_vault::oauth::OAuthSettings;
 use serde::{Deserialize, Serialize};
 
 /// The default budget of one operation (M3).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The default of `max_response_bytes`: the most of one response that is read (M5).
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 2 * 1024 * 1024;
@@ -120,7 +120,7 @@ impl ProtocolPolicy {
 
 /// The longest one operation may last when progress notifications extend its deadline
 /// (M15): the hard maximum behind `progress_extends_deadline`.
-pub const PROGRESS_HARD_MAX: Duration = Duration::from_secs(600);
+pub(crate) const PROGRESS_HARD_MAX: Duration = Duration::from_secs(600);
 
 /// One MCP server from `[mcp.servers.NAME]`.
 #[derive(Debug, Clone)]
@@ -143,7 +143,7 @@ pub struct ServerConfig {
     /// What to do with the server's `elicitation/create` (M14); declining is the default.
     pub elicitation: ElicitationPolicy,
     /// M15: a progress notification restarts the `tools/call` budget, never past
-    /// [`PROGRESS_HARD_MAX`]; off by default, so a chatty server cannot hold a call open.
+    /// ten minutes in all; off by default, so a chatty server cannot hold a call open.
     pub progress_extends_deadline: bool,
     /// M19: whether to probe for the stateless 2026-07-28 revision.
     pub protocol: ProtocolPolicy,

@@ -15,7 +15,7 @@ pub trait Clock: Send + Sync {
 
 /// The process's monotonic clock.
 #[derive(Debug)]
-pub struct SystemClock {
+pub(crate) struct SystemClock {
     origin: Instant,
 }
 

@@ -2,7 +2,7 @@
 //!
 //! The MCP client knows nothing about runs or decisions. When a server asks for input in
 //! the middle of a `tools/call`, the client hands an [`ElicitationRequest`] to the
-//! [`Elicitor`] the caller put on the [`ToolCallRequest`](crate::ToolCallRequest) and
+//! [`Elicitor`] the caller put on the [`McpCall`](crate::McpCall) and
 //! sends back whatever [`ElicitationAnswer`] comes out. With no elicitor, or when the
 //! server's policy is to decline, the client declines at once and never leaves the server
 //! waiting.

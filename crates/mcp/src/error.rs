@@ -203,7 +203,7 @@ pub enum McpError {
     #[error(
         "server {server} refused {method}: it serves protocol version(s) {}, none of which runwarden speaks ({})",
         if supported.is_empty() { "(none named)".to_string() } else { supported.join(", ") },
-        crate::client::SUPPORTED_VERSIONS.join(", ")
+        crate::versions::SUPPORTED_VERSIONS.join(", ")
     )]
     UnsupportedVersion {
         /// The server.

@@ -2,7 +2,7 @@
 //!
 //! [`McpClient`] talks to one server declared by a [`ServerConfig`]. It negotiates the
 //! protocol: the stateless 2026-07-28 revision when the server serves it (probed with
-//! `server/discover`, see [`stateless`]), else the `initialize` handshake (offers
+//! `server/discover`), else the `initialize` handshake (offers
 //! 2025-11-25; accepts 2025-06-18 and 2025-03-26), whose session it keeps until
 //! [`McpClient::close`] ends it, answers the server's own requests, hands
 //! progress and log [`Notice`]s to the caller, resumes broken event streams, spends one
@@ -14,10 +14,10 @@
 //!
 //! ```no_run
 //! # async fn example(egress: std::sync::Arc<runwarden_vault::EgressClient>) {
-//! use runwarden_mcp::{McpClient, ServerConfig, ToolCallRequest};
+//! use runwarden_mcp::{McpClient, ServerConfig, McpCall};
 //!
 //! let client = McpClient::new(ServerConfig::new("tickets", "https://mcp.example.com/mcp"), egress);
-//! let call = ToolCallRequest { tool: "search".into(), ..Default::default() };
+//! let call = McpCall { tool: "search".into(), ..Default::default() };
 //! let outcome = client.call_tool(call, None).await;
 //! println!("{}", outcome.result.text);
 //! # }
@@ -32,27 +32,27 @@ mod deadline;
 mod elicit;
 mod error;
 mod known;
-pub mod naming;
+mod naming;
 mod result;
-pub mod schema;
+mod schema;
 mod sse;
-pub mod stateless;
+mod stateless;
 mod stream;
+mod versions;
 
 pub use catalogue::{
-    CatalogueEntry, CatalogueStore, Contact, KnownProtocol, SchemaStatus, ServerHealth,
+    CatalogueEntry, CatalogueStore, Contact, KnownProtocol, ListedTool, SchemaStatus, ServerHealth,
     StoredSchema, build_catalogue, stored_catalogue,
 };
 pub use client::{
-    CANCEL_NOTICE_BUDGET, CLOSE_BUDGET, CallGate, GateFuture, LegReport, ListedTool, MAX_PAGES,
-    MAX_RESUMES, McpClient, Notification, Reply, Request, RequestTrail, SUPPORTED_VERSIONS,
-    ToolCall, ToolCallRequest, USER_AGENT,
+    CLOSE_BUDGET, CallGate, GateFuture, LegReport, MAX_RESUMES, McpCall, McpClient, Notification,
+    Reply, Request, RequestTrail, ToolCall, USER_AGENT,
 };
 pub use config::{
-    ConfigError, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, Effect, ElicitationPolicy,
-    MAX_RESPONSE_BYTES_CEILING, PROGRESS_HARD_MAX, ProtocolPolicy, ServerConfig,
+    ConfigError, DEFAULT_MAX_RESPONSE_BYTES, Effect, ElicitationPolicy, MAX_RESPONSE_BYTES_CEILING,
+    ProtocolPolicy, ServerConfig,
 };
-pub use deadline::{Clock, MIN_BUDGET, ManualClock, SystemClock};
+pub use deadline::{Clock, MIN_BUDGET, ManualClock};
 pub use elicit::{
     ElicitationAnswer, ElicitationFuture, ElicitationRequest, Elicitor, ElicitorHandle,
 };

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The longest name providers accept for a tool.
-pub const MAX_LOCAL_NAME: usize = 64;
+pub(crate) const MAX_LOCAL_NAME: usize = 64;
 
 /// The longest server part of a local name, so that every tool keeps at least 30
 /// characters of its own (enough for a collision suffix and part of the tool name).
@@ -15,12 +15,6 @@ const SEPARATOR: &str = "__";
 
 /// Length of a hash suffix: `_` and 8 hex digits.
 const SUFFIX_LEN: usize = 9;
-
-/// Whether `name` is a tool name every provider accepts: 1 to 64 characters from
-/// `[A-Za-z0-9_-]` (M9).
-pub fn is_valid_local_name(name: &str) -> bool {
-    !name.is_empty() && name.len() <= MAX_LOCAL_NAME && name.bytes().all(is_name_byte)
-}
 
 fn is_name_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
@@ -42,7 +36,7 @@ fn is_name_byte(b: u8) -> bool {
 ///   name of a tool really called `tool`.
 ///
 /// Equal remote names get equal local names; distinct remote names get distinct ones.
-pub fn local_names(server: &str, tools: &[&str]) -> Vec<String> {
+pub(crate) fn local_names(server: &str, tools: &[&str]) -> Vec<String> {
     let prefix = format!("{}{SEPARATOR}", server_part(server));
     // M9: work on the sorted set of remote names, so input order cannot matter.
     let remote: BTreeSet<&str> = tools.iter().copied().collect();
@@ -153,6 +147,12 @@ fn fnv1a(name: &str, salt: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether `name` is a tool name every provider accepts: 1 to 64 characters from
+    /// `[A-Za-z0-9_-]` (M9).
+    fn is_valid_local_name(name: &str) -> bool {
+        !name.is_empty() && name.len() <= MAX_LOCAL_NAME && name.bytes().all(is_name_byte)
+    }
 
     fn unique(names: &[String]) -> bool {
         names.iter().collect::<BTreeSet<_>>().len() == names.len()

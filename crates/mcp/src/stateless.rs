@@ -25,18 +25,18 @@ pub(crate) const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 pub(crate) const UNSUPPORTED_VERSION: i64 = -32022;
 
 /// The largest integer a header may carry: JavaScript's safe range, as the spec says.
-pub const MAX_HEADER_INTEGER: i64 = (1 << 53) - 1;
+pub(crate) const MAX_HEADER_INTEGER: i64 = (1 << 53) - 1;
 
 /// The prefix of a mirrored parameter's header.
-pub const PARAM_HEADER_PREFIX: &str = "mcp-param-";
+pub(crate) const PARAM_HEADER_PREFIX: &str = "mcp-param-";
 
 /// The most rounds of `input_required` one call answers before it gives up (a server that
 /// keeps asking is a failure, not a hang).
-pub const MAX_INPUT_ROUNDS: usize = 8;
+pub(crate) const MAX_INPUT_ROUNDS: usize = 8;
 
 /// The type a mirrored parameter must have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HeaderKind {
+pub(crate) enum HeaderKind {
     /// A JSON string.
     String,
     /// A JSON integer within [`MAX_HEADER_INTEGER`].
@@ -57,7 +57,7 @@ impl HeaderKind {
 
 /// One tool parameter the server asked to see as a header (`x-mcp-header`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeaderParam {
+pub(crate) struct HeaderParam {
     /// The argument's property path from the arguments object, dot-joined for people.
     pub property: String,
     /// The same path, one property name per level.
@@ -72,7 +72,7 @@ pub struct HeaderParam {
 /// as the spec requires (other tools of the server are kept).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum HeaderRefusal {
+pub(crate) enum HeaderRefusal {
     /// `x-mcp-header` is not a string, or is empty.
     #[error("property {property:?} has an empty or non-string x-mcp-header")]
     Empty {
@@ -117,7 +117,7 @@ pub enum HeaderRefusal {
 /// Why one call's argument cannot be mirrored into its header; the call is refused unsent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum HeaderValueError {
+pub(crate) enum HeaderValueError {
     /// The argument's JSON type is not the declared one.
     #[error(
         "argument {property:?} is mirrored into header Mcp-Param-{name} and must be {expected}, not {got}: fix the arguments"
@@ -150,7 +150,7 @@ pub enum HeaderValueError {
 /// rules: on a property reached from the root through `properties` alone, a non-empty
 /// HTTP token, on a property declared as string, integer or boolean (not number, object,
 /// array or null), each name once ignoring case.
-pub fn header_params(input_schema: &Value) -> Result<Vec<HeaderParam>, HeaderRefusal> {
+pub(crate) fn header_params(input_schema: &Value) -> Result<Vec<HeaderParam>, HeaderRefusal> {
     let mut params: Vec<HeaderParam> = Vec::new();
     walk(input_schema, &mut Vec::new(), &mut params)?;
     Ok(params)
@@ -262,7 +262,7 @@ fn is_token_byte(byte: u8) -> bool {
 /// whitespace goes as it is; anything else (non-ASCII, control characters, CR/LF, tabs,
 /// edge spaces, or text that looks like the encoding's own marker) goes as
 /// `=?base64?{UTF-8 bytes in standard Base64}?=`. So no CR or LF ever reaches a header.
-pub fn encode_header_value(text: &str) -> String {
+pub(crate) fn encode_header_value(text: &str) -> String {
     let plain = text.bytes().all(|b| (0x20..=0x7e).contains(&b))
         && text.trim() == text
         && !(text.starts_with("=?base64?") && text.ends_with("?="));
@@ -278,7 +278,7 @@ pub fn encode_header_value(text: &str) -> String {
 
 /// M19: the `Mcp-Param-*` headers of one call. An argument that is absent or null sends
 /// no header; one of the wrong type, or an integer out of range, refuses the call.
-pub fn mirrored_headers(
+pub(crate) fn mirrored_headers(
     params: &[HeaderParam],
     arguments: &Map<String, Value>,
 ) -> Result<Vec<(String, String)>, HeaderValueError> {

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use runwarden_mcp::{
-    ManualClock, McpError, ProtocolPolicy, Reply, Request, SchemaStatus, ServerConfig,
-    ToolCallRequest, ToolOutcome, build_catalogue,
+    ManualClock, McpCall, McpError, ProtocolPolicy, Reply, Request, SchemaStatus, ServerConfig,
+    ToolOutcome, build_catalogue,
 };
 use runwarden_testkit::Seen;
 use runwarden_vault::CancelFlag;
@@ -50,8 +50,8 @@ conformance!(
     a_refused_standalone_stream_is_not_asked_for_again,
 );
 
-fn call(tool: &str) -> ToolCallRequest {
-    ToolCallRequest {
+fn call(tool: &str) -> McpCall {
+    McpCall {
         tool: tool.into(),
         arguments: json!({"q": "x"}).as_object().unwrap().clone(),
         correlation: Some("run-1".into()),

@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use runwarden_mcp::{McpClient, ProtocolPolicy, Request, ServerConfig, ToolCallRequest};
+use runwarden_mcp::{McpCall, McpClient, ProtocolPolicy, Request, ServerConfig};
 use runwarden_testkit::{
     Channel, HOSTILE_SIGIL, Spelling, TestServer, echo_handler_spelt, find_form, forms_of,
     hostile_placements, json_decoded, received_credential, tool,
@@ -52,7 +52,7 @@ async fn an_echoed_credential_never_reaches_a_tool_result_an_error_or_an_audit_r
             let listed = client.send_request(Request::ListTools, None).await;
             let called = client
                 .call_tool(
-                    ToolCallRequest {
+                    McpCall {
                         tool: "create".into(),
                         arguments: Map::from_iter([("q".to_string(), json!("printer"))]),
                         correlation: None,

@@ -5,8 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use runwarden_mcp::{
-    McpClient, ProtocolPolicy, Reply, Request, ServerConfig, ToolCallRequest, ToolOutcome,
-    build_catalogue,
+    McpCall, McpClient, ProtocolPolicy, Reply, Request, ServerConfig, ToolOutcome, build_catalogue,
 };
 use runwarden_testkit::Peer;
 use runwarden_vault::CancelFlag;
@@ -15,8 +14,8 @@ use serde_json::{Value, json};
 
 use crate::support::{WAIT, fixture};
 
-pub(crate) fn call(tool: &str, arguments: Value) -> ToolCallRequest {
-    ToolCallRequest {
+pub(crate) fn call(tool: &str, arguments: Value) -> McpCall {
+    McpCall {
         tool: tool.into(),
         arguments: arguments.as_object().unwrap().clone(),
         correlation: None,

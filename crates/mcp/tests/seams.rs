@@ -1,21 +1,32 @@
 //! M4: exactly three entry points take a cancellation signal. This reads the crate's
 //! source, so it fails the day a fourth appears (or one of the three disappears).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Every `.rs` file under `dir`, its module directories (the client's `client/`) included.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files
+}
 
 /// The public functions whose signature mentions a cancellation signal.
 fn public_signal_takers() -> Vec<String> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut found = Vec::new();
-    let mut files: Vec<_> = std::fs::read_dir(&src)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    for file in files
-        .into_iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
-    {
+    let files = rust_files(&src);
+    assert!(
+        files.iter().any(|f| f.ends_with("client/calls.rs")),
+        "the scan must reach the client's files: {files:?}"
+    );
+    for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
         // Join each signature onto one line: from `pub fn`/`pub async fn` to its `{`.
         let mut rest = text.as_str();

@@ -5,8 +5,8 @@
 //! tool that only runs as a task is refused at import.
 
 use runwarden_mcp::{
-    CatalogueEntry, McpClient, ProtocolPolicy, Reply, Request, SchemaStatus, ServerConfig,
-    ToolCallRequest, ToolOutcome, build_catalogue,
+    CatalogueEntry, McpCall, McpClient, ProtocolPolicy, Reply, Request, SchemaStatus, ServerConfig,
+    ToolOutcome, build_catalogue,
 };
 use runwarden_testkit::Peer;
 use serde_json::{Value, json};
@@ -26,12 +26,12 @@ async fn start(flags: &'static [&'static str]) -> Peer {
         .unwrap()
 }
 
-fn call(entry: &CatalogueEntry, arguments: Value) -> ToolCallRequest {
-    ToolCallRequest {
+fn call(entry: &CatalogueEntry, arguments: Value) -> McpCall {
+    McpCall {
         tool: entry.remote_name.clone(),
         arguments: arguments.as_object().unwrap().clone(),
         output_schema: entry.output_schema.clone(),
-        ..ToolCallRequest::default()
+        ..McpCall::default()
     }
 }
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use runwarden_mcp::{
     ElicitationAnswer, ElicitationFuture, ElicitationPolicy, ElicitationRequest, Elicitor,
-    ElicitorHandle, MAX_RESUMES, McpClient, McpError, Notice, NoticeSink, ProtocolPolicy, Reply,
-    Request, ServerConfig, ToolCallRequest, ToolOutcome, USER_AGENT,
+    ElicitorHandle, MAX_RESUMES, McpCall, McpClient, McpError, Notice, NoticeSink, ProtocolPolicy,
+    Reply, Request, ServerConfig, ToolOutcome, USER_AGENT,
 };
 use runwarden_testkit::{HttpRequest, Peer, Reply as TestReply, TestServer, mcp_handler};
 use runwarden_vault::Delivery;
@@ -20,11 +20,11 @@ const STATEFUL_SSE: &[&str] = &[];
 const JSON_RESPONSE: &[&str] = &["--json-response"];
 const STATELESS: &[&str] = &["--stateless"];
 
-fn call(tool: &str, arguments: Value) -> ToolCallRequest {
-    ToolCallRequest {
+fn call(tool: &str, arguments: Value) -> McpCall {
+    McpCall {
         tool: tool.into(),
         arguments: arguments.as_object().unwrap().clone(),
-        ..ToolCallRequest::default()
+        ..McpCall::default()
     }
 }
 
@@ -158,7 +158,7 @@ async fn an_elicitation_is_answered_by_the_elicitor_only_with_the_operator_polic
     let answers = Arc::new(Answers {
         asked: Mutex::new(Vec::new()),
     });
-    let ask = || ToolCallRequest {
+    let ask = || McpCall {
         elicitor: Some(ElicitorHandle(answers.clone())),
         ..call("ask_name", json!({}))
     };
@@ -210,7 +210,7 @@ async fn a_question_on_the_standalone_get_stream_is_answered_and_the_stream_clos
     let client = client(&f, &peer, |s| s.elicitation = ElicitationPolicy::Operator);
     let outcome = client
         .call_tool(
-            ToolCallRequest {
+            McpCall {
                 elicitor: Some(ElicitorHandle(answers.clone())),
                 ..call("ask_name_on_get_stream", json!({}))
             },
@@ -262,7 +262,7 @@ async fn progress_and_log_notices_reach_the_caller_in_order() {
     let sink_seen = seen.clone();
     let outcome = client
         .call_tool(
-            ToolCallRequest {
+            McpCall {
                 notices: Some(NoticeSink::new(move |n| sink_seen.lock().unwrap().push(n))),
                 ..call("progress", json!({"steps": 3, "delay": 0.01}))
             },
@@ -310,7 +310,7 @@ async fn a_stream_closed_early_is_resumed_with_last_event_id_and_the_call_is_not
     let sink_seen = seen.clone();
     let outcome = client
         .call_tool(
-            ToolCallRequest {
+            McpCall {
                 notices: Some(NoticeSink::new(move |n| sink_seen.lock().unwrap().push(n))),
                 ..call("resumable", json!({"delay": 0.3}))
             },

@@ -28,7 +28,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use runwarden_mcp::{Effect, McpClient, ServerConfig, ToolCallRequest};
+use runwarden_mcp::{Effect, McpCall, McpClient, ServerConfig};
 use runwarden_models::{Message, ModelProvider, ModelRequest, Scripted, ToolSpec};
 use runwarden_runtime::store::{EventAppend, FenceMark};
 use runwarden_runtime::{
@@ -720,7 +720,7 @@ async fn overhead(ctx: &Ctx) -> Overhead {
         let mut fence = Vec::new();
         for _ in 0..ROUNDS {
             let started = Instant::now();
-            let call = ToolCallRequest {
+            let call = McpCall {
                 tool: "create".into(),
                 arguments: json!({"q": "printer"})
                     .as_object()

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use runwarden_mcp::{CallGate, Effect, ToolCallRequest as McpCall, ToolOutcome};
+use runwarden_mcp::{CallGate, Effect, McpCall, ToolOutcome};
 use runwarden_models::{FinishReason, Message, ModelRequest, ToolCallRequest};
 use runwarden_vault::Delivery;
 use runwarden_vault::store::StoreError;

@@ -218,7 +218,7 @@ async fn a_call_whose_run_is_already_cancelled_is_refused_before_send() {
     f.executor.cancel(&run.id).await.unwrap();
     let tool = f.tool(&server.url("/mcp"), "create", Effect::NonIdempotentWrite);
     let signal = f.watcher.signal(&run.id).await;
-    let call = runwarden_mcp::ToolCallRequest {
+    let call = runwarden_mcp::McpCall {
         tool: "create".into(),
         arguments: Default::default(),
         correlation: None,

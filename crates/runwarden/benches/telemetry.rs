@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig as _;
-use runwarden_mcp::{McpClient, ServerConfig, ToolCallRequest};
+use runwarden_mcp::{McpCall, McpClient, ServerConfig};
 use runwarden_testkit::{
     Dist, LoopbackVault, OtlpReceiver, TestServer, loopback_vault, mcp_handler, tool,
 };
@@ -103,7 +103,7 @@ fn tool_calls(calls: usize) {
                 client_runtime.block_on(async {
                     for _ in 0..per_round {
                         let started = Instant::now();
-                        let call = ToolCallRequest {
+                        let call = McpCall {
                             tool: "echo".into(),
                             arguments: json!({"text": "hello"}).as_object().unwrap().clone(),
                             ..Default::default()

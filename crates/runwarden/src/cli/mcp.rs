@@ -7,8 +7,8 @@ use anyhow::{Context as _, bail};
 use clap::Subcommand;
 use runwarden_mcp::{
     CatalogueEntry, CatalogueStore, ElicitationAnswer, ElicitationFuture, ElicitationRequest,
-    Elicitor, ElicitorHandle, McpClient, McpError, Reply, Request, SchemaStatus, ServerConfig,
-    ServerHealth, ToolCallRequest, ToolOutcome, build_catalogue,
+    Elicitor, ElicitorHandle, McpCall, McpClient, McpError, Reply, Request, SchemaStatus,
+    ServerConfig, ServerHealth, ToolOutcome, build_catalogue,
 };
 use runwarden_vault::CancelFlag;
 use serde::Serialize;
@@ -612,7 +612,7 @@ async fn call(
     // A local name from the catalogue maps to its remote name; anything else goes as is.
     let entry = find_entry(&catalogue, tool);
     let remote = entry.map_or(tool, |e| e.remote_name.as_str()).to_string();
-    let request = ToolCallRequest {
+    let request = McpCall {
         tool: remote.clone(),
         arguments,
         correlation: None,

@@ -48,7 +48,6 @@ mod resolver;
 mod scrub;
 mod secret;
 mod secret_index;
-mod sessions;
 mod signal;
 pub mod store;
 mod tokens;
@@ -71,11 +70,8 @@ pub use master_key::MasterKey;
 pub use placement::{Credential, Placement};
 pub use resolver::{Resolver, SystemResolver};
 pub use secret::{SecretName, SecretValue};
-pub use sessions::{
-    ConsoleSession, SessionId, SessionStore, csrf_matches, session_create, session_csrf,
-    session_hash, session_lookup,
-};
 pub use signal::{CancelFlag, CancellationSignal, NeverCancelled, WakeFuture};
+pub use store::{ConsoleSession, SessionStore};
 pub use tokens::{
     ApiToken, Role, TOKEN_PREFIX, TokenValue, token_create, token_hash, token_verify,
 };

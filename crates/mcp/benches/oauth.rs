@@ -11,10 +11,10 @@
 use std::time::{Duration, Instant};
 
 use runwarden_mcp::{McpClient, ServerConfig, ToolCallRequest};
+use runwarden_oauth::{AuthMethod, Grant, OAuthSettings};
 use runwarden_testkit::{
     AuthServer, ClientSpec, Dist, LoopbackVault, loopback_vault, mcp_handler, tool,
 };
-use runwarden_vault::oauth::{AuthMethod, Grant, OAuthSettings};
 use runwarden_vault::{Credential, Placement, SecretName, SecretValue};
 use serde_json::json;
 

@@ -13,7 +13,7 @@ use rmcp::model::{
     InitializeRequestParams, InitializeResult, NumberOrString, PaginatedRequestParams,
     ProtocolVersion,
 };
-use runwarden_vault::oauth::{AuthorizationPrompt, OAuthClient, OAuthError};
+use runwarden_oauth::{AuthorizationPrompt, OAuthClient, OAuthError};
 use runwarden_vault::{
     CancellationSignal, Credential, Delivery, EgressClient, EgressError, EgressRequest,
     EgressResponse, Method,

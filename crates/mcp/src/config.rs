@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use runwarden_oauth::OAuthSettings;
 use runwarden_vault::Credential;
-use runwarden_vault::oauth::OAuthSettings;
 use serde::{Deserialize, Serialize};
 
 /// The default budget of one operation (M3).

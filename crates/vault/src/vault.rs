@@ -23,9 +23,11 @@ const AUDIT_KEY_MADE: &str = "audit-chain-made";
 
 /// Secrets at rest and the audit log (V1, V2, V7).
 ///
-/// There is deliberately no method that returns a secret's plaintext to a caller: callers
-/// name a secret and [`EgressClient`](crate::EgressClient) places it at the wire ("use").
-/// Reading a value back ("reveal") is a different permission that nothing grants yet.
+/// Callers name a secret and [`EgressClient`](crate::EgressClient) places it at the wire
+/// ("use"). The one exception is the OAuth client, the layer right above the vault, which
+/// opens a client secret or key itself ([`secret_use`](Self::secret_use)) to authenticate
+/// at a token endpoint; an architecture test keeps every other crate off it. Reading a
+/// value back for a person ("reveal") is a different permission that nothing grants yet.
 pub struct Vault {
     pub(crate) store: Arc<dyn VaultStore>,
     master: MasterKey,

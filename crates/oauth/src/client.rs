@@ -81,7 +81,7 @@ pub struct OAuthStatus {
 pub struct HeldToken {
     /// Names the sealed token; placed as `Authorization: Bearer`.
     pub credential: Credential,
-    /// When the vault obtained it, Unix milliseconds.
+    /// When the OAuth client obtained it, Unix milliseconds.
     pub obtained_ms: i64,
 }
 

@@ -205,7 +205,8 @@ impl OAuthClient {
     }
 
     /// The token to place on a request, renewed first when it expires within
-    /// [`REFRESH_SKEW`]; `None` when none is held (the server's 401 starts authorization).
+    /// [`REFRESH_SKEW`](crate::REFRESH_SKEW); `None` when none is held (the server's 401
+    /// starts authorization).
     pub async fn credential(
         &self,
         signal: Option<&dyn CancellationSignal>,

@@ -5,9 +5,10 @@
 //! enterprise-managed authorization, an ID token exchanged for an ID-JAG.
 //!
 //! It sits between the vault and the MCP client: it knows OAuth and MCP's use of it, and
-//! sends every request through the vault's guarded [`EgressClient`]. Tokens are vault
-//! records, sealed like secrets ([`runwarden_vault::OAuthTokenRecord`], kind `internal`,
-//! never listed by `secret list`). No public method returns one: a caller gets a
+//! sends every request through the vault's guarded
+//! [`EgressClient`](runwarden_vault::EgressClient). Tokens are vault records, sealed like
+//! secrets ([`runwarden_vault::OAuthTokenRecord`], kind `internal`, never listed by
+//! `secret list`). No public method returns one: a caller gets a
 //! [`HeldToken`] whose [`Credential`](runwarden_vault::Credential) names the record with
 //! [`Placement::OAuth`](runwarden_vault::Placement), and the egress client places the
 //! access token at the wire. Every metadata, registration and token request is guarded

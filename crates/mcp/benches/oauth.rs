@@ -1,8 +1,8 @@
 //! M18: what OAuth costs a `tools/call`. The same `McpClient` calls the same protected
 //! MCP server (the testkit's authorization server and resource on 127.0.0.1) three ways:
 //! with a static bearer secret (the baseline: an access token put in the vault as a plain
-//! secret), with the OAuth token the vault obtained and holds (cached: the sealed token
-//! record is read and placed each call), and with a token the server has just dropped
+//! secret), with the OAuth token the OAuth client obtained and the vault holds (cached:
+//! the sealed token record is read and placed each call), and with a token the server has just dropped
 //! (the 401 path: a renewal at the token endpoint, then the call again). p50 and p99 of
 //! each, and the ratios to the baseline, measured in one run.
 //!
@@ -11,10 +11,10 @@
 use std::time::{Duration, Instant};
 
 use runwarden_mcp::{McpCall, McpClient, ServerConfig};
+use runwarden_oauth::{AuthMethod, Grant, OAuthSettings};
 use runwarden_testkit::{
     AuthServer, ClientSpec, Dist, LoopbackVault, loopback_vault, mcp_handler, tool,
 };
-use runwarden_vault::oauth::{AuthMethod, Grant, OAuthSettings};
 use runwarden_vault::{Credential, Placement, SecretName, SecretValue};
 use serde_json::json;
 

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use runwarden_oauth::OAuthSettings;
 use runwarden_vault::Credential;
-use runwarden_vault::oauth::OAuthSettings;
 use serde::{Deserialize, Serialize};
 
 /// The default budget of one operation (M3).
@@ -131,8 +131,8 @@ pub struct ServerConfig {
     pub url: String,
     /// The credential to place on every leg, if the server needs one.
     pub auth: Option<Credential>,
-    /// M18: OAuth 2.1 instead of a static credential; the vault obtains, keeps and places
-    /// the tokens.
+    /// M18: OAuth 2.1 instead of a static credential; the OAuth client obtains the tokens,
+    /// the vault keeps and places them.
     pub oauth: Option<OAuthSettings>,
     /// The effect of every tool without its own declaration.
     pub effect: Effect,

@@ -257,9 +257,9 @@ pub enum McpError {
         server: String,
         /// The leg.
         method: String,
-        /// What the vault's OAuth client said.
+        /// What the OAuth client said.
         #[source]
-        source: Box<runwarden_vault::oauth::OAuthError>,
+        source: Box<runwarden_oauth::OAuthError>,
     },
     /// M6: discovery did not end within the page ceiling.
     #[error("server {server} kept paginating tools/list past {pages} pages; discovery was stopped")]

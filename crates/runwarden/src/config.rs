@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use runwarden_mcp::{Effect, ElicitationPolicy, ServerConfig};
-use runwarden_store_postgres::PgOptions;
-use runwarden_vault::oauth::{
+use runwarden_oauth::{
     AssertionSource, AuthMethod, Grant, IdentityProvider, OAuthSettings, SigningAlg,
 };
+use runwarden_store_postgres::PgOptions;
 use runwarden_vault::{
     Algorithm, Credential, EgressConfig, EgressPolicy, MAX_TICK, MasterKey, Placement, SecretName,
 };

@@ -134,7 +134,7 @@ pub(crate) struct Root {
     mcp: OnceCell<McpClients>,
     /// How an authorization code grant asks the operator; set only by interactive
     /// CLI commands, before their first MCP client is built.
-    prompt: std::sync::OnceLock<Arc<dyn runwarden_vault::oauth::AuthorizationPrompt>>,
+    prompt: std::sync::OnceLock<Arc<dyn runwarden_oauth::AuthorizationPrompt>>,
 }
 
 /// The process's MCP clients, by server name.
@@ -170,7 +170,7 @@ impl Root {
     /// CLI's interactive commands); without it such a grant fails with what to run.
     pub(crate) fn set_authorization_prompt(
         &self,
-        prompt: Arc<dyn runwarden_vault::oauth::AuthorizationPrompt>,
+        prompt: Arc<dyn runwarden_oauth::AuthorizationPrompt>,
     ) {
         let _ = self.prompt.set(prompt);
     }

@@ -74,8 +74,9 @@ fn sources(krate: &str) -> Vec<(PathBuf, String)> {
     out
 }
 
-const LIBRARIES: [&str; 6] = [
+const LIBRARIES: [&str; 7] = [
     "vault",
+    "oauth",
     "mcp",
     "models",
     "runtime",
@@ -127,17 +128,55 @@ fn the_vault_and_the_mcp_client_know_nothing_about_runs_or_stores() {
             .all(|d| !d.starts_with("runwarden")),
         "the vault depends on no crate of ours"
     );
-    for krate in ["mcp", "models"] {
+    for (krate, allowed) in [
+        ("oauth", &["runwarden-vault"][..]),
+        ("mcp", &["runwarden-vault", "runwarden-oauth"][..]),
+        ("models", &["runwarden-vault"][..]),
+    ] {
         let ours: Vec<String> = dependencies(krate)
             .into_iter()
             .filter(|d| d.starts_with("runwarden"))
             .collect();
         assert_eq!(
-            ours,
-            ["runwarden-vault"],
-            "{krate} may use the vault and nothing else of ours"
+            ours, allowed,
+            "{krate} may use {allowed:?} and nothing else of ours"
         );
     }
+}
+
+/// The vault methods that open a sealed record for its own layer: a secret for a token
+/// endpoint or a client assertion, a token or binding record.
+const SEALED_RECORD_USE: [&str; 4] = [
+    ".secret_use(",
+    ".internal_get(",
+    ".internal_put(",
+    ".internal_delete(",
+];
+
+#[test]
+fn only_the_vault_and_the_oauth_client_open_sealed_records() {
+    let mut seen = 0;
+    for (krate, _) in crate_sources() {
+        for (path, text) in sources(&krate) {
+            let code = rust_source::code_only(&text);
+            for call in SEALED_RECORD_USE {
+                if !code.contains(call) {
+                    continue;
+                }
+                seen += 1;
+                assert!(
+                    krate == "vault" || krate == "oauth",
+                    "{}: `{call}` outside the vault and the OAuth client; name the secret and \
+                     let the egress client place it",
+                    path.display()
+                );
+            }
+        }
+    }
+    assert!(
+        seen >= 4,
+        "only {seen} uses found: did the methods get new names?"
+    );
 }
 
 #[test]

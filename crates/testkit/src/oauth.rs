@@ -1,6 +1,6 @@
 //! A real OAuth 2.1 authorization server on 127.0.0.1, and protected resources that check
-//! its bearer tokens: what the vault's OAuth client (M18) is tested against. Standards are
-//! the interface: RFC 8414 and OpenID discovery, RFC 9728 protected resource metadata,
+//! its bearer tokens: what the OAuth client (`runwarden-oauth`, M18) is tested against.
+//! Standards are the interface: RFC 8414 and OpenID discovery, RFC 9728 protected resource metadata,
 //! RFC 7591 dynamic registration, PKCE S256, RFC 9207 `iss`, RFC 8707 resource indicators,
 //! client credentials with `client_secret_basic`, `client_secret_post` and
 //! `private_key_jwt` (RFC 7523), refresh tokens that rotate, with reuse detected,

@@ -12,10 +12,10 @@ use tracing::Instrument as _;
 
 use crate::audit::{AuditEvent, action, audit_error_text};
 use crate::delivery::Delivery;
+use crate::dpop::{self, DpopKey};
 use crate::error::EgressError;
 use crate::exfiltration::carried_secrets;
 use crate::guard::{self, EgressPolicy, VettedTarget};
-use crate::oauth::dpop::{self, DpopKey};
 use crate::placement::{Credential, Placed, Placement};
 use crate::resolver::{Resolver, SystemResolver};
 use crate::scrub::{Scrubber, StreamScrub};
@@ -175,15 +175,15 @@ impl EgressRequest {
         }
     }
 
-    /// The audit action of the outcome row (the vault's OAuth requests have their own).
-    pub(crate) fn audit_action(mut self, action: &'static str) -> Self {
+    /// The audit action of the outcome row (the OAuth client's requests have their own).
+    pub fn audit_action(mut self, action: &'static str) -> Self {
         self.action = action;
         self
     }
 
-    /// Marks a stored secret as sent on purpose by the vault's own OAuth client (the
-    /// client secret to the token endpoint the configuration names).
-    pub(crate) fn carries_secret(mut self, name: &str) -> Self {
+    /// Marks a stored secret as sent on purpose by the OAuth client (the client secret to
+    /// the token endpoint the configuration names).
+    pub fn carries_secret(mut self, name: &str) -> Self {
         self.carries.push(name.to_string());
         self
     }

@@ -89,7 +89,7 @@ fn associated_data(kind: SealedKind, name: &str) -> Vec<u8> {
     format!("runwarden:v{VERSION}:{}:{name}", kind.as_str()).into_bytes()
 }
 
-fn random_bytes(len: usize) -> Vec<u8> {
+pub(crate) fn random_bytes(len: usize) -> Vec<u8> {
     let mut bytes = vec![0u8; len];
     OsRng.fill_bytes(&mut bytes);
     bytes

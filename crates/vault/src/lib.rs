@@ -1,8 +1,10 @@
 //! The credential vault: secrets at rest, a guarded egress client that places them at the
 //! wire, and a hash-chained audit log of every outbound call.
 //!
-//! The vault knows nothing about runs or models, and of MCP only its authorization flow
-//! (the OAuth client in `oauth`; see `ARCHITECTURE.md`). Callers build an
+//! The vault knows nothing about runs, models or MCP; the OAuth client for MCP servers is
+//! the crate above it (`runwarden-oauth`), and the vault keeps only what the wire needs of
+//! it: the sealed token record ([`OAuthTokenRecord`]) and DPoP proofs ([`dpop`]). Callers
+//! build an
 //! [`EgressRequest`] that *names* a secret and a [`Placement`], hand it to
 //! [`EgressClient::send`] with an optional [`CancellationSignal`], and get an
 //! [`EgressResponse`] or a typed [`EgressError`]. No HTTP-library type crosses this API.
@@ -34,6 +36,7 @@ mod anchoring;
 pub mod audit;
 mod audit_writer;
 mod delivery;
+pub mod dpop;
 mod egress;
 mod envelope;
 mod error;
@@ -42,13 +45,12 @@ mod external_witness;
 mod guard;
 mod master_key;
 mod matcher;
-pub mod oauth;
+mod oauth_token;
 mod placement;
 mod resolver;
 mod scrub;
 mod secret;
 mod secret_index;
-mod sessions;
 mod signal;
 pub mod store;
 mod tokens;
@@ -68,14 +70,12 @@ pub use error::{EgressError, VaultError};
 pub use exfiltration::Redactor;
 pub use guard::{EgressPolicy, PolicyError, Refusal};
 pub use master_key::MasterKey;
+pub use oauth_token::{OAUTH_TOKEN_PREFIX, OAuthTokenRecord};
 pub use placement::{Credential, Placement};
 pub use resolver::{Resolver, SystemResolver};
 pub use secret::{SecretName, SecretValue};
-pub use sessions::{
-    ConsoleSession, SessionId, SessionStore, csrf_matches, session_create, session_csrf,
-    session_hash, session_lookup,
-};
 pub use signal::{CancelFlag, CancellationSignal, NeverCancelled, WakeFuture};
+pub use store::{ConsoleSession, SessionStore};
 pub use tokens::{
     ApiToken, Role, TOKEN_PREFIX, TokenValue, token_create, token_hash, token_verify,
 };

@@ -29,7 +29,8 @@ pub enum Placement {
         name: String,
     },
     /// V3, M18: `Authorization: Bearer <access token>`, where the credential names an OAuth
-    /// token the vault obtained and keeps sealed (`oauth.<hash>`, see [`crate::oauth`]);
+    /// token the OAuth client obtained and the vault keeps sealed (`oauth.<hash>`, see
+    /// [`OAuthTokenRecord`](crate::OAuthTokenRecord));
     /// the token itself never leaves the vault except on this header. A DPoP-bound token
     /// goes as `Authorization: DPoP <access token>` with a fresh `DPoP` proof (RFC 9449).
     OAuth,

@@ -221,3 +221,47 @@ pub trait TokenStore: Send + Sync + 'static {
     /// Revokes a token by id; answers whether it existed.
     async fn token_revoke(&self, id: &str) -> Result<bool, StoreError>;
 }
+
+/// A console session as a lookup answers it: the live token it acts for and when it ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleSession {
+    /// The token the session was opened with (id, name, role), read live at each lookup.
+    pub token: crate::tokens::ApiToken,
+    /// When the session was opened, Unix milliseconds UTC.
+    pub created_ms: i64,
+    /// When it stops answering, Unix milliseconds UTC.
+    pub expires_ms: i64,
+}
+
+/// Storage for console sessions: only the SHA-256 of a session id is kept.
+///
+/// The session ids, their cookie and the CSRF tokens belong to the console in the binary;
+/// this trait stays here, beside [`TokenStore`], because a session is a row bound to an API
+/// token: a lookup answers only while its token is live, which both stores read in one
+/// query over the token table. It is the lowest place both stores (which depend on the
+/// vault and the runtime, never on the binary) can implement it.
+#[async_trait]
+pub trait SessionStore: Send + Sync + 'static {
+    /// Stores a new session under its hash, bound to the token with id `token_id`.
+    async fn session_insert(
+        &self,
+        hash: [u8; 32],
+        token_id: &str,
+        created_ms: i64,
+        expires_ms: i64,
+    ) -> Result<(), StoreError>;
+
+    /// The session whose hash this is, if it expires after `now_ms` and its token is not
+    /// revoked.
+    async fn session_find(
+        &self,
+        hash: [u8; 32],
+        now_ms: i64,
+    ) -> Result<Option<ConsoleSession>, StoreError>;
+
+    /// Deletes a session (sign-out); answers whether it existed.
+    async fn session_delete(&self, hash: [u8; 32]) -> Result<bool, StoreError>;
+
+    /// Deletes every session that expired at or before `now_ms`; answers how many.
+    async fn session_purge(&self, now_ms: i64) -> Result<u64, StoreError>;
+}

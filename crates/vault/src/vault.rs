@@ -23,9 +23,11 @@ const AUDIT_KEY_MADE: &str = "audit-chain-made";
 
 /// Secrets at rest and the audit log (V1, V2, V7).
 ///
-/// There is deliberately no method that returns a secret's plaintext to a caller: callers
-/// name a secret and [`EgressClient`](crate::EgressClient) places it at the wire ("use").
-/// Reading a value back ("reveal") is a different permission that nothing grants yet.
+/// Callers name a secret and [`EgressClient`](crate::EgressClient) places it at the wire
+/// ("use"). The one exception is the OAuth client, the layer right above the vault, which
+/// opens a client secret or key itself ([`secret_use`](Self::secret_use)) to authenticate
+/// at a token endpoint; an architecture test keeps every other crate off it. Reading a
+/// value back for a person ("reveal") is a different permission that nothing grants yet.
 pub struct Vault {
     pub(crate) store: Arc<dyn VaultStore>,
     master: MasterKey,
@@ -36,7 +38,7 @@ pub struct Vault {
     pub(crate) fresh_key: bool,
     secrets: SecretIndex,
     /// The DPoP nonces servers gave this process (RFC 9449), by origin.
-    pub(crate) dpop_nonces: crate::oauth::dpop::Nonces,
+    pub(crate) dpop_nonces: crate::dpop::Nonces,
 }
 
 impl std::fmt::Debug for Vault {
@@ -246,8 +248,12 @@ impl Vault {
         Ok(matcher)
     }
 
-    /// Opens a secret for placement at the wire. Crate-private: this is "use", not "reveal".
-    pub(crate) async fn secret_use(&self, name: &SecretName) -> Result<SecretValue, VaultError> {
+    /// Opens a secret for use by the vault's own layer: the egress client places it at the
+    /// wire, and the OAuth client (`runwarden-oauth`, the crate right above the vault)
+    /// authenticates at a token endpoint with a client secret or signs a client assertion
+    /// with a private key. This is "use", not "reveal": nothing hands the value to an agent,
+    /// a log or an answer, and no other crate calls it.
+    pub async fn secret_use(&self, name: &SecretName) -> Result<SecretValue, VaultError> {
         let record = self
             .store
             .sealed_get(SealedKind::Secret, name.as_str())
@@ -261,7 +267,7 @@ impl Vault {
 
     /// Seals a record the vault keeps for itself (OAuth tokens and registrations, M18):
     /// never listed by `secret list`, rewrapped with every other record on rotation.
-    pub(crate) async fn internal_put(&self, name: &str, value: &[u8]) -> Result<(), VaultError> {
+    pub async fn internal_put(&self, name: &str, value: &[u8]) -> Result<(), VaultError> {
         let record = envelope::seal(
             &self.master,
             self.algorithm,
@@ -274,7 +280,7 @@ impl Vault {
     }
 
     /// Opens a record the vault keeps for itself, if present.
-    pub(crate) async fn internal_get(
+    pub async fn internal_get(
         &self,
         name: &str,
     ) -> Result<Option<zeroize::Zeroizing<Vec<u8>>>, VaultError> {
@@ -285,12 +291,13 @@ impl Vault {
     }
 
     /// Removes a record the vault keeps for itself; answers whether it existed.
-    pub(crate) async fn internal_delete(&self, name: &str) -> Result<bool, VaultError> {
+    pub async fn internal_delete(&self, name: &str) -> Result<bool, VaultError> {
         Ok(self.store.sealed_delete(SealedKind::Internal, name).await?)
     }
 
-    /// M18: the cross-process refresh lease of a token record.
-    pub(crate) async fn oauth_lease_acquire(
+    /// The cross-process refresh lease of a token record: true when `holder` has it
+    /// for `ttl_ms` from now.
+    pub async fn oauth_lease_acquire(
         &self,
         key: &str,
         holder: &str,
@@ -303,13 +310,15 @@ impl Vault {
             .await?)
     }
 
-    /// M18: gives a refresh lease back.
-    pub(crate) async fn oauth_lease_release(
-        &self,
-        key: &str,
-        holder: &str,
-    ) -> Result<(), VaultError> {
+    /// Gives a refresh lease back.
+    pub async fn oauth_lease_release(&self, key: &str, holder: &str) -> Result<(), VaultError> {
         Ok(self.store.oauth_lease_release(key, holder).await?)
+    }
+
+    /// The DPoP nonces servers gave this process (RFC 9449), by origin: the egress client
+    /// remembers the MCP servers', the OAuth client the token endpoints'.
+    pub fn dpop_nonces(&self) -> &crate::dpop::Nonces {
+        &self.dpop_nonces
     }
 
     /// Re-wraps every data key (secrets and the audit key) from the loaded master key to

@@ -16,7 +16,7 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use runwarden_vault::oauth::{AuthorizationPrompt, OAuthClient, OAuthError};
+use runwarden_oauth::{AuthorizationPrompt, OAuthClient, OAuthError};
 use runwarden_vault::{CancellationSignal, EgressClient};
 
 use crate::catalogue::{CatalogueStore, Contact};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::Subcommand;
 use runwarden_mcp::{McpClient, McpError, Request};
-use runwarden_vault::oauth::{AuthorizationPrompt, LOGIN_WAIT, OAuthClient, OAuthStatus};
+use runwarden_oauth::{AuthorizationPrompt, LOGIN_WAIT, OAuthClient, OAuthStatus};
 use serde::Serialize;
 
 use super::Context;

@@ -17,6 +17,7 @@ mod assets;
 mod pages;
 mod render;
 mod session;
+mod session_id;
 mod stream;
 
 use axum::Router;

@@ -8,12 +8,10 @@ use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use runwarden_vault::{
-    ApiToken, Role, csrf_matches, session_create, session_csrf, session_hash, session_lookup,
-    token_verify,
-};
+use runwarden_vault::{ApiToken, Role, token_verify};
 
 use super::render::{self, Form};
+use super::session_id::{csrf_matches, session_create, session_csrf, session_hash, session_lookup};
 use super::{AppState, PageError};
 
 /// The session cookie's name.

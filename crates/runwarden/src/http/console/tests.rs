@@ -8,11 +8,12 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use runwarden_runtime::StopLevel;
 use runwarden_runtime::store::{EventAppend, NewRunStatus, RunCreate};
-use runwarden_vault::{Role, session_create, token_create};
+use runwarden_vault::{Role, token_create};
 use tokio::sync::watch;
 use tower::ServiceExt as _;
 
 use super::CONTENT_SECURITY_POLICY;
+use super::session_id::session_create;
 use crate::config::Config;
 use crate::http::{AppState, router};
 use crate::root::Root;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use zeroize::Zeroizing;
 
-use crate::signal::CancellationSignal;
+use runwarden_vault::CancellationSignal;
 
 /// How long an assertion command may run before it is killed.
 pub const ASSERTION_COMMAND_TIMEOUT: Duration = Duration::from_secs(15);
@@ -310,7 +310,7 @@ mod tests {
             started.elapsed()
         );
 
-        let flag = crate::CancelFlag::new();
+        let flag = runwarden_vault::CancelFlag::new();
         let cancel = flag.clone();
         let started = std::time::Instant::now();
         tokio::spawn(async move {

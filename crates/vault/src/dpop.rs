@@ -1,11 +1,17 @@
-//! DPoP (RFC 9449): a proof-of-possession key per OAuth token, a fresh signed proof on
-//! every token request and on every request that carries the token, and the nonces the
-//! servers hand out.
+//! DPoP (RFC 9449) at the wire: the proof-of-possession key of an OAuth token, a fresh
+//! signed proof on every request that carries the token, and the nonces the servers hand
+//! out.
+//!
+//! This stays in the vault, below the OAuth client (`runwarden-oauth`), because the proof
+//! is signed where the egress client places the token: the key is sealed beside the token
+//! and the proof needs the token's hash, so both are read only at the wire. The OAuth
+//! client uses the same key type, proofs and nonces for its token requests; when to use
+//! DPoP and how to retry with a nonce are its business, not the vault's.
 //!
 //! The key is ES256 (P-256), made by `ring` when a token is first asked for and sealed in
 //! the token record beside the token it binds, so a bound token keeps working after a
-//! restart. Its private half never leaves the vault: [`DpopKey`] prints `[redacted]`, and
-//! only the public JWK and signatures go on the wire.
+//! restart. Its private half is kept only in that sealed record: [`DpopKey`] prints
+//! `[redacted]`, and only the public JWK and signatures go on the wire.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -19,54 +25,22 @@ use sha2::{Digest, Sha256};
 use url::Url;
 use zeroize::Zeroizing;
 
-use super::discovery::ServerMetadata;
-use super::{OAuthClient, OAuthError, TokenErrorResponse};
-use crate::egress::{EgressRequest, EgressResponse};
 use crate::error::EgressError;
 use crate::secret::SecretValue;
-use crate::signal::CancellationSignal;
-use crate::vault::now_ms;
 
 /// The one proof algorithm runwarden signs with.
-pub(crate) const ALG: &str = "ES256";
+pub const ALG: &str = "ES256";
 
 /// The token type a DPoP-bound token comes back with, and the Authorization scheme it is
 /// presented with (RFC 9449 §5, §7.1).
-pub(crate) const SCHEME: &str = "DPoP";
-
-/// The error a server answers when a proof lacks its current nonce (RFC 9449 §8, §9).
-pub(crate) const USE_NONCE: &str = "use_dpop_nonce";
+pub const SCHEME: &str = "DPoP";
 
 /// The most nonces remembered (one per server origin); past it the oldest are forgotten.
 const MAX_NONCES: usize = 256;
 
-/// Whether to bind the tokens of a server to a DPoP key: `setting` is the configuration's
-/// `dpop` (`None`: unset), `advertised` the authorization server's
-/// `dpop_signing_alg_values_supported`. Unset, DPoP is used when the server offers ES256;
-/// `true` asks for it from any server that does not rule ES256 out; `false` never.
-pub(crate) fn wanted(setting: Option<bool>, advertised: Option<&[String]>) -> Result<bool, String> {
-    let offers_es256 = advertised.is_some_and(|algs| algs.iter().any(|a| a == ALG));
-    match (setting, advertised) {
-        (Some(false), _) => Ok(false),
-        (None, _) => Ok(offers_es256),
-        (Some(true), Some(algs)) if !offers_es256 => Err(format!(
-            "dpop = true, but the authorization server takes DPoP proofs signed with {} only and runwarden signs {ALG}; set dpop = false or let the server accept {ALG}",
-            if algs.is_empty() {
-                "no algorithm".to_string()
-            } else {
-                algs.iter()
-                    .map(|a| super::one_line(a))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
-        )),
-        (Some(true), _) => Ok(true),
-    }
-}
-
 /// A DPoP key pair. Secret: never serialized but through [`DpopKey::sealed_form`] into the
 /// sealed token record, never printed.
-pub(crate) struct DpopKey {
+pub struct DpopKey {
     pkcs8: Zeroizing<Vec<u8>>,
     pair: EcdsaKeyPair,
 }
@@ -79,7 +53,7 @@ impl std::fmt::Debug for DpopKey {
 
 impl DpopKey {
     /// A fresh P-256 key from the operating system's generator.
-    pub(crate) fn generate() -> Self {
+    pub fn generate() -> Self {
         let rng = SystemRandom::new();
         let pkcs8 = EcdsaKeyPair::generate_pkcs8(&signature::ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
             .expect("ring generates a P-256 key");
@@ -97,18 +71,18 @@ impl DpopKey {
     }
 
     /// The form kept in the sealed token record: base64url of the PKCS#8 document.
-    pub(crate) fn sealed_form(&self) -> String {
+    pub fn sealed_form(&self) -> String {
         URL_SAFE_NO_PAD.encode(&*self.pkcs8)
     }
 
     /// The key of a sealed token record; `None` for a form this build cannot read.
-    pub(crate) fn from_sealed_form(text: &str) -> Option<Self> {
+    pub fn from_sealed_form(text: &str) -> Option<Self> {
         let der = Zeroizing::new(URL_SAFE_NO_PAD.decode(text).ok()?);
         Self::from_pkcs8(&der)
     }
 
     /// The public key as a JWK (RFC 7517), members in the order RFC 7638 hashes them.
-    pub(crate) fn public_jwk(&self) -> serde_json::Value {
+    pub fn public_jwk(&self) -> serde_json::Value {
         // ring's public key is the uncompressed point: 0x04, then x and y, 32 bytes each.
         let point = self.pair.public_key().as_ref();
         serde_json::json!({
@@ -121,7 +95,7 @@ impl DpopKey {
 
     /// The JWK SHA-256 thumbprint (RFC 7638): the `cnf.jkt` a server binds the token to.
     /// Public; `mcp auth status` shows it.
-    pub(crate) fn thumbprint(&self) -> String {
+    pub fn thumbprint(&self) -> String {
         // serde_json keeps object members sorted, which is RFC 7638's required order.
         let canonical = self.public_jwk().to_string();
         URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes()))
@@ -131,7 +105,7 @@ impl DpopKey {
     /// without query and fragment, a fresh `jti`, `iat` now (Unix seconds), `ath` the
     /// SHA-256 of `access_token` when the request carries one, and the server's `nonce`
     /// when it gave one.
-    pub(crate) fn proof(
+    pub fn proof(
         &self,
         htm: &str,
         url: &Url,
@@ -145,7 +119,7 @@ impl DpopKey {
             "jwk": self.public_jwk(),
         });
         let mut claims = serde_json::json!({
-            "jti": super::crypto::random_token(16).as_str(),
+            "jti": URL_SAFE_NO_PAD.encode(crate::envelope::random_bytes(16)),
             "htm": htm,
             "htu": htu(url),
             "iat": now_secs,
@@ -172,7 +146,7 @@ impl DpopKey {
 }
 
 /// `htu`: the request URL without query and fragment (RFC 9449 §4.2).
-pub(crate) fn htu(url: &Url) -> String {
+fn htu(url: &Url) -> String {
     let mut bare = url.clone();
     bare.set_query(None);
     bare.set_fragment(None);
@@ -180,7 +154,7 @@ pub(crate) fn htu(url: &Url) -> String {
 }
 
 /// `ath`: base64url of the SHA-256 of the access token (RFC 9449 §4.2).
-pub(crate) fn ath(access_token: &[u8]) -> String {
+fn ath(access_token: &[u8]) -> String {
     URL_SAFE_NO_PAD.encode(Sha256::digest(access_token))
 }
 
@@ -199,7 +173,13 @@ pub(crate) fn wire_headers(
         problem,
     };
     let proof = key
-        .proof(method, url, Some(token.expose()), nonce, now_ms() / 1000)
+        .proof(
+            method,
+            url,
+            Some(token.expose()),
+            nonce,
+            chrono::Utc::now().timestamp(),
+        )
         .map_err(|_| refused("the DPoP proof could not be signed"))?;
     let text = Zeroizing::new([b"DPoP ".as_slice(), token.expose()].concat());
     let authorization = crate::placement::header_value("authorization", &text)?;
@@ -211,110 +191,23 @@ pub(crate) fn wire_headers(
     ])
 }
 
-/// How many times one request is sent again with a new nonce before its answer stands.
-const NONCE_RETRIES: usize = 2;
-
-/// True when `response` refuses a request for want of a DPoP nonce and names one that
-/// `tried` (the nonces this request was already sent again with) lacks; the nonce is added.
-fn wants_new_nonce(response: &EgressResponse, refused: bool, tried: &mut Vec<String>) -> bool {
-    let Some(nonce) = response.header("dpop-nonce") else {
-        return false;
-    };
-    if !refused || tried.len() >= NONCE_RETRIES || tried.iter().any(|t| t == nonce) {
-        return false;
-    }
-    tried.push(nonce.to_string());
-    true
-}
-
-impl OAuthClient {
-    /// The DPoP key a new authorization binds its token to, when DPoP is used with this
-    /// authorization server (see [`wanted`]).
-    pub(super) fn dpop_key_for(
-        &self,
-        metadata: &ServerMetadata,
-    ) -> Result<Option<DpopKey>, OAuthError> {
-        let advertised = metadata.dpop_signing_alg_values_supported.as_deref();
-        match wanted(self.settings.dpop, advertised) {
-            Ok(true) => Ok(Some(DpopKey::generate())),
-            Ok(false) => Ok(None),
-            Err(problem) => Err(OAuthError::Config {
-                server: self.server.clone(),
-                problem,
-            }),
-        }
-    }
-
-    /// A token request with a fresh proof of `key`; a `use_dpop_nonce` refusal that names
-    /// a new nonce sends it again with that nonce (RFC 9449 §8), once per nonce.
-    pub(super) async fn send_with_proof(
-        &self,
-        metadata: &ServerMetadata,
-        key: &DpopKey,
-        request: impl Fn() -> EgressRequest,
-        signal: Option<&dyn CancellationSignal>,
-    ) -> Result<EgressResponse, OAuthError> {
-        let url = Url::parse(&metadata.token_endpoint).map_err(|_| OAuthError::Metadata {
-            server: self.server.clone(),
-            problem: "the token_endpoint is not a URL".into(),
-        })?;
-        let nonces = &self.vault().dpop_nonces;
-        let mut tried = Vec::new();
-        loop {
-            let nonce = nonces.get(&url);
-            let proof = key
-                .proof("POST", &url, None, nonce.as_deref(), now_ms() / 1000)
-                .map_err(|_| OAuthError::Config {
-                    server: self.server.clone(),
-                    problem: "cannot sign the DPoP proof".into(),
-                })?;
-            let response = self
-                .send(request().header("dpop", proof), "token", signal)
-                .await?;
-            if let Some(nonce) = response.header("dpop-nonce") {
-                nonces.remember(&url, nonce);
-            }
-            let refused = response.status == 400
-                && serde_json::from_slice::<TokenErrorResponse>(&response.body)
-                    .is_ok_and(|e| e.error == USE_NONCE);
-            if !wants_new_nonce(&response, refused, &mut tried) {
-                return Ok(response);
-            }
-        }
-    }
-
-    /// RFC 9449 §9: true when the MCP server's answer refuses the request for want of a
-    /// DPoP nonce and names one this request has not been sent with; the caller sends it
-    /// again (the egress client remembered the nonce when the answer came). `tried` is the
-    /// request's own list, empty at first.
-    pub fn retry_with_dpop_nonce(
-        &self,
-        response: &EgressResponse,
-        tried: &mut Vec<String>,
-    ) -> bool {
-        let challenge = super::Challenge::parse(response.header("www-authenticate").unwrap_or(""));
-        let refused = response.status == 401 && challenge.error.as_deref() == Some(USE_NONCE);
-        wants_new_nonce(response, refused, tried)
-    }
-}
-
 /// The nonce each server last gave (RFC 9449 §8, §9), by origin: the token endpoint's for
 /// token requests, the MCP server's for requests that carry a token. Kept in memory:
 /// nonces are short-lived, and a server that wants one again says so.
 #[derive(Debug, Default)]
-pub(crate) struct Nonces {
+pub struct Nonces {
     by_origin: Mutex<HashMap<String, String>>,
 }
 
 impl Nonces {
     /// The nonce of the server at `url`, if it gave one.
-    pub(crate) fn get(&self, url: &Url) -> Option<String> {
+    pub fn get(&self, url: &Url) -> Option<String> {
         let map = self.by_origin.lock().unwrap_or_else(|p| p.into_inner());
         map.get(&url.origin().ascii_serialization()).cloned()
     }
 
     /// Remembers the `DPoP-Nonce` the server at `url` answered with.
-    pub(crate) fn remember(&self, url: &Url, nonce: &str) {
+    pub fn remember(&self, url: &Url, nonce: &str) {
         // A nonce is an opaque token of visible ASCII (RFC 9449 §8.1); anything else is
         // not put into a proof.
         if nonce.is_empty()
@@ -441,58 +334,6 @@ mod tests {
             key.thumbprint(),
             URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes()))
         );
-    }
-
-    #[test]
-    fn dpop_is_used_when_offered_or_asked_for_and_never_when_turned_off() {
-        let es = vec!["ES256".to_string(), "RS256".to_string()];
-        let rs = vec!["RS256".to_string()];
-        assert_eq!(wanted(None, Some(&es)), Ok(true));
-        assert_eq!(wanted(None, Some(&rs)), Ok(false));
-        assert_eq!(wanted(None, None), Ok(false));
-        assert_eq!(wanted(Some(false), Some(&es)), Ok(false));
-        assert_eq!(wanted(Some(true), None), Ok(true));
-        let refused = wanted(Some(true), Some(&rs)).unwrap_err();
-        assert!(
-            refused.contains("RS256") && refused.contains("dpop = false"),
-            "{refused}"
-        );
-    }
-
-    fn answer(status: u16, nonce: Option<&str>) -> EgressResponse {
-        EgressResponse {
-            status,
-            headers: nonce
-                .map(|n| vec![("dpop-nonce".to_string(), n.to_string())])
-                .unwrap_or_default(),
-            body: Vec::new(),
-            truncated: false,
-            audit_id: None,
-        }
-    }
-
-    #[test]
-    fn a_request_is_sent_again_once_per_new_nonce_and_never_endlessly() {
-        let mut tried = Vec::new();
-        assert!(
-            !wants_new_nonce(&answer(400, None), true, &mut tried),
-            "no nonce named"
-        );
-        assert!(
-            !wants_new_nonce(&answer(200, Some("a")), false, &mut tried),
-            "not refused"
-        );
-        assert!(wants_new_nonce(&answer(400, Some("a")), true, &mut tried));
-        assert!(
-            !wants_new_nonce(&answer(400, Some("a")), true, &mut tried),
-            "a again"
-        );
-        assert!(wants_new_nonce(&answer(400, Some("b")), true, &mut tried));
-        assert!(
-            !wants_new_nonce(&answer(400, Some("c")), true, &mut tried),
-            "a server that changes its nonce on every answer is not followed for ever"
-        );
-        assert_eq!(tried, ["a", "b"]);
     }
 
     #[test]

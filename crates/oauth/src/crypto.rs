@@ -3,9 +3,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use chacha20poly1305::aead::OsRng;
-use chacha20poly1305::aead::rand_core::RngCore;
-use ring::rand::SystemRandom;
+use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature::{self, EcdsaKeyPair, RsaKeyPair};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
@@ -40,7 +38,9 @@ impl SigningAlg {
 /// `n` random bytes from the operating system's generator, base64url without padding.
 pub(crate) fn random_token(n: usize) -> Zeroizing<String> {
     let mut bytes = Zeroizing::new(vec![0u8; n]);
-    OsRng.fill_bytes(&mut bytes);
+    SystemRandom::new()
+        .fill(&mut bytes)
+        .expect("the operating system's random generator works");
     Zeroizing::new(URL_SAFE_NO_PAD.encode(&*bytes))
 }
 

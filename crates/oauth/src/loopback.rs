@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::signal::CancellationSignal;
+use runwarden_vault::CancellationSignal;
 
 /// The longest request head the listener reads.
 const MAX_HEAD: usize = 16 * 1024;

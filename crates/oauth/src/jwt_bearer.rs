@@ -8,55 +8,20 @@
 
 use zeroize::Zeroizing;
 
-use super::assertion::{ASSERTION_COMMAND_TIMEOUT, Problem};
-use super::discovery::ServerMetadata;
-use super::{AuthMethod, Grant, Identity, OAuthClient, OAuthError, TokenRecord};
-use crate::signal::CancellationSignal;
+use runwarden_vault::CancellationSignal;
+
+use crate::assertion::{ASSERTION_COMMAND_TIMEOUT, Problem};
+use crate::client::OAuthClient;
+use crate::discovery::ServerMetadata;
+use crate::error::{AssertionLeg, OAuthError};
+use crate::record::{Identity, TokenRecord};
+use crate::settings::{AuthMethod, Grant};
 
 /// The RFC 7523 JWT bearer authorization grant.
 const JWT_BEARER_GRANT: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 
-/// Which request of an assertion grant failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum AssertionLeg {
-    /// The token exchange of the ID token for an ID-JAG at the identity provider.
-    IdentityProvider,
-    /// The JWT bearer grant of the workload's assertion at the authorization server.
-    WorkloadAssertion,
-    /// The JWT bearer grant of the ID-JAG at the authorization server.
-    IdJag,
-}
-
-impl AssertionLeg {
-    /// What the operator can check.
-    pub fn advice(self) -> &'static str {
-        match self {
-            Self::IdentityProvider => {
-                "check that the ID token is current and was issued to idp_client_id, and that the identity provider lets this client reach the MCP server's authorization server"
-            }
-            Self::WorkloadAssertion => {
-                "check that the assertion is current, addressed to the authorization server (its aud) and issued by an issuer it trusts"
-            }
-            Self::IdJag => {
-                "check client_id and client_secret, and that the authorization server trusts the identity provider"
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for AssertionLeg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::IdentityProvider => "the identity provider's token exchange for an ID-JAG",
-            Self::WorkloadAssertion => "the authorization server's JWT bearer grant",
-            Self::IdJag => "the authorization server's JWT bearer grant of the ID-JAG",
-        })
-    }
-}
-
 /// The JWT bearer grant's form: the assertion for a token bound to `resource`.
-pub(super) fn jwt_bearer_form(
+pub(crate) fn jwt_bearer_form(
     assertion: &str,
     scopes: &[String],
     resource: &str,
@@ -75,7 +40,7 @@ pub(super) fn jwt_bearer_form(
 impl OAuthClient {
     /// The client of an assertion grant: the configured one, or none at all, since
     /// RFC 7523 §3.1 makes client authentication optional with this grant.
-    pub(super) fn assertion_identity(
+    pub(crate) fn assertion_identity(
         &self,
         metadata: &ServerMetadata,
     ) -> Result<Identity, OAuthError> {
@@ -93,7 +58,7 @@ impl OAuthClient {
     /// A token by the configured assertion grant: the workload's JWT, or the ID token
     /// exchanged for an ID-JAG, then the JWT bearer grant at the authorization server.
     /// Every leg reads its JWT afresh.
-    pub(super) async fn assertion_grant(
+    pub(crate) async fn assertion_grant(
         &self,
         metadata: &ServerMetadata,
         identity: &Identity,
@@ -171,7 +136,7 @@ impl OAuthClient {
 
 /// `text` from a server, unless it quotes a part of `jwt` (a server that echoes the
 /// assertion it refused would put it in our error): then a note that it was withheld.
-pub(super) fn withheld_if_quoting(text: String, jwt: &str) -> String {
+pub(crate) fn withheld_if_quoting(text: String, jwt: &str) -> String {
     let quotes = jwt
         .split('.')
         .filter(|part| part.len() >= 16)

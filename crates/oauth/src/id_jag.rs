@@ -10,16 +10,17 @@
 use serde::Deserialize;
 use zeroize::{Zeroize, ZeroizeOnDrop, Zeroizing};
 
-use super::assertion::looks_like_jwt;
-use super::jwt_bearer::{AssertionLeg, withheld_if_quoting};
-use super::{
-    MAX_BODY, OAuthClient, OAuthError, REQUEST_TIMEOUT, TokenErrorResponse, basic_authorization,
-    form_body, one_line,
-};
-use crate::audit::action;
-use crate::egress::{EgressRequest, Method};
-use crate::secret::SecretName;
-use crate::signal::CancellationSignal;
+use runwarden_vault::audit::action;
+use runwarden_vault::{CancellationSignal, EgressRequest, Method};
+
+use crate::assertion::looks_like_jwt;
+use crate::client::{MAX_BODY, OAuthClient, REQUEST_TIMEOUT};
+use crate::error::AssertionLeg;
+use crate::error::OAuthError;
+use crate::jwt_bearer::withheld_if_quoting;
+use crate::record::{TokenErrorResponse, one_line};
+use crate::settings::IdentityProvider;
+use crate::token_request::{basic_authorization, form_body};
 
 /// The RFC 8693 token exchange grant.
 const TOKEN_EXCHANGE_GRANT: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
@@ -30,19 +31,6 @@ const ID_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:id_token";
 /// The token type of an Identity Assertion JWT Authorization Grant.
 const ID_JAG_TYPE: &str = "urn:ietf:params:oauth:token-type:id-jag";
 
-/// The enterprise identity provider of the `cross_app_access` grant, as configured.
-/// Holds a secret's name only.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdentityProvider {
-    /// Its token endpoint, where the ID token is exchanged for an ID-JAG.
-    pub token_endpoint: String,
-    /// This client's id at the identity provider.
-    pub client_id: String,
-    /// The vault secret holding this client's secret at the identity provider; without
-    /// one the client id goes in the form (a public client).
-    pub client_secret: Option<SecretName>,
-}
-
 /// An identity provider's answer to the token exchange (RFC 8693 §2.2.1).
 #[derive(Deserialize, Zeroize, ZeroizeOnDrop)]
 struct ExchangeResponse {
@@ -52,7 +40,7 @@ struct ExchangeResponse {
 
 /// The token exchange form: the ID token for an ID-JAG addressed to the authorization
 /// server (`audience`, its issuer) for the MCP server (`resource`).
-pub(super) fn exchange_form(
+pub(crate) fn exchange_form(
     id_token: &str,
     audience: &str,
     resource: &str,
@@ -75,7 +63,7 @@ pub(super) fn exchange_form(
 impl OAuthClient {
     /// The identity provider's leg: one token exchange, audited as `oauth_token`, through
     /// the guarded egress with the caller's signal. Answers the ID-JAG.
-    pub(super) async fn id_jag(
+    pub(crate) async fn id_jag(
         &self,
         idp: &IdentityProvider,
         id_token: &str,

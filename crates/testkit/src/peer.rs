@@ -16,35 +16,13 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The venv's Python: `$RUNWARDEN_PEER_PYTHON` when `.ci/run` set it, else whatever
-/// `scripts/peer-venv.sh` prints last (it builds the venv when missing).
+/// The venv's Python, `$RUNWARDEN_PEER_PYTHON` (what `scripts/peer-venv.sh` prints last;
+/// `.ci/run` sets it). A test without it fails at once, saying so.
 fn python() -> PathBuf {
-    venv_python("RUNWARDEN_PEER_PYTHON", "scripts/peer-venv.sh")
-}
-
-/// The Python of a pinned venv: `$variable` when set, else the last line `script` prints.
-fn venv_python(variable: &str, script: &str) -> PathBuf {
-    if let Ok(path) = std::env::var(variable)
-        && !path.is_empty()
-    {
-        return PathBuf::from(path);
-    }
-    let output = Command::new("bash")
-        .arg(repo_root().join(script))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run scripts/peer-venv.sh");
-    assert!(
-        output.status.success(),
-        "{script} failed: the real MCP peer is required, never skipped"
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    PathBuf::from(
-        stdout
-            .lines()
-            .last()
-            .expect("peer-venv.sh prints the python path")
-            .trim(),
+    crate::required_path(
+        "RUNWARDEN_PEER_PYTHON",
+        "the real MCP peer (the official Python SDK and fastmcp in a venv)",
+        "scripts/peer-venv.sh",
     )
 }
 
@@ -70,10 +48,14 @@ impl Peer {
     }
 
     /// Starts the older peer, the Python SDK 1.x (`tests/peer1/server.py`, stateful, with
-    /// sessions; `--json-response`), from its own venv (`$RUNWARDEN_PEER1_PYTHON`, else
-    /// `scripts/peer1-venv.sh`).
+    /// sessions; `--json-response`), from its own venv (`$RUNWARDEN_PEER1_PYTHON`, what
+    /// `scripts/peer1-venv.sh` prints last).
     pub fn start_v1(flags: &[&str]) -> Self {
-        let python = venv_python("RUNWARDEN_PEER1_PYTHON", "scripts/peer1-venv.sh");
+        let python = crate::required_path(
+            "RUNWARDEN_PEER1_PYTHON",
+            "the older MCP peer (the Python SDK 1.x in a venv)",
+            "scripts/peer1-venv.sh",
+        );
         Self::spawn(python, "tests/peer1/server.py", flags)
     }
 

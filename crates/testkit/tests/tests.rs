@@ -1,5 +1,5 @@
-//! The testkit's own servers, tested as any client would meet them: over real HTTP.
+//! The testkit's own servers, tested as any client would meet them: over real HTTP. The
+//! checks of the model server's install script are the `llama` target (`tests/llama/`).
 
 mod idp;
-mod llama_build;
 mod oauth;

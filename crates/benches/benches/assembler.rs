@@ -3,7 +3,7 @@
 //! (the whole body so far each time), against the floor of any per-event reader: parsing
 //! each event's JSON and nothing else. Prints p50/p99 ns per token over 200 trials.
 //!
-//! `cargo bench -p runwarden-models --bench assembler`
+//! `cargo bench -p runwarden-benches --bench assembler`
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

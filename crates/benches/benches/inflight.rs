@@ -1,4 +1,4 @@
-//! Measures the status watcher at scale (R6 amended, V6): run-status reads per second and idle CPU with 1, 100, 1,000 and 10,000 calls in flight in one process, and how long 10,000 in-flight calls cancelled at once take to be closed at the server; run: `cargo bench -p runwarden-runtime --bench inflight [-- --json]`.
+//! Measures the status watcher at scale (R6 amended, V6): run-status reads per second and idle CPU with 1, 100, 1,000 and 10,000 calls in flight in one process, and how long 10,000 in-flight calls cancelled at once take to be closed at the server; run: `cargo bench -p runwarden-benches --bench inflight [-- --json]`.
 //!
 //! Every call is a real guarded `EgressClient::send` (audit intent row, then a POST) to a
 //! server that holds the request and never answers: `runwarden-testkit`'s `TestServer` in

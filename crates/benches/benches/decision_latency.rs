@@ -1,6 +1,6 @@
 //! Measures R12's answer-to-call latency: from an operator's answer committing (what the
 //! API's 200 follows) to the approved `tools/call` reaching the MCP server; run:
-//! `cargo bench -p runwarden-runtime --bench decision_latency`.
+//! `cargo bench -p runwarden-benches --bench decision_latency`.
 //!
 //! Each trial enqueues a run whose one tool needs an approval; a worker (in this process)
 //! claims it and the run parks; the bench answers `approve` with `decide` and notes the

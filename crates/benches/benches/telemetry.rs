@@ -8,7 +8,7 @@
 //!    (nothing per request) and `--log-format json` at `RUNWARDEN_LOG=info` (one JSON line
 //!    per request, written to a file).
 //!
-//! Run: `cargo bench -p runwarden --bench telemetry [-- --calls N]`.
+//! Run: `cargo bench -p runwarden-benches --bench telemetry [-- --calls N]`.
 
 mod common;
 

@@ -1,5 +1,5 @@
 //! Cancel during generation against a real model server, from the cancel to the server's
-//! generation stopped; run: `cargo bench -p runwarden-models --bench llama_cancel [-- --trials N]`.
+//! generation stopped; run: `cargo bench -p runwarden-benches --bench llama_cancel [-- --trials N]`.
 //!
 //! The server is llama.cpp's `llama-server` with SmolLM2-135M (`runwarden_testkit::LlamaServer`,
 //! two slots, one thread). A second client loads it the whole time: one streaming request

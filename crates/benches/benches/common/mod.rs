@@ -1,18 +1,85 @@
-//! What the binary's benches share: the binary run with a clean environment, and a child
-//! process that is killed when dropped.
+//! What the binary's benches share: the binary (built beforehand with
+//! `cargo build --release -p runwarden`) run with a clean environment, and a child process
+//! that is killed when dropped.
 
 #![allow(dead_code)] // each bench uses some of these
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::time::SystemTime;
 
-/// The release binary under measurement (Cargo sets this for benches too).
-pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_runwarden");
+/// The crates the binary is built from: a source newer than the binary means it is stale.
+const BINARY_CRATES: [&str; 7] = [
+    "vault",
+    "mcp",
+    "models",
+    "runtime",
+    "store-sqlite",
+    "store-postgres",
+    "runwarden",
+];
 
 /// The binary to run: `BENCH_RUNWARDEN_BIN` when set (another commit's build, so two
-/// commits are measured by one harness back to back), else [`BIN`].
+/// commits are measured by one harness back to back), else [`built_binary`].
 pub(crate) fn bin() -> std::ffi::OsString {
-    std::env::var_os("BENCH_RUNWARDEN_BIN").unwrap_or_else(|| BIN.into())
+    std::env::var_os("BENCH_RUNWARDEN_BIN").unwrap_or_else(|| built_binary().into())
+}
+
+/// The `runwarden` binary Cargo built in this bench's own profile directory
+/// (`target/release` for `cargo bench`). Cargo hands a bench the path of a binary only in
+/// the binary's own package, so this crate finds it there, and refuses one that is missing
+/// or older than the sources it is built from rather than measure something else.
+pub(crate) fn built_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the bench's own path");
+    // target/<profile>/deps/<bench>-<hash>
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the bench runs from target/<profile>/deps");
+    let binary = profile_dir.join("runwarden");
+    let build = match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "cargo build -p runwarden",
+        _ => "cargo build --release -p runwarden",
+    };
+    let built = std::fs::metadata(&binary)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} is missing: build it first with `{build}`",
+                binary.display()
+            )
+        });
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .and_then(Path::parent)
+        .expect("crates/benches sits two levels under the workspace");
+    let mut sources = vec![workspace.join("Cargo.lock")];
+    for krate in BINARY_CRATES {
+        let dir = workspace.join("crates").join(krate);
+        sources.push(dir.join("Cargo.toml"));
+        sources.push(dir.join("src"));
+        sources.push(dir.join("migrations"));
+    }
+    if let Some(newer) = sources.iter().find_map(|path| newer_than(path, built)) {
+        panic!(
+            "{} is older than {}: rebuild it with `{build}`",
+            binary.display(),
+            newer.display()
+        );
+    }
+    binary
+}
+
+/// A file at or under `path` modified after `time`, if any.
+fn newer_than(path: &Path, time: SystemTime) -> Option<PathBuf> {
+    let meta = std::fs::metadata(path).ok()?;
+    if meta.is_dir() {
+        let entries = std::fs::read_dir(path).ok()?;
+        return entries
+            .flatten()
+            .find_map(|entry| newer_than(&entry.path(), time));
+    }
+    (meta.modified().ok()? > time).then(|| path.to_path_buf())
 }
 
 /// The binary with `--config CONFIG` and `args`, none of the caller's `RUNWARDEN_*`

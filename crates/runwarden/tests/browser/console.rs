@@ -19,24 +19,14 @@ use serde_json::{Value, json};
 use crate::api::{Serve, token};
 use crate::support::{SIGIL, Sandbox, runwarden};
 
-/// Where `scripts/browser.sh` installed playwright-core (it installs what is missing); a
-/// missing browser fails the test with the command that installs it, never skips it.
+/// Where `scripts/browser.sh` installed playwright-core, `$RUNWARDEN_BROWSER_DIR`; without it
+/// the test fails at once with the command that provides it, never skips.
 pub(crate) fn browser_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("RUNWARDEN_BROWSER_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir);
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let output = Command::new("bash")
-        .arg(root.join("scripts/browser.sh"))
-        .output()
-        .expect("bash runs scripts/browser.sh");
-    assert!(
-        output.status.success(),
-        "the browser is missing and could not be installed: run `bash scripts/browser.sh` (apt-get install -y -q chromium; npm installs playwright-core) and export RUNWARDEN_BROWSER_DIR to the directory it prints\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    PathBuf::from(stdout.lines().last().unwrap_or_default().trim())
+    runwarden_testkit::required_path(
+        "RUNWARDEN_BROWSER_DIR",
+        "the browser (Debian's chromium and playwright-core)",
+        "scripts/browser.sh",
+    )
 }
 
 /// The machine's Node (20 or newer), else the Node 22 of the conformance cache.

@@ -2,7 +2,7 @@
 //! the API answering `POST /v1/runs/{id}/cancel` to the MCP server seeing the connection
 //! close, against a real `runwarden serve` (its workers execute the runs).
 //!
-//! Run: `cargo bench -p runwarden --bench api_cancel` (add `-- --json` for JSON lines).
+//! Run: `cargo bench -p runwarden-benches --bench api_cancel` (add `-- --json` for JSON lines).
 
 mod common;
 

@@ -10,7 +10,7 @@
 //! the figures show one session reused by every call (one `initialize`, one `DELETE` at
 //! the end) next to the stateless server, the bare POST and the SDK, in the same run.
 //!
-//! Run: `cargo bench -p runwarden-mcp --bench roundtrip` (add `-- --json` for JSON lines).
+//! Run: `cargo bench -p runwarden-benches --bench roundtrip` (add `-- --json` for JSON lines).
 
 use std::future::Future;
 use std::sync::Arc;

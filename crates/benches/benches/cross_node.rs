@@ -14,7 +14,7 @@
 //! call's 1 s read interval) after the call is on the wire, so the figure samples every
 //! phase of that read; the same-node layouts cancel at once.
 //!
-//! Run: `cargo bench -p runwarden --bench cross_node [-- --json] [--trials N]` (default
+//! Run: `cargo bench -p runwarden-benches --bench cross_node [-- --json] [--trials N]` (default
 //! 100 trials per layout, half of them for the poll-only layout). PostgreSQL is the shared test server when
 //! `RUNWARDEN_TEST_PG_URL` names one, else a cluster in a temporary directory
 //! (`runwarden_testkit::TempCluster`), removed at the end.

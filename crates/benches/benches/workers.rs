@@ -2,10 +2,11 @@
 //! one process, and 1, 2 and 4 processes of 4 slots) on one SQLite file and on one
 //! PostgreSQL database, and the time from `kill -9` of a worker to its run being requeued
 //! (read-only call in flight) or dead-lettered (non-idempotent write in flight); run:
-//! `cargo bench -p runwarden --bench workers [-- --json] [throughput|recovery]`.
+//! `cargo bench -p runwarden-benches --bench workers [-- --json] [throughput|recovery]`.
 //!
-//! Everything is the real release binary (`CARGO_BIN_EXE_runwarden`, which Cargo sets for
-//! benches as for integration tests) run as child processes in a scratch installation,
+//! Everything is the real release binary (`target/release/runwarden`: build it first with
+//! `cargo build --release -p runwarden`; `common::built_binary` refuses a stale one) run as
+//! child processes in a scratch installation,
 //! against an MCP server from `runwarden-testkit` on 127.0.0.1, on its own one-worker
 //! runtime so the workers' load does not queue its answers. PostgreSQL is the shared test
 //! server when `RUNWARDEN_TEST_PG_URL` names one, else a cluster in a temporary directory

@@ -31,25 +31,14 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The suite's cache directory: `$RUNWARDEN_CONFORMANCE_DIR` when `.ci/run` set it, else
-/// what `scripts/conformance.sh` prints last (it installs what is missing).
+/// The suite's cache directory, `$RUNWARDEN_CONFORMANCE_DIR` (what `scripts/conformance.sh`
+/// prints last; `.ci/run` sets it); without it the test fails at once, never skips.
 fn suite_dir() -> PathBuf {
-    if let Ok(dir) = std::env::var("RUNWARDEN_CONFORMANCE_DIR")
-        && !dir.is_empty()
-    {
-        return PathBuf::from(dir);
-    }
-    let output = Command::new("bash")
-        .arg(repo_root().join("scripts/conformance.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run scripts/conformance.sh");
-    assert!(
-        output.status.success(),
-        "scripts/conformance.sh failed: the conformance suite is required, never skipped"
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    PathBuf::from(stdout.lines().last().expect("a directory").trim())
+    runwarden_testkit::required_path(
+        "RUNWARDEN_CONFORMANCE_DIR",
+        "the official MCP conformance suite (with Node 22)",
+        "scripts/conformance.sh",
+    )
 }
 
 struct Suite {

@@ -1,6 +1,6 @@
 //! Measures what scrubbing by meaning and the exfiltration check cost, beside the scrubber
 //! they replaced, with 100 secrets in the vault; run:
-//! `cargo bench -p runwarden-vault --bench scrub [-- --json]` (about 20 s).
+//! `cargo bench -p runwarden-benches --bench scrub [-- --json]` (about 20 s).
 //!
 //! Per KiB: the time to scrub a response body (or check a request body) of 1 KiB, 64 KiB
 //! and 1 MiB of MCP-shaped JSON with escapes in it and no secret, and of the same with a

@@ -4,7 +4,7 @@
 //! with no console open (the baseline measured in the same run). The browser side is
 //! `tests/console/bench.mjs`, driven with playwright-core (`bash scripts/browser.sh`).
 //!
-//! Run: `cargo bench -p runwarden --bench console` (add `-- --json` for the JSON line,
+//! Run: `cargo bench -p runwarden-benches --bench console` (add `-- --json` for the JSON line,
 //! `-- --seconds 10` for a longer churn).
 
 mod common;
@@ -66,7 +66,7 @@ fn main() {
             .join("node/bin/node")
     };
     let output = Command::new(node)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/console/bench.mjs"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../runwarden/tests/console/bench.mjs"))
         .env("RUNWARDEN_BROWSER_DIR", browser_dir())
         .env("RW_BASE", &url)
         .env("RW_OPERATOR", &token)

@@ -18,23 +18,13 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// `$RUNWARDEN_OPENAPI_PYTHON`, else the venv `scripts/openapi-venv.sh` builds (or reuses).
+/// `$RUNWARDEN_OPENAPI_PYTHON`; without it the test fails at once, never skips.
 fn validator_python() -> PathBuf {
-    if let Some(path) = std::env::var_os(PYTHON_ENV).filter(|p| !p.is_empty()) {
-        return PathBuf::from(path);
-    }
-    let output = Command::new("bash")
-        .arg(repo_root().join("scripts/openapi-venv.sh"))
-        .output()
-        .expect("run scripts/openapi-venv.sh");
-    assert!(
-        output.status.success(),
-        "this test needs the OpenAPI validator: `bash scripts/openapi-venv.sh` (python3 with \
-         pip reaching PyPI) failed:\n{}\nset {PYTHON_ENV} to the python it prints last",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    PathBuf::from(stdout.lines().last().expect("the venv's python").trim())
+    runwarden_testkit::required_path(
+        PYTHON_ENV,
+        "the OpenAPI validator (openapi-spec-validator in a venv)",
+        "scripts/openapi-venv.sh",
+    )
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! answered meanwhile. The run stays queued (`serve --concurrency 0`), so nothing changes
 //! and every cycle the server spends is the streams' idle cost.
 //!
-//! Run: `cargo bench -p runwarden --bench sse_idle` (add `-- --json` for JSON lines,
+//! Run: `cargo bench -p runwarden-benches --bench sse_idle` (add `-- --json` for JSON lines,
 //! `-- --streams 3000` for another count).
 
 mod common;

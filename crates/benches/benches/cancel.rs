@@ -1,4 +1,4 @@
-//! Measures cancel latency of in-flight egress calls (V6) and guarded-send overhead; run: `cargo bench -p runwarden-vault --bench cancel [-- --json]`.
+//! Measures cancel latency of in-flight egress calls (V6) and guarded-send overhead; run: `cargo bench -p runwarden-benches --bench cancel [-- --json]`.
 //!
 //! Everything runs on 127.0.0.1 against the test server of `tests/support/server.rs`. The
 //! server runs on its own one-worker runtime, so the instants it records are not queued

@@ -1,4 +1,4 @@
-//! Measures end-to-end run cancel latency (cancel returning -> the MCP server sees the tool call's connection close; woken in-process and poll-only) and the executor's overhead per step; run: `cargo bench -p runwarden-runtime --bench cancel_run [-- --json]`.
+//! Measures end-to-end run cancel latency (cancel returning -> the MCP server sees the tool call's connection close; woken in-process and poll-only) and the executor's overhead per step; run: `cargo bench -p runwarden-benches --bench cancel_run [-- --json]`.
 //!
 //! Everything runs on 127.0.0.1: MCP servers from `runwarden-testkit` on their own
 //! one-worker runtime (so the close instants they record are not queued behind the

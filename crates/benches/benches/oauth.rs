@@ -6,7 +6,7 @@
 //! (the 401 path: a renewal at the token endpoint, then the call again). p50 and p99 of
 //! each, and the ratios to the baseline, measured in one run.
 //!
-//! Run: `cargo bench -p runwarden-mcp --bench oauth`.
+//! Run: `cargo bench -p runwarden-benches --bench oauth`.
 
 use std::time::{Duration, Instant};
 

@@ -42,6 +42,7 @@ mod external_witness;
 mod guard;
 mod master_key;
 mod matcher;
+mod message;
 pub mod oauth;
 mod placement;
 mod resolver;
@@ -59,15 +60,17 @@ mod witness;
 pub use audit::{AuditEvent, AuditRow, VerifyReport};
 pub use delivery::Delivery;
 pub use egress::{
-    BeforeTransfer, CallObserver, CompleteFn, DEFAULT_BACKSTOP_TICK, DEFAULT_MAX_RESPONSE_BYTES,
-    EgressClient, EgressConfig, EgressRequest, EgressResponse, HeadObserver, IntentObserver,
-    MAX_BACKSTOP_TICK, MAX_TICK, Method,
+    CallObserver, DEFAULT_BACKSTOP_TICK, EgressClient, EgressConfig, MAX_BACKSTOP_TICK, MAX_TICK,
 };
 pub use envelope::Algorithm;
 pub use error::{EgressError, VaultError};
 pub use exfiltration::Redactor;
 pub use guard::{EgressPolicy, PolicyError, Refusal};
 pub use master_key::MasterKey;
+pub use message::{
+    BeforeTransfer, CompleteFn, DEFAULT_MAX_RESPONSE_BYTES, EgressRequest, EgressResponse,
+    HeadObserver, IntentObserver, Method,
+};
 pub use placement::{Credential, Placement};
 pub use resolver::{Resolver, SystemResolver};
 pub use secret::{SecretName, SecretValue};

@@ -32,6 +32,7 @@
 
 mod anchoring;
 pub mod audit;
+mod audit_verify;
 mod audit_writer;
 mod delivery;
 mod egress;
@@ -52,6 +53,7 @@ mod secret_index;
 mod sessions;
 mod signal;
 pub mod store;
+mod store_error;
 mod tokens;
 pub mod trace;
 mod vault;

@@ -1,14 +1,16 @@
-//! API tokens with roles (O2): random, shown once, stored only as a SHA-256 hash.
+//! API tokens with roles (O2): random, shown once, stored only as a SHA-256 hash through
+//! the [`TokenStore`] a backend implements (the store seam re-exports it).
 
 use std::fmt;
 
+use async_trait::async_trait;
 use base64::Engine;
 use chacha20poly1305::aead::OsRng;
 use chacha20poly1305::aead::rand_core::RngCore;
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
-use crate::store::{StoreError, TokenStore};
+use crate::store_error::StoreError;
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -68,6 +70,22 @@ impl fmt::Debug for TokenValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("TokenValue([redacted])")
     }
+}
+
+/// Storage for API tokens: only their SHA-256 hashes are kept.
+#[async_trait]
+pub trait TokenStore: Send + Sync + 'static {
+    /// Stores a new token's record under its hash.
+    async fn token_insert(&self, token: ApiToken, hash: [u8; 32]) -> Result<(), StoreError>;
+
+    /// The token whose hash this is, if it exists and was not revoked.
+    async fn token_find(&self, hash: [u8; 32]) -> Result<Option<ApiToken>, StoreError>;
+
+    /// Every token's record (never a hash), oldest first.
+    async fn token_list(&self) -> Result<Vec<ApiToken>, StoreError>;
+
+    /// Revokes a token by id; answers whether it existed.
+    async fn token_revoke(&self, id: &str) -> Result<bool, StoreError>;
 }
 
 /// The prefix of every token, so a leaked one is recognisable in a scan.

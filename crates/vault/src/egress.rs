@@ -30,7 +30,8 @@ mod outcome;
 mod record;
 mod wire;
 
-pub use config::{DEFAULT_BACKSTOP_TICK, EgressConfig, MAX_BACKSTOP_TICK, MAX_TICK};
+use config::MAX_BACKSTOP_TICK;
+pub use config::{DEFAULT_BACKSTOP_TICK, EgressConfig, MAX_TICK};
 // The vault's OAuth client names the call's description through this module.
 pub(crate) use crate::message::{EgressRequest, EgressResponse, Method};
 use record::CallRecord;

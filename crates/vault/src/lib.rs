@@ -61,9 +61,7 @@ mod witness;
 
 pub use audit::{AuditEvent, AuditRow, VerifyReport};
 pub use delivery::Delivery;
-pub use egress::{
-    CallObserver, DEFAULT_BACKSTOP_TICK, EgressClient, EgressConfig, MAX_BACKSTOP_TICK, MAX_TICK,
-};
+pub use egress::{CallObserver, DEFAULT_BACKSTOP_TICK, EgressClient, EgressConfig, MAX_TICK};
 pub use envelope::Algorithm;
 pub use error::{EgressError, VaultError};
 pub use exfiltration::Redactor;
@@ -74,14 +72,12 @@ pub use message::{
     HeadObserver, IntentObserver, Method,
 };
 pub use placement::{Credential, Placement};
-pub use resolver::{Resolver, SystemResolver};
+pub use resolver::Resolver;
 pub use secret::{SecretName, SecretValue};
 pub use sessions::{
     ConsoleSession, SessionId, SessionStore, csrf_matches, session_create, session_csrf,
     session_hash, session_lookup,
 };
-pub use signal::{CancelFlag, CancellationSignal, NeverCancelled, WakeFuture};
-pub use tokens::{
-    ApiToken, Role, TOKEN_PREFIX, TokenValue, token_create, token_hash, token_verify,
-};
+pub use signal::{CancelFlag, CancellationSignal, WakeFuture};
+pub use tokens::{ApiToken, Role, TokenValue, token_create, token_hash, token_verify};
 pub use vault::Vault;

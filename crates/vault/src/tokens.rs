@@ -89,7 +89,7 @@ pub trait TokenStore: Send + Sync + 'static {
 }
 
 /// The prefix of every token, so a leaked one is recognisable in a scan.
-pub const TOKEN_PREFIX: &str = "rwt_";
+pub(crate) const TOKEN_PREFIX: &str = "rwt_";
 
 /// The SHA-256 of a presented token. Tokens carry 256 random bits, so a plain hash is
 /// enough to make the stored form useless to a reader of the database.

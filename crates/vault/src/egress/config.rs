@@ -17,7 +17,7 @@ pub const MAX_TICK: Duration = Duration::from_millis(100);
 pub const DEFAULT_BACKSTOP_TICK: Duration = Duration::from_secs(5);
 
 /// The longest backstop tick the client accepts.
-pub const MAX_BACKSTOP_TICK: Duration = Duration::from_secs(5);
+pub(crate) const MAX_BACKSTOP_TICK: Duration = Duration::from_secs(5);
 
 /// The grace the wall-clock backstop adds on top of the connect and total timeouts.
 pub(super) const BACKSTOP_GRACE: Duration = Duration::from_secs(5);
@@ -35,7 +35,7 @@ pub struct EgressConfig {
     /// [`MAX_TICK`].
     pub tick: Duration,
     /// How often a signal that wakes is asked besides its wake-ups; at least `tick`, at
-    /// most [`MAX_BACKSTOP_TICK`]. Idle in-flight calls cost one timer wake-up each per
+    /// most 5 s. Idle in-flight calls cost one timer wake-up each per
     /// backstop tick, so this is what 10,000 idle calls cost.
     pub backstop_tick: Duration,
 }

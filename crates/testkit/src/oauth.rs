@@ -252,8 +252,7 @@ pub fn pkce_challenge(verifier: &str) -> String {
 }
 
 pub(crate) fn json_reply(status: u16, body: Value) -> Reply {
-    Reply::typed(status, "application/json", body.to_string())
-        .with_header("cache-control", "no-store")
+    Reply::json(status, &body).with_header("cache-control", "no-store")
 }
 
 fn query_of(target: &str) -> HashMap<String, String> {

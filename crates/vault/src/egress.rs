@@ -179,7 +179,7 @@ impl EgressClient {
 
         // No secret leaves for a host it does not belong to: checked before the intent
         // row, so a refused request sends nothing and writes one row naming the secret.
-        if let Some(error) = Self::carried_refusal(&mut record, &request, &scrubber) {
+        if let Some(error) = exfiltration::carried_refusal(&mut record, &request, &scrubber) {
             return self.refuse(&record, error, &scrubber).await;
         }
 

@@ -11,33 +11,33 @@ use crate::message::EgressRequest;
 use crate::scrub::Scrubber;
 use crate::vault::now_ms;
 
-impl EgressClient {
-    /// No secret leaves for a host it does not belong to: the refusal of a request whose
-    /// URL, headers or body carry a stored secret's value, named on the call's record.
-    pub(super) fn carried_refusal(
-        record: &mut CallRecord,
-        request: &EgressRequest,
-        scrubber: &Scrubber,
-    ) -> Option<EgressError> {
-        let carried = carried_secrets(
-            scrubber,
-            &request.url,
-            &request.headers,
-            request.body.as_deref(),
-            &request.carries,
-        );
-        if carried.is_empty() {
-            return None;
-        }
-        tracing::warn!(host = %record.host, secrets = ?carried, "refused a request carrying a secret's value (secret_exfiltration)");
-        record.reason = Some("secret_exfiltration".into());
-        record.secret = Some(carried.join(","));
-        Some(EgressError::SecretExfiltration {
-            host: record.host.clone(),
-            secrets: carried,
-        })
+/// No secret leaves for a host it does not belong to: the refusal of a request whose
+/// URL, headers or body carry a stored secret's value, named on the call's record.
+pub(super) fn carried_refusal(
+    record: &mut CallRecord,
+    request: &EgressRequest,
+    scrubber: &Scrubber,
+) -> Option<EgressError> {
+    let carried = carried_secrets(
+        scrubber,
+        &request.url,
+        &request.headers,
+        request.body.as_deref(),
+        &request.carries,
+    );
+    if carried.is_empty() {
+        return None;
     }
+    tracing::warn!(host = %record.host, secrets = ?carried, "refused a request carrying a secret's value (secret_exfiltration)");
+    record.reason = Some("secret_exfiltration".into());
+    record.secret = Some(carried.join(","));
+    Some(EgressError::SecretExfiltration {
+        host: record.host.clone(),
+        secrets: carried,
+    })
+}
 
+impl EgressClient {
     /// What cuts every stored secret out of text a caller assembled itself (a model's
     /// streamed answer, a server's catalogue), in every spelling the scrubber decodes.
     pub async fn redactor(&self) -> Result<Redactor, EgressError> {

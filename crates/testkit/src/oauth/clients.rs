@@ -49,8 +49,9 @@ impl AuthMethod {
     }
 }
 
-/// A client known to the server: pre-registered with [`AuthServer::register`] or created
-/// by dynamic registration.
+/// A client known to the server: pre-registered with
+/// [`AuthServer::register`](crate::AuthServer::register) or created by dynamic
+/// registration.
 #[derive(Debug, Clone)]
 pub struct ClientSpec {
     /// The client id.

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// Ways to make the server misbehave, or behave differently; change them at any time with
-/// [`AuthServer::knobs`].
+/// [`AuthServer::knobs`](crate::AuthServer::knobs).
 #[derive(Debug, Clone)]
 pub struct Knobs {
     /// Lifetime of access tokens (`expires_in`); short for refresh tests.
@@ -54,7 +54,8 @@ pub struct Knobs {
     /// With `dpop`: a token request without a proof is refused.
     pub dpop_required: bool,
     /// With `dpop`: the token endpoint and the resources each demand their own current
-    /// nonce (`use_dpop_nonce`); [`AuthServer::rotate_dpop_nonces`] changes them.
+    /// nonce (`use_dpop_nonce`);
+    /// [`AuthServer::rotate_dpop_nonces`](crate::AuthServer::rotate_dpop_nonces) changes them.
     pub dpop_nonces: bool,
 }
 

@@ -26,7 +26,7 @@ fn ask(signal: &dyn CancellationSignal) -> Answer {
     }
 }
 
-/// V6: the first question, before the guard, the secret and the socket: the audit action
+/// The first question, before the guard, the secret and the socket: the audit action
 /// and error of a call that must not start, or `None` to go on.
 pub(super) fn stopped_before_send(
     signal: Option<&dyn CancellationSignal>,

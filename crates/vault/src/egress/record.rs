@@ -81,9 +81,9 @@ impl CallRecord {
 }
 
 impl EgressClient {
-    /// V7 (amended): no egress without an audit row. Commits the intent row before any
-    /// byte goes out and tells the caller its id; when it cannot be committed, the error
-    /// that keeps the request unsent.
+    /// No egress without an audit row: commits the intent row before any byte goes out
+    /// and tells the caller its id; when it cannot be committed, the error that keeps the
+    /// request unsent.
     pub(super) async fn record_intent(
         &self,
         record: &mut CallRecord,

@@ -125,4 +125,3 @@ impl StoreError {
         self.is_retryable() || self.fault == StoreFault::Corrupt
     }
 }
-

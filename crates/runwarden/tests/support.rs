@@ -2,7 +2,6 @@
 //! as a subprocess with a clean environment, and a tiny HTTP server on 127.0.0.1.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -237,38 +236,55 @@ impl Output {
 }
 
 /// An HTTP/1.1 server on 127.0.0.1 that answers every request `200 ok` and keeps the raw
-/// request text (head and body), recorded before it answers: once the client has its
-/// response, the request is in [`TestServer::requests`]. No waiting needed.
+/// request text (head and body), for tests that drive the binary without a runtime of
+/// their own: the testkit's server, run on a thread of its own. It records a request
+/// before it answers: once the client has its response, the request is in
+/// [`TestServer::requests`]. No waiting needed.
 pub(crate) struct TestServer {
-    addr: SocketAddr,
-    requests: Arc<Mutex<Vec<String>>>,
+    server: Mutex<runwarden_testkit::TestServer>,
+    seen: Mutex<Vec<String>>,
+    /// Dropped last: ends the thread that runs the server.
+    _stop: oneshot::Sender<()>,
 }
 
 impl TestServer {
     /// Ready to accept as soon as this returns (the socket is bound and listening).
     pub(crate) fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
-        let addr = listener.local_addr().expect("a local address");
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let recorded = requests.clone();
-        // The thread ends with the test process; each test binary run is short-lived.
+        let (started, server) = std::sync::mpsc::channel();
+        let (stop, stopped) = oneshot::channel::<()>();
         std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let recorded = recorded.clone();
-                std::thread::spawn(move || serve(stream, &recorded));
-            }
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the test server");
+            runtime.block_on(async move {
+                let server = runwarden_testkit::TestServer::start(|_| {
+                    runwarden_testkit::Reply::text(200, "ok")
+                })
+                .await;
+                let _ = started.send(server);
+                let _ = stopped.await;
+            });
         });
-        Self { addr, requests }
+        let server = server.recv().expect("the test server started");
+        Self {
+            server: Mutex::new(server),
+            seen: Mutex::default(),
+            _stop: stop,
+        }
     }
 
     /// `http://127.0.0.1:PORT{path}`.
     pub(crate) fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        self.server.lock().expect("not poisoned").url(path)
     }
 
     /// Every raw request received so far, oldest first.
     pub(crate) fn requests(&self) -> Vec<String> {
-        self.requests.lock().expect("not poisoned").clone()
+        let fresh = self.server.lock().expect("not poisoned").drain_requests();
+        let mut seen = self.seen.lock().expect("not poisoned");
+        seen.extend(fresh.into_iter().map(|request| request.raw));
+        seen.clone()
     }
 
     /// The only request received; fails if there were none or several.
@@ -278,42 +294,6 @@ impl TestServer {
         assert_eq!(requests.len(), 1, "expected one request, got {requests:#?}");
         requests.into_iter().next().expect("one request")
     }
-}
-
-fn serve(stream: TcpStream, recorded: &Mutex<Vec<String>>) {
-    // A bound on a stuck client, not a wait for a condition.
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let mut reader = BufReader::new(&stream);
-    let mut head = String::new();
-    let mut content_length = 0usize;
-    loop {
-        let mut line = String::new();
-        match reader.read_line(&mut line) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-        if let Some((name, value)) = line.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            content_length = value.trim().parse().unwrap_or(0);
-        }
-        let end = line == "\r\n";
-        head.push_str(&line);
-        if end {
-            break;
-        }
-    }
-    let mut body = vec![0; content_length];
-    if reader.read_exact(&mut body).is_err() {
-        return;
-    }
-    head.push_str(&String::from_utf8_lossy(&body));
-    recorded.lock().expect("not poisoned").push(head);
-    let mut stream = &stream;
-    let _ = stream.write_all(
-        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
-    );
-    let _ = stream.flush();
 }
 
 /// The value of header `name` (any case) in a raw request, if present.

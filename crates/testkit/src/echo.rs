@@ -295,13 +295,13 @@ pub fn echo_handler(
                 return Reply::text(302, "moved")
                     .with_header("location", &format!("http://evil.example/{path}?k={path}"));
             }
-            Channel::OpenAiError => json_reply(
+            Channel::OpenAiError => Reply::json(
                 401,
-                json!({"error": {"message": format!("Incorrect API key provided: {echo}"), "type": "invalid_request_error", "code": "invalid_api_key"}}),
+                &json!({"error": {"message": format!("Incorrect API key provided: {echo}"), "type": "invalid_request_error", "code": "invalid_api_key"}}),
             ),
-            Channel::AnthropicError => json_reply(
+            Channel::AnthropicError => Reply::json(
                 401,
-                json!({"type": "error", "error": {"type": "authentication_error", "message": format!("invalid x-api-key: {echo}")}}),
+                &json!({"type": "error", "error": {"type": "authentication_error", "message": format!("invalid x-api-key: {echo}")}}),
             ),
             _ if body.get("jsonrpc").is_some() => mcp_answer(channel, &body, &echo, &tools),
             Channel::JsonRpcError | Channel::ProtocolVersion => {
@@ -317,10 +317,6 @@ pub fn echo_handler(
             _ => reply,
         }
     }
-}
-
-fn json_reply(status: u16, body: Value) -> Reply {
-    Reply::typed(status, "application/json", body.to_string())
 }
 
 fn with_content_type(reply: Reply, content_type: &str) -> Reply {
@@ -353,9 +349,9 @@ fn mcp_answer(channel: Channel, body: &Value, echo: &str, tools: &[Value]) -> Re
     }
     let id = body["id"].clone();
     if channel == Channel::JsonRpcError && method != "initialize" {
-        return json_reply(
+        return Reply::json(
             200,
-            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32001, "message": format!("bad credential {echo}")}}),
+            &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32001, "message": format!("bad credential {echo}")}}),
         );
     }
     let result = match method {
@@ -386,7 +382,7 @@ fn mcp_answer(channel: Channel, body: &Value, echo: &str, tools: &[Value]) -> Re
         }
         _ => json!({}),
     };
-    json_reply(200, json!({"jsonrpc": "2.0", "id": id, "result": result}))
+    Reply::json(200, &json!({"jsonrpc": "2.0", "id": id, "result": result}))
 }
 
 /// A model's answer: with tools on offer and no tool result yet, a call to the first tool;
@@ -425,7 +421,7 @@ fn model_answer(request: &HttpRequest, body: &Value, echo: &str) -> Reply {
             {"type": "tool_use", "id": "toolu_1", "name": tool, "input": {"q": echo}}], "stop_reason": "tool_use"})
         }
     };
-    json_reply(200, answer)
+    Reply::json(200, &answer)
 }
 
 /// A secret no server could make up, with the characters that make its forms differ: `/`

@@ -52,6 +52,6 @@ pub use otlp::{ExportedSpan, OtlpReceiver};
 pub use outside::required_path;
 pub use peer::Peer;
 pub use postgres::TempCluster;
-pub use server::{HttpRequest, Reply, Seen, TestServer};
+pub use server::{HttpRequest, Reply, Seen, TestServer, closed_port};
 pub use stats::Dist;
 pub use vault::{LoopbackVault, call_outcomes, loopback_vault};

@@ -88,6 +88,11 @@ impl Reply {
         }
     }
 
+    /// A JSON answer (`application/json`).
+    pub fn json(status: u16, body: &serde_json::Value) -> Self {
+        Self::typed(status, "application/json", body.to_string())
+    }
+
     /// A `text/event-stream` answer sent in `chunks`; see [`Reply::Stream`].
     pub fn event_stream(chunks: Vec<Vec<u8>>, hold_open: bool) -> Self {
         Self::Stream {
@@ -105,6 +110,13 @@ impl Reply {
         }
         self
     }
+}
+
+/// A port on 127.0.0.1 that nothing listens on (it was bound once and released), for a
+/// call that must be refused at connect.
+pub fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+    listener.local_addr().expect("a bound address").port()
 }
 
 /// Something the server saw, with the instant it saw it.

@@ -4,7 +4,11 @@
 use std::sync::Arc;
 
 use runwarden_store_sqlite::SqliteStore;
-use runwarden_vault::{Algorithm, EgressClient, EgressConfig, EgressPolicy, MasterKey, Vault};
+use runwarden_vault::store::AuditFilter;
+use runwarden_vault::{
+    Algorithm, AuditRow, EgressClient, EgressConfig, EgressPolicy, MasterKey, SecretName,
+    SecretValue, Vault,
+};
 
 /// The parts; the temporary directory (and the database in it) lives as long as this.
 pub struct LoopbackVault {
@@ -46,10 +50,36 @@ pub async fn loopback_vault() -> LoopbackVault {
     }
 }
 
+impl LoopbackVault {
+    /// Every audit row, oldest first.
+    pub async fn audit(&self) -> Vec<AuditRow> {
+        self.vault
+            .audit_list(AuditFilter::default())
+            .await
+            .expect("the audit log reads")
+    }
+
+    /// The outcome action of every call, oldest first; each intent row is checked to be
+    /// completed and left out (see [`call_outcomes`]).
+    pub async fn audit_actions(&self) -> Vec<String> {
+        call_outcomes(&self.audit().await)
+    }
+
+    /// Stores `value` under `name` and names it.
+    pub async fn put_secret(&self, name: &str, value: &str) -> SecretName {
+        let name = SecretName::new(name).expect("a valid secret name");
+        self.vault
+            .secret_put(&name, SecretValue::new(value.as_bytes().to_vec()))
+            .await
+            .expect("the secret is stored");
+        name
+    }
+}
+
 /// The outcome action of every call in `rows` (oldest first), with the intent rows
 /// (`http_call_started`) left out after checking that each is completed by exactly one
 /// later row naming it (V7 amended). Tests that count calls by their outcome use this.
-pub fn call_outcomes(rows: &[runwarden_vault::AuditRow]) -> Vec<String> {
+pub fn call_outcomes(rows: &[AuditRow]) -> Vec<String> {
     use runwarden_vault::audit::action;
     for intent in rows
         .iter()

@@ -8,8 +8,6 @@ use serde::Serialize;
 use sha2::Sha256;
 use zeroize::Zeroizing;
 
-use crate::store::{AuditFilter, StoreError, VaultStore};
-
 type HmacSha256 = Hmac<Sha256>;
 
 /// The action strings written to the audit log. Frozen once published (V7): a new
@@ -190,111 +188,6 @@ impl AuditChain {
         mac.update(hash);
         mac.finalize().into_bytes().into()
     }
-
-    /// Walks the whole log, page by page, and reports the first break in the chain.
-    pub async fn verify(&self, store: &dyn VaultStore) -> Result<VerifyReport, StoreError> {
-        const PAGE: u32 = 1_000;
-        let mut expected_id = 1i64;
-        let mut prev_hash = [0u8; 32];
-        // V7 (amended): intents not yet completed, by id.
-        let mut open_intents = std::collections::BTreeSet::new();
-        loop {
-            let filter = AuditFilter {
-                after_id: Some(expected_id - 1),
-                limit: PAGE,
-                ..AuditFilter::default()
-            };
-            let rows = store.audit_list(filter).await?;
-            let page_len = rows.len();
-            for row in rows {
-                if row.id != expected_id {
-                    return Ok(VerifyReport::broken(
-                        expected_id - 1,
-                        row.id,
-                        format!(
-                            "row {expected_id} is missing: the log jumps to row {}",
-                            row.id
-                        ),
-                    ));
-                }
-                if row.prev_hash != prev_hash {
-                    return Ok(VerifyReport::broken(
-                        expected_id - 1,
-                        row.id,
-                        format!(
-                            "row {} does not follow row {}: a row was removed or moved",
-                            row.id,
-                            row.id - 1
-                        ),
-                    ));
-                }
-                if self.link(row.id, &row.event, &row.prev_hash) != row.hash {
-                    return Ok(VerifyReport::broken(
-                        expected_id - 1,
-                        row.id,
-                        format!(
-                            "row {} was altered: its hash does not match its contents",
-                            row.id
-                        ),
-                    ));
-                }
-                if row.event.action == action::HTTP_CALL_STARTED {
-                    open_intents.insert(row.id);
-                }
-                if let Some(intent) = row.event.intent_id {
-                    open_intents.remove(&intent);
-                }
-                prev_hash = row.hash;
-                expected_id += 1;
-            }
-            if page_len < PAGE as usize {
-                break;
-            }
-        }
-        let rows = expected_id - 1;
-        let incomplete = open_intents.len() as u64;
-        let report = match store.audit_tip().await? {
-            None if rows == 0 => Ok(VerifyReport::intact(0)),
-            None => Ok(VerifyReport::broken(
-                rows,
-                rows,
-                "the tip anchor is missing: the log cannot be shown complete".into(),
-            )),
-            Some(tip) => {
-                if self.anchor(tip.last_id, &tip.last_hash) != tip.anchor {
-                    Ok(VerifyReport::broken(
-                        rows,
-                        tip.last_id,
-                        "the tip anchor was altered".into(),
-                    ))
-                } else if tip.last_id > rows {
-                    Ok(VerifyReport::broken(
-                        rows,
-                        rows + 1,
-                        format!(
-                            "the log was truncated: it ends at row {rows} but the tip anchor names row {}",
-                            tip.last_id
-                        ),
-                    ))
-                } else if tip.last_id < rows || tip.last_hash != prev_hash {
-                    Ok(VerifyReport::broken(
-                        rows,
-                        tip.last_id,
-                        format!(
-                            "the tip anchor names row {} but the log ends at row {rows} with another hash",
-                            tip.last_id
-                        ),
-                    ))
-                } else {
-                    Ok(VerifyReport::intact(rows))
-                }
-            }
-        };
-        report.map(|mut report| {
-            report.incomplete_calls = incomplete;
-            report
-        })
-    }
 }
 
 /// The outcome of `audit verify`.
@@ -319,7 +212,7 @@ pub struct VerifyReport {
 }
 
 impl VerifyReport {
-    fn intact(rows: i64) -> Self {
+    pub(crate) fn intact(rows: i64) -> Self {
         Self {
             intact: true,
             rows_verified: rows,

@@ -4,16 +4,12 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use crate::audit::{AuditEvent, action, audit_error_text};
-use crate::egress::EgressClient;
-use crate::error::EgressError;
 use crate::matcher::SecretMatcher;
 use crate::scrub::Scrubber;
-use crate::vault::now_ms;
 
 /// The names of the secrets whose value (in any spelling the matcher decodes) is in the
 /// request's URL, a header name or value, or the body, sorted and each once; `allowed`
-/// names the secrets the vault's own OAuth client puts in a token request on purpose.
+/// names the secrets the OAuth client puts in a token request on purpose.
 ///
 /// The credential placed on this request is placed after this check, where its
 /// placement says: found anywhere in what the caller wrote, it is leaving by another
@@ -95,58 +91,5 @@ impl Redactor {
     /// decodes, sorted, each once: the check every outbound request's body gets.
     pub fn secrets_in_text(&self, text: &str) -> Vec<String> {
         carried_secrets(&self.scrubber, "", &[], Some(text.as_bytes()), &[])
-    }
-}
-
-impl EgressClient {
-    /// What cuts every stored secret out of text a caller assembled itself (a model's
-    /// streamed answer, a server's catalogue), in every spelling the scrubber decodes.
-    pub async fn redactor(&self) -> Result<Redactor, EgressError> {
-        let matcher = self
-            .vault()
-            .secret_matcher()
-            .await
-            .map_err(EgressError::Store)?;
-        Ok(Redactor::new(matcher))
-    }
-
-    /// Records that something a caller assembled to send on (a model's tool call) carried
-    /// the value of stored secrets and was not acted on: one audit row naming the
-    /// secrets (never a value) and where they were headed, and the error to show.
-    pub async fn refuse_carried(
-        &self,
-        destination: &str,
-        secrets: Vec<String>,
-        actor: &str,
-        correlation: Option<&str>,
-    ) -> EgressError {
-        let event = AuditEvent {
-            time_ms: now_ms(),
-            action: action::HTTP_CALL_REFUSED.to_string(),
-            success: false,
-            secret: Some(secrets.join(",")),
-            method: String::new(),
-            host: destination.to_string(),
-            path: String::new(),
-            status: 0,
-            duration_ms: 0,
-            error: None,
-            reason: Some("secret_exfiltration".into()),
-            actor: actor.to_string(),
-            correlation: correlation.map(str::to_string),
-            intent_id: None,
-        };
-        let error = EgressError::SecretExfiltration {
-            host: destination.to_string(),
-            secrets,
-        };
-        let event = AuditEvent {
-            error: Some(audit_error_text(&error.to_string())),
-            ..event
-        };
-        if let Err(e) = self.vault().audit_record(event).await {
-            tracing::error!(error = %e, destination, "could not write the audit row of a refused tool call");
-        }
-        error
     }
 }

@@ -1,16 +1,20 @@
 //! The egress guard: which targets a call may reach, decided before any secret is read.
 
-use std::net::{IpAddr, Ipv4Addr};
-use std::str::FromStr;
+use std::net::IpAddr;
 
-use ipnet::IpNet;
 use url::{Host, Url};
 
 use crate::resolver::Resolver;
 
+mod describe;
+mod policy;
 mod ranges;
+mod spelling;
 
+pub(crate) use describe::{describe_for_audit, describe_location};
+pub use policy::{EgressPolicy, PolicyError};
 pub(crate) use ranges::forbidden_range;
+use spelling::{cut, is_legacy_numeric, raw_authority, split_authority, split_scheme, trim_url};
 
 /// Why the guard refused a target. The text never contains a query string or a secret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -57,29 +61,6 @@ pub enum Refusal {
     },
 }
 
-/// An allowlist entry could not be understood.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid [egress] allow entry {entry:?}: {problem}")]
-pub struct PolicyError {
-    /// The entry as written.
-    pub entry: String,
-    /// What is wrong with it.
-    pub problem: String,
-}
-
-/// The operator's egress policy: an allowlist of exact hosts, addresses and CIDRs that may
-/// admit private targets. Public targets need no entry.
-#[derive(Debug, Clone, Default)]
-pub struct EgressPolicy {
-    /// Exact host names: lowercase, no trailing dot.
-    hosts: Vec<String>,
-    /// Addresses (as full-length prefixes) and CIDRs.
-    nets: Vec<IpNet>,
-    /// Wildcard suffixes (`internal.example` for `*.internal.example`). V4: they never
-    /// admit a private address; they are kept for a later "only these public hosts" mode.
-    wildcards: Vec<String>,
-}
-
 /// A target that passed the guard: where the connection may go, and nowhere else.
 #[derive(Debug, Clone)]
 pub(crate) struct VettedTarget {
@@ -107,113 +88,6 @@ impl VettedTarget {
             (false, false) => format!("{}:{}", self.host, self.port),
             (false, true) => format!("[{}]:{}", self.host, self.port),
         }
-    }
-}
-
-impl EgressPolicy {
-    /// Builds a policy from the operator's `[egress] allow` entries: exact host names
-    /// (`mcp.internal.example`, case-insensitive, trailing dot ignored), addresses
-    /// (`127.0.0.1`, `::1`), CIDRs (`10.1.2.0/24`) and wildcard hosts (`*.example.com`).
-    ///
-    /// V4: wildcard entries never admit a private address. They are accepted so that a
-    /// configuration written for a later "only these public hosts" mode loads today, but
-    /// for now they admit nothing a policy without them would refuse.
-    pub fn new<S: AsRef<str>>(allow: &[S]) -> Result<Self, PolicyError> {
-        let mut policy = Self::default();
-        for entry in allow {
-            policy.add(entry.as_ref())?;
-        }
-        Ok(policy)
-    }
-
-    /// True when the policy has no entries, so every private target is refused.
-    pub fn is_empty(&self) -> bool {
-        self.hosts.is_empty() && self.nets.is_empty() && self.wildcards.is_empty()
-    }
-
-    fn add(&mut self, entry: &str) -> Result<(), PolicyError> {
-        let bad = |problem: String| PolicyError {
-            entry: cut(entry, 128),
-            problem,
-        };
-        let text = entry.trim();
-        if text.is_empty() {
-            return Err(bad("the entry is empty".into()));
-        }
-        if text.contains("://") {
-            return Err(bad("write a host, an address or a CIDR, not a URL".into()));
-        }
-        if text.contains('/') {
-            let net = IpNet::from_str(text).map_err(|_| {
-                bad("not a CIDR: write an address and a prefix length, as in 10.1.2.0/24".into())
-            })?;
-            if net.trunc() != net {
-                return Err(bad(format!(
-                    "host bits are set: did you mean {}?",
-                    net.trunc()
-                )));
-            }
-            self.nets.push(net);
-            return Ok(());
-        }
-        let bare = text.strip_prefix('[').and_then(|t| t.strip_suffix(']'));
-        if let Ok(ip) = IpAddr::from_str(bare.unwrap_or(text)) {
-            self.nets.push(IpNet::from(ip));
-            return Ok(());
-        }
-        let lower = text.to_ascii_lowercase();
-        let name = lower.strip_suffix('.').unwrap_or(&lower);
-        let (wildcard, name) = match name.strip_prefix("*.") {
-            Some(rest) => (true, rest),
-            None => (false, name),
-        };
-        if name == "*" {
-            return Err(bad("a bare * would admit every host: name the hosts".into()));
-        }
-        if name.contains('*') {
-            return Err(bad(
-                "a wildcard must be the whole first label, as in *.internal.example".into(),
-            ));
-        }
-        if name.contains(':') {
-            return Err(bad("write the host without a port".into()));
-        }
-        if is_numeric_spelling(name) {
-            return Err(bad("not an IPv4 address: write it as a.b.c.d".into()));
-        }
-        if !name.is_ascii() {
-            return Err(bad(
-                "write an internationalised name in its xn-- form".into()
-            ));
-        }
-        let label_ok = |l: &str| {
-            (1..=63).contains(&l.len())
-                && l.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        };
-        if name.len() > 253 || !name.split('.').all(label_ok) {
-            return Err(bad(
-                "not a host name: use labels of letters, digits, - and _ separated by dots".into(),
-            ));
-        }
-        if wildcard {
-            self.wildcards.push(name.to_owned());
-        } else {
-            self.hosts.push(name.to_owned());
-        }
-        Ok(())
-    }
-
-    /// V4: an allowlisted exact host admits whatever it resolves to; an allowlisted
-    /// address or CIDR admits that address wherever it came from. Wildcards admit nothing.
-    fn admits(&self, host: &str, addr: IpAddr) -> bool {
-        // An IPv4-mapped address reaches the same endpoint as its IPv4 value.
-        let canonical = addr.to_canonical();
-        self.hosts.iter().any(|h| h == host)
-            || self
-                .nets
-                .iter()
-                .any(|n| n.contains(&addr) || n.contains(&canonical))
     }
 }
 
@@ -314,62 +188,6 @@ pub(crate) async fn vet_target(
     })
 }
 
-/// A best-effort (host, path) for the audit row of a call that may have been refused:
-/// never the query string, never the fragment, never userinfo. Unparsable input gives
-/// the host as written when it is made of plain host characters, else nothing.
-pub(crate) fn describe_for_audit(raw_url: &str) -> (String, String) {
-    let text = trim_url(raw_url);
-    if let Ok(url) = Url::parse(text)
-        && matches!(url.scheme(), "http" | "https")
-    {
-        let host = match url.host() {
-            Some(Host::Domain(name)) => name.strip_suffix('.').unwrap_or(name).to_owned(),
-            Some(Host::Ipv4(ip)) => ip.to_string(),
-            Some(Host::Ipv6(ip)) => ip.to_string(),
-            None => String::new(),
-        };
-        // A refused row keeps the port, as an answered one does (`Target::audit_host`):
-        // `127.0.0.1:8080` and `127.0.0.1:9090` are different services. `port()` is
-        // `None` for the scheme's default port.
-        let host = match (url.port(), host.contains(':')) {
-            (None, _) => host,
-            (Some(port), false) => format!("{host}:{port}"),
-            (Some(port), true) => format!("[{host}]:{port}"),
-        };
-        return (cut(&host, 253), cut(url.path(), 256));
-    }
-    let Ok((scheme, rest)) = split_scheme(text) else {
-        return (String::new(), String::new());
-    };
-    // Another scheme (`file:///etc/passwd`, `ftp://...`) is shown as what it is: the
-    // scheme and authority in the host column and the path beside it, never a path
-    // segment read as a host (`etc`). Userinfo, query and fragment stay out.
-    let scheme = scheme.to_ascii_lowercase();
-    let plain_scheme = scheme
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
-    if let Ok(url) = Url::parse(text)
-        && plain_scheme
-    {
-        let host = url.host_str().unwrap_or_default();
-        let host = match url.port() {
-            Some(port) => format!("{scheme}://{host}:{port}"),
-            None => format!("{scheme}://{host}"),
-        };
-        return (cut(&host, 253), cut(url.path(), 256));
-    }
-    let (_, host) = split_authority(raw_authority(rest));
-    let plain = host
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"-._:[]".contains(&b));
-    let host = if plain && plain_scheme {
-        cut(&format!("{scheme}://{}", host.to_ascii_lowercase()), 64)
-    } else {
-        String::new()
-    };
-    (host, String::new())
-}
-
 fn invalid(reason: &str) -> Refusal {
     Refusal::InvalidUrl {
         reason: cut(reason, 200),
@@ -380,70 +198,6 @@ fn legacy(host: &str) -> Refusal {
     Refusal::LegacyNumericHost {
         host: cut(host, 64),
     }
-}
-
-/// At most `max` characters of `text`.
-fn cut(text: &str, max: usize) -> String {
-    text.chars().take(max).collect()
-}
-
-/// Drops what the URL standard drops: leading and trailing C0 controls and spaces.
-fn trim_url(raw: &str) -> &str {
-    raw.trim_matches(|c: char| c <= ' ')
-}
-
-/// Splits `scheme:rest`. A missing or malformed scheme is an invalid URL.
-fn split_scheme(text: &str) -> Result<(&str, &str), Refusal> {
-    let missing = || invalid("no scheme: write the URL as http://host/ or https://host/");
-    let (scheme, rest) = text.split_once(':').ok_or_else(missing)?;
-    let mut chars = scheme.chars();
-    let well_formed = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-    if well_formed {
-        Ok((scheme, rest))
-    } else {
-        Err(missing())
-    }
-}
-
-/// The authority as the URL standard reads it for http and https: after any run of
-/// slashes or backslashes, up to the first slash, backslash, `?` or `#`.
-fn raw_authority(after_scheme: &str) -> &str {
-    let start = after_scheme.trim_start_matches(['/', '\\']);
-    let end = start.find(['/', '\\', '?', '#']).unwrap_or(start.len());
-    &start[..end]
-}
-
-/// Whether the authority carries userinfo, and its host text (brackets kept, port cut).
-fn split_authority(authority: &str) -> (bool, &str) {
-    let (has_userinfo, host_port) = match authority.rsplit_once('@') {
-        Some((_, host_port)) => (true, host_port),
-        None => (false, authority),
-    };
-    let host = if host_port.starts_with('[') {
-        host_port
-            .find(']')
-            .map_or(host_port, |end| &host_port[..=end])
-    } else {
-        host_port.split(':').next().unwrap_or(host_port)
-    };
-    (has_userinfo, host)
-}
-
-/// True for a host the URL parser would read as an IPv4 address (dot-separated decimal
-/// or `0x` hexadecimal parts, one trailing dot allowed) that is not the canonical form
-/// `a.b.c.d`: four decimal parts, no leading zeros, no trailing dot.
-fn is_legacy_numeric(host: &str) -> bool {
-    is_numeric_spelling(host) && !Ipv4Addr::from_str(host).is_ok_and(|ip| ip.to_string() == host)
-}
-
-fn is_numeric_spelling(host: &str) -> bool {
-    let body = host.strip_suffix('.').unwrap_or(host);
-    let numeric_part = |part: &str| match part.strip_prefix("0x") {
-        Some(hex) => hex.bytes().all(|b| b.is_ascii_hexdigit()),
-        None => !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()),
-    };
-    !body.is_empty() && body.split('.').all(numeric_part)
 }
 
 #[cfg(test)]
@@ -774,125 +528,5 @@ mod tests {
             let _ = vet_target(&empty, &resolver, url).await;
         }
         assert_eq!(resolver.calls(), 0);
-    }
-
-    #[test]
-    fn forbidden_ranges_are_named_and_public_addresses_pass() {
-        let cases = [
-            ("127.0.0.1", Some("loopback 127.0.0.0/8")),
-            (
-                "169.254.169.254",
-                Some("link-local 169.254.0.0/16 (cloud metadata)"),
-            ),
-            (
-                "100.64.0.1",
-                Some("shared address space (CGNAT) 100.64.0.0/10"),
-            ),
-            ("172.15.255.255", None),
-            ("172.32.0.0", None),
-            ("100.128.0.0", None),
-            ("8.8.8.8", None),
-            ("1.1.1.1", None),
-            ("::1", Some("loopback ::1/128")),
-            ("::", Some("unspecified ::/128")),
-            ("64:ff9b::808:808", Some("NAT64 64:ff9b::/96")),
-            ("2606:4700:4700::1111", None),
-            ("2001:4860:4860::8888", None),
-            ("4000::1", Some("reserved, outside global unicast 2000::/3")),
-        ];
-        for (addr, expected) in cases {
-            assert_eq!(forbidden_range(ip(addr)), expected, "{addr}");
-        }
-    }
-
-    #[test]
-    fn ipv4_embedded_in_ipv6_is_judged_by_its_ipv4_value() {
-        let cases = [
-            ("::ffff:127.0.0.1", true),
-            ("::ffff:8.8.8.8", false),
-            ("::ffff:0:10.0.0.1", true),
-            ("::10.0.0.1", true),
-            ("::8.8.8.8", false),
-            ("2002:7f00:0001::", true),
-            ("2002:0808:0808::", false),
-            // Teredo: server 65.54.227.120, client !0x80fffffe = 127.0.0.1.
-            ("2001:0:4136:e378:8000:63bf:80ff:fffe", true),
-            // Teredo: server 10.0.0.1, client 8.8.8.8.
-            ("2001:0:a00:1::f7f7:f7f7", true),
-            // Teredo: server 65.54.227.120, client 8.8.8.8.
-            ("2001:0:4136:e378::f7f7:f7f7", false),
-        ];
-        for (addr, forbidden) in cases {
-            assert_eq!(forbidden_range(ip(addr)).is_some(), forbidden, "{addr}");
-        }
-    }
-
-    #[test]
-    fn bad_allowlist_entries_are_refused_with_a_reason() {
-        for entry in [
-            "10.0.0.0/99",
-            "",
-            "  ",
-            "*",
-            "*.",
-            "http://x",
-            "localhost:8080",
-            "a.*.example",
-            "10.1.2.7/24",
-            "2130706433",
-            "exa mple.com",
-            "bücher.example",
-        ] {
-            let err = EgressPolicy::new(&[entry]).expect_err(entry);
-            assert!(!err.problem.is_empty(), "{entry:?}");
-            assert!(!err.to_string().ends_with('.'), "{err}");
-        }
-    }
-
-    #[test]
-    fn good_allowlist_entries_are_accepted() {
-        let allow = [
-            "mcp.internal.example",
-            "my_service",
-            "*.internal.example",
-            "127.0.0.1",
-            "::1",
-            "[::1]",
-            "10.1.2.0/24",
-            "fd00::/8",
-        ];
-        assert!(!policy(&allow).is_empty());
-        assert!(
-            EgressPolicy::new::<&str>(&[])
-                .expect("empty policy")
-                .is_empty()
-        );
-    }
-
-    #[test]
-    fn audit_descriptions_keep_the_port_and_the_scheme_but_no_query_and_no_userinfo() {
-        let cases = [
-            (
-                "http://user:pw@Example.COM./a/b?token=x#f",
-                ("example.com", "/a/b"),
-            ),
-            ("http://[::1]:8080/p?q=1", ("[::1]:8080", "/p")),
-            ("https://api.example:443/p", ("api.example", "/p")),
-            ("http://127.0.0.1:9/p", ("127.0.0.1:9", "/p")),
-            (
-                "ftp://u:pw@files.example/x?y",
-                ("ftp://files.example", "/x"),
-            ),
-            ("file:///etc/passwd", ("file://", "/etc/passwd")),
-            ("garbage", ("", "")),
-            ("http://exa mple.com/?secret", ("", "")),
-        ];
-        for (url, (host, path)) in cases {
-            assert_eq!(
-                describe_for_audit(url),
-                (host.to_owned(), path.to_owned()),
-                "{url}"
-            );
-        }
     }
 }

@@ -34,6 +34,7 @@
 
 mod anchoring;
 pub mod audit;
+mod audit_verify;
 mod audit_writer;
 mod delivery;
 pub mod dpop;
@@ -45,6 +46,7 @@ mod external_witness;
 mod guard;
 mod master_key;
 mod matcher;
+mod message;
 mod oauth_token;
 mod placement;
 mod resolver;
@@ -53,6 +55,7 @@ mod secret;
 mod secret_index;
 mod signal;
 pub mod store;
+mod store_error;
 mod tokens;
 pub mod trace;
 mod vault;
@@ -60,23 +63,21 @@ mod witness;
 
 pub use audit::{AuditEvent, AuditRow, VerifyReport};
 pub use delivery::Delivery;
-pub use egress::{
-    BeforeTransfer, CallObserver, CompleteFn, DEFAULT_BACKSTOP_TICK, DEFAULT_MAX_RESPONSE_BYTES,
-    EgressClient, EgressConfig, EgressRequest, EgressResponse, HeadObserver, IntentObserver,
-    MAX_BACKSTOP_TICK, MAX_TICK, Method,
-};
+pub use egress::{CallObserver, DEFAULT_BACKSTOP_TICK, EgressClient, EgressConfig, MAX_TICK};
 pub use envelope::Algorithm;
 pub use error::{EgressError, VaultError};
 pub use exfiltration::Redactor;
 pub use guard::{EgressPolicy, PolicyError, Refusal};
 pub use master_key::MasterKey;
+pub use message::{
+    BeforeTransfer, CompleteFn, DEFAULT_MAX_RESPONSE_BYTES, EgressRequest, EgressResponse,
+    HeadObserver, IntentObserver, Method,
+};
 pub use oauth_token::{OAUTH_TOKEN_PREFIX, OAuthTokenRecord};
 pub use placement::{Credential, Placement};
-pub use resolver::{Resolver, SystemResolver};
+pub use resolver::Resolver;
 pub use secret::{SecretName, SecretValue};
-pub use signal::{CancelFlag, CancellationSignal, NeverCancelled, WakeFuture};
+pub use signal::{CancelFlag, CancellationSignal, WakeFuture};
 pub use store::{ConsoleSession, SessionStore};
-pub use tokens::{
-    ApiToken, Role, TOKEN_PREFIX, TokenValue, token_create, token_hash, token_verify,
-};
+pub use tokens::{ApiToken, Role, TokenValue, token_create, token_hash, token_verify};
 pub use vault::Vault;

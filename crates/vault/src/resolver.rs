@@ -15,7 +15,7 @@ pub trait Resolver: Send + Sync + 'static {
 
 /// The operating system's resolver (getaddrinfo through tokio).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SystemResolver;
+pub(crate) struct SystemResolver;
 
 #[async_trait]
 impl Resolver for SystemResolver {

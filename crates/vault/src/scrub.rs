@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use zeroize::Zeroizing;
 
-use crate::egress::{EgressResponse, describe_location};
 use crate::error::EgressError;
+use crate::guard::describe_location;
 use crate::matcher::{Hit, SecretMatcher, merged_ranges};
+use crate::message::EgressResponse;
 use crate::secret::SecretValue;
 
 /// What replaces every form of the secret.

@@ -44,16 +44,6 @@ pub trait CancellationSignal: Send + Sync {
     }
 }
 
-/// A signal that is never cancelled, for calls outside any cancellable work.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NeverCancelled;
-
-impl CancellationSignal for NeverCancelled {
-    fn is_cancelled(&self) -> bool {
-        false
-    }
-}
-
 /// An in-memory flag that cancels every signal cloned from it, and wakes waiters at once.
 ///
 /// This is what a command-line Ctrl-C handler or a test holds. The runtime has its own

@@ -2,14 +2,18 @@
 //!
 //! This is an internal seam, not a plugin API. Every backend runs the conformance suite in
 //! `runwarden-storetest`, and the vault relies on exactly what that suite checks.
+//!
+//! The store error and the token store are defined below this module (beside what they
+//! describe, so the audit log and the tokens need not import the seam) and named here
+//! too, so a backend finds everything it implements in one place.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
 use crate::audit::{AuditChain, AuditEvent, AuditRow, AuditTip};
-
-pub use runwarden_base::{STORE_FAULTS, StoreError, StoreFault, store_errors_seen};
+pub use crate::store_error::{STORE_FAULTS, StoreError, StoreFault, store_errors_seen};
+pub use crate::tokens::{ConsoleSession, SessionStore, TokenStore};
 
 /// Which table of sealed records a record belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,71 +201,4 @@ fn list_fingerprint(list: &[SealedMeta]) -> u64 {
         meta.updated_ms.hash(&mut hasher);
     }
     hasher.finish()
-}
-
-/// Storage for API tokens: only their SHA-256 hashes are kept.
-#[async_trait]
-pub trait TokenStore: Send + Sync + 'static {
-    /// Stores a new token's record under its hash.
-    async fn token_insert(
-        &self,
-        token: crate::tokens::ApiToken,
-        hash: [u8; 32],
-    ) -> Result<(), StoreError>;
-
-    /// The token whose hash this is, if it exists and was not revoked.
-    async fn token_find(
-        &self,
-        hash: [u8; 32],
-    ) -> Result<Option<crate::tokens::ApiToken>, StoreError>;
-
-    /// Every token's record (never a hash), oldest first.
-    async fn token_list(&self) -> Result<Vec<crate::tokens::ApiToken>, StoreError>;
-
-    /// Revokes a token by id; answers whether it existed.
-    async fn token_revoke(&self, id: &str) -> Result<bool, StoreError>;
-}
-
-/// A console session as a lookup answers it: the live token it acts for and when it ends.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConsoleSession {
-    /// The token the session was opened with (id, name, role), read live at each lookup.
-    pub token: crate::tokens::ApiToken,
-    /// When the session was opened, Unix milliseconds UTC.
-    pub created_ms: i64,
-    /// When it stops answering, Unix milliseconds UTC.
-    pub expires_ms: i64,
-}
-
-/// Storage for console sessions: only the SHA-256 of a session id is kept.
-///
-/// The session ids, their cookie and the CSRF tokens belong to the console in the binary;
-/// this trait stays here, beside [`TokenStore`], because a session is a row bound to an API
-/// token: a lookup answers only while its token is live, which both stores read in one
-/// query over the token table. It is the lowest place both stores (which depend on the
-/// vault and the runtime, never on the binary) can implement it.
-#[async_trait]
-pub trait SessionStore: Send + Sync + 'static {
-    /// Stores a new session under its hash, bound to the token with id `token_id`.
-    async fn session_insert(
-        &self,
-        hash: [u8; 32],
-        token_id: &str,
-        created_ms: i64,
-        expires_ms: i64,
-    ) -> Result<(), StoreError>;
-
-    /// The session whose hash this is, if it expires after `now_ms` and its token is not
-    /// revoked.
-    async fn session_find(
-        &self,
-        hash: [u8; 32],
-        now_ms: i64,
-    ) -> Result<Option<ConsoleSession>, StoreError>;
-
-    /// Deletes a session (sign-out); answers whether it existed.
-    async fn session_delete(&self, hash: [u8; 32]) -> Result<bool, StoreError>;
-
-    /// Deletes every session that expired at or before `now_ms`; answers how many.
-    async fn session_purge(&self, now_ms: i64) -> Result<u64, StoreError>;
 }

@@ -1,14 +1,16 @@
-//! API tokens with roles (O2): random, shown once, stored only as a SHA-256 hash.
+//! API tokens with roles (O2): random, shown once, stored only as a SHA-256 hash through
+//! the [`TokenStore`] a backend implements (the store seam re-exports it).
 
 use std::fmt;
 
+use async_trait::async_trait;
 use base64::Engine;
 use chacha20poly1305::aead::OsRng;
 use chacha20poly1305::aead::rand_core::RngCore;
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
-use crate::store::{StoreError, TokenStore};
+use crate::store_error::StoreError;
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -70,8 +72,24 @@ impl fmt::Debug for TokenValue {
     }
 }
 
+/// Storage for API tokens: only their SHA-256 hashes are kept.
+#[async_trait]
+pub trait TokenStore: Send + Sync + 'static {
+    /// Stores a new token's record under its hash.
+    async fn token_insert(&self, token: ApiToken, hash: [u8; 32]) -> Result<(), StoreError>;
+
+    /// The token whose hash this is, if it exists and was not revoked.
+    async fn token_find(&self, hash: [u8; 32]) -> Result<Option<ApiToken>, StoreError>;
+
+    /// Every token's record (never a hash), oldest first.
+    async fn token_list(&self) -> Result<Vec<ApiToken>, StoreError>;
+
+    /// Revokes a token by id; answers whether it existed.
+    async fn token_revoke(&self, id: &str) -> Result<bool, StoreError>;
+}
+
 /// The prefix of every token, so a leaked one is recognisable in a scan.
-pub const TOKEN_PREFIX: &str = "rwt_";
+pub(crate) const TOKEN_PREFIX: &str = "rwt_";
 
 /// The SHA-256 of a presented token. Tokens carry 256 random bits, so a plain hash is
 /// enough to make the stored form useless to a reader of the database.
@@ -129,4 +147,48 @@ mod tests {
         let value = TokenValue(Zeroizing::new("rwt_secret".into()));
         assert_eq!(format!("{value:?}"), "TokenValue([redacted])");
     }
+}
+
+/// A console session as a lookup answers it: the live token it acts for and when it ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleSession {
+    /// The token the session was opened with (id, name, role), read live at each lookup.
+    pub token: ApiToken,
+    /// When the session was opened, Unix milliseconds UTC.
+    pub created_ms: i64,
+    /// When it stops answering, Unix milliseconds UTC.
+    pub expires_ms: i64,
+}
+
+/// Storage for console sessions: only the SHA-256 of a session id is kept.
+///
+/// The session ids, their cookie and the CSRF tokens belong to the console in the binary;
+/// this trait stays here, beside [`TokenStore`], because a session is a row bound to an API
+/// token: a lookup answers only while its token is live, which both stores read in one
+/// query over the token table. It is the lowest place both stores (which depend on the
+/// vault and the runtime, never on the binary) can implement it.
+#[async_trait]
+pub trait SessionStore: Send + Sync + 'static {
+    /// Stores a new session under its hash, bound to the token with id `token_id`.
+    async fn session_insert(
+        &self,
+        hash: [u8; 32],
+        token_id: &str,
+        created_ms: i64,
+        expires_ms: i64,
+    ) -> Result<(), StoreError>;
+
+    /// The session whose hash this is, if it expires after `now_ms` and its token is not
+    /// revoked.
+    async fn session_find(
+        &self,
+        hash: [u8; 32],
+        now_ms: i64,
+    ) -> Result<Option<ConsoleSession>, StoreError>;
+
+    /// Deletes a session (sign-out); answers whether it existed.
+    async fn session_delete(&self, hash: [u8; 32]) -> Result<bool, StoreError>;
+
+    /// Deletes every session that expired at or before `now_ms`; answers how many.
+    async fn session_purge(&self, now_ms: i64) -> Result<u64, StoreError>;
 }

@@ -31,11 +31,7 @@ async fn a_server_that_never_answers_hits_the_total_timeout() {
 #[tokio::test]
 async fn a_closed_port_is_a_transport_failure_with_a_one_line_error() {
     let f = fixture().await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = runwarden_testkit::closed_port();
     let request = EgressRequest::new(Method::Get, format!("http://127.0.0.1:{port}/x?token=abc"));
     let err = f.client.send(request, None).await.unwrap_err();
     assert!(matches!(err, EgressError::Transport { .. }), "{err}");

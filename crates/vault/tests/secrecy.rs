@@ -49,10 +49,7 @@ async fn a_sigil_never_leaks_into_logs_errors_debug_or_audit_rows() {
     ];
     let ok = TestServer::start(|_| Reply::text(200, "ok")).await;
     let mut stall = TestServer::start(|_| Reply::Stall).await;
-    let closed_port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
+    let closed_port = runwarden_testkit::closed_port();
     for placement in placements {
         let credential = Credential {
             secret: secret.clone(),

@@ -1,31 +1,34 @@
-//! Fixtures for the MCP tests: a vault over a real SQLite file and a scripted MCP server.
+//! Fixtures for the MCP tests: the shared loopback vault of `runwarden-testkit` and a
+//! scripted MCP server.
 
 #![allow(dead_code, unreachable_pub)]
 
 pub mod scripted;
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
 use runwarden_mcp::{ManualClock, McpClient, ProtocolPolicy, ServerConfig};
-use runwarden_vault::store::AuditFilter;
-use runwarden_vault::{AuditRow, EgressClient, Vault};
+use runwarden_testkit::LoopbackVault;
 
 /// How long a test waits for an event before failing.
 pub const WAIT: Duration = Duration::from_secs(10);
 
-/// A vault over a fresh SQLite file and an egress client that admits loopback.
-pub struct Fixture {
-    pub dir: tempfile::TempDir,
-    pub vault: Arc<Vault>,
-    pub egress: Arc<EgressClient>,
+/// A vault over a fresh SQLite file and an egress client that admits loopback (the
+/// testkit's, with its audit helpers), and the MCP client these tests make from it.
+pub struct Fixture(LoopbackVault);
+
+impl Deref for Fixture {
+    type Target = LoopbackVault;
+
+    fn deref(&self) -> &LoopbackVault {
+        &self.0
+    }
 }
 
 pub async fn fixture() -> Fixture {
-    let runwarden_testkit::LoopbackVault {
-        dir, vault, egress, ..
-    } = runwarden_testkit::loopback_vault().await;
-    Fixture { dir, vault, egress }
+    Fixture(runwarden_testkit::loopback_vault().await)
 }
 
 impl Fixture {
@@ -39,16 +42,5 @@ impl Fixture {
             Some(clock) => client.with_clock(clock),
             None => client,
         }
-    }
-
-    /// Every audit row, oldest first.
-    pub async fn audit(&self) -> Vec<AuditRow> {
-        self.vault.audit_list(AuditFilter::default()).await.unwrap()
-    }
-
-    /// The outcome action of every call, oldest first; each intent row is checked to be
-    /// completed and left out (V7 amended).
-    pub async fn audit_actions(&self) -> Vec<String> {
-        runwarden_testkit::call_outcomes(&self.audit().await)
     }
 }

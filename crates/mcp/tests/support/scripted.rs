@@ -117,7 +117,7 @@ fn frame(profile: Profile, message: Value) -> Reply {
         );
         Reply::typed(200, "text/event-stream", body)
     } else {
-        Reply::typed(200, "application/json", message.to_string())
+        Reply::json(200, &message)
     }
 }
 

@@ -1,14 +1,14 @@
-//! Fixtures for the model tests: a vault over a real SQLite file, keys, requests.
+//! Fixtures for the model tests: the shared loopback vault of `runwarden-testkit`, keys,
+//! requests.
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::sync::Arc;
+use std::ops::Deref;
 use std::time::Duration;
 
 use runwarden_models::{Message, ModelRequest, ToolCallRequest, ToolSpec};
-use runwarden_testkit::{HttpRequest, Reply};
-use runwarden_vault::store::AuditFilter;
-use runwarden_vault::{AuditRow, EgressClient, SecretName, SecretValue, Vault};
+use runwarden_testkit::{HttpRequest, LoopbackVault, Reply};
+use runwarden_vault::SecretName;
 use serde_json::{Value, json};
 
 /// How long a test waits for an event before failing.
@@ -17,46 +17,32 @@ pub const WAIT: Duration = Duration::from_secs(10);
 /// A key value no provider could make up, so finding it proves where it went.
 pub const KEY_SIGIL: &str = "sk-sigil-5c9e1b";
 
-/// A vault over a fresh SQLite file and an egress client that admits loopback.
-pub struct Fixture {
-    pub dir: tempfile::TempDir,
-    pub vault: Arc<Vault>,
-    pub egress: Arc<EgressClient>,
+/// A vault over a fresh SQLite file and an egress client that admits loopback: the
+/// testkit's, with its audit helpers.
+pub struct Fixture(LoopbackVault);
+
+impl Deref for Fixture {
+    type Target = LoopbackVault;
+
+    fn deref(&self) -> &LoopbackVault {
+        &self.0
+    }
 }
 
 pub async fn fixture() -> Fixture {
-    let runwarden_testkit::LoopbackVault {
-        dir, vault, egress, ..
-    } = runwarden_testkit::loopback_vault().await;
-    Fixture { dir, vault, egress }
+    Fixture(runwarden_testkit::loopback_vault().await)
 }
 
 impl Fixture {
     /// Stores [`KEY_SIGIL`] under `name` and names it.
     pub async fn put_key(&self, name: &str) -> SecretName {
-        let name = SecretName::new(name).unwrap();
-        self.vault
-            .secret_put(&name, SecretValue::new(KEY_SIGIL.as_bytes().to_vec()))
-            .await
-            .unwrap();
-        name
-    }
-
-    /// Every audit row, oldest first.
-    pub async fn audit(&self) -> Vec<AuditRow> {
-        self.vault.audit_list(AuditFilter::default()).await.unwrap()
-    }
-
-    /// The outcome action of every call, oldest first; each intent row is checked to be
-    /// completed and left out (V7 amended).
-    pub async fn audit_actions(&self) -> Vec<String> {
-        runwarden_testkit::call_outcomes(&self.audit().await)
+        self.put_secret(name, KEY_SIGIL).await
     }
 }
 
 /// A JSON answer.
 pub fn json_reply(status: u16, body: Value) -> Reply {
-    Reply::typed(status, "application/json", body.to_string())
+    Reply::json(status, &body)
 }
 
 /// The body of a request the server saw, as JSON.

@@ -454,4 +454,59 @@ mod tests {
             "past the /20"
         );
     }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().expect("test address")
+    }
+
+    #[test]
+    fn forbidden_ranges_are_named_and_public_addresses_pass() {
+        let cases = [
+            ("127.0.0.1", Some("loopback 127.0.0.0/8")),
+            (
+                "169.254.169.254",
+                Some("link-local 169.254.0.0/16 (cloud metadata)"),
+            ),
+            (
+                "100.64.0.1",
+                Some("shared address space (CGNAT) 100.64.0.0/10"),
+            ),
+            ("172.15.255.255", None),
+            ("172.32.0.0", None),
+            ("100.128.0.0", None),
+            ("8.8.8.8", None),
+            ("1.1.1.1", None),
+            ("::1", Some("loopback ::1/128")),
+            ("::", Some("unspecified ::/128")),
+            ("64:ff9b::808:808", Some("NAT64 64:ff9b::/96")),
+            ("2606:4700:4700::1111", None),
+            ("2001:4860:4860::8888", None),
+            ("4000::1", Some("reserved, outside global unicast 2000::/3")),
+        ];
+        for (addr, expected) in cases {
+            assert_eq!(forbidden_range(ip(addr)), expected, "{addr}");
+        }
+    }
+
+    #[test]
+    fn ipv4_embedded_in_ipv6_is_judged_by_its_ipv4_value() {
+        let cases = [
+            ("::ffff:127.0.0.1", true),
+            ("::ffff:8.8.8.8", false),
+            ("::ffff:0:10.0.0.1", true),
+            ("::10.0.0.1", true),
+            ("::8.8.8.8", false),
+            ("2002:7f00:0001::", true),
+            ("2002:0808:0808::", false),
+            // Teredo: server 65.54.227.120, client !0x80fffffe = 127.0.0.1.
+            ("2001:0:4136:e378:8000:63bf:80ff:fffe", true),
+            // Teredo: server 10.0.0.1, client 8.8.8.8.
+            ("2001:0:a00:1::f7f7:f7f7", true),
+            // Teredo: server 65.54.227.120, client 8.8.8.8.
+            ("2001:0:4136:e378::f7f7:f7f7", false),
+        ];
+        for (addr, forbidden) in cases {
+            assert_eq!(forbidden_range(ip(addr)).is_some(), forbidden, "{addr}");
+        }
+    }
 }

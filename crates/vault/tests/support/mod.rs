@@ -1,5 +1,6 @@
-//! Shared test fixtures: a vault over a real SQLite file, a store that counts secret reads,
-//! resolvers that serve scripted answers, and the loopback server.
+//! Shared test fixtures: a vault over a real SQLite file, a store that counts secret reads
+//! and fails audit appends on demand, and resolvers that serve scripted answers. The
+//! servers the tests call are the testkit's (`runwarden_testkit::TestServer`).
 
 #![allow(dead_code, unreachable_pub)]
 

@@ -11,8 +11,8 @@ use runwarden_mcp::CatalogueStore;
 use runwarden_models::{Anthropic, ModelProvider, OpenAiCompatible, Scripted, Usage};
 use runwarden_runtime::events::{EventBody, EventDecodeError, is_final_kind};
 use runwarden_runtime::{
-    AgentError, AgentSource, AgentSpec, Budgets, CancelAnswer, Outcome, RunEvent, RunState,
-    bind_tools, clamp_rounds, usage_of,
+    AgentError, AgentSource, AgentSpec, Budgets, Canceller, Outcome, RunEvent, RunState,
+    bind_tools, cancel_run, clamp_rounds, usage_of,
 };
 use runwarden_vault::EgressClient;
 use serde_json::{Value, json};
@@ -525,23 +525,9 @@ pub(crate) async fn cancel(cx: &Context, args: RunIdArgs) -> anyhow::Result<Exit
         }
         None => {
             let store = cx.store().await?;
-            match store
-                .run_cancel(&args.run_id, chrono::Utc::now().timestamp_millis())
-                .await?
-            {
-                CancelAnswer::Cancelled { previous } => {
-                    tracing::info!(run = %args.run_id, actor = "cli", previous = previous.as_str(), "run cancelled");
-                    previous.as_str().to_string()
-                }
-                CancelAnswer::AlreadyTerminal(state) => {
-                    bail!(
-                        "run {} is already {}: a finished run cannot be cancelled",
-                        args.run_id,
-                        state.as_str()
-                    )
-                }
-                CancelAnswer::NotFound => bail!("no run with id {}", args.run_id),
-            }
+            let previous = cancel_run(Canceller::Store(store.as_ref()), &args.run_id).await?;
+            tracing::info!(run = %args.run_id, actor = "cli", previous = previous.as_str(), "run cancelled");
+            previous.as_str().to_string()
         }
     };
     let report = json!({ "run_id": args.run_id, "cancelled": true, "previous": previous });

@@ -9,7 +9,8 @@ use axum::response::{IntoResponse, Response};
 use runwarden_runtime::idempotency::check_key;
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
 use runwarden_runtime::{
-    Budgets, CancelAnswer, KeyedCreate, RunCreateKeyed, RunFilter, RunState, run_request,
+    Budgets, CancelRefused, Canceller, KeyedCreate, RunCreateKeyed, RunFilter, RunState,
+    cancel_run, run_request,
 };
 use runwarden_vault::ApiToken;
 use serde::Deserialize;
@@ -256,18 +257,18 @@ pub(super) async fn cancel(
 ) -> Result<axum::Json<Value>, ApiError> {
     // R4 through this process: the guarded row update, then the hub wakes the run's
     // in-flight calls if it executes here (a worker slot or a sync API run).
-    match state.executor.cancel(&id).await? {
-        CancelAnswer::Cancelled { previous } => {
+    match cancel_run(Canceller::Executor(&state.executor), &id).await {
+        Ok(previous) => {
             // O5: who stopped the run, by the token's name.
             tracing::info!(run = %id, actor = %token.name, previous = previous.as_str(), "run cancelled");
             Ok(axum::Json(
                 json!({ "run_id": id, "cancelled": true, "previous": previous.as_str() }),
             ))
         }
-        CancelAnswer::AlreadyTerminal(status) => Err(ApiError::RunAlreadyTerminal(format!(
-            "run {id} is already {}: a finished run cannot be cancelled",
-            status.as_str()
-        ))),
-        CancelAnswer::NotFound => Err(ApiError::RunNotFound(id)),
+        Err(refused @ CancelRefused::Finished { .. }) => {
+            Err(ApiError::RunAlreadyTerminal(refused.to_string()))
+        }
+        Err(CancelRefused::NotFound(_)) => Err(ApiError::RunNotFound(id)),
+        Err(CancelRefused::Store(error)) => Err(error.into()),
     }
 }

@@ -182,6 +182,17 @@ pub(crate) struct WorkerSettings {
     pub(crate) status_refresh: Duration,
 }
 
+impl WorkerSettings {
+    /// How retryable failures and stale reclaims go back to the queue.
+    pub(crate) fn retry(&self) -> runwarden_runtime::RetryPolicy {
+        runwarden_runtime::RetryPolicy {
+            max_requeues: self.max_requeues,
+            base: self.retry_base,
+            ..runwarden_runtime::RetryPolicy::default()
+        }
+    }
+}
+
 pub(super) fn worker_settings(section: WorkerSection) -> anyhow::Result<WorkerSettings> {
     let lease = seconds(
         "[worker] lease_seconds",

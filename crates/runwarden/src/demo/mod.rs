@@ -27,10 +27,10 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use self::mcp_server::{SLOW_CALL, SLOW_TOOL, ServerEvent};
-use crate::cli::init::create_installation;
-use crate::cli::run::event_line;
 use crate::config::{Config, ProviderConfig};
+use crate::installation::create_installation;
 use crate::output;
+use crate::views::event_line;
 
 /// The MCP server's name in the demo's configuration.
 const SERVER: &str = "helpdesk";

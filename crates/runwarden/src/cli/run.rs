@@ -2,17 +2,21 @@
 //! of any run.
 
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
 use runwarden_models::Usage;
 use runwarden_runtime::events::is_final_kind;
-use runwarden_runtime::{Budgets, Canceller, Outcome, RunEvent, RunState, cancel_run, usage_of};
+use runwarden_runtime::{
+    Budgets, Canceller, Executor, Outcome, Run, RunEvent, RunState, cancel_run, usage_of,
+};
 use serde_json::{Value, json};
 
 use super::Context;
+use super::signals::Interrupt;
 use crate::config::AgentConfig;
 use crate::live::{News, news_of};
 use crate::output;
@@ -114,42 +118,9 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
     if !cx.json {
         eprintln!("run {} (Ctrl-C cancels it)", run.id);
     }
-    // Each cause goes through the operator's cancel path: the guarded row update, then the
-    // in-process wake-up of the run's in-flight calls.
-    let (canceller, run_id, waiter) = (executor.clone(), run.id.clone(), interrupted.clone());
-    let cancelled_at: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
-    let stamp = cancelled_at.clone();
-    tokio::spawn(async move {
-        let cause = waiter.fired().await; // a cause before the run existed is kept as a permit
-        *stamp.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-        let actor = format!("cli ({cause})");
-        tracing::info!(run = %run_id, actor, "cancelling the run");
-        if let Err(error) = canceller.cancel(&run_id).await {
-            eprintln!("error: could not cancel run {run_id}: {error}");
-        }
-    });
-    let json = cx.json;
-    // A step that cannot be printed because the reader went away (`| head -1`) cancels the
-    // run; nothing more is printed to the closed pipe.
-    let stdout_gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (gone, on_gone) = (stdout_gone.clone(), interrupted.clone());
-    let observer: runwarden_runtime::Observer = Arc::new(move |event: &RunEvent| {
-        if gone.load(std::sync::atomic::Ordering::SeqCst) {
-            return;
-        }
-        let text = if json {
-            event_json(event).to_string()
-        } else {
-            event_line(event)
-        };
-        if let Err(error) = output::try_line(&text) {
-            gone.store(true, std::sync::atomic::Ordering::SeqCst);
-            on_gone.fire(CLOSED_STDOUT);
-            if error.kind() != std::io::ErrorKind::BrokenPipe {
-                eprintln!("error: could not write to standard output: {error}");
-            }
-        }
-    });
+    let cancelled_at = cancel_on_interrupt(executor.clone(), run.id.clone(), interrupted.clone());
+    let stdout_gone = Arc::new(AtomicBool::new(false));
+    let observer = printer(cx.json, stdout_gone.clone(), interrupted.clone());
     let outcome = executor
         .execute(&run, &agent, &args.prompt, Some(observer))
         .await;
@@ -171,37 +142,15 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
         "termination_reason": final_row.termination_reason, "pending_effect": final_row.pending_effect,
         "usage": { "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens },
     });
-    let stdout_closed = stdout_gone.load(std::sync::atomic::Ordering::SeqCst)
-        || interrupted.cause() == Some(CLOSED_STDOUT);
+    let stdout_closed =
+        stdout_gone.load(Ordering::SeqCst) || interrupted.cause() == Some(CLOSED_STDOUT);
     let human = || {
-        let mut text = format!("run {} {}", run.id, outcome.as_str());
-        if let Some(reason) = &final_row.termination_reason {
-            text.push_str(&format!(": {reason}"));
-        }
-        text.push_str(&format!(
-            " ({} input, {} output tokens)",
-            usage.input_tokens, usage.output_tokens
-        ));
-        if outcome == Outcome::WaitingForApproval {
-            // R12: the run is parked; a worker resumes it once an operator answers.
-            text.push_str(&format!(
-                "\nwaiting for an operator: `runwarden decisions list --run {}`, then approve, deny or resolve; a worker resumes the run",
-                run.id
-            ));
-        }
-        if outcome == Outcome::Cancelled {
-            let since = cancelled_at
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .map(|t| t.elapsed().as_millis());
-            if let (Some(ms), Some(cause)) = (since, interrupted.cause()) {
-                text.push_str(&format!(" ({ms} ms after {cause})"));
-            }
-            if let Some(effect) = &final_row.pending_effect {
-                text.push_str(&format!("\na {effect} was in flight: its effect on the server is unknown and it will not be retried"));
-            }
-        }
-        text
+        let since = cancelled_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map(|t| t.elapsed().as_millis());
+        let after = since.zip(interrupted.cause());
+        summary_text(&run.id, outcome, &final_row, &usage, after)
     };
     if stdout_closed {
         // The reader is gone: the summary still reaches the user, on stderr.
@@ -223,6 +172,89 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
         Outcome::WaitingForApproval => ExitCode::from(EXIT_AWAITING),
         _ => ExitCode::FAILURE,
     })
+}
+
+/// Cancels the run through the operator's path when `interrupted` fires (Ctrl-C, SIGTERM,
+/// SIGHUP, a closed standard output): the guarded row update, then the in-process wake-up
+/// of its calls in flight. Returns when the cancel was issued, once it is.
+fn cancel_on_interrupt(
+    executor: Arc<Executor>,
+    run_id: String,
+    interrupted: Arc<Interrupt>,
+) -> Arc<Mutex<Option<Instant>>> {
+    let cancelled_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let stamp = cancelled_at.clone();
+    tokio::spawn(async move {
+        let cause = interrupted.fired().await; // a cause before the run existed is kept as a permit
+        *stamp.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        let actor = format!("cli ({cause})");
+        tracing::info!(run = %run_id, actor, "cancelling the run");
+        if let Err(error) = executor.cancel(&run_id).await {
+            eprintln!("error: could not cancel run {run_id}: {error}");
+        }
+    });
+    cancelled_at
+}
+
+/// Prints each step as it is stored. A step that cannot be printed because the reader
+/// went away (`| head -1`) sets `gone` and cancels the run; nothing more is printed to
+/// the closed pipe.
+fn printer(
+    json: bool,
+    gone: Arc<AtomicBool>,
+    interrupted: Arc<Interrupt>,
+) -> runwarden_runtime::Observer {
+    Arc::new(move |event: &RunEvent| {
+        if gone.load(Ordering::SeqCst) {
+            return;
+        }
+        let text = if json {
+            event_json(event).to_string()
+        } else {
+            event_line(event)
+        };
+        if let Err(error) = output::try_line(&text) {
+            gone.store(true, Ordering::SeqCst);
+            interrupted.fire(CLOSED_STDOUT);
+            if error.kind() != std::io::ErrorKind::BrokenPipe {
+                eprintln!("error: could not write to standard output: {error}");
+            }
+        }
+    })
+}
+
+/// A finished `run` for people: its outcome and why, its usage, and what to do next when
+/// it waits for an operator or was cancelled (`after`: how long after which cause).
+fn summary_text(
+    run_id: &str,
+    outcome: Outcome,
+    final_row: &Run,
+    usage: &Usage,
+    after: Option<(u128, &str)>,
+) -> String {
+    let mut text = format!("run {run_id} {}", outcome.as_str());
+    if let Some(reason) = &final_row.termination_reason {
+        text.push_str(&format!(": {reason}"));
+    }
+    text.push_str(&format!(
+        " ({} input, {} output tokens)",
+        usage.input_tokens, usage.output_tokens
+    ));
+    if outcome == Outcome::WaitingForApproval {
+        // R12: the run is parked; a worker resumes it once an operator answers.
+        text.push_str(&format!(
+            "\nwaiting for an operator: `runwarden decisions list --run {run_id}`, then approve, deny or resolve; a worker resumes the run"
+        ));
+    }
+    if outcome == Outcome::Cancelled {
+        if let Some((ms, cause)) = after {
+            text.push_str(&format!(" ({ms} ms after {cause})"));
+        }
+        if let Some(effect) = &final_row.pending_effect {
+            text.push_str(&format!("\na {effect} was in flight: its effect on the server is unknown and it will not be retried"));
+        }
+    }
+    text
 }
 
 /// `run`'s exit code when the run parked on an operator decision.

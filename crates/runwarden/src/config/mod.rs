@@ -1,4 +1,10 @@
 //! `runwarden.toml`: one file, environment overrides, paths relative to the file.
+//!
+//! [`Config`] is the resolved configuration the process runs with. `file.rs` holds the
+//! file's types as serde reads them (their doc comments are docs/configuration.md, which
+//! `reference.rs` generates); `load.rs` parses, checks and resolves them into a
+//! [`Config`]; `settings.rs`, `agents.rs`, `mcp.rs` and `oauth.rs` check one kind of
+//! section each; `template.rs` is the file `runwarden init` writes.
 
 mod agents;
 mod file;

@@ -4,8 +4,8 @@
 //! An [`Executor`] creates and executes runs held in a [`RunStore`]. Each outbound call
 //! of a run carries a [`RunSignal`] from the process's one [`StatusWatcher`], which reads
 //! the statuses of every in-flight run in one batched query per interval and answers
-//! "cancelled?" from memory; an operator's cancel through [`Executor::cancel`] wakes the
-//! watcher via the [`CancelHub`], and the store's change feed wakes it for cancels made
+//! "cancelled?" from memory; an operator's cancel ([`cancel_run`], through
+//! [`Executor::cancel`]) wakes the watcher via the [`CancelHub`], and the store's change feed wakes it for cancels made
 //! elsewhere. [`is_run_cancelled`] is the one definition of cancelled. Outcomes are values
 //! ([`Outcome`]), never errors. Each step is stored as a typed, versioned [`EventBody`],
 //! and resumption refuses an event it cannot read. Whether a run goes back to the queue or
@@ -24,6 +24,7 @@
 
 mod agent;
 mod budget;
+mod cancel;
 pub mod decision;
 mod elicitor;
 pub mod events;
@@ -50,6 +51,7 @@ pub use agent::{
     pattern_matches,
 };
 pub use budget::{BUDGET_EXCEEDED, BudgetAboveAgent, Budgets, REQUEST_BUDGETS_FIELD};
+pub use cancel::{CancelRefused, Canceller, cancel_run};
 pub use decision::{
     Answer, AnswerOutcome, AnswerRequest, DecideError, Decision, DecisionFilter, DecisionKind,
     DecisionStatus, Refusal, decide, expire_due,

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use runwarden_mcp::Effect;
 use runwarden_models::OpenAiCompatible;
-use runwarden_runtime::{CancelAnswer, Outcome, RunState, RunStore};
+use runwarden_runtime::{
+    CancelAnswer, CancelRefused, Canceller, Outcome, RunState, RunStore, cancel_run,
+};
 use runwarden_testkit::{Reply, TestServer, mcp_handler, tool};
 use runwarden_vault::audit::action;
 use serde_json::json;
@@ -266,4 +268,39 @@ async fn a_terminal_run_cannot_be_cancelled_and_a_cancelled_one_cannot_be_settle
         f.store.run_get(&second.id).await.unwrap().unwrap().status,
         RunState::Cancelled
     );
+}
+
+#[tokio::test]
+async fn an_operators_cancel_names_the_state_it_left_or_why_it_changed_nothing() {
+    let f = fixture().await;
+    let other = f.other_process();
+    let queued = f.executor.create_sync("helper", "go").await.unwrap();
+    // Through the store alone (a process that executes nothing), then through the executor.
+    assert_eq!(
+        cancel_run(Canceller::Store(&other), &queued.id)
+            .await
+            .unwrap(),
+        RunState::Running
+    );
+    let refused = cancel_run(Canceller::Executor(&f.executor), &queued.id)
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        refused,
+        CancelRefused::Finished {
+            state: RunState::Cancelled,
+            ..
+        }
+    ));
+    assert_eq!(
+        refused.to_string(),
+        format!(
+            "run {} is already cancelled: a finished run cannot be cancelled",
+            queued.id
+        )
+    );
+    let missing = cancel_run(Canceller::Store(&other), "no-such-run")
+        .await
+        .unwrap_err();
+    assert_eq!(missing.to_string(), "no run with id no-such-run");
 }

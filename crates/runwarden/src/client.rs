@@ -89,7 +89,7 @@ impl ApiClient {
             } => {
                 bail!(
                     "the server refused the token ({message}): set ${TOKEN_ENV} to a token from `{}`",
-                    crate::cli::hints::TOKEN_HINT
+                    crate::hints::TOKEN_HINT
                 )
             }
             Answer::Refused { message, .. } => bail!("{message}"),

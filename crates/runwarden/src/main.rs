@@ -1,5 +1,6 @@
 //! The `runwarden` binary: parses the command line and hands over to `cli`.
 
+mod agents;
 mod cli;
 mod client;
 mod config;
@@ -7,9 +8,12 @@ mod decisions;
 mod demo;
 mod faults;
 mod harden;
+mod hints;
 mod http;
+mod installation;
 mod key_advice;
 mod live;
+mod metrics;
 mod output;
 mod reload;
 mod root;

@@ -58,8 +58,7 @@ pub(crate) fn error(json: bool, error: &anyhow::Error) {
 pub(crate) fn one_line(error: &anyhow::Error) -> String {
     let mut message = String::new();
     for cause in error.chain() {
-        let text = cause.to_string();
-        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let text = on_one_line(&cause.to_string());
         if text.is_empty() || message.contains(&text) {
             continue;
         }
@@ -69,6 +68,11 @@ pub(crate) fn one_line(error: &anyhow::Error) -> String {
         message.push_str(&text);
     }
     message
+}
+
+/// `text` with every run of white space, line breaks included, made one space.
+pub(crate) fn on_one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// [`one_line`], except that a cause written over several lines keeps them: a TOML
@@ -81,7 +85,7 @@ pub(crate) fn for_people(error: &anyhow::Error) -> String {
         let text = cause.to_string();
         let text = text.trim_end();
         let (first, rest) = text.split_once('\n').unwrap_or((text, ""));
-        let first = first.split_whitespace().collect::<Vec<_>>().join(" ");
+        let first = on_one_line(first);
         if first.is_empty() || message.contains(&first) {
             continue;
         }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use runwarden_mcp::McpClient;
 
-use crate::cli::run::{AgentBuilder, Registry};
+use crate::agents::{AgentBuilder, Registry};
 use crate::config::Config;
 
 /// What a reload changed, one line per change ("agent triage added", ...).

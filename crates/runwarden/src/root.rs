@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use std::collections::HashMap;
 
 use runwarden_mcp::{CatalogueStore, McpClient};
 use runwarden_runtime::{
@@ -26,7 +25,7 @@ use runwarden_vault::store::{StoreError, TokenStore, VaultStore};
 use runwarden_vault::{EgressClient, SessionStore, Vault};
 use tokio::sync::OnceCell;
 
-use crate::cli::run::AgentBuilder;
+use crate::agents::{AgentBuilder, McpClients};
 use crate::config::Config;
 use crate::store_url::StoreUrl;
 
@@ -128,7 +127,7 @@ pub(crate) struct Root {
     watcher: OnceCell<StatusWatcher>,
     other_writers: OnceCell<Option<OtherWriters>>,
     /// The process's one metrics registry (the egress client counts into it).
-    metrics: Arc<crate::http::Metrics>,
+    metrics: Arc<crate::metrics::Metrics>,
     /// One MCP client (one session) per configured server, shared by every command
     /// path of the process and closed once by [`Root::shutdown`].
     mcp: OnceCell<McpClients>,
@@ -136,9 +135,6 @@ pub(crate) struct Root {
     /// CLI commands, before their first MCP client is built.
     prompt: std::sync::OnceLock<Arc<dyn runwarden_oauth::AuthorizationPrompt>>,
 }
-
-/// The process's MCP clients, by server name.
-pub(crate) type McpClients = Arc<HashMap<String, Arc<McpClient>>>;
 
 impl std::fmt::Debug for Root {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -160,7 +156,7 @@ impl Root {
             hub: Arc::new(CancelHub::new()),
             watcher: OnceCell::new(),
             other_writers: OnceCell::new(),
-            metrics: Arc::new(crate::http::Metrics::new()),
+            metrics: Arc::new(crate::metrics::Metrics::new()),
             mcp: OnceCell::new(),
             prompt: std::sync::OnceLock::new(),
         }
@@ -176,7 +172,7 @@ impl Root {
     }
 
     /// The process's metrics.
-    pub(crate) fn metrics(&self) -> &Arc<crate::http::Metrics> {
+    pub(crate) fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
         &self.metrics
     }
 
@@ -431,7 +427,7 @@ impl Root {
             concurrency: concurrency.max(1),
             poll: WORKER_BACKSTOP,
             reap_every: settings.reap_every,
-            retry: crate::cli::worker::retry(settings),
+            retry: settings.retry(),
             grace: settings.grace,
         };
         Ok(Worker::new(executor, self.queue().await?, agents, config))

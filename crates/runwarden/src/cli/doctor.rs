@@ -282,7 +282,7 @@ async fn store_checks(cx: &Context) -> Vec<Check> {
         checks.push(match queue.worker_last_seen().await {
             Ok(Some(seen)) => {
                 let ago = (chrono::Utc::now().timestamp_millis() - seen).max(0) / 1000;
-                if ago <= super::hints::WORKER_GONE_AFTER.as_secs() as i64 {
+                if ago <= crate::hints::WORKER_GONE_AFTER.as_secs() as i64 {
                     Check::ok("workers", format!("one was seen {ago} s ago"))
                 } else {
                     Check::bad("workers", Verdict::Note, format!("the last one was seen {ago} s ago"), "start `runwarden worker` or `runwarden serve`; a worker that runs but cannot write to the store is not seen either (look at its log)")

@@ -9,8 +9,8 @@ use runwarden_vault::store::AuditFilter;
 use runwarden_vault::{CancelFlag, Credential, EgressRequest, Method, Placement, SecretName};
 
 use super::Context;
-use super::audit::RowView;
 use crate::output;
+use crate::views::audit::RowView;
 
 /// The most `egress test` reads of a body; it never prints the body itself.
 const TEST_BODY_LIMIT: usize = 64 * 1024;

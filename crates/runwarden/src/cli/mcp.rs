@@ -7,15 +7,15 @@ use anyhow::{Context as _, bail};
 use clap::Subcommand;
 use runwarden_mcp::{
     CatalogueEntry, CatalogueStore, ElicitationAnswer, ElicitationFuture, ElicitationRequest,
-    Elicitor, ElicitorHandle, McpCall, McpClient, McpError, Reply, Request, SchemaStatus,
-    ServerConfig, ServerHealth, ToolOutcome, build_catalogue,
+    Elicitor, ElicitorHandle, McpCall, McpClient, McpError, Reply, Request, ServerConfig,
+    ServerHealth, ToolOutcome, build_catalogue,
 };
 use runwarden_vault::CancelFlag;
-use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::{Context, mcp_refusal};
 use crate::output;
+use crate::views::mcp::{ToolView, server_views, tool_line};
 
 /// Exit status of a command the operator interrupted (128 + SIGINT).
 const EXIT_CANCELLED: u8 = 130;
@@ -134,41 +134,6 @@ async fn client(
     Ok((client, store))
 }
 
-/// One catalogue entry as `mcp list --json` prints it and `GET /v1/mcp/servers` answers.
-#[derive(Serialize)]
-pub(crate) struct ToolView<'a> {
-    local_name: &'a str,
-    remote_name: &'a str,
-    effect: &'static str,
-    usable: bool,
-    refused: Option<&'a str>,
-    /// Whether the tool declared an outputSchema its results are checked against.
-    checks_output: bool,
-}
-
-impl<'a> ToolView<'a> {
-    /// The effect shown is the one the configuration declares now, not the
-    /// one recorded at import.
-    fn new(entry: &'a CatalogueEntry, server: &ServerConfig) -> Self {
-        let refused = match &entry.schema {
-            SchemaStatus::Usable(_) => None,
-            SchemaStatus::Refused(reason) => Some(reason.as_str()),
-        };
-        Self {
-            local_name: &entry.local_name,
-            remote_name: &entry.remote_name,
-            effect: server.effect_of(&entry.remote_name).as_str(),
-            usable: refused.is_none(),
-            refused,
-            checks_output: entry.output_schema.is_some(),
-        }
-    }
-
-    fn line(&self) -> String {
-        tool_line(&serde_json::to_value(self).unwrap_or(Value::Null))
-    }
-}
-
 async fn import(cx: &Context, name: &str) -> anyhow::Result<ExitCode> {
     let server = cx.config.mcp_server(name)?;
     let (client, store) = client(cx, server).await?;
@@ -233,20 +198,6 @@ async fn import(cx: &Context, name: &str) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// One configured server with its tools and liveness, as `mcp list --json` prints it and
-/// `GET /v1/mcp/servers` answers.
-#[derive(Serialize)]
-pub(crate) struct ServerView<'a> {
-    name: &'a str,
-    url: &'a str,
-    effect: &'static str,
-    timeout_seconds: u64,
-    last_success: Option<String>,
-    last_failure: Option<String>,
-    last_error: Option<&'a str>,
-    tools: Vec<ToolView<'a>>,
-}
-
 fn contact_line(health: Option<&ServerHealth>) -> String {
     let Some(h) = health else {
         return "never contacted".into();
@@ -267,37 +218,6 @@ fn contact_line(health: Option<&ServerHealth>) -> String {
     } else {
         parts.join("; ")
     }
-}
-
-/// The configured servers (or only one), each with its imported tools and liveness.
-pub(crate) fn server_views<'a>(
-    config: &'a crate::config::Config,
-    only: Option<&str>,
-    catalogue: &'a [CatalogueEntry],
-    health: &'a [ServerHealth],
-) -> Vec<ServerView<'a>> {
-    config
-        .mcp_servers
-        .values()
-        .filter(|s| only.is_none_or(|name| s.name == name))
-        .map(|s| {
-            let h = health.iter().find(|h| h.server == s.name);
-            ServerView {
-                name: &s.name,
-                url: &s.url,
-                effect: s.effect.as_str(),
-                timeout_seconds: s.timeout.as_secs(),
-                last_success: h.and_then(|h| h.last_success_ms).map(output::time),
-                last_failure: h.and_then(|h| h.last_failure_ms).map(output::time),
-                last_error: h.and_then(|h| h.last_error.as_deref()),
-                tools: catalogue
-                    .iter()
-                    .filter(|e| e.server == s.name)
-                    .map(|e| ToolView::new(e, s))
-                    .collect(),
-            }
-        })
-        .collect()
 }
 
 /// The servers for people, from their JSON (so the store's and the API's print the same).
@@ -345,20 +265,6 @@ fn contact_text(server: &Value) -> String {
         "never contacted".into()
     } else {
         parts.join("; ")
-    }
-}
-
-/// One tool for people, from its JSON view.
-fn tool_line(tool: &Value) -> String {
-    let local = tool["local_name"].as_str().unwrap_or_default();
-    match tool["refused"].as_str() {
-        None => format!(
-            "  {:<40} {:<22} {}",
-            local,
-            tool["effect"].as_str().unwrap_or_default(),
-            tool["remote_name"].as_str().unwrap_or_default()
-        ),
-        Some(reason) => format!("  {local:<40} REFUSED: {reason}"),
     }
 }
 

@@ -6,7 +6,6 @@ mod completions;
 mod decisions;
 mod doctor;
 mod egress;
-pub(crate) mod hints;
 pub(crate) mod init;
 pub(crate) mod mcp;
 mod mcp_auth;

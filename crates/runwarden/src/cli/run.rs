@@ -2,25 +2,25 @@
 //! of any run.
 
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use runwarden_mcp::CatalogueStore;
-use runwarden_models::{Anthropic, ModelProvider, OpenAiCompatible, Scripted, Usage};
-use runwarden_runtime::events::{EventBody, EventDecodeError, is_final_kind};
+use runwarden_models::Usage;
+use runwarden_runtime::events::is_final_kind;
 use runwarden_runtime::{
-    AgentError, AgentSource, AgentSpec, Budgets, CancelAnswer, Outcome, RunEvent, RunState,
-    bind_tools, clamp_rounds, usage_of,
+    Budgets, Canceller, Executor, Outcome, Run, RunEvent, RunState, cancel_run, usage_of,
 };
-use runwarden_vault::EgressClient;
 use serde_json::{Value, json};
 
 use super::Context;
-use crate::config::{AgentConfig, ProviderConfig};
+use super::signals::Interrupt;
+use crate::config::AgentConfig;
 use crate::live::{News, news_of};
 use crate::output;
+use crate::views::{event_from_json, event_json, event_line};
 
 /// Exit status of a cancelled run (128 + SIGINT).
 const EXIT_CANCELLED: u8 = 130;
@@ -89,286 +89,6 @@ pub(crate) struct EventsArgs {
     follow: bool,
 }
 
-/// The model provider an agent's configuration names; its key stays in the vault.
-fn provider(
-    agent: &AgentConfig,
-    egress: &Arc<EgressClient>,
-) -> anyhow::Result<Arc<dyn ModelProvider>> {
-    Ok(match &agent.provider {
-        ProviderConfig::OpenAi {
-            base_url,
-            model,
-            api_key,
-            max_tokens,
-        } => Arc::new(OpenAiCompatible {
-            api_key: api_key.clone(),
-            timeout: agent.timeout,
-            max_tokens: Some(*max_tokens),
-            stream: agent.stream,
-            ..OpenAiCompatible::new(egress.clone(), base_url.clone(), model.clone())
-        }),
-        ProviderConfig::Anthropic {
-            base_url,
-            model,
-            api_key,
-            max_tokens,
-            version,
-        } => {
-            // A key-less server gets no credential placed (L1).
-            let mut provider = Anthropic::new(egress.clone(), model.clone(), api_key.clone())
-                .version(version.clone());
-            provider.stream = agent.stream;
-            provider.base_url = base_url.clone();
-            provider.timeout = agent.timeout;
-            provider.max_tokens = *max_tokens;
-            Arc::new(provider)
-        }
-        ProviderConfig::Scripted { script } => Arc::new(
-            Scripted::from_file(script)
-                .with_context(|| format!("while loading the plan of agent {}", agent.name))?
-                .guarded_by(egress.clone()),
-        ),
-    })
-}
-
-/// Builds agents from the configuration and the imported catalogue, with one vault egress
-/// client and one MCP client per server shared by every run of this process.
-///
-/// The agents and MCP servers in force are one [`Registry`] behind a lock, so `serve`
-/// can swap them on SIGHUP ([`crate::reload`]); each build takes the registry of the
-/// moment, and a run already built keeps what it was built with.
-pub(crate) struct AgentBuilder {
-    current: std::sync::RwLock<Arc<Registry>>,
-    catalogue: Arc<dyn CatalogueStore>,
-    egress: Arc<EgressClient>,
-}
-
-/// The agents and MCP servers in force, and one MCP client per server.
-pub(crate) struct Registry {
-    pub(crate) config: Arc<crate::config::Config>,
-    pub(crate) clients: crate::root::McpClients,
-}
-
-impl AgentBuilder {
-    /// Built by the composition root ([`crate::root::Root::agents`]).
-    pub(crate) fn new(
-        config: &crate::config::Config,
-        catalogue: Arc<dyn CatalogueStore>,
-        egress: Arc<EgressClient>,
-        clients: crate::root::McpClients,
-    ) -> Self {
-        let registry = Registry {
-            config: Arc::new(config.clone()),
-            clients,
-        };
-        Self {
-            current: std::sync::RwLock::new(Arc::new(registry)),
-            catalogue,
-            egress,
-        }
-    }
-
-    /// The registry in force now.
-    pub(crate) fn registry(&self) -> Arc<Registry> {
-        self.current
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// The configuration in force now (agents and MCP servers as last reloaded).
-    pub(crate) fn config(&self) -> Arc<crate::config::Config> {
-        self.registry().config.clone()
-    }
-
-    /// Puts `registry` in force for every build from now on.
-    pub(crate) fn swap(&self, registry: Registry) {
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(registry);
-    }
-
-    /// The egress client new MCP clients go out through.
-    pub(crate) fn egress(&self) -> &Arc<EgressClient> {
-        &self.egress
-    }
-
-    /// The catalogue store MCP clients record liveness in.
-    pub(crate) fn catalogue(&self) -> &Arc<dyn CatalogueStore> {
-        &self.catalogue
-    }
-
-    /// The agent ready to run: provider, tools bound from the imported catalogue.
-    pub(crate) async fn build(&self, name: &str) -> anyhow::Result<AgentSpec> {
-        let registry = self.registry();
-        let config = registry.config.agent(name)?;
-        let catalogue = self.catalogue.catalogue_list(None).await?;
-        let mut tools = bind_tools(&config.tools, &catalogue, |server| {
-            registry.clients.get(server).cloned()
-        })
-        .map_err(anyhow::Error::msg)
-        .with_context(|| format!("while binding the tools of agent {name}"))?;
-        // R12: the approval policy in force, like the effects (M10 amended).
-        for tool in &mut tools {
-            tool.approval = registry.config.approval_of(
-                config,
-                &tool.client.server().name,
-                &tool.remote_name,
-                &tool.spec.name,
-            );
-        }
-        Ok(AgentSpec {
-            name: name.to_string(),
-            system: config.system.clone(),
-            max_rounds: clamp_rounds(config.max_rounds),
-            provider: provider(config, &self.egress)?,
-            tools,
-            max_tokens: config.provider.max_tokens(),
-            budgets: config.budgets,
-        })
-    }
-}
-
-#[async_trait::async_trait]
-impl AgentSource for AgentBuilder {
-    /// A failure that heals by itself (the catalogue read hit a locked store, the
-    /// process is out of file descriptors) hands the run back to the queue; only a
-    /// configuration that cannot run dead-letters it.
-    async fn agent(&self, name: &str) -> Result<AgentSpec, AgentError> {
-        self.build(name).await.map_err(|e| {
-            let problem = crate::output::one_line(&e);
-            if crate::faults::is_transient(&e) {
-                AgentError::Unavailable(problem)
-            } else {
-                AgentError::Invalid(problem)
-            }
-        })
-    }
-
-    /// A worker claims only runs of the agents its configuration holds now (a reload
-    /// changes the list), so a run of an agent it does not know waits for a worker that
-    /// knows it instead of being dead-lettered with an empty log.
-    fn names(&self) -> Option<Vec<String>> {
-        Some(self.registry().config.agents.keys().cloned().collect())
-    }
-}
-
-/// One event as a line for people, rendered from its typed body. An event this binary
-/// cannot read (a newer kind, a damaged payload) is still shown, raw, with why: a viewer
-/// never hides a row.
-pub(crate) fn event_line(event: &RunEvent) -> String {
-    // Never cut: an error is read to find out why a run failed, and its end is often the
-    // part that says why. A text of several lines goes on indented continuation lines.
-    let text = |s: &str| -> String { s.trim_end().lines().collect::<Vec<_>>().join("\n    ") };
-    let body = match EventBody::decode(&event.run_id, event.seq, &event.kind, &event.payload) {
-        Ok(body) => body,
-        Err(EventDecodeError::UnknownKind { .. }) => {
-            return format!("[{}] {}: {}", event.seq, event.kind, event.payload);
-        }
-        Err(error) => return format!("[{}] {}: unreadable ({error})", event.seq, event.kind),
-    };
-    let round = body
-        .round()
-        .map(|r| format!("round {r}: "))
-        .unwrap_or_default();
-    let line = match &body {
-        EventBody::RunStarted(e) => format!("started: agent {}", text(&e.agent)),
-        EventBody::RunResumed(e) => {
-            format!(
-                "resumed: attempt {} after round {}",
-                e.attempt, e.from_round
-            )
-        }
-        EventBody::ModelResponse(e) if !e.tool_calls.is_empty() => {
-            let names: Vec<&str> = e.tool_calls.iter().map(|c| c.name.as_str()).collect();
-            format!("model asked for {}", names.join(", "))
-        }
-        EventBody::ModelResponse(e) => {
-            format!(
-                "model answered: {}",
-                text(e.text.as_deref().unwrap_or_default())
-            )
-        }
-        EventBody::ModelFailed(e) => format!("model call failed: {}", text(&e.error)),
-        EventBody::ModelCancelled(e) => format!("model call cancelled: {}", text(&e.error)),
-        EventBody::ToolExecuted(e) => format!(
-            "tool {} {}: {}",
-            text(&e.tool),
-            e.outcome.as_str(),
-            text(&e.text)
-        ),
-        // The text says that the call may have reached the server and what became of it.
-        EventBody::EffectUncertain(e) => format!(
-            "tool {} {}: {}",
-            text(&e.tool),
-            e.outcome.as_str(),
-            text(&e.text)
-        ),
-        EventBody::RunRequeued(e) => format!(
-            "requeued (retry in {} ms): {}",
-            e.retry_in_ms,
-            text(&e.reason)
-        ),
-        EventBody::RunCompleted(e) => format!("completed: {}", text(&e.reason)),
-        EventBody::RunFailed(e) => format!("failed: {}", text(&e.reason)),
-        EventBody::RunStopped(e) => match &e.reason {
-            Some(reason) => format!("stopped: {}: {}", e.outcome.as_str(), text(reason)),
-            None => format!("stopped: {}", e.outcome.as_str()),
-        },
-        EventBody::ModelProgress(e) => format!(
-            "model streaming: {} so far",
-            crate::output::count(e.tokens, "token", "tokens")
-        ),
-        EventBody::ToolProgress(e) => {
-            let of = e.total.map(|t| format!(" of {t}")).unwrap_or_default();
-            let message = e
-                .message
-                .as_deref()
-                .map(|m| format!(": {}", text(m)))
-                .unwrap_or_default();
-            format!(
-                "tool {} progress {}{of}{message}",
-                text(&e.tool),
-                e.progress
-            )
-        }
-        EventBody::ToolLog(e) => format!(
-            "tool {} log {}: {}",
-            text(&e.tool),
-            text(&e.level),
-            text(&e.data.to_string())
-        ),
-        EventBody::DecisionAsked(e) => format!(
-            "waiting for an operator: {} decision {} about {}",
-            e.kind.as_str(),
-            e.decision_id,
-            text(&e.tool)
-        ),
-        EventBody::DecisionAnswered(e) => {
-            let reason = e
-                .reason
-                .as_deref()
-                .map(|r| format!(" ({})", text(r)))
-                .unwrap_or_default();
-            let edited = if e.arguments.is_some() {
-                " with edited arguments"
-            } else {
-                ""
-            };
-            format!(
-                "decision {} answered {}{edited} by {}{reason}",
-                e.decision_id,
-                e.answer.as_str(),
-                text(&e.actor)
-            )
-        }
-    };
-    format!("[{}] {round}{line}", event.seq)
-}
-
-/// One event as JSON for machines (`--json`): one object per line, with the run id.
-pub(crate) fn event_json(event: &RunEvent) -> Value {
-    json!({ "run_id": event.run_id, "seq": event.seq, "kind": event.kind, "time": output::time(event.time_ms), "payload": event.payload })
-}
-
 fn print_event(json: bool, event: &RunEvent) {
     if json {
         output::line(event_json(event));
@@ -398,42 +118,9 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
     if !cx.json {
         eprintln!("run {} (Ctrl-C cancels it)", run.id);
     }
-    // Each cause goes through the operator's cancel path: the guarded row update, then the
-    // in-process wake-up of the run's in-flight calls.
-    let (canceller, run_id, waiter) = (executor.clone(), run.id.clone(), interrupted.clone());
-    let cancelled_at: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
-    let stamp = cancelled_at.clone();
-    tokio::spawn(async move {
-        let cause = waiter.fired().await; // a cause before the run existed is kept as a permit
-        *stamp.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-        let actor = format!("cli ({cause})");
-        tracing::info!(run = %run_id, actor, "cancelling the run");
-        if let Err(error) = canceller.cancel(&run_id).await {
-            eprintln!("error: could not cancel run {run_id}: {error}");
-        }
-    });
-    let json = cx.json;
-    // A step that cannot be printed because the reader went away (`| head -1`) cancels the
-    // run; nothing more is printed to the closed pipe.
-    let stdout_gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (gone, on_gone) = (stdout_gone.clone(), interrupted.clone());
-    let observer: runwarden_runtime::Observer = Arc::new(move |event: &RunEvent| {
-        if gone.load(std::sync::atomic::Ordering::SeqCst) {
-            return;
-        }
-        let text = if json {
-            event_json(event).to_string()
-        } else {
-            event_line(event)
-        };
-        if let Err(error) = output::try_line(&text) {
-            gone.store(true, std::sync::atomic::Ordering::SeqCst);
-            on_gone.fire(CLOSED_STDOUT);
-            if error.kind() != std::io::ErrorKind::BrokenPipe {
-                eprintln!("error: could not write to standard output: {error}");
-            }
-        }
-    });
+    let cancelled_at = cancel_on_interrupt(executor.clone(), run.id.clone(), interrupted.clone());
+    let stdout_gone = Arc::new(AtomicBool::new(false));
+    let observer = printer(cx.json, stdout_gone.clone(), interrupted.clone());
     let outcome = executor
         .execute(&run, &agent, &args.prompt, Some(observer))
         .await;
@@ -455,37 +142,15 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
         "termination_reason": final_row.termination_reason, "pending_effect": final_row.pending_effect,
         "usage": { "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens },
     });
-    let stdout_closed = stdout_gone.load(std::sync::atomic::Ordering::SeqCst)
-        || interrupted.cause() == Some(CLOSED_STDOUT);
+    let stdout_closed =
+        stdout_gone.load(Ordering::SeqCst) || interrupted.cause() == Some(CLOSED_STDOUT);
     let human = || {
-        let mut text = format!("run {} {}", run.id, outcome.as_str());
-        if let Some(reason) = &final_row.termination_reason {
-            text.push_str(&format!(": {reason}"));
-        }
-        text.push_str(&format!(
-            " ({} input, {} output tokens)",
-            usage.input_tokens, usage.output_tokens
-        ));
-        if outcome == Outcome::WaitingForApproval {
-            // R12: the run is parked; a worker resumes it once an operator answers.
-            text.push_str(&format!(
-                "\nwaiting for an operator: `runwarden decisions list --run {}`, then approve, deny or resolve; a worker resumes the run",
-                run.id
-            ));
-        }
-        if outcome == Outcome::Cancelled {
-            let since = cancelled_at
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .map(|t| t.elapsed().as_millis());
-            if let (Some(ms), Some(cause)) = (since, interrupted.cause()) {
-                text.push_str(&format!(" ({ms} ms after {cause})"));
-            }
-            if let Some(effect) = &final_row.pending_effect {
-                text.push_str(&format!("\na {effect} was in flight: its effect on the server is unknown and it will not be retried"));
-            }
-        }
-        text
+        let since = cancelled_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map(|t| t.elapsed().as_millis());
+        let after = since.zip(interrupted.cause());
+        summary_text(&run.id, outcome, &final_row, &usage, after)
     };
     if stdout_closed {
         // The reader is gone: the summary still reaches the user, on stderr.
@@ -509,6 +174,89 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
     })
 }
 
+/// Cancels the run through the operator's path when `interrupted` fires (Ctrl-C, SIGTERM,
+/// SIGHUP, a closed standard output): the guarded row update, then the in-process wake-up
+/// of its calls in flight. Returns when the cancel was issued, once it is.
+fn cancel_on_interrupt(
+    executor: Arc<Executor>,
+    run_id: String,
+    interrupted: Arc<Interrupt>,
+) -> Arc<Mutex<Option<Instant>>> {
+    let cancelled_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let stamp = cancelled_at.clone();
+    tokio::spawn(async move {
+        let cause = interrupted.fired().await; // a cause before the run existed is kept as a permit
+        *stamp.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        let actor = format!("cli ({cause})");
+        tracing::info!(run = %run_id, actor, "cancelling the run");
+        if let Err(error) = executor.cancel(&run_id).await {
+            eprintln!("error: could not cancel run {run_id}: {error}");
+        }
+    });
+    cancelled_at
+}
+
+/// Prints each step as it is stored. A step that cannot be printed because the reader
+/// went away (`| head -1`) sets `gone` and cancels the run; nothing more is printed to
+/// the closed pipe.
+fn printer(
+    json: bool,
+    gone: Arc<AtomicBool>,
+    interrupted: Arc<Interrupt>,
+) -> runwarden_runtime::Observer {
+    Arc::new(move |event: &RunEvent| {
+        if gone.load(Ordering::SeqCst) {
+            return;
+        }
+        let text = if json {
+            event_json(event).to_string()
+        } else {
+            event_line(event)
+        };
+        if let Err(error) = output::try_line(&text) {
+            gone.store(true, Ordering::SeqCst);
+            interrupted.fire(CLOSED_STDOUT);
+            if error.kind() != std::io::ErrorKind::BrokenPipe {
+                eprintln!("error: could not write to standard output: {error}");
+            }
+        }
+    })
+}
+
+/// A finished `run` for people: its outcome and why, its usage, and what to do next when
+/// it waits for an operator or was cancelled (`after`: how long after which cause).
+fn summary_text(
+    run_id: &str,
+    outcome: Outcome,
+    final_row: &Run,
+    usage: &Usage,
+    after: Option<(u128, &str)>,
+) -> String {
+    let mut text = format!("run {run_id} {}", outcome.as_str());
+    if let Some(reason) = &final_row.termination_reason {
+        text.push_str(&format!(": {reason}"));
+    }
+    text.push_str(&format!(
+        " ({} input, {} output tokens)",
+        usage.input_tokens, usage.output_tokens
+    ));
+    if outcome == Outcome::WaitingForApproval {
+        // R12: the run is parked; a worker resumes it once an operator answers.
+        text.push_str(&format!(
+            "\nwaiting for an operator: `runwarden decisions list --run {run_id}`, then approve, deny or resolve; a worker resumes the run"
+        ));
+    }
+    if outcome == Outcome::Cancelled {
+        if let Some((ms, cause)) = after {
+            text.push_str(&format!(" ({ms} ms after {cause})"));
+        }
+        if let Some(effect) = &final_row.pending_effect {
+            text.push_str(&format!("\na {effect} was in flight: its effect on the server is unknown and it will not be retried"));
+        }
+    }
+    text
+}
+
 /// `run`'s exit code when the run parked on an operator decision.
 const EXIT_AWAITING: u8 = 3;
 
@@ -525,23 +273,9 @@ pub(crate) async fn cancel(cx: &Context, args: RunIdArgs) -> anyhow::Result<Exit
         }
         None => {
             let store = cx.store().await?;
-            match store
-                .run_cancel(&args.run_id, chrono::Utc::now().timestamp_millis())
-                .await?
-            {
-                CancelAnswer::Cancelled { previous } => {
-                    tracing::info!(run = %args.run_id, actor = "cli", previous = previous.as_str(), "run cancelled");
-                    previous.as_str().to_string()
-                }
-                CancelAnswer::AlreadyTerminal(state) => {
-                    bail!(
-                        "run {} is already {}: a finished run cannot be cancelled",
-                        args.run_id,
-                        state.as_str()
-                    )
-                }
-                CancelAnswer::NotFound => bail!("no run with id {}", args.run_id),
-            }
+            let previous = cancel_run(Canceller::Store(store.as_ref()), &args.run_id).await?;
+            tracing::info!(run = %args.run_id, actor = "cli", previous = previous.as_str(), "run cancelled");
+            previous.as_str().to_string()
         }
     };
     let report = json!({ "run_id": args.run_id, "cancelled": true, "previous": previous });
@@ -637,21 +371,6 @@ pub(crate) async fn status(cx: &Context, args: RunIdArgs) -> anyhow::Result<Exit
     Ok(ExitCode::SUCCESS)
 }
 
-/// The inverse of [`event_json`].
-pub(crate) fn event_from_json(event: &Value) -> RunEvent {
-    let time_ms = event["time"]
-        .as_str()
-        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-        .map_or(0, |t| t.timestamp_millis());
-    RunEvent {
-        run_id: event["run_id"].as_str().unwrap_or_default().to_string(),
-        seq: event["seq"].as_i64().unwrap_or_default(),
-        kind: event["kind"].as_str().unwrap_or_default().to_string(),
-        payload: event["payload"].clone(),
-        time_ms,
-    }
-}
-
 pub(crate) async fn events(cx: &Context, args: EventsArgs) -> anyhow::Result<ExitCode> {
     match &cx.server {
         Some(server) => events_from_server(cx, server, args).await,
@@ -717,7 +436,7 @@ async fn events_from_store(cx: &Context, args: EventsArgs) -> anyhow::Result<Exi
     if args.follow && run.status == RunState::Queued {
         // Not silent while nothing can happen: say what the run waits for.
         eprintln!("{}", waiting_line(&args.run_id));
-        if let Some(hint) = super::hints::no_worker_hint(&*cx.root.queue().await?).await {
+        if let Some(hint) = crate::hints::no_worker_hint(&*cx.root.queue().await?).await {
             eprintln!("{hint}");
         }
     }
@@ -767,43 +486,3 @@ fn waiting_line(run_id: &str) -> String {
 /// After a run is terminal with no final event yet, how long its segment may still write
 /// one before `events --follow` stops anyway.
 const TERMINAL_GRACE: Duration = Duration::from_secs(3);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn event(kind: &str, payload: Value) -> RunEvent {
-        RunEvent {
-            run_id: "r-1".into(),
-            seq: 3,
-            kind: kind.into(),
-            payload,
-            time_ms: 0,
-        }
-    }
-
-    #[test]
-    fn each_event_is_rendered_from_its_type_and_an_unreadable_one_is_shown_with_why() {
-        let requeued =
-            json!({"reason": "the model answered 503", "counts": true, "retry_in_ms": 1500});
-        assert_eq!(
-            event_line(&event("run_requeued", requeued)),
-            "[3] requeued (retry in 1500 ms): the model answered 503"
-        );
-        let refused = json!({"round": 2, "call_id": "c", "tool": "srv__x", "outcome": "refused", "text": "no tool named \"srv__x\""});
-        assert_eq!(
-            event_line(&event("tool_executed", refused)),
-            "[3] round 2: tool srv__x refused: no tool named \"srv__x\""
-        );
-        let damaged = event_line(&event("run_failed", json!({"why": "?"})));
-        assert!(
-            damaged.starts_with("[3] run_failed: unreadable (event 3 (run_failed) of run r-1"),
-            "{damaged}"
-        );
-        assert_eq!(
-            event_line(&event("cancel_issued", json!({"at": 1}))),
-            "[3] cancel_issued: {\"at\":1}",
-            "a kind the runtime does not write (the demo's timeline) is shown raw"
-        );
-    }
-}

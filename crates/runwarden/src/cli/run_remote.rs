@@ -87,11 +87,11 @@ pub(crate) async fn run(
         let followed = {
             let follow = server.follow(&run_id, after, |event| {
                 saw_final |= event["kind"].as_str().is_some_and(is_final_kind);
-                let event = super::run::event_from_json(event);
+                let event = crate::views::event_from_json(event);
                 if json {
-                    output::line(super::run::event_json(&event));
+                    output::line(crate::views::event_json(&event));
                 } else {
-                    output::line(super::run::event_line(&event));
+                    output::line(crate::views::event_line(&event));
                 }
             });
             tokio::pin!(follow);

@@ -8,11 +8,10 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use runwarden_runtime::idempotency::check_key;
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
-use runwarden_runtime::{KeyedCreate, RequeueAnswer, RetryPolicy, RunCreateKeyed, reap};
+use runwarden_runtime::{KeyedCreate, RequeueAnswer, RunCreateKeyed, reap};
 use serde_json::json;
 
 use super::Context;
-use crate::config::WorkerSettings;
 use crate::output;
 
 #[derive(Debug, Args)]
@@ -35,14 +34,6 @@ pub(crate) struct WorkerArgs {
     /// Runs executed at once [default: [worker] concurrency].
     #[arg(long)]
     concurrency: Option<usize>,
-}
-
-pub(crate) fn retry(settings: &WorkerSettings) -> RetryPolicy {
-    RetryPolicy {
-        max_requeues: settings.max_requeues,
-        base: settings.retry_base,
-        ..RetryPolicy::default()
-    }
 }
 
 /// The row is the state: the stored request is all a worker needs.
@@ -109,7 +100,7 @@ pub(crate) async fn enqueue(cx: &Context, args: EnqueueArgs) -> anyhow::Result<E
         &json!({ "run_id": run.id, "status": run.status.as_str() }),
         || run.id.clone(),
     );
-    if let Some(hint) = super::hints::no_worker_hint(&*store).await {
+    if let Some(hint) = crate::hints::no_worker_hint(&*store).await {
         eprintln!("{hint}");
     }
     Ok(ExitCode::SUCCESS)
@@ -173,7 +164,7 @@ pub(crate) async fn worker(cx: &Context, args: WorkerArgs) -> anyhow::Result<Exi
 
 pub(crate) async fn reap_once(cx: &Context) -> anyhow::Result<ExitCode> {
     let queue = cx.root.queue().await?;
-    let rescued = reap(&*queue, &retry(&cx.config.worker))
+    let rescued = reap(&*queue, &cx.config.worker.retry())
         .await
         .context("while reaping stale runs")?;
     let rows: Vec<serde_json::Value> = rescued

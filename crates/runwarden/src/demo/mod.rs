@@ -4,6 +4,7 @@
 //! the run's status, its write fence and the audit rows.
 
 mod mcp_server;
+mod tour;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -18,19 +19,17 @@ use clap::Args;
 use runwarden_mcp::{McpClient, Reply, Request, SchemaStatus, build_catalogue};
 use runwarden_models::Scripted;
 use runwarden_runtime::{
-    AgentSpec, CancelAnswer, CancelHub, Executor, ExecutorConfig, Observer, Outcome, RunEvent,
-    StatusWatcher, WatcherConfig, bind_tools, clamp_rounds,
+    AgentSpec, CancelAnswer, Executor, Outcome, RunEvent, bind_tools, clamp_rounds,
 };
-use runwarden_vault::store::AuditFilter;
 use runwarden_vault::{AuditRow, EgressClient, Vault, VerifyReport};
 use serde_json::{Value, json};
-use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::UnboundedSender;
 
 use self::mcp_server::{SLOW_CALL, SLOW_TOOL, ServerEvent};
-use crate::cli::init::create_installation;
-use crate::cli::run::event_line;
 use crate::config::{Config, ProviderConfig};
+use crate::installation::create_installation;
 use crate::output;
+use crate::views::event_line;
 
 /// The MCP server's name in the demo's configuration.
 const SERVER: &str = "helpdesk";
@@ -260,7 +259,7 @@ pub(crate) async fn run(json: bool, args: DemoArgs) -> anyhow::Result<ExitCode> 
         .prefix("runwarden-demo-")
         .tempdir()
         .context("while creating a temporary directory for the demo")?;
-    let code = tour(json, dir.path(), args.keep).await;
+    let code = tour::tour(json, dir.path(), args.keep).await;
     if args.keep {
         let kept = dir.keep();
         if !json {
@@ -272,244 +271,6 @@ pub(crate) async fn run(json: bool, args: DemoArgs) -> anyhow::Result<ExitCode> 
         }
     }
     code
-}
-
-async fn tour(json: bool, dir: &Path, keep: bool) -> anyhow::Result<ExitCode> {
-    let (seen, mut inbox) = unbounded_channel::<Seen>();
-    let to_inbox = seen.clone();
-    let server = mcp_server::start(
-        SLOW_CALL,
-        Arc::new(move |event| {
-            let _ = to_inbox.send(Seen::Server(event));
-        }),
-    )
-    .await?;
-    // The second act's server counts the create_ticket calls it answers.
-    let desk_calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = desk_calls.clone();
-    let desk = mcp_server::start(
-        Duration::ZERO,
-        Arc::new(move |event| {
-            if let ServerEvent::CallArrived { tool, .. } = event
-                && tool == SLOW_TOOL
-            {
-                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            }
-        }),
-    )
-    .await?;
-    let at = install(dir, &server.url, &desk.url).await?;
-    let imported = import(&at, SERVER).await?;
-    import(&at, DESK).await?;
-    let agent = agent(&at, AGENT).await?;
-    let watcher = StatusWatcher::new(
-        at.store.clone(),
-        Arc::new(CancelHub::new()),
-        WatcherConfig::default(),
-    );
-    let executor = Arc::new(Executor::new(
-        at.store.clone(),
-        watcher,
-        ExecutorConfig::new("demo"),
-    ));
-    let start = Instant::now();
-    let run = executor
-        .create_sync(&agent.name, PROMPT)
-        .await
-        .context("while creating the demo run")?;
-    if !json {
-        let tools: Vec<String> = imported
-            .iter()
-            .map(|(name, effect)| {
-                if name.ends_with(SLOW_TOOL) {
-                    format!("{name} ({effect}, answers in {} s)", SLOW_CALL.as_secs())
-                } else {
-                    format!("{name} ({effect})")
-                }
-            })
-            .collect();
-        output::line(format!(
-            "runwarden demo: a throwaway installation and two MCP servers on 127.0.0.1:\n\
-             {SERVER} at {} (its tools: {}), for a run that is cancelled mid-write\n\
-             {DESK} at {} (the same tools; {DESK}__create_ticket needs an operator's approval)\n\
-             run {} of a scripted agent: look Ada up, then file a ticket\n\n\
-             {:>8}  what happened",
-            server.url,
-            tools.join(", "),
-            desk.url,
-            run.id,
-            "ms"
-        ));
-    }
-    let steps = seen.clone();
-    let observer: Observer = Arc::new(move |event: &RunEvent| {
-        let _ = steps.send(Seen::Step(event.clone(), Instant::now()));
-    });
-    let mut execution = {
-        let (executor, run) = (executor.clone(), run.clone());
-        tokio::spawn(async move { executor.execute(&run, &agent, PROMPT, Some(observer)).await })
-    };
-
-    let mut watch = Watch::default();
-    let mut outcome: Option<Outcome> = None;
-    let mut run_ended: Option<Instant> = None;
-    let mut cancel_scheduled = false;
-    let bound = tokio::time::sleep(TOUR_BOUND);
-    tokio::pin!(bound);
-    loop {
-        // Once the run has ended its observer has sent every step: drain them, then stop
-        // when the server has reported the close (or it is clearly not coming).
-        if let Some(ended) = run_ended
-            && (watch.closed.is_some() || ended.elapsed() >= CLOSE_GRACE)
-            && inbox.is_empty()
-        {
-            break;
-        }
-        let next = tokio::select! {
-            Some(next) = inbox.recv() => next,
-            result = &mut execution, if outcome.is_none() => {
-                outcome = Some(result.unwrap_or(Outcome::Failed));
-                run_ended = Some(Instant::now());
-                continue;
-            }
-            () = tokio::time::sleep(CLOSE_GRACE), if run_ended.is_some() => continue,
-            () = &mut bound => {
-                watch.problems.push(format!("the tour did not end within {} s", TOUR_BOUND.as_secs()));
-                execution.abort();
-                break;
-            }
-        };
-        if let Seen::Server(ServerEvent::CallArrived { tool, .. }) = &next
-            && tool == SLOW_TOOL
-            && !cancel_scheduled
-        {
-            cancel_scheduled = true;
-            cancel_after_a_beat(executor.clone(), run.id.clone(), seen.clone());
-        }
-        let entry = watch.entry(next);
-        if !json && !entry.quiet {
-            output::line(format!("{:>8.1}  {}", millis(start, entry.at), entry.text));
-        }
-        watch.timeline.push(entry);
-    }
-    drop(server);
-    let Watch {
-        timeline,
-        cancel_issued,
-        cancel_returned,
-        closed,
-        mut problems,
-    } = watch;
-
-    let row = at
-        .store
-        .run_get(&run.id)
-        .await?
-        .context("the demo run vanished from the store")?;
-    let rows = at
-        .vault
-        .audit_list(AuditFilter {
-            action: None,
-            correlation: Some(run.id.clone()),
-            after_id: None,
-            newest_first: false,
-            limit: 0,
-        })
-        .await?;
-    let act = approval_act(&at, &executor, &desk_calls).await?;
-    drop(desk);
-    let verify = at.vault.audit_verify().await?;
-
-    let status = row.status.as_str();
-    let cancel_to_close = cancel_issued.zip(closed).map(|(c, t)| millis(c, t));
-    if cancel_issued.is_none() {
-        problems.push(format!(
-            "the {SLOW_TOOL} call never reached the server, so nothing was cancelled on the wire"
-        ));
-    } else if cancel_to_close.is_none() {
-        problems.push(format!(
-            "the server did not see the {SLOW_TOOL} transfer torn down"
-        ));
-    }
-    if status != "cancelled" {
-        problems.push(format!("the run ended {status}, not cancelled"));
-    }
-    if row.pending_effect.as_deref() != Some("non_idempotent_write") {
-        problems.push("the run carries no non_idempotent_write fence".into());
-    }
-    if !rows.iter().any(|r| r.event.action == "http_call_cancelled") {
-        problems.push("no http_call_cancelled row was audited".into());
-    }
-    if !verify.intact {
-        problems.push("the audit chain does not verify".into());
-    }
-    if act.parked != Outcome::WaitingForApproval || act.calls_while_waiting != 0 {
-        problems.push("the write did not wait for the approval".into());
-    }
-    if act.outcome != Outcome::Completed || act.calls_after != 1 {
-        problems.push(format!(
-            "after the approval the run ended {} and the server saw {}, not 1",
-            act.outcome.as_str(),
-            output::count(act.calls_after as u64, "call", "calls")
-        ));
-    }
-
-    if json {
-        let events: Vec<Value> = timeline
-            .iter()
-            .map(|e| json!({ "ms": millis(start, e.at), "source": e.source, "kind": e.kind, "text": e.text }))
-            .collect();
-        let report = json!({
-            "ok": problems.is_empty(),
-            "problems": problems,
-            "run_id": run.id,
-            "mcp_server": SERVER,
-            "data_dir": dir.display().to_string(),
-            "kept": keep,
-            "events": events,
-            "cancel_issued_ms": cancel_issued.map(|c| millis(start, c)),
-            "cancel_returned_ms": cancel_returned.map(|c| millis(start, c)),
-            "transfer_closed_ms": closed.map(|c| millis(start, c)),
-            "cancel_to_close_ms": cancel_to_close,
-            "outcome": outcome.map(Outcome::as_str),
-            "status": status,
-            "termination_reason": row.termination_reason,
-            "pending_effect": row.pending_effect,
-            "audit": rows.iter().map(audit_view).collect::<Vec<_>>(),
-            "audit_verify": verify,
-            "approval": {
-                "run_id": act.run_id,
-                "decision_id": act.decision_id,
-                "parked": act.parked.as_str(),
-                "calls_while_waiting": act.calls_while_waiting,
-                "outcome": act.outcome.as_str(),
-                "calls_after": act.calls_after,
-            },
-        });
-        output::line(report);
-    } else {
-        summary(status, row.pending_effect.as_deref(), &rows, &verify);
-        output::line(format!(
-            "\napproval  run {}: {DESK}__create_ticket needs an operator; the run waits ({}), the server saw {}\n          decision {} approved by demo; the run resumed: {}, the server saw {} (once)",
-            act.run_id,
-            act.parked.as_str(),
-            output::count(act.calls_while_waiting as u64, "call", "calls"),
-            act.decision_id,
-            act.outcome.as_str(),
-            output::count(act.calls_after as u64, "call", "calls")
-        ));
-        if !problems.is_empty() {
-            eprintln!(
-                "error: the demo did not show what it should: {}",
-                problems.join("; ")
-            );
-        }
-    }
-    Ok(if problems.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
 }
 
 /// What the second act did.
@@ -666,32 +427,7 @@ impl Watch {
             }
             Seen::CancelReturned(at, answer) => {
                 self.cancel_returned = Some(at);
-                let text = match answer {
-                    Ok(CancelAnswer::Cancelled { previous }) => {
-                        format!(
-                            "operator: cancel returned (the run was {})",
-                            previous.as_str()
-                        )
-                    }
-                    Ok(CancelAnswer::AlreadyTerminal(state)) => {
-                        self.problems.push(format!(
-                            "the cancel was refused: the run was already {}",
-                            state.as_str()
-                        ));
-                        format!(
-                            "operator: cancel refused (the run was already {})",
-                            state.as_str()
-                        )
-                    }
-                    Ok(CancelAnswer::NotFound) => {
-                        self.problems.push("the cancel found no run".into());
-                        "operator: cancel found no run".into()
-                    }
-                    Err(error) => {
-                        self.problems.push(format!("the cancel failed: {error}"));
-                        format!("operator: cancel failed: {error}")
-                    }
-                };
+                let text = self.cancel_answer_text(answer);
                 Entry {
                     at,
                     source: "operator",
@@ -699,6 +435,36 @@ impl Watch {
                     text,
                     quiet: false,
                 }
+            }
+        }
+    }
+
+    /// The operator's cancel as it returned; anything but a cancel is a problem of the tour.
+    fn cancel_answer_text(&mut self, answer: Result<CancelAnswer, String>) -> String {
+        match answer {
+            Ok(CancelAnswer::Cancelled { previous }) => {
+                format!(
+                    "operator: cancel returned (the run was {})",
+                    previous.as_str()
+                )
+            }
+            Ok(CancelAnswer::AlreadyTerminal(state)) => {
+                self.problems.push(format!(
+                    "the cancel was refused: the run was already {}",
+                    state.as_str()
+                ));
+                format!(
+                    "operator: cancel refused (the run was already {})",
+                    state.as_str()
+                )
+            }
+            Ok(CancelAnswer::NotFound) => {
+                self.problems.push("the cancel found no run".into());
+                "operator: cancel found no run".into()
+            }
+            Err(error) => {
+                self.problems.push(format!("the cancel failed: {error}"));
+                format!("operator: cancel failed: {error}")
             }
         }
     }

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::error::{ApiError, Query};
-use crate::cli::audit::RowView;
+use crate::views::audit::RowView;
 
 /// The query of `GET /v1/audit`: the filters of `runwarden audit list`.
 #[derive(Debug, Deserialize)]

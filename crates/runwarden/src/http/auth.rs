@@ -37,7 +37,7 @@ pub(crate) async fn require(
     let Some(presented) = bearer(&request) else {
         return Err(ApiError::Unauthorized(format!(
             "send Authorization: Bearer <token>; `{}` makes one",
-            crate::cli::hints::TOKEN_HINT
+            crate::hints::TOKEN_HINT
         )));
     };
     // Any store fault here is a 503 the client may retry, never a 401: a store that cannot

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::error::ApiError;
-use crate::cli::mcp::server_views;
+use crate::views::mcp::server_views;
 
 pub(super) async fn servers(State(state): State<AppState>) -> Result<axum::Json<Value>, ApiError> {
     let catalogue = state.catalogue.catalogue_list(None).await?;

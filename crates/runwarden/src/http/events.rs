@@ -26,8 +26,8 @@ use tokio::time::Instant;
 use super::AppState;
 use super::auth::Presented;
 use super::error::{ApiError, Path, Query};
-use crate::cli::run::event_json;
 use crate::live::{News, news_of};
+use crate::views::event_json;
 
 /// After a run is terminal with no final event yet, how long its segment may still
 /// write one before the stream ends anyway.

@@ -36,12 +36,12 @@ use runwarden_vault::Vault;
 use runwarden_vault::store::{TokenStore, VaultStore};
 use tokio::sync::watch;
 
-use crate::cli::run::AgentBuilder;
+use crate::agents::AgentBuilder;
 use crate::config::Config;
 use crate::root::Root;
 
+pub(crate) use crate::metrics::Metrics;
 pub(crate) use error::ApiError;
-pub(crate) use metrics::Metrics;
 
 /// The OpenAPI 3.1 document, hand-written and checked in; served as is.
 pub(crate) const OPENAPI: &str = include_str!("../../../../docs/openapi.json");

@@ -184,7 +184,7 @@ async fn serve() -> Served {
     .unwrap();
     std::fs::write(dir.path().join("plan.json"), r#"[{"text": "done"}]"#).unwrap();
     let config = Config::load(&path).unwrap();
-    crate::cli::init::create_installation(&config)
+    crate::installation::create_installation(&config)
         .await
         .unwrap();
     let root = Arc::new(Root::new(config));

@@ -9,7 +9,8 @@ use axum::response::{IntoResponse, Response};
 use runwarden_runtime::idempotency::check_key;
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
 use runwarden_runtime::{
-    Budgets, CancelAnswer, KeyedCreate, RunCreateKeyed, RunFilter, RunState, run_request,
+    Budgets, CancelRefused, Canceller, KeyedCreate, RunCreateKeyed, RunFilter, RunState,
+    cancel_run, run_request,
 };
 use runwarden_vault::ApiToken;
 use serde::Deserialize;
@@ -97,95 +98,109 @@ pub(super) async fn create(
         .check_request(&budgets)
         .map_err(|e| ApiError::InvalidRequest(format!("agent {}: {e}", body.agent)))?;
     match body.mode {
-        Mode::Queued => {
-            // R9: the row is the state; the stored request is all a worker needs.
-            let id = uuid::Uuid::now_v7().to_string();
-            let mode = match body.mode {
-                Mode::Queued => "queued",
-                Mode::Sync => "sync",
-            };
-            let hash = crate::views::run_request_hash(&body.agent, &body.prompt, mode, &budgets);
-            let create = RunCreate {
-                id: id.clone(),
-                agent: body.agent,
-                correlation: id,
-                request: Some(run_request(&body.prompt, &budgets)),
-                status: NewRunStatus::Queued,
-                now_ms: now_ms(),
-            };
-            let run = match key {
-                None => state
-                    .runs
-                    .run_create(create)
-                    .await
-                    .context("while storing a queued run")?,
-                Some(key) => {
-                    // Keys are per caller: one token's key never answers another's run.
-                    let scope = token.map_or_else(|| "api".to_string(), |t| t.0.id);
-                    let keyed = RunCreateKeyed {
-                        run: create,
-                        scope,
-                        key,
-                        body_hash: hash,
-                    };
-                    match state
-                        .runs
-                        .run_create_keyed(keyed)
-                        .await
-                        .context("while storing a queued run")?
-                    {
-                        KeyedCreate::Created(run) => run,
-                        // The retry of a request that made its run: the same run, as it is now.
-                        KeyedCreate::Existing(run) => {
-                            return Ok(axum::Json(run_view(&state, &run.id).await?).into_response());
-                        }
-                        KeyedCreate::Reused { run_id } => {
-                            return Err(ApiError::IdempotencyKeyReused { run_id });
-                        }
-                    }
-                }
-            };
-            // A new run has no steps: its usage is zero, in the shape a read answers.
-            let view = run_json_with_usage(&run, &[]);
-            Ok((StatusCode::ACCEPTED, axum::Json(view)).into_response())
-        }
-        Mode::Sync => {
-            if key.is_some() {
-                // A synchronous run answers when it ends; a retry cannot be told apart from
-                // a second run while the first still executes. Queued runs take keys.
-                return Err(ApiError::InvalidRequest(
-                    "Idempotency-Key applies to queued runs: leave \"mode\" out, or drop the header".into(),
-                ));
-            }
-            let agent = state.agents.build(&body.agent).await.map_err(|e| {
-                if ApiError::store_fault(&e).is_some() {
-                    return ApiError::from(e); // the catalogue could not be read: 503
-                }
-                ApiError::AgentUnavailable(format!(
-                    "agent {} cannot run: {}",
-                    body.agent,
-                    crate::output::one_line(&e)
-                ))
-            })?;
-            let run = state
-                .executor
-                .create_sync_with(&agent.name, &body.prompt, &budgets)
-                .await
-                .context("while creating a synchronous run")?;
-            // The run belongs to the process, not to the request: if the client goes away
-            // the spawned execution goes on; only an operator's cancel stops it.
-            let (executor, for_task) = (state.executor.clone(), run.clone());
-            let execution = tokio::spawn(async move {
-                executor
-                    .execute(&for_task, &agent, &body.prompt, None)
-                    .await
-            });
-            execution
-                .await
-                .context("the run's execution ended abnormally")?;
-            Ok(axum::Json(run_view(&state, &run.id).await?).into_response())
-        }
+        Mode::Queued => create_queued(&state, token, key, body, budgets).await,
+        Mode::Sync => create_sync(&state, key, body, budgets).await,
     }
+}
+
+/// `POST /v1/runs` for a worker: the run is stored with its request and answered at once
+/// (202); with an `Idempotency-Key`, a retry answers the run the first request made.
+async fn create_queued(
+    state: &AppState,
+    token: Option<Extension<ApiToken>>,
+    key: Option<String>,
+    body: CreateRun,
+    budgets: Budgets,
+) -> Result<Response, ApiError> {
+    // R9: the row is the state; the stored request is all a worker needs.
+    let id = uuid::Uuid::now_v7().to_string();
+    let hash = crate::views::run_request_hash(&body.agent, &body.prompt, "queued", &budgets);
+    let create = RunCreate {
+        id: id.clone(),
+        agent: body.agent,
+        correlation: id,
+        request: Some(run_request(&body.prompt, &budgets)),
+        status: NewRunStatus::Queued,
+        now_ms: now_ms(),
+    };
+    let run = match key {
+        None => state
+            .runs
+            .run_create(create)
+            .await
+            .context("while storing a queued run")?,
+        Some(key) => {
+            // Keys are per caller: one token's key never answers another's run.
+            let scope = token.map_or_else(|| "api".to_string(), |t| t.0.id);
+            let keyed = RunCreateKeyed {
+                run: create,
+                scope,
+                key,
+                body_hash: hash,
+            };
+            match state
+                .runs
+                .run_create_keyed(keyed)
+                .await
+                .context("while storing a queued run")?
+            {
+                KeyedCreate::Created(run) => run,
+                // The retry of a request that made its run: the same run, as it is now.
+                KeyedCreate::Existing(run) => {
+                    return Ok(axum::Json(run_view(state, &run.id).await?).into_response());
+                }
+                KeyedCreate::Reused { run_id } => {
+                    return Err(ApiError::IdempotencyKeyReused { run_id });
+                }
+            }
+        }
+    };
+    // A new run has no steps: its usage is zero, in the shape a read answers.
+    let view = run_json_with_usage(&run, &[]);
+    Ok((StatusCode::ACCEPTED, axum::Json(view)).into_response())
+}
+
+/// `POST /v1/runs` with `"mode": "sync"`: executed in this process while the request waits.
+async fn create_sync(
+    state: &AppState,
+    key: Option<String>,
+    body: CreateRun,
+    budgets: Budgets,
+) -> Result<Response, ApiError> {
+    if key.is_some() {
+        // A synchronous run answers when it ends; a retry cannot be told apart from
+        // a second run while the first still executes. Queued runs take keys.
+        return Err(ApiError::InvalidRequest(
+            "Idempotency-Key applies to queued runs: leave \"mode\" out, or drop the header".into(),
+        ));
+    }
+    let agent = state.agents.build(&body.agent).await.map_err(|e| {
+        if ApiError::store_fault(&e).is_some() {
+            return ApiError::from(e); // the catalogue could not be read: 503
+        }
+        ApiError::AgentUnavailable(format!(
+            "agent {} cannot run: {}",
+            body.agent,
+            crate::output::one_line(&e)
+        ))
+    })?;
+    let run = state
+        .executor
+        .create_sync_with(&agent.name, &body.prompt, &budgets)
+        .await
+        .context("while creating a synchronous run")?;
+    // The run belongs to the process, not to the request: if the client goes away
+    // the spawned execution goes on; only an operator's cancel stops it.
+    let (executor, for_task) = (state.executor.clone(), run.clone());
+    let execution = tokio::spawn(async move {
+        executor
+            .execute(&for_task, &agent, &body.prompt, None)
+            .await
+    });
+    execution
+        .await
+        .context("the run's execution ended abnormally")?;
+    Ok(axum::Json(run_view(state, &run.id).await?).into_response())
 }
 
 /// The query of `GET /v1/runs`.
@@ -256,18 +271,18 @@ pub(super) async fn cancel(
 ) -> Result<axum::Json<Value>, ApiError> {
     // R4 through this process: the guarded row update, then the hub wakes the run's
     // in-flight calls if it executes here (a worker slot or a sync API run).
-    match state.executor.cancel(&id).await? {
-        CancelAnswer::Cancelled { previous } => {
+    match cancel_run(Canceller::Executor(&state.executor), &id).await {
+        Ok(previous) => {
             // O5: who stopped the run, by the token's name.
             tracing::info!(run = %id, actor = %token.name, previous = previous.as_str(), "run cancelled");
             Ok(axum::Json(
                 json!({ "run_id": id, "cancelled": true, "previous": previous.as_str() }),
             ))
         }
-        CancelAnswer::AlreadyTerminal(status) => Err(ApiError::RunAlreadyTerminal(format!(
-            "run {id} is already {}: a finished run cannot be cancelled",
-            status.as_str()
-        ))),
-        CancelAnswer::NotFound => Err(ApiError::RunNotFound(id)),
+        Err(refused @ CancelRefused::Finished { .. }) => {
+            Err(ApiError::RunAlreadyTerminal(refused.to_string()))
+        }
+        Err(CancelRefused::NotFound(_)) => Err(ApiError::RunNotFound(id)),
+        Err(CancelRefused::Store(error)) => Err(error.into()),
     }
 }

@@ -29,7 +29,7 @@ async fn fixture() -> Fixture {
     .unwrap();
     std::fs::write(dir.path().join("plan.json"), r#"[{"text": "done"}]"#).unwrap();
     let config = Config::load(&path).unwrap();
-    crate::cli::init::create_installation(&config)
+    crate::installation::create_installation(&config)
         .await
         .unwrap();
     let root = Arc::new(Root::new(config));
@@ -189,12 +189,33 @@ async fn a_viewer_may_read_and_may_not_start_or_cancel() {
     assert_eq!(run["status"], "queued");
 }
 
-#[tokio::test]
-async fn every_rejection_comes_back_in_our_error_shape() {
-    let f = fixture().await;
+/// One rejected request: method, path, body, and the status and code it is answered.
+type Rejection<'a> = (&'a str, &'a str, Option<&'a str>, StatusCode, &'a str);
+
+/// Each case is answered with its status and code, a message, no rule number and no ANSI.
+async fn assert_our_error_shape(f: &Fixture, cases: Vec<Rejection<'_>>) {
     let op = Some(f.operator.as_str());
+    for (method, path, body, status, expected) in cases {
+        let (got, answer) = f.call(method, path, op, body).await;
+        assert_eq!(got, status, "{method} {path}: {answer}");
+        assert_eq!(code(&answer), expected, "{method} {path}: {answer}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{answer}"
+        );
+        let text = answer.to_string();
+        assert!(crate::output::rule_numbers(&text).is_empty(), "{answer}");
+        assert!(!text.contains('\u{1b}'), "ANSI in {answer}");
+    }
+}
+
+#[tokio::test]
+async fn every_rejected_run_request_comes_back_in_our_error_shape() {
+    let f = fixture().await;
     let big = format!(r#"{{"agent": "a", "prompt": "{}"}}"#, "x".repeat(70 * 1024));
-    let cases: Vec<(&str, &str, Option<&str>, StatusCode, &str)> = vec![
+    let cases: Vec<Rejection<'_>> = vec![
         (
             "POST",
             "/v1/runs",
@@ -237,6 +258,21 @@ async fn every_rejection_comes_back_in_our_error_shape() {
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
         ),
+    ];
+    assert_our_error_shape(&f, cases).await;
+    // Without a JSON content type the body is not read as JSON.
+    let request = Request::post("/v1/runs")
+        .header("authorization", format!("Bearer {}", f.operator))
+        .body(Body::from(r#"{"agent": "a", "prompt": "p"}"#))
+        .unwrap();
+    let (status, text) = f.send(request).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+}
+
+#[tokio::test]
+async fn every_rejected_query_and_route_comes_back_in_our_error_shape() {
+    let f = fixture().await;
+    let cases: Vec<Rejection<'_>> = vec![
         (
             "GET",
             "/v1/runs?status=sleeping",
@@ -315,27 +351,7 @@ async fn every_rejection_comes_back_in_our_error_shape() {
             "invalid_request",
         ),
     ];
-    for (method, path, body, status, expected) in cases {
-        let (got, answer) = f.call(method, path, op, body).await;
-        assert_eq!(got, status, "{method} {path}: {answer}");
-        assert_eq!(code(&answer), expected, "{method} {path}: {answer}");
-        assert!(
-            answer["error"]["message"]
-                .as_str()
-                .is_some_and(|m| !m.is_empty()),
-            "{answer}"
-        );
-        let text = answer.to_string();
-        assert!(crate::output::rule_numbers(&text).is_empty(), "{answer}");
-        assert!(!text.contains('\u{1b}'), "ANSI in {answer}");
-    }
-    // Without a JSON content type the body is not read as JSON.
-    let request = Request::post("/v1/runs")
-        .header("authorization", format!("Bearer {}", f.operator))
-        .body(Body::from(r#"{"agent": "a", "prompt": "p"}"#))
-        .unwrap();
-    let (status, text) = f.send(request).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    assert_our_error_shape(&f, cases).await;
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
-use runwarden_runtime::{Answer, AnswerRequest, CancelAnswer, DecideError};
+use runwarden_runtime::{Answer, AnswerRequest, CancelRefused, Canceller, DecideError, cancel_run};
 use serde_json::Value;
 
 use super::render::Form;
@@ -33,17 +33,17 @@ pub(super) async fn cancel(
     guard(&signed, &headers, &Form::parse(&body))?;
     // R4 through this process: the guarded row update, then the hub wakes the run's
     // in-flight calls if it executes here.
-    match state.executor.cancel(&id).await? {
-        CancelAnswer::Cancelled { previous } => {
+    match cancel_run(Canceller::Executor(&state.executor), &id).await {
+        Ok(previous) => {
             // O5: who stopped the run, by the token's name.
             tracing::info!(run = %id, actor = %signed.token.name, previous = previous.as_str(), via = "console", "run cancelled");
             Ok(Redirect::to(&format!("/runs/{id}")).into_response())
         }
-        CancelAnswer::AlreadyTerminal(status) => Err(PageError::Conflict(format!(
-            "run {id} is already {}: a finished run cannot be cancelled",
-            status.as_str()
-        ))),
-        CancelAnswer::NotFound => Err(PageError::NotFound(format!("no run {id}"))),
+        Err(refused @ CancelRefused::Finished { .. }) => {
+            Err(PageError::Conflict(refused.to_string()))
+        }
+        Err(CancelRefused::NotFound(_)) => Err(PageError::NotFound(format!("no run {id}"))),
+        Err(CancelRefused::Store(error)) => Err(error.into()),
     }
 }
 

@@ -14,9 +14,9 @@ use serde_json::Value;
 use super::render::{self, Form, event_item, json_text, layout, run_head, run_rows};
 use super::session::{Signed, signed_in};
 use super::{AppState, PageError};
-use crate::cli::audit::RowView;
-use crate::cli::mcp::server_views;
 use crate::decisions::decision_json;
+use crate::views::audit::RowView;
+use crate::views::mcp::server_views;
 use crate::{output, views};
 
 /// Runs on one page of the runs table.

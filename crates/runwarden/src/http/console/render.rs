@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::assets;
 use super::session::Signed;
-use crate::cli::run::event_line;
 use crate::output;
+use crate::views::event_line;
 
 /// A urlencoded form body, parsed without a content-type check so a forged request with
 /// none is refused for its missing CSRF token, not for its encoding.
@@ -80,7 +80,7 @@ pub(crate) fn sign_in(error: Option<&str>) -> Markup {
     let body = html! {
         section.signin {
             h1 { "Sign in" }
-            p { "Paste an API token (" code { (crate::cli::hints::TOKEN_HINT) } ", or " code { "--role viewer" } " to only look" "). The console keeps a session cookie; the token itself is not stored in the browser." }
+            p { "Paste an API token (" code { (crate::hints::TOKEN_HINT) } ", or " code { "--role viewer" } " to only look" "). The console keeps a session cookie; the token itself is not stored in the browser." }
             @if let Some(error) = error {
                 p.error-text role="alert" { (error) }
             }

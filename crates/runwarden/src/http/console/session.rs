@@ -185,7 +185,7 @@ pub(super) async fn login(
     let Some(token) = token_verify(&*state.tokens, presented).await? else {
         let page = render::sign_in(Some(&format!(
             "that is not a live API token (unknown or revoked): paste one that `{}` printed",
-            crate::cli::hints::TOKEN_HINT
+            crate::hints::TOKEN_HINT
         )));
         return Ok((
             axum::http::StatusCode::UNAUTHORIZED,

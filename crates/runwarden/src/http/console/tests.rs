@@ -48,7 +48,7 @@ async fn fixture_with(extra: &str) -> Fixture {
     .unwrap();
     std::fs::write(dir.path().join("plan.json"), r#"[{"text": "done"}]"#).unwrap();
     let config = Config::load(&path).unwrap();
-    crate::cli::init::create_installation(&config)
+    crate::installation::create_installation(&config)
         .await
         .unwrap();
     let root = Arc::new(Root::new(config));
@@ -601,7 +601,7 @@ async fn every_page_speaks_plainly_with_no_rule_numbers_and_no_ansi() {
     let browser = f.sign_in(&f.operator).await;
     let run = f.queued_run("a").await;
     let signed_out = f.get("/", None).await;
-    let hint = crate::cli::hints::TOKEN_HINT;
+    let hint = crate::hints::TOKEN_HINT;
     assert!(signed_out.body.contains(hint), "{}", signed_out.body);
     let pages = ["/runs", "/decisions", "/audit?verify=1", "/mcp", "/charts"];
     let run_page = format!("/runs/{run}");

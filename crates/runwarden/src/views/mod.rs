@@ -1,4 +1,11 @@
-//! Wire shapes shared by the CLI's `--json` output and the HTTP API, so both say the same.
+//! Wire shapes and words shared by the CLI's `--json` output, the HTTP API and the
+//! console, so all say the same.
+
+pub(crate) mod audit;
+mod events;
+pub(crate) mod mcp;
+
+pub(crate) use events::{event_from_json, event_json, event_line};
 
 use runwarden_runtime::{Budgets, Run, RunEvent, usage_of};
 use serde_json::{Value, json};

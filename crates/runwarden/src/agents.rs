@@ -1,0 +1,179 @@
+//! Agents built from the configuration and the imported catalogue: the model provider an
+//! agent names, its tools bound to one MCP client per server, and the registry `serve`
+//! swaps on a reload.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use runwarden_mcp::{CatalogueStore, McpClient};
+use runwarden_models::{Anthropic, ModelProvider, OpenAiCompatible, Scripted};
+use runwarden_runtime::{AgentError, AgentSource, AgentSpec, bind_tools, clamp_rounds};
+use runwarden_vault::EgressClient;
+
+use crate::config::{AgentConfig, Config, ProviderConfig};
+
+/// One MCP client per configured server, by name, shared by every run of the process.
+pub(crate) type McpClients = Arc<HashMap<String, Arc<McpClient>>>;
+
+/// The model provider an agent's configuration names; its key stays in the vault.
+fn provider(
+    agent: &AgentConfig,
+    egress: &Arc<EgressClient>,
+) -> anyhow::Result<Arc<dyn ModelProvider>> {
+    Ok(match &agent.provider {
+        ProviderConfig::OpenAi {
+            base_url,
+            model,
+            api_key,
+            max_tokens,
+        } => Arc::new(OpenAiCompatible {
+            api_key: api_key.clone(),
+            timeout: agent.timeout,
+            max_tokens: Some(*max_tokens),
+            stream: agent.stream,
+            ..OpenAiCompatible::new(egress.clone(), base_url.clone(), model.clone())
+        }),
+        ProviderConfig::Anthropic {
+            base_url,
+            model,
+            api_key,
+            max_tokens,
+            version,
+        } => {
+            // A key-less server gets no credential placed (L1).
+            let mut provider = Anthropic::new(egress.clone(), model.clone(), api_key.clone())
+                .version(version.clone());
+            provider.stream = agent.stream;
+            provider.base_url = base_url.clone();
+            provider.timeout = agent.timeout;
+            provider.max_tokens = *max_tokens;
+            Arc::new(provider)
+        }
+        ProviderConfig::Scripted { script } => Arc::new(
+            Scripted::from_file(script)
+                .with_context(|| format!("while loading the plan of agent {}", agent.name))?
+                .guarded_by(egress.clone()),
+        ),
+    })
+}
+
+/// Builds agents from the configuration and the imported catalogue, with one vault egress
+/// client and one MCP client per server shared by every run of this process.
+///
+/// The agents and MCP servers in force are one [`Registry`] behind a lock, so `serve`
+/// can swap them on SIGHUP ([`crate::reload`]); each build takes the registry of the
+/// moment, and a run already built keeps what it was built with.
+pub(crate) struct AgentBuilder {
+    current: std::sync::RwLock<Arc<Registry>>,
+    catalogue: Arc<dyn CatalogueStore>,
+    egress: Arc<EgressClient>,
+}
+
+/// The agents and MCP servers in force, and one MCP client per server.
+pub(crate) struct Registry {
+    pub(crate) config: Arc<Config>,
+    pub(crate) clients: McpClients,
+}
+
+impl AgentBuilder {
+    /// Built by the composition root ([`crate::root::Root::agents`]).
+    pub(crate) fn new(
+        config: &Config,
+        catalogue: Arc<dyn CatalogueStore>,
+        egress: Arc<EgressClient>,
+        clients: McpClients,
+    ) -> Self {
+        let registry = Registry {
+            config: Arc::new(config.clone()),
+            clients,
+        };
+        Self {
+            current: std::sync::RwLock::new(Arc::new(registry)),
+            catalogue,
+            egress,
+        }
+    }
+
+    /// The registry in force now.
+    pub(crate) fn registry(&self) -> Arc<Registry> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The configuration in force now (agents and MCP servers as last reloaded).
+    pub(crate) fn config(&self) -> Arc<Config> {
+        self.registry().config.clone()
+    }
+
+    /// Puts `registry` in force for every build from now on.
+    pub(crate) fn swap(&self, registry: Registry) {
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(registry);
+    }
+
+    /// The egress client new MCP clients go out through.
+    pub(crate) fn egress(&self) -> &Arc<EgressClient> {
+        &self.egress
+    }
+
+    /// The catalogue store MCP clients record liveness in.
+    pub(crate) fn catalogue(&self) -> &Arc<dyn CatalogueStore> {
+        &self.catalogue
+    }
+
+    /// The agent ready to run: provider, tools bound from the imported catalogue.
+    pub(crate) async fn build(&self, name: &str) -> anyhow::Result<AgentSpec> {
+        let registry = self.registry();
+        let config = registry.config.agent(name)?;
+        let catalogue = self.catalogue.catalogue_list(None).await?;
+        let mut tools = bind_tools(&config.tools, &catalogue, |server| {
+            registry.clients.get(server).cloned()
+        })
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("while binding the tools of agent {name}"))?;
+        // R12: the approval policy in force, like the effects (M10 amended).
+        for tool in &mut tools {
+            tool.approval = registry.config.approval_of(
+                config,
+                &tool.client.server().name,
+                &tool.remote_name,
+                &tool.spec.name,
+            );
+        }
+        Ok(AgentSpec {
+            name: name.to_string(),
+            system: config.system.clone(),
+            max_rounds: clamp_rounds(config.max_rounds),
+            provider: provider(config, &self.egress)?,
+            tools,
+            max_tokens: config.provider.max_tokens(),
+            budgets: config.budgets,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl AgentSource for AgentBuilder {
+    /// A failure that heals by itself (the catalogue read hit a locked store, the
+    /// process is out of file descriptors) hands the run back to the queue; only a
+    /// configuration that cannot run dead-letters it.
+    async fn agent(&self, name: &str) -> Result<AgentSpec, AgentError> {
+        self.build(name).await.map_err(|e| {
+            let problem = crate::output::one_line(&e);
+            if crate::faults::is_transient(&e) {
+                AgentError::Unavailable(problem)
+            } else {
+                AgentError::Invalid(problem)
+            }
+        })
+    }
+
+    /// A worker claims only runs of the agents its configuration holds now (a reload
+    /// changes the list), so a run of an agent it does not know waits for a worker that
+    /// knows it instead of being dead-lettered with an empty log.
+    fn names(&self) -> Option<Vec<String>> {
+        Some(self.registry().config.agents.keys().cloned().collect())
+    }
+}

@@ -35,6 +35,7 @@ mod progress;
 pub mod queue;
 mod requeue;
 mod retry;
+pub mod rules;
 mod schema_check;
 mod signal;
 mod state;

@@ -10,10 +10,10 @@ use async_trait::async_trait;
 use runwarden_runtime::decision::{
     AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter,
 };
-use runwarden_runtime::events::cancelled_from;
+use runwarden_runtime::rules::runs::{self as rules, CANCEL_REASON, CancelStep};
 use runwarden_runtime::store::{
-    CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
-    RunFilter, RunSettle, RunStore, SettleAnswer,
+    CancelAnswer, EventAppend, FenceMark, Heartbeat, Run, RunCreate, RunEvent, RunFilter,
+    RunSettle, RunStore, SettleAnswer,
 };
 use runwarden_runtime::{Change, ChangeFeed, KeyedCreate, RunCreateKeyed, RunState};
 use runwarden_vault::store::StoreError;
@@ -26,9 +26,6 @@ use crate::failure::Failure;
 
 pub(crate) const RUN_COLUMNS: &str = "id, agent, status, termination_reason, request, claimed_by, lease_expires_ms, \
                            pending_effect, requeue_count, rounds, correlation, created_ms, updated_ms, claim_epoch";
-
-/// R4: the reason a cancel writes; people read it in `status` and the API.
-const CANCEL_REASON: &str = "cancelled by an operator";
 
 const READING_STATUS: &str = "reading a run's status";
 const SETTLING: &str = "settling a run";
@@ -103,12 +100,13 @@ impl RunStore for SqliteStore {
                 // R4: the read and the guarded update share one immediate transaction, so
                 // `previous` is the state the cancel really left.
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let Some(previous) = read_status(&tx, &id)? else {
-                    return Ok((CancelAnswer::NotFound, None));
+                let (previous, final_event) = match rules::cancel_step(read_status(&tx, &id)?) {
+                    CancelStep::Answer(answer) => return Ok((answer, None)),
+                    CancelStep::Cancel {
+                        previous,
+                        final_event,
+                    } => (previous, final_event),
                 };
-                if previous.is_terminal() {
-                    return Ok((CancelAnswer::AlreadyTerminal(previous), None));
-                }
                 // R4: the stored request goes (nothing may resume the run); pending_effect and
                 // claimed_by stay, so the reaper and people can see a cancelled mid-write run (R7).
                 let changed = tx.execute(
@@ -118,19 +116,13 @@ impl RunStore for SqliteStore {
                     params![CANCEL_REASON, now_ms, id],
                 )?;
                 if changed != 1 {
-                    return Err(StoreError::new(
-                        "cancelling a run",
-                        format!(
-                            "run {id} changed inside the cancel's transaction: retry the cancel"
-                        ),
-                    )
-                    .into());
+                    return Err(rules::cancel_raced(&id).into());
                 }
                 // R12: the cancel wins over a decision the run waits on.
                 crate::decision_store::drop_pending(&tx, &id, now_ms)?;
                 // R8: no segment holds a queued or parked run, so its final event is
                 // written here, with the status change.
-                let seq = match cancelled_from(previous, CANCEL_REASON) {
+                let seq = match final_event {
                     Some(body) => crate::final_event::append_final(&tx, &id, &body, now_ms)?,
                     None => None,
                 };
@@ -224,16 +216,8 @@ impl RunStore for SqliteStore {
     async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
         let run_id = params.id.clone();
         let ends_as = params.end.as_ref().map(|end| end.status);
-        if let Some(end) = &params.end
-            && !matches!(end.status, RunState::Completed | RunState::Failed)
-        {
-            return Err(StoreError::new(
-                "appending a run event",
-                format!(
-                    "a final event ends a run as completed or failed, not {}: cancel it with run_cancel",
-                    end.status.as_str()
-                ),
-            ));
+        if let Some(end) = &params.end {
+            rules::check_final_event_status(end.status)?;
         }
         let seq = self
             .run("appending a run event", move |conn| {
@@ -266,15 +250,7 @@ impl RunStore for SqliteStore {
     }
 
     async fn run_settle(&self, params: RunSettle) -> Result<SettleAnswer, StoreError> {
-        if !matches!(params.status, RunState::Completed | RunState::Failed) {
-            return Err(StoreError::new(
-                SETTLING,
-                format!(
-                    "a run settles as completed or failed, not {}: cancel it with run_cancel",
-                    params.status.as_str()
-                ),
-            ));
-        }
+        rules::check_settle_status(params.status)?;
         let (run_id, status) = (params.id.clone(), params.status);
         let answer = self
             .run(SETTLING, move |conn| {
@@ -408,64 +384,28 @@ impl RunStore for SqliteStore {
 /// Inserts a new run (R1, R3), inside the caller's transaction when there is one.
 pub(crate) fn insert_run(conn: &Connection, params: RunCreate) -> Result<Run, Failure> {
     let request = params.request.as_ref().map(Value::to_string);
-    // R3: a synchronous run is claimed by its segment at birth; a queued run has no
-    // owner until a worker's guarded claim.
-    // A run claimed at birth holds the first claim epoch.
-    let (status, claimed_by, lease_expires_ms, claim_epoch) = match &params.status {
-        NewRunStatus::Running {
-            owner,
-            lease_until_ms,
-        } => (
-            RunState::Running,
-            Some(owner.clone()),
-            Some(*lease_until_ms),
-            1,
-        ),
-        NewRunStatus::Queued => (RunState::Queued, None, None, 0),
-    };
+    let run = rules::new_run(params);
     let inserted = conn.execute(
         "INSERT INTO runs (id, agent, status, request, claimed_by, lease_expires_ms,
                            correlation, created_ms, updated_ms, claim_epoch)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9)
          ON CONFLICT (id) DO NOTHING",
         params![
-            params.id,
-            params.agent,
-            status.as_str(),
+            run.id,
+            run.agent,
+            run.status.as_str(),
             request,
-            claimed_by,
-            lease_expires_ms,
-            params.correlation,
-            params.now_ms,
-            claim_epoch,
+            run.claimed_by,
+            run.lease_expires_ms,
+            run.correlation,
+            run.created_ms,
+            run.claim_epoch,
         ],
     )?;
     if inserted == 0 {
-        return Err(StoreError::new(
-            "creating a run",
-            format!(
-                "a run with id {} already exists: give every run a fresh UUIDv7",
-                params.id
-            ),
-        )
-        .into());
+        return Err(rules::duplicate_run(&run.id).into());
     }
-    Ok(Run {
-        id: params.id,
-        agent: params.agent,
-        status,
-        termination_reason: None,
-        request: params.request,
-        claimed_by,
-        claim_epoch,
-        lease_expires_ms,
-        pending_effect: None,
-        requeue_count: 0,
-        rounds: 0,
-        correlation: params.correlation,
-        created_ms: params.now_ms,
-        updated_ms: params.now_ms,
-    })
+    Ok(run)
 }
 
 /// The status of run `id` inside the caller's transaction; `None` when there is no run.
@@ -640,12 +580,9 @@ fn settle(conn: &mut Connection, params: &RunSettle) -> Result<SettleAnswer, Fai
     )?;
     let answer = if changed == 1 {
         SettleAnswer::Settled
-    } else if read_status(&tx, &params.id)? == Some(RunState::Cancelled) {
-        // R4, R5: the cancel won the row; the segment must not overwrite it.
-        SettleAnswer::AlreadyCancelled
     } else {
-        // R3: another segment holds the run, or it is no longer running.
-        SettleAnswer::LeaseLost
+        // A cancel that won the row is never overwritten; otherwise the lease is lost.
+        rules::lost_row(read_status(&tx, &params.id)?).into()
     };
     tx.commit()?;
     Ok(answer)

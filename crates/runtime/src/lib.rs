@@ -30,6 +30,7 @@ pub mod events;
 mod executor;
 pub mod feed;
 pub mod idempotency;
+pub mod migrations;
 mod one_truth;
 mod progress;
 pub mod queue;

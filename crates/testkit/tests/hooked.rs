@@ -80,3 +80,39 @@ async fn a_failed_call_changes_nothing_and_a_lost_answer_still_commits() {
     );
     assert_eq!(seen[2].0.detail, Detail::Ids(2));
 }
+
+/// The `async fn` names of `pub trait NAME` in the file at `path` (from the crates folder).
+fn trait_methods(path: &str, name: &str) -> Vec<String> {
+    let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let text = std::fs::read_to_string(crates.join(path)).unwrap();
+    let start = text
+        .find(&format!("pub trait {name}"))
+        .unwrap_or_else(|| panic!("no trait {name} in {path}"));
+    let body = &text[start..];
+    let end = body.find("\n}\n").expect("the trait's closing brace");
+    body[..end]
+        .split("async fn ")
+        .skip(1)
+        .map(|rest| rest.split('(').next().unwrap().trim().to_string())
+        .collect()
+}
+
+#[test]
+fn the_hooked_store_forwards_every_method_of_every_store_trait() {
+    let hooked = include_str!("../src/hooked.rs");
+    let traits = [
+        ("runtime/src/store.rs", "RunStore"),
+        ("runtime/src/queue.rs", "QueueStore"),
+        ("vault/src/store.rs", "VaultStore"),
+    ];
+    for (path, name) in traits {
+        let methods = trait_methods(path, name);
+        assert!(methods.len() > 5, "{name}: only {methods:?} found");
+        for method in methods {
+            assert!(
+                hooked.contains(&format!("fn {method}(")),
+                "{name}::{method} is not forwarded: add it to the list in testkit's hooked.rs"
+            );
+        }
+    }
+}

@@ -1,6 +1,7 @@
 //! A run's events: sequences, paging, the owner guard, the boundary step after a cancel, the fence cleared by a recorded write, rounds.
 
 use super::*;
+use runwarden_runtime::store::RunEnd;
 
 pub(super) async fn event_sequences_are_strictly_increasing_and_never_duplicated(
     store: &Arc<dyn RunStore>,
@@ -230,4 +231,36 @@ pub(super) async fn rounds_only_grow(store: &dyn RunStore) {
             "after round {round:?}"
         );
     }
+}
+
+/// A final event appended with the run's end moves it to completed or failed only: any
+/// other status is refused, and nothing is stored (a cancel goes through `run_cancel`).
+pub(super) async fn a_final_event_ends_a_run_only_as_completed_or_failed(store: &dyn RunStore) {
+    create(store, running("end-only-final")).await;
+    for status in [
+        RunState::Queued,
+        RunState::Running,
+        RunState::WaitingForApproval,
+        RunState::Cancelled,
+    ] {
+        let params = EventAppend {
+            end: Some(RunEnd {
+                status,
+                reason: "ended".into(),
+            }),
+            ..event("end-only-final", OWNER, "run_completed")
+        };
+        let error = store
+            .run_event_append(params)
+            .await
+            .expect_err("a final event that ends a run as neither completed nor failed");
+        assert!(error.to_string().contains("run_cancel"), "{error}");
+    }
+    let run = get(store, "end-only-final").await;
+    assert_eq!(
+        run.status,
+        RunState::Running,
+        "the refused ends changed nothing"
+    );
+    assert!(seqs(store, "end-only-final").await.is_empty());
 }

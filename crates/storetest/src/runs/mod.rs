@@ -55,6 +55,7 @@ pub async fn exercise_run_store(store: Arc<dyn RunStore>) {
     the_owner_can_record_its_boundary_step_after_a_cancel(s).await;
     recording_a_write_step_clears_the_fence_but_not_on_a_cancelled_run(s).await;
     rounds_only_grow(s).await;
+    a_final_event_ends_a_run_only_as_completed_or_failed(s).await;
 
     settle_moves_a_running_run_to_completed_or_failed(s).await;
     settle_accepts_only_completed_or_failed(s).await;

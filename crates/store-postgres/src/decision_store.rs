@@ -10,11 +10,11 @@
 
 use runwarden_runtime::RunState;
 use runwarden_runtime::decision::{
-    Answer, AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionKind,
-    DecisionStatus, Refusal, Reissue,
+    AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionStatus, Refusal,
 };
 use runwarden_runtime::events::{DecisionAnswered, EventBody};
 use runwarden_runtime::rules::decisions::{self as rules, CANCEL_BY_ANSWER_REASON, RunAfterAnswer};
+use runwarden_runtime::rules::rows::{self, StoredDecision};
 use runwarden_vault::store::StoreError;
 use serde_json::Value;
 use tokio_postgres::{GenericClient, Row};
@@ -289,59 +289,28 @@ async fn read(
 
 /// Stored text this build cannot read is damage, reported, never a panic.
 fn decode(row: &Row) -> Result<Decision, Failure> {
-    let id: String = row.try_get(0)?;
-    let corrupt = |what: String| Failure::Corrupt(format!("decision {id} {what}"));
-    let json = |text: &str, what: &str| -> Result<Value, Failure> {
-        serde_json::from_str(text)
-            .map_err(|e| corrupt(format!("has {what} that is not JSON ({e})")))
-    };
-    let kind: String = row.try_get(2)?;
-    let kind =
-        DecisionKind::parse(&kind).ok_or_else(|| corrupt(format!("has unknown kind {kind:?}")))?;
-    let status: String = row.try_get(12)?;
-    let status = DecisionStatus::parse(&status)
-        .ok_or_else(|| corrupt(format!("has unknown status {status:?}")))?;
-    let answer: Option<String> = row.try_get(13)?;
-    let answer = answer
-        .as_deref()
-        .map(|a| Answer::parse(a).ok_or_else(|| corrupt(format!("has unknown answer {a:?}"))))
-        .transpose()?;
-    let round: i64 = row.try_get(3)?;
-    let arguments: String = row.try_get(6)?;
-    let requested_schema: Option<String> = row.try_get(9)?;
-    let answer_arguments: Option<String> = row.try_get(15)?;
-    let content: Option<String> = row.try_get(16)?;
-    let input_key: Option<String> = row.try_get(19)?;
-    let request_state: Option<String> = row.try_get(20)?;
-    Ok(Decision {
+    let stored = StoredDecision {
+        id: row.try_get(0)?,
         run_id: row.try_get(1)?,
-        kind,
-        round: u32::try_from(round).map_err(|_| corrupt(format!("has round {round}")))?,
+        kind: row.try_get(2)?,
+        round: row.try_get(3)?,
         call_id: row.try_get(4)?,
         tool: row.try_get(5)?,
-        arguments: json(&arguments, "arguments")?,
+        arguments: row.try_get(6)?,
         arguments_hash: row.try_get(7)?,
         message: row.try_get(8)?,
-        requested_schema: requested_schema
-            .as_deref()
-            .map(|t| json(t, "a requested schema"))
-            .transpose()?,
+        requested_schema: row.try_get(9)?,
         asked_ms: row.try_get(10)?,
         expires_ms: row.try_get(11)?,
-        status,
-        answer,
+        status: row.try_get(12)?,
+        answer: row.try_get(13)?,
         reason: row.try_get(14)?,
-        answer_arguments: answer_arguments
-            .as_deref()
-            .map(|t| json(t, "edited arguments"))
-            .transpose()?,
-        content: content.as_deref().map(|t| json(t, "content")).transpose()?,
+        answer_arguments: row.try_get(15)?,
+        content: row.try_get(16)?,
         actor: row.try_get(17)?,
         answered_ms: row.try_get(18)?,
-        reissue: input_key.map(|input_key| Reissue {
-            input_key,
-            request_state,
-        }),
-        id,
-    })
+        input_key: row.try_get(19)?,
+        request_state: row.try_get(20)?,
+    };
+    rows::decision(stored).map_err(Failure::Corrupt)
 }

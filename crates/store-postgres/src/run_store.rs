@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use runwarden_runtime::decision::{
     AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter,
 };
+use runwarden_runtime::rules::rows::{self, StoredRun};
 use runwarden_runtime::rules::runs::{self as rules, CANCEL_REASON, CancelStep};
 use runwarden_runtime::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, Run, RunCreate, RunEvent, RunFilter,
@@ -513,37 +514,26 @@ pub(crate) async fn read_run(
 
 /// A stored status this build does not know is damage, reported, never a panic.
 fn parse_status(id: &str, text: &str) -> Result<RunState, Failure> {
-    RunState::parse(text)
-        .ok_or_else(|| Failure::Corrupt(format!("run {id} has unknown status {text:?}")))
+    rows::run_status(id, text).map_err(Failure::Corrupt)
 }
 
 /// A run row, its status, request and counters checked.
 pub(crate) fn run_row(row: &Row) -> Result<Run, Failure> {
-    let id: String = row.try_get(0)?;
-    let corrupt = |what: String| Failure::Corrupt(format!("run {id} {what}"));
-    let status = parse_status(&id, row.try_get(2)?)?;
-    let request = row
-        .try_get::<_, Option<&str>>(4)?
-        .map(serde_json::from_str)
-        .transpose()
-        .map_err(|e| corrupt(format!("has a stored request that is not JSON ({e})")))?;
-    let count = |value: i64, what: &str| {
-        u32::try_from(value).map_err(|_| corrupt(format!("has {what} {value}, out of range")))
-    };
-    Ok(Run {
-        status,
-        request,
-        requeue_count: count(row.try_get(8)?, "a requeue count")?,
-        rounds: count(row.try_get(9)?, "a round count")?,
+    let stored = StoredRun {
+        id: row.try_get(0)?,
         agent: row.try_get(1)?,
+        status: row.try_get(2)?,
         termination_reason: row.try_get(3)?,
+        request: row.try_get(4)?,
         claimed_by: row.try_get(5)?,
-        claim_epoch: row.try_get(13)?,
         lease_expires_ms: row.try_get(6)?,
         pending_effect: row.try_get(7)?,
+        requeue_count: row.try_get(8)?,
+        rounds: row.try_get(9)?,
         correlation: row.try_get(10)?,
         created_ms: row.try_get(11)?,
         updated_ms: row.try_get(12)?,
-        id: id.clone(),
-    })
+        claim_epoch: row.try_get(13)?,
+    };
+    rows::run(stored).map_err(Failure::Corrupt)
 }

@@ -6,11 +6,11 @@
 //! the decision or the run between the guard and the rest.
 
 use runwarden_runtime::decision::{
-    Answer, AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionKind,
-    DecisionStatus, Refusal, Reissue,
+    AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionStatus, Refusal,
 };
 use runwarden_runtime::events::{DecisionAnswered, EventBody};
 use runwarden_runtime::rules::decisions::{self as rules, CANCEL_BY_ANSWER_REASON, RunAfterAnswer};
+use runwarden_runtime::rules::rows::{self, StoredDecision};
 use runwarden_runtime::{Change, RunState};
 use runwarden_vault::store::StoreError;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
@@ -294,33 +294,8 @@ fn read(conn: &Connection, id: &str) -> Result<Option<Decision>, Failure> {
     row.map(decode).transpose()
 }
 
-/// A decision row as read, before its texts are parsed.
-struct Columns {
-    id: String,
-    run_id: String,
-    kind: String,
-    round: i64,
-    call_id: String,
-    tool: String,
-    arguments: String,
-    arguments_hash: String,
-    message: Option<String>,
-    requested_schema: Option<String>,
-    asked_ms: i64,
-    expires_ms: i64,
-    status: String,
-    answer: Option<String>,
-    reason: Option<String>,
-    answer_arguments: Option<String>,
-    content: Option<String>,
-    actor: Option<String>,
-    answered_ms: Option<i64>,
-    input_key: Option<String>,
-    request_state: Option<String>,
-}
-
-fn columns(row: &Row<'_>) -> rusqlite::Result<Columns> {
-    Ok(Columns {
+fn columns(row: &Row<'_>) -> rusqlite::Result<StoredDecision> {
+    Ok(StoredDecision {
         id: row.get(0)?,
         run_id: row.get(1)?,
         kind: row.get(2)?,
@@ -346,56 +321,6 @@ fn columns(row: &Row<'_>) -> rusqlite::Result<Columns> {
 }
 
 /// Stored text this build cannot read is damage, reported, never a panic.
-fn decode(c: Columns) -> Result<Decision, Failure> {
-    let corrupt = |what: String| Failure::Corrupt(format!("decision {} {what}", c.id));
-    let json = |text: &str, what: &str| -> Result<Value, Failure> {
-        serde_json::from_str(text)
-            .map_err(|e| corrupt(format!("has {what} that is not JSON ({e})")))
-    };
-    let kind = DecisionKind::parse(&c.kind)
-        .ok_or_else(|| corrupt(format!("has unknown kind {:?}", c.kind)))?;
-    let status = DecisionStatus::parse(&c.status)
-        .ok_or_else(|| corrupt(format!("has unknown status {:?}", c.status)))?;
-    let answer = c
-        .answer
-        .as_deref()
-        .map(|a| Answer::parse(a).ok_or_else(|| corrupt(format!("has unknown answer {a:?}"))))
-        .transpose()?;
-    Ok(Decision {
-        arguments: json(&c.arguments, "arguments")?,
-        requested_schema: c
-            .requested_schema
-            .as_deref()
-            .map(|t| json(t, "a requested schema"))
-            .transpose()?,
-        answer_arguments: c
-            .answer_arguments
-            .as_deref()
-            .map(|t| json(t, "edited arguments"))
-            .transpose()?,
-        content: c
-            .content
-            .as_deref()
-            .map(|t| json(t, "content"))
-            .transpose()?,
-        round: u32::try_from(c.round).map_err(|_| corrupt(format!("has round {}", c.round)))?,
-        kind,
-        status,
-        answer,
-        id: c.id,
-        run_id: c.run_id,
-        call_id: c.call_id,
-        tool: c.tool,
-        arguments_hash: c.arguments_hash,
-        message: c.message,
-        asked_ms: c.asked_ms,
-        expires_ms: c.expires_ms,
-        reason: c.reason,
-        actor: c.actor,
-        answered_ms: c.answered_ms,
-        reissue: c.input_key.map(|input_key| Reissue {
-            input_key,
-            request_state: c.request_state,
-        }),
-    })
+fn decode(c: StoredDecision) -> Result<Decision, Failure> {
+    rows::decision(c).map_err(Failure::Corrupt)
 }

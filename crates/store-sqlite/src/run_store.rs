@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use runwarden_runtime::decision::{
     AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter,
 };
+use runwarden_runtime::rules::rows::{self, StoredRun};
 use runwarden_runtime::rules::runs::{self as rules, CANCEL_REASON, CancelStep};
 use runwarden_runtime::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, Run, RunCreate, RunEvent, RunFilter,
@@ -431,30 +432,11 @@ fn read_status(conn: &Connection, id: &str) -> Result<Option<RunState>, Failure>
 
 /// A stored status this build does not know is damage, reported, never a panic.
 fn parse_status(id: &str, text: &str) -> Result<RunState, Failure> {
-    RunState::parse(text)
-        .ok_or_else(|| Failure::Corrupt(format!("run {id} has unknown status {text:?}")))
+    rows::run_status(id, text).map_err(Failure::Corrupt)
 }
 
-/// A run row as read, before its status, request and counters are checked.
-pub(crate) struct RunColumns {
-    id: String,
-    agent: String,
-    status: String,
-    termination_reason: Option<String>,
-    request: Option<String>,
-    claimed_by: Option<String>,
-    lease_expires_ms: Option<i64>,
-    pending_effect: Option<String>,
-    requeue_count: i64,
-    rounds: i64,
-    correlation: String,
-    created_ms: i64,
-    updated_ms: i64,
-    claim_epoch: i64,
-}
-
-pub(crate) fn run_columns(row: &Row<'_>) -> rusqlite::Result<RunColumns> {
-    Ok(RunColumns {
+pub(crate) fn run_columns(row: &Row<'_>) -> rusqlite::Result<StoredRun> {
+    Ok(StoredRun {
         id: row.get(0)?,
         agent: row.get(1)?,
         status: row.get(2)?,
@@ -472,34 +454,9 @@ pub(crate) fn run_columns(row: &Row<'_>) -> rusqlite::Result<RunColumns> {
     })
 }
 
-pub(crate) fn run_row(c: RunColumns) -> Result<Run, Failure> {
-    let corrupt = |what: String| Failure::Corrupt(format!("run {} {what}", c.id));
-    let status = parse_status(&c.id, &c.status)?;
-    let request = c
-        .request
-        .as_deref()
-        .map(serde_json::from_str)
-        .transpose()
-        .map_err(|e| corrupt(format!("has a stored request that is not JSON ({e})")))?;
-    let count = |value: i64, what: &str| {
-        u32::try_from(value).map_err(|_| corrupt(format!("has {what} {value}, out of range")))
-    };
-    Ok(Run {
-        status,
-        request,
-        requeue_count: count(c.requeue_count, "a requeue count")?,
-        rounds: count(c.rounds, "a round count")?,
-        id: c.id,
-        agent: c.agent,
-        termination_reason: c.termination_reason,
-        claimed_by: c.claimed_by,
-        claim_epoch: c.claim_epoch,
-        lease_expires_ms: c.lease_expires_ms,
-        pending_effect: c.pending_effect,
-        correlation: c.correlation,
-        created_ms: c.created_ms,
-        updated_ms: c.updated_ms,
-    })
+/// A run row, its status, request and counters checked.
+pub(crate) fn run_row(c: StoredRun) -> Result<Run, Failure> {
+    rows::run(c).map_err(Failure::Corrupt)
 }
 
 /// The guarded append of one event (and, for a final event, the run's end) in one

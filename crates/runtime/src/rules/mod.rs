@@ -9,7 +9,9 @@
 //! - [`runs`]: a run's birth, the cancel, and the endings a segment may write.
 //! - [`decisions`]: when an answer is refused, and what an answer does to its run.
 //! - [`claims`]: claim epochs and what applying a retry decision answers.
+//! - [`rows`]: what a stored run or decision must hold to be read back.
 
 pub mod claims;
 pub mod decisions;
+pub mod rows;
 pub mod runs;

@@ -112,7 +112,7 @@ async fn a_resumed_run_with_an_unknown_event_kind_fails_naming_the_run_and_seque
 #[tokio::test]
 async fn a_queued_run_with_a_malformed_event_is_dead_lettered_not_retryable() {
     let f = fixture().await;
-    let queue = f.store.inner.clone();
+    let queue = (*f.store.inner).clone();
     let shared = std::sync::Arc::new(queue.clone());
     let watcher = StatusWatcher::new(
         shared.clone(),

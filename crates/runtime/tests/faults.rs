@@ -13,24 +13,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use runwarden_mcp::Effect;
-use runwarden_runtime::queue::{Claim, QueueStore, RequeueApply, RescueApply};
-use runwarden_runtime::store::{
-    CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
-    RunFilter, RunSettle, SettleAnswer,
-};
+use runwarden_runtime::queue::{Claim, QueueStore};
+use runwarden_runtime::store::{NewRunStatus, Run, RunCreate};
 use runwarden_runtime::{
-    CancelHub, DeadLetter, EFFECT_UNCERTAIN, Executor, ExecutorConfig, Outcome, RequeueAnswer,
-    RetryPolicy, RunState, RunStore, SegmentOptions, StatusWatcher, WatcherConfig,
+    CancelHub, DeadLetter, EFFECT_UNCERTAIN, Executor, ExecutorConfig, Outcome, RetryPolicy,
+    RunState, RunStore, SegmentOptions, StatusWatcher, WatcherConfig,
 };
 use runwarden_store_sqlite::SqliteStore;
-use runwarden_testkit::{HttpRequest, TestServer, mcp_handler, tool};
-use runwarden_vault::audit::{AuditChain, AuditTip};
-use runwarden_vault::store::{
-    AuditFilter, RewrapFn, SealedKind, SealedMeta, SealedRecord, StoreError, StoreFault, VaultStore,
-};
-use runwarden_vault::{
-    Algorithm, AuditEvent, AuditRow, EgressClient, EgressConfig, EgressPolicy, MasterKey, Vault,
-};
+use runwarden_testkit::{Call, Hook, HookedStore, HttpRequest, TestServer, mcp_handler, tool};
+use runwarden_vault::store::{AuditFilter, StoreError, StoreFault};
+use runwarden_vault::{Algorithm, EgressClient, EgressConfig, EgressPolicy, MasterKey, Vault};
 use serde_json::{Value, json};
 
 /// When the injected failure strikes.
@@ -53,10 +45,29 @@ enum Strike {
     Crash,
 }
 
-/// The real store, failing the `n`th call (1-based, over the whole trial) of `method`,
-/// and dying at the `crash_at`th async call of any method.
+/// The real store behind [`Faulty`].
+type FaultyStore = HookedStore<SqliteStore, Faulty>;
+
+/// The methods whose calls are counted, failed and crashed in: those a segment calls.
+/// [`METHODS`] are failed at every call of a clean trial; `decision_ask` is only counted.
+const STRUCK: [&str; 11] = [
+    "audit_append",
+    "audit_append_many",
+    "run_get",
+    "run_statuses",
+    "run_heartbeat",
+    "run_fence_mark",
+    "run_event_append",
+    "run_settle",
+    "run_events",
+    "run_requeue_apply",
+    "decision_ask",
+];
+
+/// Fails the `n`th call (1-based, over the whole trial) of `method`, and dies at the
+/// `crash_at`th call of any of the [`STRUCK`] methods.
+#[derive(Default)]
 struct Faulty {
-    inner: SqliteStore,
     fault: Option<(&'static str, usize, When)>,
     crash_at: Option<usize>,
     calls: Mutex<HashMap<&'static str, usize>>,
@@ -93,210 +104,21 @@ impl Faulty {
     }
 }
 
-/// Runs `$call` on the inner store unless the fault strikes before it; strikes after it
-/// by dropping its answer; a crash never returns.
-macro_rules! faulty {
-    ($self:ident, $method:literal, $call:expr) => {{
-        let strike = $self.strike($method);
-        if strike == Strike::Crash {
-            return std::future::pending().await;
-        }
-        faulty!(@run $self, $method, strike, $call)
-    }};
-    (@run $self:ident, $method:literal, $strike:ident, $call:expr) => {{
-        if $strike == Strike::Fail(When::Before) {
-            return Err(Faulty::error($method));
-        }
-        let answer = $call;
-        if $strike == Strike::Fail(When::After) {
-            return Err(Faulty::error($method));
-        }
-        answer
-    }};
-}
-
 #[async_trait]
-impl RunStore for Faulty {
-    async fn run_create(&self, params: RunCreate) -> Result<Run, StoreError> {
-        self.inner.run_create(params).await
-    }
-    async fn run_get(&self, id: &str) -> Result<Option<Run>, StoreError> {
-        faulty!(self, "run_get", self.inner.run_get(id).await)
-    }
-    async fn run_statuses(&self, ids: &[String]) -> Result<Vec<(String, RunState)>, StoreError> {
-        // Both the status watcher's reads (the first question of every call) and the
-        // step-boundary probe (R5) come here: a fault must read as "not cancelled".
-        faulty!(self, "run_statuses", self.inner.run_statuses(ids).await)
-    }
-    fn change_feed(&self) -> &runwarden_runtime::ChangeFeed {
-        self.inner.change_feed()
-    }
-    async fn run_cancel(&self, id: &str, now_ms: i64) -> Result<CancelAnswer, StoreError> {
-        self.inner.run_cancel(id, now_ms).await
-    }
-    async fn run_heartbeat(&self, params: Heartbeat) -> Result<bool, StoreError> {
-        faulty!(
-            self,
-            "run_heartbeat",
-            self.inner.run_heartbeat(params).await
-        )
-    }
-    async fn run_fence_mark(&self, params: FenceMark) -> Result<bool, StoreError> {
-        faulty!(
-            self,
-            "run_fence_mark",
-            self.inner.run_fence_mark(params).await
-        )
-    }
-    async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
-        faulty!(
-            self,
-            "run_event_append",
-            self.inner.run_event_append(params).await
-        )
-    }
-    async fn run_settle(&self, params: RunSettle) -> Result<SettleAnswer, StoreError> {
-        faulty!(self, "run_settle", self.inner.run_settle(params).await)
-    }
-    async fn run_list(&self, filter: RunFilter) -> Result<Vec<Run>, StoreError> {
-        self.inner.run_list(filter).await
-    }
-    async fn run_counts(&self) -> Result<Vec<(RunState, u64)>, StoreError> {
-        self.inner.run_counts().await
-    }
-    async fn run_events(
-        &self,
-        id: &str,
-        after_seq: i64,
-        limit: u32,
-    ) -> Result<Vec<RunEvent>, StoreError> {
-        faulty!(
-            self,
-            "run_events",
-            self.inner.run_events(id, after_seq, limit).await
-        )
-    }
-    async fn decision_ask(
-        &self,
-        params: runwarden_runtime::decision::DecisionAsk,
-    ) -> Result<Option<i64>, StoreError> {
-        faulty!(self, "decision_ask", self.inner.decision_ask(params).await)
-    }
-    async fn decision_answer(
-        &self,
-        params: runwarden_runtime::decision::DecisionAnswer,
-    ) -> Result<runwarden_runtime::AnswerOutcome, StoreError> {
-        self.inner.decision_answer(params).await
-    }
-    async fn decision_get(
-        &self,
-        id: &str,
-    ) -> Result<Option<runwarden_runtime::Decision>, StoreError> {
-        self.inner.decision_get(id).await
-    }
-    async fn decision_list(
-        &self,
-        filter: runwarden_runtime::DecisionFilter,
-    ) -> Result<Vec<runwarden_runtime::Decision>, StoreError> {
-        self.inner.decision_list(filter).await
-    }
-}
-
-#[async_trait]
-impl QueueStore for Faulty {
-    async fn run_claim(&self, params: Claim) -> Result<Option<Run>, StoreError> {
-        self.inner.run_claim(params).await
-    }
-    async fn run_requeue_apply(&self, params: RequeueApply) -> Result<RequeueAnswer, StoreError> {
-        faulty!(
-            self,
-            "run_requeue_apply",
-            self.inner.run_requeue_apply(params).await
-        )
-    }
-    async fn run_stale(&self, now_ms: i64, limit: u32) -> Result<Vec<Run>, StoreError> {
-        self.inner.run_stale(now_ms, limit).await
-    }
-    async fn run_rescue_apply(&self, params: RescueApply) -> Result<bool, StoreError> {
-        self.inner.run_rescue_apply(params).await
-    }
-}
-
-/// The vault's side: the audit appends can fail (V7: then nothing is sent) or die.
-#[async_trait]
-impl VaultStore for Faulty {
-    async fn sealed_get(
-        &self,
-        kind: SealedKind,
-        name: &str,
-    ) -> Result<Option<SealedRecord>, StoreError> {
-        self.inner.sealed_get(kind, name).await
-    }
-    async fn sealed_put(&self, record: SealedRecord) -> Result<(), StoreError> {
-        self.inner.sealed_put(record).await
-    }
-    async fn sealed_insert_new(&self, record: SealedRecord) -> Result<bool, StoreError> {
-        self.inner.sealed_insert_new(record).await
-    }
-    async fn sealed_delete(&self, kind: SealedKind, name: &str) -> Result<bool, StoreError> {
-        self.inner.sealed_delete(kind, name).await
-    }
-    async fn sealed_list(&self, kind: SealedKind) -> Result<Vec<SealedMeta>, StoreError> {
-        self.inner.sealed_list(kind).await
-    }
-    async fn sealed_secrets_version(&self) -> Result<u64, StoreError> {
-        self.inner.sealed_secrets_version().await
-    }
-    async fn sealed_rewrap_all(&self, rewrap: RewrapFn) -> Result<usize, StoreError> {
-        self.inner.sealed_rewrap_all(rewrap).await
-    }
-    async fn audit_append(
-        &self,
-        event: AuditEvent,
-        chain: Arc<AuditChain>,
-    ) -> Result<AuditRow, StoreError> {
-        faulty!(
-            self,
-            "audit_append",
-            self.inner.audit_append(event, chain).await
-        )
-    }
-    async fn audit_append_many(
-        &self,
-        events: Vec<AuditEvent>,
-        chain: Arc<AuditChain>,
-    ) -> Result<Vec<AuditRow>, StoreError> {
-        faulty!(
-            self,
-            "audit_append_many",
-            self.inner.audit_append_many(events, chain).await
-        )
-    }
-    async fn audit_incomplete(&self, intent_ids: Vec<i64>) -> Result<Vec<i64>, StoreError> {
-        self.inner.audit_incomplete(intent_ids).await
-    }
-    async fn audit_list(&self, filter: AuditFilter) -> Result<Vec<AuditRow>, StoreError> {
-        self.inner.audit_list(filter).await
-    }
-    async fn audit_tip(&self) -> Result<Option<AuditTip>, StoreError> {
-        self.inner.audit_tip().await
-    }
-    async fn audit_counts(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        self.inner.audit_counts().await
-    }
-    async fn oauth_lease_acquire(
-        &self,
-        key: &str,
-        holder: &str,
-        now_ms: i64,
-        expires_ms: i64,
-    ) -> Result<bool, StoreError> {
-        self.inner
-            .oauth_lease_acquire(key, holder, now_ms, expires_ms)
-            .await
-    }
-    async fn oauth_lease_release(&self, key: &str, holder: &str) -> Result<(), StoreError> {
-        self.inner.oauth_lease_release(key, holder).await
+impl Hook for Faulty {
+    /// Both the status watcher's reads (the first question of every call) and the
+    /// step-boundary probe (R5) are `run_statuses`: a fault there must read as "not
+    /// cancelled". The audit appends can fail (V7: then nothing is sent) or die.
+    async fn before(&self, call: &Call) -> runwarden_testkit::Strike {
+        let Some(method) = STRUCK.iter().find(|m| **m == call.method) else {
+            return runwarden_testkit::Strike::Pass;
+        };
+        match self.strike(method) {
+            Strike::Pass => runwarden_testkit::Strike::Pass,
+            Strike::Fail(When::Before) => runwarden_testkit::Strike::Fail(Faulty::error(method)),
+            Strike::Fail(When::After) => runwarden_testkit::Strike::Lose(Faulty::error(method)),
+            Strike::Crash => runwarden_testkit::Strike::Hang,
+        }
     }
 }
 
@@ -360,15 +182,12 @@ async fn trial(
         normal(request)
     })
     .await;
-    let store = Arc::new(Faulty {
-        inner: inner.clone(),
+    let faulty = Faulty {
         fault,
         crash_at,
-        calls: Mutex::default(),
-        async_calls: AtomicUsize::new(0),
-        crashed: Arc::default(),
-        crashed_in: Mutex::default(),
-    });
+        ..Faulty::default()
+    };
+    let store: Arc<FaultyStore> = Arc::new(HookedStore::new(Arc::new(inner.clone()), faulty));
     let vault = Vault::open(store.clone(), MasterKey::generate(), Algorithm::default())
         .await
         .unwrap()

@@ -83,7 +83,7 @@ fn fast_retry() -> RetryPolicy {
 #[tokio::test]
 async fn a_retryable_model_failure_requeues_and_a_permanent_one_dead_letters() {
     let f = fixture().await;
-    let store = &f.store.inner;
+    let store = &*f.store.inner;
     let executor = queue_executor(store, Duration::from_secs(30), Duration::from_secs(10));
     for (status, expected, state) in [
         (503, Outcome::Requeued, RunState::Queued),
@@ -132,7 +132,7 @@ async fn a_retryable_model_failure_requeues_and_a_permanent_one_dead_letters() {
 #[tokio::test]
 async fn retries_stop_at_the_requeue_cap_with_retries_exhausted() {
     let f = fixture().await;
-    let store = &f.store.inner;
+    let store = &*f.store.inner;
     let executor = queue_executor(store, Duration::from_secs(30), Duration::from_secs(10));
     let model = TestServer::start(|_| Reply::typed(503, "application/json", "{}")).await;
     let agent = f.agent_with(
@@ -196,7 +196,7 @@ async fn retries_stop_at_the_requeue_cap_with_retries_exhausted() {
 #[tokio::test]
 async fn a_cancelled_queued_run_is_never_claimed() {
     let f = fixture().await;
-    let store = &f.store.inner;
+    let store = &*f.store.inner;
     let id = enqueue(store, "helper").await;
     assert_eq!(
         store.run_cancel(&id, now()).await.unwrap(),
@@ -221,7 +221,7 @@ async fn a_cancelled_queued_run_is_never_claimed() {
 #[tokio::test]
 async fn a_segment_that_lost_its_lease_stops_without_settling_or_appending() {
     let f = fixture().await;
-    let store = &f.store.inner;
+    let store = &*f.store.inner;
     let mut server = TestServer::start(mcp_handler(vec![tool("search")], &["search"])).await;
     // A lease far shorter than the heartbeat: the reaper will take the run mid-call.
     let executor = queue_executor(
@@ -298,7 +298,7 @@ impl AgentSource for Agents {
 #[tokio::test]
 async fn a_worker_claims_every_queued_run_exactly_once_and_completes_them() {
     let f = fixture().await;
-    let store = f.store.inner.clone();
+    let store = (*f.store.inner).clone();
     let mut server = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
     let url = server.url("/mcp");
     let tool = f.tool(&url, "create", Effect::NonIdempotentWrite);
@@ -376,7 +376,7 @@ impl AgentSource for Failing {
 /// One worker segment over one queued run with `agents`; answers the outcome and the row.
 async fn one_segment(agents: Failing) -> (Outcome, runwarden_runtime::Run) {
     let f = fixture().await;
-    let store = f.store.inner.clone();
+    let store = (*f.store.inner).clone();
     let id = enqueue(&store, "helper").await;
     let executor = queue_executor(&store, Duration::from_secs(30), Duration::from_secs(10));
     let (outcome_tx, mut outcome_rx) = tokio::sync::mpsc::unbounded_channel();

@@ -11,25 +11,26 @@ use std::time::Duration;
 use async_trait::async_trait;
 use runwarden_mcp::{Effect, McpClient, ServerConfig};
 use runwarden_models::{ModelProvider, Scripted, ToolSpec};
-use runwarden_runtime::store::{
-    CancelAnswer, EventAppend, FenceMark, Heartbeat, Run, RunCreate, RunEvent, RunSettle,
-    SettleAnswer,
-};
+use runwarden_runtime::store::EventAppend;
 use runwarden_runtime::{
-    AgentSpec, BoundTool, CancelHub, Executor, ExecutorConfig, RunState, RunStore, StatusWatcher,
+    AgentSpec, BoundTool, CancelHub, Executor, ExecutorConfig, RunStore, StatusWatcher,
     WatcherConfig,
 };
 use runwarden_store_sqlite::SqliteStore;
+use runwarden_testkit::{Answer, Call, Detail, Hook, HookedStore, Strike};
 use runwarden_vault::store::{AuditFilter, StoreError};
 use runwarden_vault::{EgressClient, Vault};
 use serde_json::json;
 
 pub const WAIT: Duration = Duration::from_secs(10);
 
-/// The real store, counting status reads (each one batched query), failing them or
-/// tool-step records on demand.
+/// The real store behind [`Instrumented`].
+pub type InstrumentedStore = HookedStore<SqliteStore, Instrumented>;
+
+/// What the tests do around the real store's calls: count status reads (each one batched
+/// query), fail them or tool-step records on demand, hold answers, hang renewals.
+#[derive(Default)]
 pub struct Instrumented {
-    pub inner: SqliteStore,
     /// Batched status queries (`run_statuses` calls), whatever their size.
     pub status_reads: AtomicUsize,
     /// The ids of the largest one.
@@ -49,105 +50,52 @@ pub struct Instrumented {
 }
 
 #[async_trait]
-impl RunStore for Instrumented {
-    async fn run_create(&self, params: RunCreate) -> Result<Run, StoreError> {
-        self.inner.run_create(params).await
-    }
-    async fn run_get(&self, id: &str) -> Result<Option<Run>, StoreError> {
-        self.inner.run_get(id).await
-    }
-    async fn run_statuses(&self, ids: &[String]) -> Result<Vec<(String, RunState)>, StoreError> {
-        self.status_reads.fetch_add(1, Ordering::SeqCst);
-        self.largest_read.fetch_max(ids.len(), Ordering::SeqCst);
-        self.read_started.notify_waiters();
-        if self.fail_probes.load(Ordering::SeqCst) {
-            return Err(StoreError::new(
-                "reading a run's status",
-                "injected failure",
-            ));
+impl Hook for Instrumented {
+    async fn before(&self, call: &Call) -> Strike {
+        match (call.method, &call.detail) {
+            ("run_statuses", Detail::Ids(ids)) => {
+                self.status_reads.fetch_add(1, Ordering::SeqCst);
+                self.largest_read.fetch_max(*ids, Ordering::SeqCst);
+                self.read_started.notify_waiters();
+                if self.fail_probes.load(Ordering::SeqCst) {
+                    return Strike::Fail(StoreError::new(
+                        "reading a run's status",
+                        "injected failure",
+                    ));
+                }
+            }
+            ("run_heartbeat", _) if self.hang_heartbeats.load(Ordering::SeqCst) => {
+                return Strike::Hang;
+            }
+            ("run_event_append", Detail::EventKind(kind)) => {
+                let failing_kind = self.fail_kinds.lock().unwrap().contains(kind);
+                if failing_kind
+                    || kind == "tool_executed" && self.fail_tool_steps.load(Ordering::SeqCst)
+                {
+                    return Strike::Fail(StoreError::new(
+                        "appending a run event",
+                        "injected failure: the disk is full",
+                    ));
+                }
+            }
+            _ => {}
         }
-        let read = self.inner.run_statuses(ids).await;
-        self.read_done.notify_one();
-        drop(self.hold_answers.lock().await);
-        read
+        Strike::Pass
     }
-    fn change_feed(&self) -> &runwarden_runtime::ChangeFeed {
-        self.inner.change_feed()
-    }
-    async fn run_cancel(&self, id: &str, now_ms: i64) -> Result<CancelAnswer, StoreError> {
-        self.inner.run_cancel(id, now_ms).await
-    }
-    async fn run_heartbeat(&self, params: Heartbeat) -> Result<bool, StoreError> {
-        if self.hang_heartbeats.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
+
+    async fn after(&self, call: &Call, _answer: Answer<'_>) -> Option<StoreError> {
+        if call.method == "run_statuses" {
+            self.read_done.notify_one();
+            drop(self.hold_answers.lock().await);
         }
-        self.inner.run_heartbeat(params).await
-    }
-    async fn run_fence_mark(&self, params: FenceMark) -> Result<bool, StoreError> {
-        self.inner.run_fence_mark(params).await
-    }
-    async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
-        let failing_kind = self.fail_kinds.lock().unwrap().contains(&params.kind);
-        if failing_kind
-            || params.kind == "tool_executed" && self.fail_tool_steps.load(Ordering::SeqCst)
-        {
-            return Err(StoreError::new(
-                "appending a run event",
-                "injected failure: the disk is full",
-            ));
-        }
-        self.inner.run_event_append(params).await
-    }
-    async fn run_settle(&self, params: RunSettle) -> Result<SettleAnswer, StoreError> {
-        self.inner.run_settle(params).await
-    }
-    async fn run_list(
-        &self,
-        filter: runwarden_runtime::store::RunFilter,
-    ) -> Result<Vec<Run>, StoreError> {
-        self.inner.run_list(filter).await
-    }
-    async fn run_counts(&self) -> Result<Vec<(RunState, u64)>, StoreError> {
-        self.inner.run_counts().await
-    }
-    async fn run_events(
-        &self,
-        id: &str,
-        after_seq: i64,
-        limit: u32,
-    ) -> Result<Vec<RunEvent>, StoreError> {
-        self.inner.run_events(id, after_seq, limit).await
-    }
-    async fn decision_ask(
-        &self,
-        params: runwarden_runtime::decision::DecisionAsk,
-    ) -> Result<Option<i64>, StoreError> {
-        self.inner.decision_ask(params).await
-    }
-    async fn decision_answer(
-        &self,
-        params: runwarden_runtime::decision::DecisionAnswer,
-    ) -> Result<runwarden_runtime::AnswerOutcome, StoreError> {
-        self.inner.decision_answer(params).await
-    }
-    async fn decision_get(
-        &self,
-        id: &str,
-    ) -> Result<Option<runwarden_runtime::Decision>, StoreError> {
-        self.inner.decision_get(id).await
-    }
-    async fn decision_list(
-        &self,
-        filter: runwarden_runtime::DecisionFilter,
-    ) -> Result<Vec<runwarden_runtime::Decision>, StoreError> {
-        self.inner.decision_list(filter).await
+        None
     }
 }
 
 /// A vault, an egress client admitting loopback, an instrumented store and an executor.
 pub struct Fixture {
     pub dir: tempfile::TempDir,
-    pub store: Arc<Instrumented>,
+    pub store: Arc<InstrumentedStore>,
     pub vault: Arc<Vault>,
     pub egress: Arc<EgressClient>,
     pub hub: Arc<CancelHub>,
@@ -167,18 +115,7 @@ pub async fn fixture_with(config: WatcherConfig) -> Fixture {
         vault,
         egress,
     } = runwarden_testkit::loopback_vault().await;
-    let store = Arc::new(Instrumented {
-        inner,
-        status_reads: AtomicUsize::new(0),
-        largest_read: AtomicUsize::new(0),
-        read_started: tokio::sync::Notify::new(),
-        read_done: tokio::sync::Notify::new(),
-        hold_answers: tokio::sync::Mutex::new(()),
-        fail_probes: AtomicBool::new(false),
-        fail_tool_steps: AtomicBool::new(false),
-        fail_kinds: std::sync::Mutex::new(Vec::new()),
-        hang_heartbeats: AtomicBool::new(false),
-    });
+    let store = Arc::new(HookedStore::new(Arc::new(inner), Instrumented::default()));
     let hub = Arc::new(CancelHub::new());
     let watcher = StatusWatcher::new(store.clone(), hub.clone(), config);
     let executor = Arc::new(Executor::new(

@@ -10,10 +10,11 @@
 
 use runwarden_runtime::RunState;
 use runwarden_runtime::decision::{
-    Answer, AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionKind,
-    DecisionStatus, EXPIRED_REASON, Refusal, Reissue,
+    AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionStatus, Refusal,
 };
-use runwarden_runtime::events::{DecisionAnswered, EventBody, cancelled_from};
+use runwarden_runtime::events::{DecisionAnswered, EventBody};
+use runwarden_runtime::rules::decisions::{self as rules, CANCEL_BY_ANSWER_REASON, RunAfterAnswer};
+use runwarden_runtime::rules::rows::{self, StoredDecision};
 use runwarden_vault::store::StoreError;
 use serde_json::Value;
 use tokio_postgres::{GenericClient, Row};
@@ -24,9 +25,6 @@ use crate::failure::{Failure, finish};
 const DECISION_COLUMNS: &str = "id, run_id, kind, round, call_id, tool, arguments, arguments_hash, message, \
      requested_schema, asked_ms, expires_ms, status, answer, reason, answer_arguments, content, \
      actor, answered_ms, input_key, request_state";
-
-/// R4: the reason a cancel by answer writes, as a plain cancel does.
-const CANCEL_REASON: &str = "cancelled by an operator (answering a decision)";
 
 impl PgStore {
     pub(crate) async fn ask(&self, params: DecisionAsk) -> Result<Option<i64>, StoreError> {
@@ -85,9 +83,8 @@ impl PgStore {
 /// R12: the guarded ask. The run must be running and held by `owner`.
 async fn ask(tx: &impl GenericClient, params: &DecisionAsk) -> Result<Option<i64>, Failure> {
     let d = &params.decision;
-    // The kinds that park release the lease and leave the stored request and the fence.
-    // M19: an `input_required` result did none of the tool's work, so its park clears the
-    // write fence.
+    // The kinds that park release the lease and leave the stored request; whether the
+    // park clears the write fence is the runtime's rule.
     let changed = if d.parks_the_run() {
         tx.execute(
             "UPDATE runs SET status = 'waiting_for_approval', lease_expires_ms = NULL,
@@ -97,7 +94,7 @@ async fn ask(tx: &impl GenericClient, params: &DecisionAsk) -> Result<Option<i64
                 &d.asked_ms,
                 &d.run_id,
                 &params.owner,
-                &d.reissue.is_some(),
+                &rules::ask_clears_fence(d),
                 &params.epoch,
             ],
         )
@@ -166,31 +163,10 @@ async fn answer(
         return Ok(AnswerOutcome::NotFound);
     };
     let run = run_status.as_deref().and_then(RunState::parse);
-    let expiry = params.answer == Answer::Expired;
-    let waiting = if before.parks_the_run() {
-        RunState::WaitingForApproval
-    } else {
-        RunState::Running
-    };
-    let due = before.expires_ms <= params.now_ms;
-    let refusal = match before.status {
-        DecisionStatus::Answered => Some(Refusal::AlreadyAnswered),
-        DecisionStatus::Expired => Some(Refusal::Expired),
-        DecisionStatus::Dropped => Some(Refusal::RunCancelled),
-        DecisionStatus::Pending if run == Some(RunState::Cancelled) => Some(Refusal::RunCancelled),
-        DecisionStatus::Pending if expiry && !due => Some(Refusal::NotDue),
-        DecisionStatus::Pending if !expiry && due => Some(Refusal::Expired),
-        DecisionStatus::Pending if run != Some(waiting) => Some(Refusal::RunNotWaiting),
-        DecisionStatus::Pending => None,
-    };
-    if let Some(refusal) = refusal {
+    if let Some(refusal) = rules::refusal(&before, run, params.answer, params.now_ms) {
         return Ok(AnswerOutcome::Refused(before, refusal));
     }
-    let (status_after, reason) = if expiry {
-        (DecisionStatus::Expired, Some(EXPIRED_REASON.to_string()))
-    } else {
-        (DecisionStatus::Answered, params.reason.clone())
-    };
+    let (status_after, reason) = rules::recorded(params.answer, params.reason.as_deref());
     let changed = tx
         .execute(
             "UPDATE decisions SET status = $1, answer = $2, reason = $3, answer_arguments = $4,
@@ -232,25 +208,24 @@ async fn answer(
         params.now_ms,
     )
     .await?;
-    if decision.parks_the_run() {
-        if params.answer == Answer::Cancel {
-            // R4: a cancel by answer is the cancel: terminal, the stored request dropped.
+    match rules::run_after_answer(&decision, params.answer) {
+        RunAfterAnswer::Stays => {}
+        RunAfterAnswer::Cancelled { final_event } => {
+            // A cancel by answer is the cancel: terminal, the stored request dropped.
             tx.execute(
                 "UPDATE runs SET status = 'cancelled', request = NULL, termination_reason = $1,
                      updated_ms = $2
                  WHERE id = $3 AND status = 'waiting_for_approval'",
-                &[&CANCEL_REASON, &params.now_ms, &decision.run_id],
+                &[&CANCEL_BY_ANSWER_REASON, &params.now_ms, &decision.run_id],
             )
             .await?;
-            // R8: the parked run's final event, with the cancel (no segment holds it).
-            if let Some(body) = cancelled_from(RunState::WaitingForApproval, CANCEL_REASON) {
+            // The parked run's final event, with the cancel (no segment holds it).
+            if let Some(body) = final_event {
                 crate::final_event::append_final(tx, &decision.run_id, &body, params.now_ms)
                     .await?;
             }
-        } else {
-            // Back to the queue, due now: any worker on any node claims it. R11: a person
-            // said what an uncertain write did, so its fence is cleared.
-            let clear_fence = decision.kind == DecisionKind::EffectUncertain;
+        }
+        RunAfterAnswer::Requeued { clear_fence } => {
             tx.execute(
                 "UPDATE runs SET status = 'queued', retry_at_ms = $1, lease_expires_ms = NULL,
                      pending_effect = CASE WHEN $2 THEN NULL ELSE pending_effect END,
@@ -314,59 +289,28 @@ async fn read(
 
 /// Stored text this build cannot read is damage, reported, never a panic.
 fn decode(row: &Row) -> Result<Decision, Failure> {
-    let id: String = row.try_get(0)?;
-    let corrupt = |what: String| Failure::Corrupt(format!("decision {id} {what}"));
-    let json = |text: &str, what: &str| -> Result<Value, Failure> {
-        serde_json::from_str(text)
-            .map_err(|e| corrupt(format!("has {what} that is not JSON ({e})")))
-    };
-    let kind: String = row.try_get(2)?;
-    let kind =
-        DecisionKind::parse(&kind).ok_or_else(|| corrupt(format!("has unknown kind {kind:?}")))?;
-    let status: String = row.try_get(12)?;
-    let status = DecisionStatus::parse(&status)
-        .ok_or_else(|| corrupt(format!("has unknown status {status:?}")))?;
-    let answer: Option<String> = row.try_get(13)?;
-    let answer = answer
-        .as_deref()
-        .map(|a| Answer::parse(a).ok_or_else(|| corrupt(format!("has unknown answer {a:?}"))))
-        .transpose()?;
-    let round: i64 = row.try_get(3)?;
-    let arguments: String = row.try_get(6)?;
-    let requested_schema: Option<String> = row.try_get(9)?;
-    let answer_arguments: Option<String> = row.try_get(15)?;
-    let content: Option<String> = row.try_get(16)?;
-    let input_key: Option<String> = row.try_get(19)?;
-    let request_state: Option<String> = row.try_get(20)?;
-    Ok(Decision {
+    let stored = StoredDecision {
+        id: row.try_get(0)?,
         run_id: row.try_get(1)?,
-        kind,
-        round: u32::try_from(round).map_err(|_| corrupt(format!("has round {round}")))?,
+        kind: row.try_get(2)?,
+        round: row.try_get(3)?,
         call_id: row.try_get(4)?,
         tool: row.try_get(5)?,
-        arguments: json(&arguments, "arguments")?,
+        arguments: row.try_get(6)?,
         arguments_hash: row.try_get(7)?,
         message: row.try_get(8)?,
-        requested_schema: requested_schema
-            .as_deref()
-            .map(|t| json(t, "a requested schema"))
-            .transpose()?,
+        requested_schema: row.try_get(9)?,
         asked_ms: row.try_get(10)?,
         expires_ms: row.try_get(11)?,
-        status,
-        answer,
+        status: row.try_get(12)?,
+        answer: row.try_get(13)?,
         reason: row.try_get(14)?,
-        answer_arguments: answer_arguments
-            .as_deref()
-            .map(|t| json(t, "edited arguments"))
-            .transpose()?,
-        content: content.as_deref().map(|t| json(t, "content")).transpose()?,
+        answer_arguments: row.try_get(15)?,
+        content: row.try_get(16)?,
         actor: row.try_get(17)?,
         answered_ms: row.try_get(18)?,
-        reissue: input_key.map(|input_key| Reissue {
-            input_key,
-            request_state,
-        }),
-        id,
-    })
+        input_key: row.try_get(19)?,
+        request_state: row.try_get(20)?,
+    };
+    rows::decision(stored).map_err(Failure::Corrupt)
 }

@@ -55,7 +55,7 @@ impl PgStore {
                     )
                     .await?;
                 let (body_hash, run_id): (String, String) = (row.try_get(0)?, row.try_get(1)?);
-                if body_hash != params.body_hash {
+                if runwarden_runtime::rules::runs::key_reused(&body_hash, &params.body_hash) {
                     return Ok(KeyedCreate::Reused { run_id });
                 }
                 let run = read_run(&*tx, &run_id, false).await?.ok_or_else(|| {

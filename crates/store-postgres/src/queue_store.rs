@@ -11,10 +11,10 @@
 //! and the late decision changes nothing.
 
 use async_trait::async_trait;
-use runwarden_runtime::events::RunEnded;
 use runwarden_runtime::queue::{Claim, QueueStore, RequeueAnswer, RequeueApply, RescueApply};
+use runwarden_runtime::rules::{claims, runs};
 use runwarden_runtime::store::Run;
-use runwarden_runtime::{EventBody, RetryDecision, RunState, WORKER_FORGOTTEN_AFTER_MS};
+use runwarden_runtime::{RetryDecision, RunState, WORKER_FORGOTTEN_AFTER_MS};
 use runwarden_vault::store::StoreError;
 use tokio_postgres::GenericClient;
 
@@ -127,26 +127,19 @@ impl QueueStore for PgStore {
                 }
             };
             if changed == 1 {
-                return Ok(match params.decision {
-                    RetryDecision::Requeue { .. } => RequeueAnswer::Requeued {
-                        requeue_count: params
-                            .requeue_count
-                            .saturating_add(u32::from(params.counts)),
-                    },
-                    RetryDecision::DeadLetter(code) => RequeueAnswer::DeadLettered(code),
-                });
+                return Ok(claims::applied(
+                    params.decision,
+                    params.requeue_count,
+                    params.counts,
+                ));
             }
             let status: Option<String> = client
                 .query_opt("SELECT status FROM runs WHERE id = $1", &[&params.id])
                 .await?
                 .map(|row| row.try_get(0))
                 .transpose()?;
-            Ok(if status.as_deref() == Some(RunState::Cancelled.as_str()) {
-                // R4: no retry path takes a cancelled run.
-                RequeueAnswer::AlreadyCancelled
-            } else {
-                RequeueAnswer::LeaseLost
-            })
+            // No retry path takes a cancelled run.
+            Ok(runs::lost_row(status.as_deref().and_then(RunState::parse)).into())
         })
         .await
     }
@@ -306,11 +299,8 @@ async fn rescue_apply(conn: &impl GenericClient, params: &RescueApply) -> Result
         }
     };
     if changed == 1
-        && let RetryDecision::DeadLetter(_) = params.decision
+        && let Some(body) = claims::rescue_final_event(params.decision, &params.reason)
     {
-        let body = EventBody::RunFailed(RunEnded {
-            reason: params.reason.clone(),
-        });
         crate::final_event::append_final(conn, &params.id, &body, params.now_ms).await?;
     }
     Ok(changed == 1)

@@ -11,10 +11,11 @@ use async_trait::async_trait;
 use runwarden_runtime::decision::{
     AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter,
 };
-use runwarden_runtime::events::cancelled_from;
+use runwarden_runtime::rules::rows::{self, StoredRun};
+use runwarden_runtime::rules::runs::{self as rules, CANCEL_REASON, CancelStep};
 use runwarden_runtime::store::{
-    CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
-    RunFilter, RunSettle, RunStore, SettleAnswer,
+    CancelAnswer, EventAppend, FenceMark, Heartbeat, Run, RunCreate, RunEvent, RunFilter,
+    RunSettle, RunStore, SettleAnswer,
 };
 use runwarden_runtime::{ChangeFeed, KeyedCreate, RunCreateKeyed, RunState};
 use runwarden_vault::store::StoreError;
@@ -25,9 +26,6 @@ use crate::failure::{Failure, finish};
 
 pub(crate) const RUN_COLUMNS: &str = "id, agent, status, termination_reason, request, claimed_by, lease_expires_ms, \
                            pending_effect, requeue_count, rounds, correlation, created_ms, updated_ms, claim_epoch";
-
-/// R4: the reason a cancel writes; people read it in `status` and the API.
-const CANCEL_REASON: &str = "cancelled by an operator";
 
 const READING_STATUS: &str = "reading a run's status";
 const SETTLING: &str = "settling a run";
@@ -89,12 +87,14 @@ impl RunStore for PgStore {
             let result = async {
                 // R4: the row is locked before it is read, so `previous` is the state the
                 // cancel really left, whatever another node is doing to the run.
-                let Some(previous) = read_status(&*tx, id, true).await? else {
-                    return Ok(CancelAnswer::NotFound);
+                let status = read_status(&*tx, id, true).await?;
+                let (previous, final_event) = match rules::cancel_step(status) {
+                    CancelStep::Answer(answer) => return Ok(answer),
+                    CancelStep::Cancel {
+                        previous,
+                        final_event,
+                    } => (previous, final_event),
                 };
-                if previous.is_terminal() {
-                    return Ok(CancelAnswer::AlreadyTerminal(previous));
-                }
                 // R4: the stored request goes (nothing may resume the run); pending_effect and
                 // claimed_by stay, so the reaper and people can see a cancelled mid-write run (R7).
                 let changed = tx
@@ -106,17 +106,13 @@ impl RunStore for PgStore {
                     )
                     .await?;
                 if changed != 1 {
-                    return Err(StoreError::new(
-                        OPERATION,
-                        format!("run {id} changed inside the cancel's transaction: retry the cancel"),
-                    )
-                    .into());
+                    return Err(rules::cancel_raced(id).into());
                 }
                 // R12: the cancel wins over a decision the run waits on.
                 crate::decision_store::drop_pending(&*tx, id, now_ms).await?;
                 // R8: no segment holds a queued or parked run, so its final event is
                 // written here, with the status change.
-                if let Some(body) = cancelled_from(previous, CANCEL_REASON) {
+                if let Some(body) = final_event {
                     crate::final_event::append_final(&*tx, id, &body, now_ms).await?;
                 }
                 Ok(CancelAnswer::Cancelled { previous })
@@ -209,16 +205,8 @@ impl RunStore for PgStore {
     }
 
     async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
-        if let Some(end) = &params.end
-            && !matches!(end.status, RunState::Completed | RunState::Failed)
-        {
-            return Err(StoreError::new(
-                "appending a run event",
-                format!(
-                    "a final event ends a run as completed or failed, not {}: cancel it with run_cancel",
-                    end.status.as_str()
-                ),
-            ));
+        if let Some(end) = &params.end {
+            rules::check_final_event_status(end.status)?;
         }
         const OPERATION: &str = "appending a run event";
         let payload = params.payload.to_string();
@@ -313,15 +301,7 @@ impl RunStore for PgStore {
     }
 
     async fn run_settle(&self, params: RunSettle) -> Result<SettleAnswer, StoreError> {
-        if !matches!(params.status, RunState::Completed | RunState::Failed) {
-            return Err(StoreError::new(
-                SETTLING,
-                format!(
-                    "a run settles as completed or failed, not {}: cancel it with run_cancel",
-                    params.status.as_str()
-                ),
-            ));
-        }
+        rules::check_settle_status(params.status)?;
         let result = self
             .with(SETTLING, async {
                 let mut client = self.client().await?;
@@ -344,14 +324,10 @@ impl RunStore for PgStore {
                         .await?;
                     let answer = if changed == 1 {
                         SettleAnswer::Settled
-                    } else if read_status(&*tx, &params.id, false).await?
-                        == Some(RunState::Cancelled)
-                    {
-                        // R4, R5: the cancel won the row; the segment must not overwrite it.
-                        SettleAnswer::AlreadyCancelled
                     } else {
-                        // R3: another segment holds the run, or it is no longer running.
-                        SettleAnswer::LeaseLost
+                        // A cancel that won the row is never overwritten; otherwise the
+                        // lease is lost.
+                        rules::lost_row(read_status(&*tx, &params.id, false).await?).into()
                     };
                     Ok(answer)
                 }
@@ -496,21 +472,7 @@ pub(crate) async fn insert_run(
     params: &RunCreate,
 ) -> Result<Run, Failure> {
     let request = params.request.as_ref().map(serde_json::Value::to_string);
-    // R3: a synchronous run is claimed by its segment at birth; a queued run has no
-    // owner until a worker's guarded claim.
-    // A run claimed at birth holds the first claim epoch.
-    let (status, claimed_by, lease_expires_ms, claim_epoch) = match &params.status {
-        NewRunStatus::Running {
-            owner,
-            lease_until_ms,
-        } => (
-            RunState::Running,
-            Some(owner.clone()),
-            Some(*lease_until_ms),
-            1_i64,
-        ),
-        NewRunStatus::Queued => (RunState::Queued, None, None, 0_i64),
-    };
+    let run = rules::new_run(params.clone());
     let inserted = conn
         .execute(
             "INSERT INTO runs (id, agent, status, request, claimed_by, lease_expires_ms,
@@ -518,44 +480,22 @@ pub(crate) async fn insert_run(
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)
              ON CONFLICT (id) DO NOTHING",
             &[
-                &params.id,
-                &params.agent,
-                &status.as_str(),
+                &run.id,
+                &run.agent,
+                &run.status.as_str(),
                 &request,
-                &claimed_by,
-                &lease_expires_ms,
-                &params.correlation,
-                &params.now_ms,
-                &claim_epoch,
+                &run.claimed_by,
+                &run.lease_expires_ms,
+                &run.correlation,
+                &run.created_ms,
+                &run.claim_epoch,
             ],
         )
         .await?;
     if inserted == 0 {
-        return Err(StoreError::new(
-            "creating a run",
-            format!(
-                "a run with id {} already exists: give every run a fresh UUIDv7",
-                params.id
-            ),
-        )
-        .into());
+        return Err(rules::duplicate_run(&run.id).into());
     }
-    Ok(Run {
-        id: params.id.clone(),
-        agent: params.agent.clone(),
-        status,
-        termination_reason: None,
-        request: params.request.clone(),
-        claimed_by,
-        claim_epoch,
-        lease_expires_ms,
-        pending_effect: None,
-        requeue_count: 0,
-        rounds: 0,
-        correlation: params.correlation.clone(),
-        created_ms: params.now_ms,
-        updated_ms: params.now_ms,
-    })
+    Ok(run)
 }
 
 /// Run `id`; with `lock`, the row stays locked until the caller's transaction ends.
@@ -574,37 +514,26 @@ pub(crate) async fn read_run(
 
 /// A stored status this build does not know is damage, reported, never a panic.
 fn parse_status(id: &str, text: &str) -> Result<RunState, Failure> {
-    RunState::parse(text)
-        .ok_or_else(|| Failure::Corrupt(format!("run {id} has unknown status {text:?}")))
+    rows::run_status(id, text).map_err(Failure::Corrupt)
 }
 
 /// A run row, its status, request and counters checked.
 pub(crate) fn run_row(row: &Row) -> Result<Run, Failure> {
-    let id: String = row.try_get(0)?;
-    let corrupt = |what: String| Failure::Corrupt(format!("run {id} {what}"));
-    let status = parse_status(&id, row.try_get(2)?)?;
-    let request = row
-        .try_get::<_, Option<&str>>(4)?
-        .map(serde_json::from_str)
-        .transpose()
-        .map_err(|e| corrupt(format!("has a stored request that is not JSON ({e})")))?;
-    let count = |value: i64, what: &str| {
-        u32::try_from(value).map_err(|_| corrupt(format!("has {what} {value}, out of range")))
-    };
-    Ok(Run {
-        status,
-        request,
-        requeue_count: count(row.try_get(8)?, "a requeue count")?,
-        rounds: count(row.try_get(9)?, "a round count")?,
+    let stored = StoredRun {
+        id: row.try_get(0)?,
         agent: row.try_get(1)?,
+        status: row.try_get(2)?,
         termination_reason: row.try_get(3)?,
+        request: row.try_get(4)?,
         claimed_by: row.try_get(5)?,
-        claim_epoch: row.try_get(13)?,
         lease_expires_ms: row.try_get(6)?,
         pending_effect: row.try_get(7)?,
+        requeue_count: row.try_get(8)?,
+        rounds: row.try_get(9)?,
         correlation: row.try_get(10)?,
         created_ms: row.try_get(11)?,
         updated_ms: row.try_get(12)?,
-        id: id.clone(),
-    })
+        claim_epoch: row.try_get(13)?,
+    };
+    rows::run(stored).map_err(Failure::Corrupt)
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use runwarden_runtime::RetryDecision;
+use runwarden_runtime::migrations::MIGRATIONS;
 use runwarden_runtime::queue::{Claim, QueueStore, RequeueAnswer, RequeueApply};
 use runwarden_runtime::store::{EventAppend, NewRunStatus, RunCreate, RunStore};
 use runwarden_runtime::{Change, RunState};
@@ -40,27 +41,8 @@ async fn nodes_starting_together_apply_each_migration_once() {
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert_eq!(
-        names,
-        [
-            "0001_vault",
-            "0002_mcp",
-            "0003_runs",
-            "0004_queue",
-            "0005_tokens",
-            "0006_audit_intent",
-            "0007_notify",
-            "0008_decisions",
-            "0009_catalogue_output_schema",
-            "0010_console_sessions",
-            "0011_keys_and_workers",
-            "0012_oauth_refresh_lease",
-            "0013_decision_reissue",
-            "0014_claim_epoch",
-            "0015_mcp_protocol",
-            "0016_secrets_version"
-        ]
-    );
+    let listed: Vec<&str> = MIGRATIONS.iter().map(|m| m.name).collect();
+    assert_eq!(names, listed);
 }
 
 /// R3: 200 queued runs, three nodes, many claimants each: every run is claimed exactly

@@ -6,10 +6,11 @@
 //! the decision or the run between the guard and the rest.
 
 use runwarden_runtime::decision::{
-    Answer, AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionKind,
-    DecisionStatus, Refusal, Reissue,
+    AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionStatus, Refusal,
 };
-use runwarden_runtime::events::{DecisionAnswered, EventBody, cancelled_from};
+use runwarden_runtime::events::{DecisionAnswered, EventBody};
+use runwarden_runtime::rules::decisions::{self as rules, CANCEL_BY_ANSWER_REASON, RunAfterAnswer};
+use runwarden_runtime::rules::rows::{self, StoredDecision};
 use runwarden_runtime::{Change, RunState};
 use runwarden_vault::store::StoreError;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
@@ -22,9 +23,6 @@ use crate::run_store::publish_status;
 const DECISION_COLUMNS: &str = "id, run_id, kind, round, call_id, tool, arguments, arguments_hash, message, \
      requested_schema, asked_ms, expires_ms, status, answer, reason, answer_arguments, content, \
      actor, answered_ms, input_key, request_state";
-
-/// R4: the reason a cancel by answer writes, as a plain cancel does.
-const CANCEL_REASON: &str = "cancelled by an operator (answering a decision)";
 
 impl SqliteStore {
     pub(crate) async fn ask(&self, params: DecisionAsk) -> Result<Option<i64>, StoreError> {
@@ -99,10 +97,9 @@ impl SqliteStore {
 fn ask(conn: &mut Connection, params: &DecisionAsk) -> Result<Option<i64>, Failure> {
     let d = &params.decision;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    // The kinds that park release the lease and leave the stored request and the fence:
-    // the run holds no slot and any worker may resume it once it is answered. M19: an
-    // `input_required` result was the server's answer and did none of the tool's work, so
-    // its park clears the write fence.
+    // The kinds that park release the lease and leave the stored request: the run holds
+    // no slot and any worker may resume it once it is answered. Whether the park clears
+    // the write fence is the runtime's rule.
     let changed = if d.parks_the_run() {
         tx.execute(
             "UPDATE runs SET status = 'waiting_for_approval', lease_expires_ms = NULL,
@@ -113,7 +110,7 @@ fn ask(conn: &mut Connection, params: &DecisionAsk) -> Result<Option<i64>, Failu
                 d.asked_ms,
                 d.run_id,
                 params.owner,
-                d.reissue.is_some(),
+                rules::ask_clears_fence(d),
                 params.epoch
             ],
         )?
@@ -165,29 +162,16 @@ fn answer(conn: &mut Connection, params: &DecisionAnswer) -> Result<Answered, Fa
     let Some(before) = read(&tx, &params.id)? else {
         return Ok((AnswerOutcome::NotFound, None, None));
     };
-    let expiry = params.answer == Answer::Expired;
-    let status_after = if expiry {
-        DecisionStatus::Expired
-    } else {
-        DecisionStatus::Answered
-    };
-    let reason = if expiry {
-        Some(runwarden_runtime::decision::EXPIRED_REASON.to_string())
-    } else {
-        params.reason.clone()
-    };
-    // The guard: pending, on the right side of the expiry, and the run still waits on it.
-    let run_status = if before.parks_the_run() {
-        "waiting_for_approval"
-    } else {
-        "running"
-    };
+    // Under the write lock nothing changes between these reads and the update.
+    let run = read_run_status(&tx, &before.run_id)?;
+    if let Some(refusal) = rules::refusal(&before, run, params.answer, params.now_ms) {
+        return Ok((AnswerOutcome::Refused(before, refusal), None, None));
+    }
+    let (status_after, reason) = rules::recorded(params.answer, params.reason.as_deref());
     let changed = tx.execute(
         "UPDATE decisions SET status = ?1, answer = ?2, reason = ?3, answer_arguments = ?4,
              content = ?5, actor = ?6, answered_ms = ?7
-         WHERE id = ?8 AND status = 'pending'
-           AND (CASE WHEN ?9 THEN expires_ms <= ?7 ELSE expires_ms > ?7 END)
-           AND EXISTS (SELECT 1 FROM runs WHERE runs.id = decisions.run_id AND runs.status = ?10)",
+         WHERE id = ?8 AND status = 'pending'",
         params![
             status_after.as_str(),
             params.answer.as_str(),
@@ -197,14 +181,14 @@ fn answer(conn: &mut Connection, params: &DecisionAnswer) -> Result<Answered, Fa
             params.actor,
             params.now_ms,
             params.id,
-            expiry,
-            run_status,
         ],
     )?;
     if changed != 1 {
-        let run = read_run_status(&tx, &before.run_id)?;
-        let refusal = refusal(&before, run, params.now_ms, expiry);
-        return Ok((AnswerOutcome::Refused(before, refusal), None, None));
+        return Ok((
+            AnswerOutcome::Refused(before, Refusal::AlreadyAnswered),
+            None,
+            None,
+        ));
     }
     let Some(decision) = read(&tx, &params.id)? else {
         return Err(Failure::Corrupt(format!(
@@ -226,29 +210,25 @@ fn answer(conn: &mut Connection, params: &DecisionAnswer) -> Result<Answered, Fa
         &body.to_payload(),
         params.now_ms,
     )?;
-    let mut new_status = None;
+    let after = rules::run_after_answer(&decision, params.answer);
     let mut final_seq = None;
-    if decision.parks_the_run() {
-        if params.answer == Answer::Cancel {
-            // R4: a cancel by answer is the cancel: terminal, the stored request dropped.
+    match &after {
+        RunAfterAnswer::Stays => {}
+        RunAfterAnswer::Cancelled { final_event } => {
+            // A cancel by answer is the cancel: terminal, the stored request dropped.
             tx.execute(
                 "UPDATE runs SET status = 'cancelled', request = NULL, termination_reason = ?1,
                      updated_ms = ?2
                  WHERE id = ?3 AND status = 'waiting_for_approval'",
-                params![CANCEL_REASON, params.now_ms, decision.run_id],
+                params![CANCEL_BY_ANSWER_REASON, params.now_ms, decision.run_id],
             )?;
-            new_status = Some(RunState::Cancelled);
-            // R8: the parked run's final event, with the cancel (no segment holds it).
-            if let Some(body) = cancelled_from(RunState::WaitingForApproval, CANCEL_REASON)
-                && let Some(last) =
-                    crate::final_event::append_final(&tx, &decision.run_id, &body, params.now_ms)?
-            {
-                final_seq = Some(last);
+            // The parked run's final event, with the cancel (no segment holds it).
+            if let Some(body) = final_event {
+                final_seq =
+                    crate::final_event::append_final(&tx, &decision.run_id, body, params.now_ms)?;
             }
-        } else {
-            // Back to the queue, due now: any worker on any node claims it. R11: a person
-            // said what an uncertain write did, so its fence is cleared.
-            let clear_fence = decision.kind == DecisionKind::EffectUncertain;
+        }
+        RunAfterAnswer::Requeued { clear_fence } => {
             tx.execute(
                 "UPDATE runs SET status = 'queued', retry_at_ms = ?1, lease_expires_ms = NULL,
                      pending_effect = CASE WHEN ?2 THEN NULL ELSE pending_effect END,
@@ -256,29 +236,12 @@ fn answer(conn: &mut Connection, params: &DecisionAnswer) -> Result<Answered, Fa
                  WHERE id = ?3 AND status = 'waiting_for_approval'",
                 params![params.now_ms, clear_fence, decision.run_id],
             )?;
-            new_status = Some(RunState::Queued);
         }
     }
     tx.commit()?;
     // The feed names the last event appended; readers re-read from their own cursor.
     let seq = final_seq.unwrap_or(seq);
-    Ok((AnswerOutcome::Answered(decision), Some(seq), new_status))
-}
-
-/// Why an answer found nothing to change, from the decision and its run as read.
-fn refusal(before: &Decision, run: Option<RunState>, now_ms: i64, expiry: bool) -> Refusal {
-    match before.status {
-        DecisionStatus::Answered => return Refusal::AlreadyAnswered,
-        DecisionStatus::Expired => return Refusal::Expired,
-        DecisionStatus::Dropped => return Refusal::RunCancelled,
-        DecisionStatus::Pending => {}
-    }
-    match run {
-        Some(RunState::Cancelled) => Refusal::RunCancelled,
-        _ if expiry && before.expires_ms > now_ms => Refusal::NotDue,
-        _ if !expiry && before.expires_ms <= now_ms => Refusal::Expired,
-        _ => Refusal::RunNotWaiting,
-    }
+    Ok((AnswerOutcome::Answered(decision), Some(seq), after.status()))
 }
 
 /// Appends an event with the next sequence, inside the caller's immediate transaction.
@@ -331,33 +294,8 @@ fn read(conn: &Connection, id: &str) -> Result<Option<Decision>, Failure> {
     row.map(decode).transpose()
 }
 
-/// A decision row as read, before its texts are parsed.
-struct Columns {
-    id: String,
-    run_id: String,
-    kind: String,
-    round: i64,
-    call_id: String,
-    tool: String,
-    arguments: String,
-    arguments_hash: String,
-    message: Option<String>,
-    requested_schema: Option<String>,
-    asked_ms: i64,
-    expires_ms: i64,
-    status: String,
-    answer: Option<String>,
-    reason: Option<String>,
-    answer_arguments: Option<String>,
-    content: Option<String>,
-    actor: Option<String>,
-    answered_ms: Option<i64>,
-    input_key: Option<String>,
-    request_state: Option<String>,
-}
-
-fn columns(row: &Row<'_>) -> rusqlite::Result<Columns> {
-    Ok(Columns {
+fn columns(row: &Row<'_>) -> rusqlite::Result<StoredDecision> {
+    Ok(StoredDecision {
         id: row.get(0)?,
         run_id: row.get(1)?,
         kind: row.get(2)?,
@@ -383,56 +321,6 @@ fn columns(row: &Row<'_>) -> rusqlite::Result<Columns> {
 }
 
 /// Stored text this build cannot read is damage, reported, never a panic.
-fn decode(c: Columns) -> Result<Decision, Failure> {
-    let corrupt = |what: String| Failure::Corrupt(format!("decision {} {what}", c.id));
-    let json = |text: &str, what: &str| -> Result<Value, Failure> {
-        serde_json::from_str(text)
-            .map_err(|e| corrupt(format!("has {what} that is not JSON ({e})")))
-    };
-    let kind = DecisionKind::parse(&c.kind)
-        .ok_or_else(|| corrupt(format!("has unknown kind {:?}", c.kind)))?;
-    let status = DecisionStatus::parse(&c.status)
-        .ok_or_else(|| corrupt(format!("has unknown status {:?}", c.status)))?;
-    let answer = c
-        .answer
-        .as_deref()
-        .map(|a| Answer::parse(a).ok_or_else(|| corrupt(format!("has unknown answer {a:?}"))))
-        .transpose()?;
-    Ok(Decision {
-        arguments: json(&c.arguments, "arguments")?,
-        requested_schema: c
-            .requested_schema
-            .as_deref()
-            .map(|t| json(t, "a requested schema"))
-            .transpose()?,
-        answer_arguments: c
-            .answer_arguments
-            .as_deref()
-            .map(|t| json(t, "edited arguments"))
-            .transpose()?,
-        content: c
-            .content
-            .as_deref()
-            .map(|t| json(t, "content"))
-            .transpose()?,
-        round: u32::try_from(c.round).map_err(|_| corrupt(format!("has round {}", c.round)))?,
-        kind,
-        status,
-        answer,
-        id: c.id,
-        run_id: c.run_id,
-        call_id: c.call_id,
-        tool: c.tool,
-        arguments_hash: c.arguments_hash,
-        message: c.message,
-        asked_ms: c.asked_ms,
-        expires_ms: c.expires_ms,
-        reason: c.reason,
-        actor: c.actor,
-        answered_ms: c.answered_ms,
-        reissue: c.input_key.map(|input_key| Reissue {
-            input_key,
-            request_state: c.request_state,
-        }),
-    })
+fn decode(c: StoredDecision) -> Result<Decision, Failure> {
+    rows::decision(c).map_err(Failure::Corrupt)
 }

@@ -49,7 +49,7 @@ impl SqliteStore {
                     params![params.scope, params.key],
                     |row| Ok((row.get(0)?, row.get(1)?)),
                 )?;
-                if body_hash != params.body_hash {
+                if runwarden_runtime::rules::runs::key_reused(&body_hash, &params.body_hash) {
                     return Ok(KeyedCreate::Reused { run_id });
                 }
                 let columns = tx

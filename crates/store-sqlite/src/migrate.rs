@@ -1,101 +1,68 @@
-//! A tiny migration runner: numbered SQL files embedded at build time, applied in order.
+//! A tiny migration runner: the shared list of numbered migrations, its SQL files embedded
+//! at build time, applied in order.
 
+use runwarden_runtime::migrations::{self, MIGRATIONS, Migration};
 use runwarden_vault::store::StoreError;
 use rusqlite::{Connection, TransactionBehavior};
 
 use crate::failure::{Failure, classify};
 
-/// One embedded migration, named like its file `NNNN_description.sql`.
-struct Migration {
-    version: i64,
-    name: &'static str,
-    sql: &'static str,
-}
-
-/// Every migration this build knows, oldest first. Adding one is adding one line; a
-/// released file is never edited.
-const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "0001_vault",
-        sql: include_str!("../migrations/0001_vault.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "0002_mcp",
-        sql: include_str!("../migrations/0002_mcp.sql"),
-    },
-    Migration {
-        version: 3,
-        name: "0003_runs",
-        sql: include_str!("../migrations/0003_runs.sql"),
-    },
-    Migration {
-        version: 4,
-        name: "0004_queue",
-        sql: include_str!("../migrations/0004_queue.sql"),
-    },
-    Migration {
-        version: 5,
-        name: "0005_tokens",
-        sql: include_str!("../migrations/0005_tokens.sql"),
-    },
-    Migration {
-        version: 6,
-        name: "0006_audit_intent",
-        sql: include_str!("../migrations/0006_audit_intent.sql"),
-    },
-    Migration {
-        version: 7,
-        name: "0007_notify",
-        sql: include_str!("../migrations/0007_notify.sql"),
-    },
-    Migration {
-        version: 8,
-        name: "0008_decisions",
-        sql: include_str!("../migrations/0008_decisions.sql"),
-    },
-    Migration {
-        version: 9,
-        name: "0009_catalogue_output_schema",
-        sql: include_str!("../migrations/0009_catalogue_output_schema.sql"),
-    },
-    Migration {
-        version: 10,
-        name: "0010_console_sessions",
-        sql: include_str!("../migrations/0010_console_sessions.sql"),
-    },
-    Migration {
-        version: 11,
-        name: "0011_keys_and_workers",
-        sql: include_str!("../migrations/0011_keys_and_workers.sql"),
-    },
-    Migration {
-        version: 12,
-        name: "0012_oauth_refresh_lease",
-        sql: include_str!("../migrations/0012_oauth_refresh_lease.sql"),
-    },
-    Migration {
-        version: 13,
-        name: "0013_decision_reissue",
-        sql: include_str!("../migrations/0013_decision_reissue.sql"),
-    },
-    Migration {
-        version: 14,
-        name: "0014_claim_epoch",
-        sql: include_str!("../migrations/0014_claim_epoch.sql"),
-    },
-    Migration {
-        version: 15,
-        name: "0015_mcp_protocol",
-        sql: include_str!("../migrations/0015_mcp_protocol.sql"),
-    },
-    Migration {
-        version: 16,
-        name: "0016_secrets_version",
-        sql: include_str!("../migrations/0016_secrets_version.sql"),
-    },
+/// The SQL of every migration, in the order of the shared list (the runtime's
+/// [`MIGRATIONS`]), which this build checks at compile time. A released file is never
+/// edited.
+const SQL: &[(&str, &str)] = &[
+    ("0001_vault", include_str!("../migrations/0001_vault.sql")),
+    ("0002_mcp", include_str!("../migrations/0002_mcp.sql")),
+    ("0003_runs", include_str!("../migrations/0003_runs.sql")),
+    ("0004_queue", include_str!("../migrations/0004_queue.sql")),
+    ("0005_tokens", include_str!("../migrations/0005_tokens.sql")),
+    (
+        "0006_audit_intent",
+        include_str!("../migrations/0006_audit_intent.sql"),
+    ),
+    ("0007_notify", include_str!("../migrations/0007_notify.sql")),
+    (
+        "0008_decisions",
+        include_str!("../migrations/0008_decisions.sql"),
+    ),
+    (
+        "0009_catalogue_output_schema",
+        include_str!("../migrations/0009_catalogue_output_schema.sql"),
+    ),
+    (
+        "0010_console_sessions",
+        include_str!("../migrations/0010_console_sessions.sql"),
+    ),
+    (
+        "0011_keys_and_workers",
+        include_str!("../migrations/0011_keys_and_workers.sql"),
+    ),
+    (
+        "0012_oauth_refresh_lease",
+        include_str!("../migrations/0012_oauth_refresh_lease.sql"),
+    ),
+    (
+        "0013_decision_reissue",
+        include_str!("../migrations/0013_decision_reissue.sql"),
+    ),
+    (
+        "0014_claim_epoch",
+        include_str!("../migrations/0014_claim_epoch.sql"),
+    ),
+    (
+        "0015_mcp_protocol",
+        include_str!("../migrations/0015_mcp_protocol.sql"),
+    ),
+    (
+        "0016_secrets_version",
+        include_str!("../migrations/0016_secrets_version.sql"),
+    ),
 ];
+
+const _: () = assert!(
+    migrations::same_names(SQL),
+    "the SQL files must follow the shared migration list"
+);
 
 /// Brings the schema up to date. The version is read first, without a lock a reader
 /// would not take: a database already at this build's version is never write-locked, so
@@ -104,12 +71,10 @@ const MIGRATIONS: &[Migration] = &[
 /// (re-reading the version under it), so two processes opening the same new file at once
 /// apply each migration exactly once.
 pub(crate) fn migrate(conn: &mut Connection) -> Result<(), Failure> {
-    let known = MIGRATIONS.last().map_or(0, |m| m.version);
-    if let Some(applied) = applied_version(conn)? {
-        refuse_newer(applied, known)?;
-        if applied == known {
-            return Ok(());
-        }
+    if let Some(applied) = applied_version(conn)?
+        && pending(applied)?.next().is_none()
+    {
+        return Ok(());
     }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch(
@@ -124,15 +89,9 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), Failure> {
         [],
         |row| row.get(0),
     )?;
-    refuse_newer(applied, known)?;
-    for migration in MIGRATIONS.iter().filter(|m| m.version > applied) {
-        tx.execute_batch(migration.sql).map_err(|e| {
-            StoreError::with_fault(
-                "migrating the database",
-                classify(&e),
-                format!("migration {} failed: {e}", migration.name),
-            )
-        })?;
+    for (migration, sql) in pending(applied)? {
+        tx.execute_batch(sql)
+            .map_err(|e| migrations::failed(migration, classify(&e), &e))?;
         tx.execute(
             "INSERT INTO schema_migrations (version, name, applied_ms) VALUES (?1, ?2, ?3)",
             (migration.version, migration.name, now_ms()),
@@ -161,25 +120,14 @@ fn applied_version(conn: &Connection) -> Result<Option<i64>, Failure> {
     Ok(Some(applied))
 }
 
-/// A database written by a newer build is refused rather than misread.
-fn refuse_newer(applied: i64, known: i64) -> Result<(), Failure> {
-    if applied > known {
-        return Err(StoreError::new(
-            "migrating the database",
-            format!(
-                "database was written by a newer runwarden (schema version {applied}, this build knows up to {known}): \
-                 upgrade runwarden to use it"
-            ),
-        )
-        .into());
-    }
-    Ok(())
-}
-
-/// The latest schema version this build knows.
-#[cfg(test)]
-fn latest_version() -> i64 {
-    MIGRATIONS.last().map_or(0, |m| m.version)
+/// The migrations a schema at version `applied` still needs, with their SQL; a schema
+/// written by a newer build is refused rather than misread.
+fn pending(
+    applied: i64,
+) -> Result<impl Iterator<Item = (&'static Migration, &'static str)>, StoreError> {
+    let pending = migrations::pending(applied)?;
+    let texts = &SQL[MIGRATIONS.len() - pending.len()..];
+    Ok(pending.iter().zip(texts.iter().map(|(_, sql)| *sql)))
 }
 
 fn now_ms() -> i64 {
@@ -192,24 +140,6 @@ fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn migrations_are_numbered_upwards_from_one_and_named_by_their_number() {
-        // Numbers are assigned per piece of work ahead of time, so a branch may skip the
-        // numbers of work merged elsewhere; they only ever go up.
-        let mut previous = 0;
-        for migration in MIGRATIONS {
-            let expected = migration.version;
-            assert!(expected > previous, "{} is out of order", migration.name);
-            previous = expected;
-            assert!(
-                migration.name.starts_with(&format!("{expected:04}_")),
-                "{}",
-                migration.name
-            );
-        }
-        assert_eq!(latest_version(), previous);
-    }
 
     #[test]
     fn migrating_twice_applies_each_migration_once() {

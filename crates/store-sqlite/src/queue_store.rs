@@ -9,11 +9,10 @@
 //! reaper that lands first wins and the late decision changes nothing.
 
 use async_trait::async_trait;
-use runwarden_runtime::events::RunEnded;
 use runwarden_runtime::queue::{Claim, QueueStore, RequeueAnswer, RequeueApply, RescueApply};
+use runwarden_runtime::rules::{claims, runs};
 use runwarden_runtime::store::Run;
-use runwarden_runtime::{Change, EventBody};
-use runwarden_runtime::{RetryDecision, RunState, WORKER_FORGOTTEN_AFTER_MS};
+use runwarden_runtime::{Change, RetryDecision, RunState, WORKER_FORGOTTEN_AFTER_MS};
 use runwarden_vault::store::StoreError;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
@@ -68,11 +67,8 @@ impl QueueStore for SqliteStore {
                 let applied = rescue_apply(&tx, &params)?;
                 // R8: the reaper's dead letter is the run's end; its final event goes in
                 // with it (the segment that held the run is gone).
-                let seq = match (applied, params.decision) {
-                    (true, RetryDecision::DeadLetter(_)) => {
-                        let body = EventBody::RunFailed(RunEnded {
-                            reason: params.reason.clone(),
-                        });
+                let seq = match claims::rescue_final_event(params.decision, &params.reason) {
+                    Some(body) if applied => {
                         crate::final_event::append_final(&tx, &params.id, &body, params.now_ms)?
                     }
                     _ => None,
@@ -82,11 +78,7 @@ impl QueueStore for SqliteStore {
             })
             .await?;
         if applied {
-            let status = match decision {
-                RetryDecision::Requeue { .. } => RunState::Queued,
-                RetryDecision::DeadLetter(_) => RunState::Failed,
-            };
-            publish_status(self.feed(), &run_id, status);
+            publish_status(self.feed(), &run_id, claims::status_after(decision));
         }
         if let Some(seq) = seq {
             self.feed().publish(Change::Appended { run_id, seq });
@@ -228,34 +220,29 @@ fn claim(conn: &mut Connection, params: &Claim) -> Result<Option<Run>, Failure> 
 fn requeue_apply(conn: &Connection, params: &RequeueApply) -> Result<RequeueAnswer, Failure> {
     const GUARD: &str = "id = ?1 AND status = 'running' AND claimed_by = ?2
         AND requeue_count = ?3 AND pending_effect IS ?4 AND claim_epoch = ?5";
-    let (changed, answer) = match params.decision {
-        RetryDecision::Requeue { retry_at_ms } => {
-            let counts = u32::from(params.counts);
-            let changed = conn.execute(
-                &format!(
-                    "UPDATE runs SET status = 'queued', claimed_by = NULL, lease_expires_ms = NULL,
+    let changed = match params.decision {
+        RetryDecision::Requeue { retry_at_ms } => conn.execute(
+            &format!(
+                "UPDATE runs SET status = 'queued', claimed_by = NULL, lease_expires_ms = NULL,
                          retry_at_ms = ?6, termination_reason = ?7,
                          requeue_count = requeue_count + ?8, updated_ms = ?9
                      WHERE {GUARD}"
-                ),
-                params![
-                    params.id,
-                    params.owner,
-                    params.requeue_count,
-                    params.pending_effect,
-                    params.epoch,
-                    retry_at_ms,
-                    params.reason,
-                    counts,
-                    params.now_ms
-                ],
-            )?;
-            let requeue_count = params.requeue_count.saturating_add(counts);
-            (changed, RequeueAnswer::Requeued { requeue_count })
-        }
-        RetryDecision::DeadLetter(code) => {
+            ),
+            params![
+                params.id,
+                params.owner,
+                params.requeue_count,
+                params.pending_effect,
+                params.epoch,
+                retry_at_ms,
+                params.reason,
+                u32::from(params.counts),
+                params.now_ms
+            ],
+        )?,
+        RetryDecision::DeadLetter(_) => {
             // R7: pending_effect stays, so the record shows the write that was in flight.
-            let changed = conn.execute(
+            conn.execute(
                 &format!(
                     "UPDATE runs SET status = 'failed', termination_reason = ?6, updated_ms = ?7
                      WHERE {GUARD}"
@@ -269,12 +256,15 @@ fn requeue_apply(conn: &Connection, params: &RequeueApply) -> Result<RequeueAnsw
                     params.reason,
                     params.now_ms
                 ],
-            )?;
-            (changed, RequeueAnswer::DeadLettered(code))
+            )?
         }
     };
     if changed == 1 {
-        return Ok(answer);
+        return Ok(claims::applied(
+            params.decision,
+            params.requeue_count,
+            params.counts,
+        ));
     }
     let status: Option<String> = conn
         .query_row(
@@ -283,12 +273,8 @@ fn requeue_apply(conn: &Connection, params: &RequeueApply) -> Result<RequeueAnsw
             |row| row.get(0),
         )
         .optional()?;
-    Ok(if status.as_deref() == Some(RunState::Cancelled.as_str()) {
-        // R4: no retry path takes a cancelled run.
-        RequeueAnswer::AlreadyCancelled
-    } else {
-        RequeueAnswer::LeaseLost
-    })
+    // No retry path takes a cancelled run.
+    Ok(runs::lost_row(status.as_deref().and_then(RunState::parse)).into())
 }
 
 /// R9: applies the reaper's decision to one run if it is still stale and unchanged since

@@ -10,10 +10,11 @@ use async_trait::async_trait;
 use runwarden_runtime::decision::{
     AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter,
 };
-use runwarden_runtime::events::cancelled_from;
+use runwarden_runtime::rules::rows::{self, StoredRun};
+use runwarden_runtime::rules::runs::{self as rules, CANCEL_REASON, CancelStep};
 use runwarden_runtime::store::{
-    CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunEvent,
-    RunFilter, RunSettle, RunStore, SettleAnswer,
+    CancelAnswer, EventAppend, FenceMark, Heartbeat, Run, RunCreate, RunEvent, RunFilter,
+    RunSettle, RunStore, SettleAnswer,
 };
 use runwarden_runtime::{Change, ChangeFeed, KeyedCreate, RunCreateKeyed, RunState};
 use runwarden_vault::store::StoreError;
@@ -26,9 +27,6 @@ use crate::failure::Failure;
 
 pub(crate) const RUN_COLUMNS: &str = "id, agent, status, termination_reason, request, claimed_by, lease_expires_ms, \
                            pending_effect, requeue_count, rounds, correlation, created_ms, updated_ms, claim_epoch";
-
-/// R4: the reason a cancel writes; people read it in `status` and the API.
-const CANCEL_REASON: &str = "cancelled by an operator";
 
 const READING_STATUS: &str = "reading a run's status";
 const SETTLING: &str = "settling a run";
@@ -103,12 +101,13 @@ impl RunStore for SqliteStore {
                 // R4: the read and the guarded update share one immediate transaction, so
                 // `previous` is the state the cancel really left.
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let Some(previous) = read_status(&tx, &id)? else {
-                    return Ok((CancelAnswer::NotFound, None));
+                let (previous, final_event) = match rules::cancel_step(read_status(&tx, &id)?) {
+                    CancelStep::Answer(answer) => return Ok((answer, None)),
+                    CancelStep::Cancel {
+                        previous,
+                        final_event,
+                    } => (previous, final_event),
                 };
-                if previous.is_terminal() {
-                    return Ok((CancelAnswer::AlreadyTerminal(previous), None));
-                }
                 // R4: the stored request goes (nothing may resume the run); pending_effect and
                 // claimed_by stay, so the reaper and people can see a cancelled mid-write run (R7).
                 let changed = tx.execute(
@@ -118,19 +117,13 @@ impl RunStore for SqliteStore {
                     params![CANCEL_REASON, now_ms, id],
                 )?;
                 if changed != 1 {
-                    return Err(StoreError::new(
-                        "cancelling a run",
-                        format!(
-                            "run {id} changed inside the cancel's transaction: retry the cancel"
-                        ),
-                    )
-                    .into());
+                    return Err(rules::cancel_raced(&id).into());
                 }
                 // R12: the cancel wins over a decision the run waits on.
                 crate::decision_store::drop_pending(&tx, &id, now_ms)?;
                 // R8: no segment holds a queued or parked run, so its final event is
                 // written here, with the status change.
-                let seq = match cancelled_from(previous, CANCEL_REASON) {
+                let seq = match final_event {
                     Some(body) => crate::final_event::append_final(&tx, &id, &body, now_ms)?,
                     None => None,
                 };
@@ -224,16 +217,8 @@ impl RunStore for SqliteStore {
     async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
         let run_id = params.id.clone();
         let ends_as = params.end.as_ref().map(|end| end.status);
-        if let Some(end) = &params.end
-            && !matches!(end.status, RunState::Completed | RunState::Failed)
-        {
-            return Err(StoreError::new(
-                "appending a run event",
-                format!(
-                    "a final event ends a run as completed or failed, not {}: cancel it with run_cancel",
-                    end.status.as_str()
-                ),
-            ));
+        if let Some(end) = &params.end {
+            rules::check_final_event_status(end.status)?;
         }
         let seq = self
             .run("appending a run event", move |conn| {
@@ -266,15 +251,7 @@ impl RunStore for SqliteStore {
     }
 
     async fn run_settle(&self, params: RunSettle) -> Result<SettleAnswer, StoreError> {
-        if !matches!(params.status, RunState::Completed | RunState::Failed) {
-            return Err(StoreError::new(
-                SETTLING,
-                format!(
-                    "a run settles as completed or failed, not {}: cancel it with run_cancel",
-                    params.status.as_str()
-                ),
-            ));
-        }
+        rules::check_settle_status(params.status)?;
         let (run_id, status) = (params.id.clone(), params.status);
         let answer = self
             .run(SETTLING, move |conn| {
@@ -408,64 +385,28 @@ impl RunStore for SqliteStore {
 /// Inserts a new run (R1, R3), inside the caller's transaction when there is one.
 pub(crate) fn insert_run(conn: &Connection, params: RunCreate) -> Result<Run, Failure> {
     let request = params.request.as_ref().map(Value::to_string);
-    // R3: a synchronous run is claimed by its segment at birth; a queued run has no
-    // owner until a worker's guarded claim.
-    // A run claimed at birth holds the first claim epoch.
-    let (status, claimed_by, lease_expires_ms, claim_epoch) = match &params.status {
-        NewRunStatus::Running {
-            owner,
-            lease_until_ms,
-        } => (
-            RunState::Running,
-            Some(owner.clone()),
-            Some(*lease_until_ms),
-            1,
-        ),
-        NewRunStatus::Queued => (RunState::Queued, None, None, 0),
-    };
+    let run = rules::new_run(params);
     let inserted = conn.execute(
         "INSERT INTO runs (id, agent, status, request, claimed_by, lease_expires_ms,
                            correlation, created_ms, updated_ms, claim_epoch)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9)
          ON CONFLICT (id) DO NOTHING",
         params![
-            params.id,
-            params.agent,
-            status.as_str(),
+            run.id,
+            run.agent,
+            run.status.as_str(),
             request,
-            claimed_by,
-            lease_expires_ms,
-            params.correlation,
-            params.now_ms,
-            claim_epoch,
+            run.claimed_by,
+            run.lease_expires_ms,
+            run.correlation,
+            run.created_ms,
+            run.claim_epoch,
         ],
     )?;
     if inserted == 0 {
-        return Err(StoreError::new(
-            "creating a run",
-            format!(
-                "a run with id {} already exists: give every run a fresh UUIDv7",
-                params.id
-            ),
-        )
-        .into());
+        return Err(rules::duplicate_run(&run.id).into());
     }
-    Ok(Run {
-        id: params.id,
-        agent: params.agent,
-        status,
-        termination_reason: None,
-        request: params.request,
-        claimed_by,
-        claim_epoch,
-        lease_expires_ms,
-        pending_effect: None,
-        requeue_count: 0,
-        rounds: 0,
-        correlation: params.correlation,
-        created_ms: params.now_ms,
-        updated_ms: params.now_ms,
-    })
+    Ok(run)
 }
 
 /// The status of run `id` inside the caller's transaction; `None` when there is no run.
@@ -491,30 +432,11 @@ fn read_status(conn: &Connection, id: &str) -> Result<Option<RunState>, Failure>
 
 /// A stored status this build does not know is damage, reported, never a panic.
 fn parse_status(id: &str, text: &str) -> Result<RunState, Failure> {
-    RunState::parse(text)
-        .ok_or_else(|| Failure::Corrupt(format!("run {id} has unknown status {text:?}")))
+    rows::run_status(id, text).map_err(Failure::Corrupt)
 }
 
-/// A run row as read, before its status, request and counters are checked.
-pub(crate) struct RunColumns {
-    id: String,
-    agent: String,
-    status: String,
-    termination_reason: Option<String>,
-    request: Option<String>,
-    claimed_by: Option<String>,
-    lease_expires_ms: Option<i64>,
-    pending_effect: Option<String>,
-    requeue_count: i64,
-    rounds: i64,
-    correlation: String,
-    created_ms: i64,
-    updated_ms: i64,
-    claim_epoch: i64,
-}
-
-pub(crate) fn run_columns(row: &Row<'_>) -> rusqlite::Result<RunColumns> {
-    Ok(RunColumns {
+pub(crate) fn run_columns(row: &Row<'_>) -> rusqlite::Result<StoredRun> {
+    Ok(StoredRun {
         id: row.get(0)?,
         agent: row.get(1)?,
         status: row.get(2)?,
@@ -532,34 +454,9 @@ pub(crate) fn run_columns(row: &Row<'_>) -> rusqlite::Result<RunColumns> {
     })
 }
 
-pub(crate) fn run_row(c: RunColumns) -> Result<Run, Failure> {
-    let corrupt = |what: String| Failure::Corrupt(format!("run {} {what}", c.id));
-    let status = parse_status(&c.id, &c.status)?;
-    let request = c
-        .request
-        .as_deref()
-        .map(serde_json::from_str)
-        .transpose()
-        .map_err(|e| corrupt(format!("has a stored request that is not JSON ({e})")))?;
-    let count = |value: i64, what: &str| {
-        u32::try_from(value).map_err(|_| corrupt(format!("has {what} {value}, out of range")))
-    };
-    Ok(Run {
-        status,
-        request,
-        requeue_count: count(c.requeue_count, "a requeue count")?,
-        rounds: count(c.rounds, "a round count")?,
-        id: c.id,
-        agent: c.agent,
-        termination_reason: c.termination_reason,
-        claimed_by: c.claimed_by,
-        claim_epoch: c.claim_epoch,
-        lease_expires_ms: c.lease_expires_ms,
-        pending_effect: c.pending_effect,
-        correlation: c.correlation,
-        created_ms: c.created_ms,
-        updated_ms: c.updated_ms,
-    })
+/// A run row, its status, request and counters checked.
+pub(crate) fn run_row(c: StoredRun) -> Result<Run, Failure> {
+    rows::run(c).map_err(Failure::Corrupt)
 }
 
 /// The guarded append of one event (and, for a final event, the run's end) in one
@@ -640,12 +537,9 @@ fn settle(conn: &mut Connection, params: &RunSettle) -> Result<SettleAnswer, Fai
     )?;
     let answer = if changed == 1 {
         SettleAnswer::Settled
-    } else if read_status(&tx, &params.id)? == Some(RunState::Cancelled) {
-        // R4, R5: the cancel won the row; the segment must not overwrite it.
-        SettleAnswer::AlreadyCancelled
     } else {
-        // R3: another segment holds the run, or it is no longer running.
-        SettleAnswer::LeaseLost
+        // A cancel that won the row is never overwritten; otherwise the lease is lost.
+        rules::lost_row(read_status(&tx, &params.id)?).into()
     };
     tx.commit()?;
     Ok(answer)

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use runwarden_mcp::{CatalogueEntry, CatalogueStore, Contact, Effect, SchemaStatus};
+use runwarden_runtime::migrations::MIGRATIONS;
 use runwarden_store_sqlite::SqliteStore;
 use runwarden_vault::store::{SealedKind, SealedRecord, VaultStore};
 use serde_json::json;
@@ -61,27 +62,11 @@ async fn a_vault_only_database_gets_the_mcp_tables_on_open_and_keeps_its_records
             .map(Result::unwrap)
             .collect()
     };
-    assert_eq!(
-        versions,
-        [
-            (1, "0001_vault".to_owned()),
-            (2, "0002_mcp".to_owned()),
-            (3, "0003_runs".to_owned()),
-            (4, "0004_queue".to_owned()),
-            (5, "0005_tokens".to_owned()),
-            (6, "0006_audit_intent".to_owned()),
-            (7, "0007_notify".to_owned()),
-            (8, "0008_decisions".to_owned()),
-            (9, "0009_catalogue_output_schema".to_owned()),
-            (10, "0010_console_sessions".to_owned()),
-            (11, "0011_keys_and_workers".to_owned()),
-            (12, "0012_oauth_refresh_lease".to_owned()),
-            (13, "0013_decision_reissue".to_owned()),
-            (14, "0014_claim_epoch".to_owned()),
-            (15, "0015_mcp_protocol".to_owned()),
-            (16, "0016_secrets_version".to_owned())
-        ]
-    );
+    let listed: Vec<(i64, String)> = MIGRATIONS
+        .iter()
+        .map(|m| (m.version, m.name.to_owned()))
+        .collect();
+    assert_eq!(versions, listed);
     let old: Option<SealedRecord> = store.sealed_get(SealedKind::Secret, "old").await.unwrap();
     assert_eq!(old.map(|r| r.ciphertext), Some(vec![4]));
     store

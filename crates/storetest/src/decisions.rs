@@ -412,6 +412,11 @@ async fn an_uncertain_write_keeps_its_fence_until_answered_and_a_cancel_answer_c
             assert_eq!(after.status, RunState::Cancelled, "cancel cancels the run");
             assert_eq!(after.request, None, "R4: its request is dropped");
             assert_eq!(
+                after.termination_reason.as_deref(),
+                Some(runwarden_runtime::rules::decisions::CANCEL_BY_ANSWER_REASON),
+                "a cancel by answer says so, in the same words on every backend"
+            );
+            assert_eq!(
                 after.pending_effect.as_deref(),
                 Some("non_idempotent_write")
             );

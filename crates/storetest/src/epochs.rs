@@ -131,11 +131,58 @@ async fn a_segment_of_an_older_claim_writes_nothing_under_the_same_owner(store: 
         second.claim_epoch > first.claim_epoch,
         "every claim raises the epoch"
     );
+    let fence = a_ghost_writes_nothing(store, &first, &second, requeue).await;
+
+    // The claim that holds the run now writes.
+    let now = second.claim_epoch;
+    assert!(store.run_heartbeat(beat(&second, now)).await.unwrap());
+    assert!(
+        store
+            .run_fence_mark(FenceMark {
+                epoch: now,
+                ..fence
+            })
+            .await
+            .unwrap()
+    );
+    let end = RunEnd {
+        status: RunState::Completed,
+        reason: "done".into(),
+    };
+    assert!(
+        store
+            .run_event_append(step(&second, now, Some(end)))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let row = store.run_get("epoch-1").await.unwrap().unwrap();
+    let kinds: Vec<String> = store
+        .run_events("epoch-1", 0, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
+    check_row_matches_log("epoch-1", row.status, &kinds).unwrap();
+    assert_eq!(row.status, RunState::Completed);
+}
+
+/// The segment of the older claim `first` (a ghost, under the same owner name as the
+/// claim `second` that holds the run now) is refused everywhere and changes nothing.
+/// Answers the ghost's fence mark, for the holder to try.
+async fn a_ghost_writes_nothing(
+    store: &dyn QueueStore,
+    first: &Run,
+    second: &Run,
+    requeue: RequeueApply,
+) -> FenceMark {
     let old = first.claim_epoch;
     let before = store.run_get("epoch-1").await.unwrap().unwrap();
 
     // The older claim's segment (a ghost) is refused everywhere.
-    assert!(!store.run_heartbeat(beat(&first, old)).await.unwrap());
+    assert!(!store.run_heartbeat(beat(first, old)).await.unwrap());
     let fence = FenceMark {
         id: first.id.clone(),
         owner: OWNER.into(),
@@ -147,7 +194,7 @@ async fn a_segment_of_an_older_claim_writes_nothing_under_the_same_owner(store: 
     assert!(!store.run_fence_mark(fence.clone()).await.unwrap());
     assert_eq!(
         store
-            .run_event_append(step(&first, old, None))
+            .run_event_append(step(first, old, None))
             .await
             .unwrap(),
         None
@@ -185,41 +232,7 @@ async fn a_segment_of_an_older_claim_writes_nothing_under_the_same_owner(store: 
         "an older claim's writes changed nothing"
     );
     assert!(store.run_events("epoch-1", 0, 0).await.unwrap().is_empty());
-
-    // The claim that holds the run now writes.
-    let now = second.claim_epoch;
-    assert!(store.run_heartbeat(beat(&second, now)).await.unwrap());
-    assert!(
-        store
-            .run_fence_mark(FenceMark {
-                epoch: now,
-                ..fence
-            })
-            .await
-            .unwrap()
-    );
-    let end = RunEnd {
-        status: RunState::Completed,
-        reason: "done".into(),
-    };
-    assert!(
-        store
-            .run_event_append(step(&second, now, Some(end)))
-            .await
-            .unwrap()
-            .is_some()
-    );
-    let row = store.run_get("epoch-1").await.unwrap().unwrap();
-    let kinds: Vec<String> = store
-        .run_events("epoch-1", 0, 0)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.kind)
-        .collect();
-    let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
-    check_row_matches_log("epoch-1", row.status, &kinds).unwrap();
-    assert_eq!(row.status, RunState::Completed);
+    fence
 }
 
 async fn a_final_event_and_its_status_are_one_write_and_a_cancel_refuses_both(

@@ -22,6 +22,7 @@
 #![deny(missing_docs)]
 
 mod echo;
+mod hooked;
 mod idp;
 mod jwt;
 mod llama;
@@ -40,6 +41,7 @@ pub use echo::{
     find_form, forms_of, hostile_placements, html_decoded, json_decoded, percent_decoded,
     received_credential,
 };
+pub use hooked::{Answer, Call, Detail, Hook, HookedStore, Strike};
 pub use idp::{Exchange, IdentityProvider};
 pub use jwt::{JWT_BEARER_ASSERTION, SigningKey};
 pub use llama::{LLAMA_DIR_ENV, LlamaServer};

@@ -5,14 +5,9 @@
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use runwarden_runtime::queue::{Claim, RequeueApply, RescueApply};
-use runwarden_runtime::store::{
-    EventAppend, FenceMark, Heartbeat, NewRunStatus, RunCreate, RunSettle, SettleAnswer,
-};
-use runwarden_runtime::{
-    CancelAnswer, ChangeFeed, QueueStore, RequeueAnswer, Run, RunEvent, RunFilter, RunState,
-    RunStore, Worker, WorkerConfig,
-};
+use runwarden_runtime::store::{NewRunStatus, RunCreate};
+use runwarden_runtime::{QueueStore, Run, RunState, RunStore, Worker, WorkerConfig};
+use runwarden_testkit::{Answer, Call, Hook, HookedStore, Strike};
 use runwarden_vault::store::StoreError;
 use runwarden_vault::{Role, token_create};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -28,25 +23,35 @@ const WAIT: Duration = Duration::from_secs(10);
 const IDLE_WINDOW: Duration = Duration::from_millis(600);
 
 /// The run store of the process, counting every call made through it.
+type CountingStore = HookedStore<dyn QueueStore, Counting>;
+
+/// Counts the calls made through the process's run store.
 struct Counting {
-    inner: Arc<dyn QueueStore>,
-    /// Every call, reads and writes alike.
+    /// Every call, reads and writes alike, but the reaper's own (its pass runs on its own
+    /// timer, idle or not) and the worker's presence beats.
     calls: watch::Sender<usize>,
     /// Claims that found nothing: the worker is about to idle.
     empty_claims: watch::Sender<usize>,
 }
 
+/// The calls not counted: the reaper's pass (its stale runs, their rescue and the
+/// decisions' expiry sweep) and the worker's presence.
+const UNCOUNTED: [&str; 7] = [
+    "run_stale",
+    "run_rescue_apply",
+    "run_stopped_orphans",
+    "decision_list",
+    "worker_seen",
+    "worker_last_seen",
+    "run_create_keyed",
+];
+
 impl Counting {
-    fn new(inner: Arc<dyn QueueStore>) -> Self {
+    fn new() -> Self {
         Self {
-            inner,
             calls: watch::channel(0).0,
             empty_claims: watch::channel(0).0,
         }
-    }
-
-    fn count(&self) {
-        self.calls.send_modify(|n| *n += 1);
     }
 
     fn calls(&self) -> usize {
@@ -55,110 +60,22 @@ impl Counting {
 }
 
 #[async_trait]
-impl RunStore for Counting {
-    async fn run_create(&self, params: RunCreate) -> Result<Run, StoreError> {
-        self.count();
-        self.inner.run_create(params).await
+impl Hook for Counting {
+    async fn before(&self, call: &Call) -> Strike {
+        if !UNCOUNTED.contains(&call.method) {
+            self.calls.send_modify(|n| *n += 1);
+        }
+        Strike::Pass
     }
-    async fn run_get(&self, id: &str) -> Result<Option<Run>, StoreError> {
-        self.count();
-        self.inner.run_get(id).await
-    }
-    async fn run_statuses(&self, ids: &[String]) -> Result<Vec<(String, RunState)>, StoreError> {
-        self.count();
-        self.inner.run_statuses(ids).await
-    }
-    fn change_feed(&self) -> &ChangeFeed {
-        self.inner.change_feed()
-    }
-    async fn run_cancel(&self, id: &str, now_ms: i64) -> Result<CancelAnswer, StoreError> {
-        self.count();
-        self.inner.run_cancel(id, now_ms).await
-    }
-    async fn run_heartbeat(&self, params: Heartbeat) -> Result<bool, StoreError> {
-        self.count();
-        self.inner.run_heartbeat(params).await
-    }
-    async fn run_fence_mark(&self, params: FenceMark) -> Result<bool, StoreError> {
-        self.count();
-        self.inner.run_fence_mark(params).await
-    }
-    async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
-        self.count();
-        self.inner.run_event_append(params).await
-    }
-    async fn run_settle(&self, params: RunSettle) -> Result<SettleAnswer, StoreError> {
-        self.count();
-        self.inner.run_settle(params).await
-    }
-    async fn run_list(&self, filter: RunFilter) -> Result<Vec<Run>, StoreError> {
-        self.count();
-        self.inner.run_list(filter).await
-    }
-    async fn run_counts(&self) -> Result<Vec<(RunState, u64)>, StoreError> {
-        self.count();
-        self.inner.run_counts().await
-    }
-    async fn run_events(
-        &self,
-        id: &str,
-        after: i64,
-        limit: u32,
-    ) -> Result<Vec<RunEvent>, StoreError> {
-        self.count();
-        self.inner.run_events(id, after, limit).await
-    }
-    async fn decision_ask(
-        &self,
-        params: runwarden_runtime::decision::DecisionAsk,
-    ) -> Result<Option<i64>, StoreError> {
-        self.count();
-        self.inner.decision_ask(params).await
-    }
-    async fn decision_answer(
-        &self,
-        params: runwarden_runtime::decision::DecisionAnswer,
-    ) -> Result<runwarden_runtime::AnswerOutcome, StoreError> {
-        self.count();
-        self.inner.decision_answer(params).await
-    }
-    async fn decision_get(
-        &self,
-        id: &str,
-    ) -> Result<Option<runwarden_runtime::Decision>, StoreError> {
-        self.count();
-        self.inner.decision_get(id).await
-    }
-    /// Not counted, like [`run_stale`](QueueStore::run_stale): the reaper's expiry sweep.
-    async fn decision_list(
-        &self,
-        filter: runwarden_runtime::DecisionFilter,
-    ) -> Result<Vec<runwarden_runtime::Decision>, StoreError> {
-        self.inner.decision_list(filter).await
-    }
-}
 
-#[async_trait]
-impl QueueStore for Counting {
-    async fn run_claim(&self, params: Claim) -> Result<Option<Run>, StoreError> {
-        self.count();
-        let claimed = self.inner.run_claim(params).await;
-        if matches!(claimed, Ok(None)) {
+    async fn after(&self, call: &Call, answer: Answer<'_>) -> Option<StoreError> {
+        let claimed = answer
+            .result
+            .downcast_ref::<Result<Option<Run>, StoreError>>();
+        if call.method == "run_claim" && matches!(claimed, Some(Ok(None))) {
             self.empty_claims.send_modify(|n| *n += 1);
         }
-        claimed
-    }
-    async fn run_requeue_apply(&self, params: RequeueApply) -> Result<RequeueAnswer, StoreError> {
-        self.count();
-        self.inner.run_requeue_apply(params).await
-    }
-    /// Not counted: the reaper's pass runs on its own timer, idle or not.
-    async fn run_stale(&self, now_ms: i64, limit: u32) -> Result<Vec<Run>, StoreError> {
-        self.inner.run_stale(now_ms, limit).await
-    }
-    /// Not counted, like [`run_stale`](Self::run_stale).
-    async fn run_rescue_apply(&self, params: RescueApply) -> Result<bool, StoreError> {
-        self.inner.run_rescue_apply(params).await
+        None
     }
 }
 
@@ -166,7 +83,7 @@ impl QueueStore for Counting {
 struct Served {
     _dir: tempfile::TempDir,
     state: AppState,
-    runs: Arc<Counting>,
+    runs: Arc<CountingStore>,
     addr: std::net::SocketAddr,
     viewer: String,
     viewer_id: String,
@@ -190,7 +107,7 @@ async fn serve() -> Served {
     let root = Arc::new(Root::new(config));
     let (stop_tx, stop) = watch::channel(StopLevel::Run);
     let mut state = AppState::new(root.clone(), stop.clone()).await.unwrap();
-    let runs = Arc::new(Counting::new(state.runs.clone()));
+    let runs: Arc<CountingStore> = Arc::new(HookedStore::new(state.runs.clone(), Counting::new()));
     state.runs = runs.clone();
     let (viewer, viewer_token) = token_create(&*state.tokens, "view", Role::Viewer, 0)
         .await

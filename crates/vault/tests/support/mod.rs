@@ -13,24 +13,25 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use runwarden_store_sqlite::SqliteStore;
-use runwarden_vault::audit::{AuditChain, AuditTip};
-use runwarden_vault::store::{
-    AuditFilter, RewrapFn, SealedKind, SealedMeta, SealedRecord, StoreError, VaultStore,
-};
+use runwarden_testkit::{Answer, Call, Detail, Hook, HookedStore, Strike};
+use runwarden_vault::store::{AuditFilter, SealedKind, StoreError};
 use runwarden_vault::{
-    Algorithm, AuditEvent, AuditRow, EgressClient, EgressConfig, EgressPolicy, MasterKey, Resolver,
-    SecretName, SecretValue, Vault,
+    Algorithm, AuditRow, EgressClient, EgressConfig, EgressPolicy, MasterKey, Resolver, SecretName,
+    SecretValue, Vault,
 };
 use tempfile::TempDir;
 
 /// The value every test secret carries; it must never surface anywhere but the wire.
 pub const SIGIL: &str = "sigil-7c1f9e2a-never-print";
 
-/// A real SQLite store that counts how often a secret's ciphertext is read and how many
-/// audit transactions ran, and whose audit appends can be made to fail (a store fault we
-/// cannot cause on demand for real without failing every other read too).
-pub struct CountingStore {
-    pub inner: SqliteStore,
+/// A real SQLite store behind [`Counting`].
+pub type CountingStore = HookedStore<SqliteStore, Counting>;
+
+/// Counts how often a secret's ciphertext is read and how many audit transactions ran,
+/// and makes audit appends fail on demand (a store fault we cannot cause on demand for
+/// real without failing every other read too).
+#[derive(Default)]
+pub struct Counting {
     pub secret_reads: AtomicUsize,
     /// Audit transactions (`audit_append` and `audit_append_many` calls) that committed.
     pub audit_batches: AtomicUsize,
@@ -40,7 +41,7 @@ pub struct CountingStore {
     pub appends_left: std::sync::Mutex<Option<usize>>,
 }
 
-impl CountingStore {
+impl Counting {
     fn append_allowed(&self) -> Result<(), StoreError> {
         let mut left = self.appends_left.lock().unwrap();
         let failing = self
@@ -66,81 +67,29 @@ impl CountingStore {
     }
 }
 
+fn is_audit_append(call: &Call) -> bool {
+    matches!(call.method, "audit_append" | "audit_append_many")
+}
+
 #[async_trait]
-impl VaultStore for CountingStore {
-    async fn sealed_get(
-        &self,
-        kind: SealedKind,
-        name: &str,
-    ) -> Result<Option<SealedRecord>, StoreError> {
-        if kind == SealedKind::Secret {
+impl Hook for Counting {
+    async fn before(&self, call: &Call) -> Strike {
+        if call.detail == Detail::Sealed(SealedKind::Secret) {
             self.secret_reads.fetch_add(1, Ordering::SeqCst);
         }
-        self.inner.sealed_get(kind, name).await
+        if is_audit_append(call)
+            && let Err(error) = self.append_allowed()
+        {
+            return Strike::Fail(error);
+        }
+        Strike::Pass
     }
-    async fn sealed_put(&self, record: SealedRecord) -> Result<(), StoreError> {
-        self.inner.sealed_put(record).await
-    }
-    async fn sealed_insert_new(&self, record: SealedRecord) -> Result<bool, StoreError> {
-        self.inner.sealed_insert_new(record).await
-    }
-    async fn sealed_delete(&self, kind: SealedKind, name: &str) -> Result<bool, StoreError> {
-        self.inner.sealed_delete(kind, name).await
-    }
-    async fn sealed_list(&self, kind: SealedKind) -> Result<Vec<SealedMeta>, StoreError> {
-        self.inner.sealed_list(kind).await
-    }
-    async fn sealed_secrets_version(&self) -> Result<u64, StoreError> {
-        self.inner.sealed_secrets_version().await
-    }
-    async fn sealed_rewrap_all(&self, rewrap: RewrapFn) -> Result<usize, StoreError> {
-        self.inner.sealed_rewrap_all(rewrap).await
-    }
-    async fn audit_append(
-        &self,
-        event: AuditEvent,
-        chain: Arc<AuditChain>,
-    ) -> Result<AuditRow, StoreError> {
-        self.append_allowed()?;
-        let row = self.inner.audit_append(event, chain).await?;
-        self.audit_batches.fetch_add(1, Ordering::SeqCst);
-        Ok(row)
-    }
-    async fn audit_append_many(
-        &self,
-        events: Vec<AuditEvent>,
-        chain: Arc<AuditChain>,
-    ) -> Result<Vec<AuditRow>, StoreError> {
-        self.append_allowed()?;
-        let rows = self.inner.audit_append_many(events, chain).await?;
-        self.audit_batches.fetch_add(1, Ordering::SeqCst);
-        Ok(rows)
-    }
-    async fn audit_incomplete(&self, intent_ids: Vec<i64>) -> Result<Vec<i64>, StoreError> {
-        self.inner.audit_incomplete(intent_ids).await
-    }
-    async fn audit_list(&self, filter: AuditFilter) -> Result<Vec<AuditRow>, StoreError> {
-        self.inner.audit_list(filter).await
-    }
-    async fn audit_tip(&self) -> Result<Option<AuditTip>, StoreError> {
-        self.inner.audit_tip().await
-    }
-    async fn audit_counts(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        self.inner.audit_counts().await
-    }
-    async fn oauth_lease_acquire(
-        &self,
-        key: &str,
-        holder: &str,
-        now_ms: i64,
-        expires_ms: i64,
-    ) -> Result<bool, StoreError> {
-        self.inner
-            .oauth_lease_acquire(key, holder, now_ms, expires_ms)
-            .await
-    }
-    async fn oauth_lease_release(&self, key: &str, holder: &str) -> Result<(), StoreError> {
-        self.inner.oauth_lease_release(key, holder).await
+
+    async fn after(&self, call: &Call, answer: Answer<'_>) -> Option<StoreError> {
+        if is_audit_append(call) && answer.ok {
+            self.audit_batches.fetch_add(1, Ordering::SeqCst);
+        }
+        None
     }
 }
 
@@ -273,13 +222,7 @@ async fn try_build(
     anchored: bool,
 ) -> Result<Fixture, runwarden_vault::VaultError> {
     let inner = SqliteStore::open(dir.path().join("runwarden.db"))?;
-    let store = Arc::new(CountingStore {
-        inner,
-        secret_reads: AtomicUsize::new(0),
-        audit_batches: AtomicUsize::new(0),
-        fail_next: AtomicUsize::new(0),
-        appends_left: Default::default(),
-    });
+    let store = Arc::new(HookedStore::new(Arc::new(inner), Counting::default()));
     let mut vault = match Vault::open(store.clone(), key, Algorithm::default()).await {
         Ok(vault) => vault,
         Err(error) => {

@@ -1,0 +1,137 @@
+//! Claims: the oldest due run first, exactly one winner, never a run not yet due or cancelled.
+
+use super::*;
+
+pub(super) async fn a_claim_takes_the_oldest_due_queued_run(store: &dyn QueueStore) {
+    create(store, queued_at("oldest-new", T0 + 20)).await;
+    create(store, queued_at("oldest-old", T0 + 10)).await;
+    create(store, queued_at("oldest-mid", T0 + 15)).await;
+    // Created in the same millisecond: the id breaks the tie.
+    create(store, queued_at("oldest-tie-b", T0 + 30)).await;
+    create(store, queued_at("oldest-tie-a", T0 + 30)).await;
+    // Older than all of them, but already running: not for a worker.
+    create(store, running("oldest-running", OTHER, T0 + 9 * LEASE)).await;
+
+    let now = T0 + 100;
+    let first = claim_expecting(store, "oldest-old", now).await;
+    assert_eq!(first.status, RunState::Running, "R3: queued -> running");
+    assert_eq!(
+        first.claimed_by.as_deref(),
+        Some(OWNER),
+        "R3: the claimant holds it"
+    );
+    assert_eq!(
+        first.lease_expires_ms,
+        Some(now + LEASE),
+        "R3: with its first lease"
+    );
+    assert_eq!(first.updated_ms, now);
+    assert_eq!(first.created_ms, T0 + 10);
+    assert_eq!(first.termination_reason, None);
+    assert_eq!(
+        first.request,
+        Some(json!({"input": "file a ticket for the printer"})),
+        "the worker gets the stored request"
+    );
+    assert_eq!(
+        get(store, "oldest-old").await,
+        first,
+        "the claim answers the stored row"
+    );
+    for id in ["oldest-mid", "oldest-new", "oldest-tie-a", "oldest-tie-b"] {
+        claim_expecting(store, id, now).await;
+    }
+    assert_eq!(
+        claim(store, OWNER, now).await,
+        None,
+        "nothing left to claim"
+    );
+    assert_eq!(
+        get(store, "oldest-running").await.claimed_by.as_deref(),
+        Some(OTHER),
+        "a running run is never claimed"
+    );
+    retire(
+        store,
+        &[
+            "oldest-new",
+            "oldest-old",
+            "oldest-mid",
+            "oldest-tie-a",
+            "oldest-tie-b",
+            "oldest-running",
+        ],
+    )
+    .await;
+}
+
+pub(super) async fn a_run_is_claimed_exactly_once_by_concurrent_claimants(
+    store: &Arc<dyn QueueStore>,
+) {
+    const CLAIMANTS: usize = 16;
+    let ids = ["race-1", "race-2", "race-3", "race-4", "race-5"];
+    for id in ids {
+        create(&**store, queued(id)).await;
+    }
+    let mut tasks = Vec::new();
+    for n in 0..CLAIMANTS {
+        let store = Arc::clone(store);
+        tasks.push(tokio::spawn(async move {
+            let owner = format!("claimant-{n}");
+            let mut won = Vec::new();
+            while let Some(run) = claim(&*store, &owner, T0 + 100).await {
+                assert_eq!(run.claimed_by.as_deref(), Some(owner.as_str()));
+                won.push(run.id);
+            }
+            (owner, won)
+        }));
+    }
+    let mut claimed = Vec::new();
+    for task in tasks {
+        let (owner, won) = task.await.expect("a claiming task panicked");
+        for id in won {
+            assert_eq!(
+                get(&**store, &id).await.claimed_by.as_deref(),
+                Some(owner.as_str()),
+                "the stored owner is the claimant that was told it won"
+            );
+            claimed.push(id);
+        }
+    }
+    claimed.sort_unstable();
+    assert_eq!(claimed, ids, "R3: every run is claimed, each exactly once");
+    retire(&**store, &ids).await;
+}
+
+pub(super) async fn a_run_not_yet_due_is_not_claimed(store: &dyn QueueStore) {
+    create(store, queued("due-1")).await;
+    claim_expecting(store, "due-1", T0).await;
+    let later = Requeue {
+        retry_at_ms: T0 + 5_000,
+        ..requeue("due-1", OWNER, true, BUDGET)
+    };
+    assert_eq!(
+        requeued(store, later).await,
+        RequeueAnswer::Requeued { requeue_count: 1 }
+    );
+    assert_eq!(
+        claim(store, OWNER, T0 + 4_999).await,
+        None,
+        "R9: a run waits out its backoff"
+    );
+    assert_eq!(get(store, "due-1").await.status, RunState::Queued);
+    claim_expecting(store, "due-1", T0 + 5_000).await;
+    retire(store, &["due-1"]).await;
+}
+
+pub(super) async fn a_cancelled_queued_run_is_never_claimed(store: &dyn QueueStore) {
+    create(store, queued("cancelled-queued")).await;
+    store.run_cancel("cancelled-queued", T0 + 1).await.unwrap();
+    let cancelled = get(store, "cancelled-queued").await;
+    assert_eq!(
+        claim(store, OWNER, T0 + 100).await,
+        None,
+        "R4: a cancelled run is never claimed"
+    );
+    assert_eq!(get(store, "cancelled-queued").await, cancelled);
+}

@@ -107,11 +107,7 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+use runwarden_base::now_ms;
 
 /// xorshift64: reproducible offsets without a dependency.
 struct Rng(u64);

@@ -38,11 +38,7 @@ use tokio::runtime::Handle;
 const TRIALS: usize = 100;
 const WAIT: Duration = Duration::from_secs(10);
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+use runwarden_base::now_ms;
 
 /// The one agent: asks for `srv__create`, which needs an approval, then answers.
 struct Agents {

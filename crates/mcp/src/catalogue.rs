@@ -2,7 +2,7 @@
 //! that keeps them.
 
 use async_trait::async_trait;
-use runwarden_vault::store::StoreError;
+use runwarden_base::StoreError;
 use serde_json::Value;
 
 use crate::config::{Effect, ServerConfig};

@@ -329,12 +329,4 @@ impl McpError {
     }
 }
 
-/// Cuts server-written text to one line of at most 200 characters.
-pub(crate) fn one_line(text: &str) -> String {
-    let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if joined.chars().count() <= 200 {
-        joined
-    } else {
-        joined.chars().take(199).chain(['…']).collect()
-    }
-}
+pub(crate) use runwarden_base::one_line;

@@ -30,10 +30,7 @@ pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 /// The largest metadata or token response read.
 pub(crate) const MAX_BODY: usize = 256 * 1024;
 
-/// The current time, Unix milliseconds.
-pub(crate) fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
+pub(crate) use runwarden_base::now_ms;
 
 /// Shows an operator the authorization URL to open (the CLI prints it). Only processes
 /// with an operator at hand have one; elsewhere an authorization code grant that needs a

@@ -95,14 +95,7 @@ pub(crate) fn token_key(issuer: &str, resource: &str, scopes: &[String]) -> Stri
     )
 }
 
-pub(crate) fn one_line(text: &str) -> String {
-    let line: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(200)
-        .collect();
-    line.trim().to_string()
-}
+pub(crate) use runwarden_base::one_line;
 
 #[cfg(test)]
 mod tests {

@@ -1,7 +1,7 @@
 //! Which failures heal by themselves: the line between requeueing a run and
 //! dead-lettering it, and between a 503 and a 500.
 
-use runwarden_vault::store::StoreError;
+use runwarden_base::StoreError;
 
 /// True when `error` says nothing about the request or the configuration, only about the
 /// environment right now: a retryable store fault (locked, full, read-only, out of file
@@ -47,7 +47,7 @@ const ENFILE: i32 = 23;
 mod tests {
     use super::*;
     use anyhow::Context as _;
-    use runwarden_vault::store::StoreFault;
+    use runwarden_base::StoreFault;
 
     #[test]
     fn a_locked_store_behind_context_is_transient_and_a_configuration_error_is_not() {

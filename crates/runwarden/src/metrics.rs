@@ -243,7 +243,7 @@ impl Metrics {
             self.watcher_queries.inc_by(now.saturating_sub(*counted));
             *counted = now;
         }
-        for ((fault, seen), counted) in runwarden_vault::store::store_errors_seen()
+        for ((fault, seen), counted) in runwarden_base::store_errors_seen()
             .into_iter()
             .zip(sources.store_errors.iter_mut())
         {
@@ -360,9 +360,9 @@ mod tests {
         calls("http_call", runwarden_vault::Delivery::Answered);
         let slots = Arc::new(std::sync::atomic::AtomicUsize::new(3));
         metrics.watch_slots(slots);
-        let _full = runwarden_vault::store::StoreError::with_fault(
+        let _full = runwarden_base::StoreError::with_fault(
             "appending an audit row",
-            runwarden_vault::store::StoreFault::DiskFull,
+            runwarden_base::StoreFault::DiskFull,
             "disk full",
         );
         let text = metrics.render(

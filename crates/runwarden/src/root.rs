@@ -111,7 +111,7 @@ pub(crate) fn is_disk_full(error: &anyhow::Error) -> bool {
     error
         .chain()
         .filter_map(|cause| cause.downcast_ref::<StoreError>())
-        .any(|e| e.fault == runwarden_vault::store::StoreFault::DiskFull)
+        .any(|e| e.fault == runwarden_base::StoreFault::DiskFull)
 }
 
 /// What a process builds once: the backend on first use, the vault and its egress

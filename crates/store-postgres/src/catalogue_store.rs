@@ -2,10 +2,10 @@
 //! per-server liveness (M11).
 
 use async_trait::async_trait;
+use runwarden_base::StoreError;
 use runwarden_mcp::{
     CatalogueEntry, CatalogueStore, Contact, Effect, KnownProtocol, SchemaStatus, ServerHealth,
 };
-use runwarden_vault::store::StoreError;
 use tokio_postgres::Row;
 
 use crate::PgStore;

@@ -8,6 +8,7 @@
 //! turns per run and always lock in the same order. Changes reach other nodes through
 //! 0007's triggers on the run's status and on the appended event.
 
+use runwarden_base::StoreError;
 use runwarden_runtime::RunState;
 use runwarden_runtime::decision::{
     AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionStatus, Refusal,
@@ -15,7 +16,6 @@ use runwarden_runtime::decision::{
 use runwarden_runtime::events::{DecisionAnswered, EventBody};
 use runwarden_runtime::rules::decisions::{self as rules, CANCEL_BY_ANSWER_REASON, RunAfterAnswer};
 use runwarden_runtime::rules::rows::{self, StoredDecision};
-use runwarden_vault::store::StoreError;
 use serde_json::Value;
 use tokio_postgres::{GenericClient, Row};
 

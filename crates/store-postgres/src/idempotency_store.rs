@@ -2,8 +2,8 @@
 //! transaction. The primary key (scope, key) decides a race: a second request with the
 //! same key waits on the first one's uncommitted row, then finds it.
 
+use runwarden_base::StoreError;
 use runwarden_runtime::idempotency::{IDEMPOTENCY_RETENTION_MS, KeyedCreate, RunCreateKeyed};
-use runwarden_vault::store::StoreError;
 
 use crate::PgStore;
 use crate::failure::{Failure, finish};

@@ -15,7 +15,7 @@
 //! use runwarden_store_postgres::PgStore;
 //! use runwarden_vault::store::{SealedKind, VaultStore};
 //!
-//! # async fn demo() -> Result<(), runwarden_vault::store::StoreError> {
+//! # async fn demo() -> Result<(), runwarden_base::StoreError> {
 //! let store = PgStore::connect("postgres://runwarden@127.0.0.1:5432/runwarden").await?;
 //! store.ready().await?;
 //! for meta in store.sealed_list(SealedKind::Secret).await? {

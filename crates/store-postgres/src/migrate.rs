@@ -2,8 +2,8 @@
 //! and names as SQLite's, applied in one transaction under an advisory lock.
 
 use deadpool_postgres::Object;
+use runwarden_base::StoreError;
 use runwarden_runtime::migrations::{self, MIGRATIONS, Migration};
-use runwarden_vault::store::StoreError;
 
 use crate::failure::{Failure, classify, finish};
 
@@ -120,12 +120,7 @@ fn pending(
     Ok(pending.iter().zip(texts.iter().map(|(_, sql)| *sql)))
 }
 
-pub(crate) fn now_ms() -> i64 {
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
-}
+pub(crate) use runwarden_base::now_ms;
 
 #[cfg(test)]
 mod tests {

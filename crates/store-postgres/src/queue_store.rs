@@ -11,11 +11,11 @@
 //! and the late decision changes nothing.
 
 use async_trait::async_trait;
+use runwarden_base::StoreError;
 use runwarden_runtime::queue::{Claim, QueueStore, RequeueAnswer, RequeueApply, RescueApply};
 use runwarden_runtime::rules::{claims, runs};
 use runwarden_runtime::store::Run;
 use runwarden_runtime::{RetryDecision, RunState, WORKER_FORGOTTEN_AFTER_MS};
-use runwarden_vault::store::StoreError;
 use tokio_postgres::GenericClient;
 
 use crate::PgStore;

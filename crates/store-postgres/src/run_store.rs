@@ -8,6 +8,7 @@
 //! Changes are announced by the triggers of migration 0007 at commit, never from here.
 
 use async_trait::async_trait;
+use runwarden_base::StoreError;
 use runwarden_runtime::decision::{
     AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter,
 };
@@ -18,7 +19,6 @@ use runwarden_runtime::store::{
     RunSettle, RunStore, SettleAnswer,
 };
 use runwarden_runtime::{ChangeFeed, KeyedCreate, RunCreateKeyed, RunState};
-use runwarden_vault::store::StoreError;
 use tokio_postgres::{GenericClient, Row};
 
 use crate::PgStore;

@@ -2,7 +2,7 @@
 //! answered only while unexpired and while their token is not revoked.
 
 use async_trait::async_trait;
-use runwarden_vault::store::StoreError;
+use runwarden_base::StoreError;
 use runwarden_vault::{ApiToken, ConsoleSession, Role, SessionStore};
 
 use crate::PgStore;

@@ -32,10 +32,4 @@ impl TestDb {
     }
 }
 
-/// Now, Unix milliseconds.
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub(crate) use runwarden_base::now_ms;

@@ -5,6 +5,7 @@
 //! Each write runs in one `BEGIN IMMEDIATE` transaction, so another process cannot change
 //! the decision or the run between the guard and the rest.
 
+use runwarden_base::StoreError;
 use runwarden_runtime::decision::{
     AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionStatus, Refusal,
 };
@@ -12,7 +13,6 @@ use runwarden_runtime::events::{DecisionAnswered, EventBody};
 use runwarden_runtime::rules::decisions::{self as rules, CANCEL_BY_ANSWER_REASON, RunAfterAnswer};
 use runwarden_runtime::rules::rows::{self, StoredDecision};
 use runwarden_runtime::{Change, RunState};
-use runwarden_vault::store::StoreError;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
 use serde_json::Value;
 

@@ -1,8 +1,8 @@
 //! Idempotent run creation for SQLite: the key row and the run are written in one
 //! `BEGIN IMMEDIATE` transaction, and the primary key (scope, key) decides a race.
 
+use runwarden_base::StoreError;
 use runwarden_runtime::idempotency::{IDEMPOTENCY_RETENTION_MS, KeyedCreate, RunCreateKeyed};
-use runwarden_vault::store::StoreError;
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 use crate::SqliteStore;

@@ -17,7 +17,7 @@
 //! use runwarden_store_sqlite::SqliteStore;
 //! use runwarden_vault::store::{SealedKind, VaultStore};
 //!
-//! # async fn demo() -> Result<(), runwarden_vault::store::StoreError> {
+//! # async fn demo() -> Result<(), runwarden_base::StoreError> {
 //! let store = Arc::new(SqliteStore::open_existing("/var/lib/runwarden/runwarden.db")?);
 //! for meta in store.sealed_list(SealedKind::Secret).await? {
 //!     println!("{}", meta.name);

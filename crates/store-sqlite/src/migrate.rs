@@ -1,8 +1,8 @@
 //! A tiny migration runner: the shared list of numbered migrations, its SQL files embedded
 //! at build time, applied in order.
 
+use runwarden_base::StoreError;
 use runwarden_runtime::migrations::{self, MIGRATIONS, Migration};
-use runwarden_vault::store::StoreError;
 use rusqlite::{Connection, TransactionBehavior};
 
 use crate::failure::{Failure, classify};
@@ -130,12 +130,7 @@ fn pending(
     Ok(pending.iter().zip(texts.iter().map(|(_, sql)| *sql)))
 }
 
-fn now_ms() -> i64 {
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
-}
+use runwarden_base::now_ms;
 
 #[cfg(test)]
 mod tests {

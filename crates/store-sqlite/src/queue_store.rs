@@ -9,11 +9,11 @@
 //! reaper that lands first wins and the late decision changes nothing.
 
 use async_trait::async_trait;
+use runwarden_base::StoreError;
 use runwarden_runtime::queue::{Claim, QueueStore, RequeueAnswer, RequeueApply, RescueApply};
 use runwarden_runtime::rules::{claims, runs};
 use runwarden_runtime::store::Run;
 use runwarden_runtime::{Change, RetryDecision, RunState, WORKER_FORGOTTEN_AFTER_MS};
-use runwarden_vault::store::StoreError;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::SqliteStore;

@@ -7,6 +7,7 @@
 //! process cannot change the row between them.
 
 use async_trait::async_trait;
+use runwarden_base::StoreError;
 use runwarden_runtime::decision::{
     AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter,
 };
@@ -17,7 +18,6 @@ use runwarden_runtime::store::{
     RunSettle, RunStore, SettleAnswer,
 };
 use runwarden_runtime::{Change, ChangeFeed, KeyedCreate, RunCreateKeyed, RunState};
-use runwarden_vault::store::StoreError;
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use serde_json::Value;
 

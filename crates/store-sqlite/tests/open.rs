@@ -132,8 +132,8 @@ fn opening_an_up_to_date_database_takes_no_write_lock() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_write_while_another_process_holds_the_write_lock_is_a_retryable_busy_fault() {
+    use runwarden_base::StoreFault;
     use runwarden_runtime::RunStore;
-    use runwarden_vault::store::StoreFault;
     let db = TempDb::new();
     let store = db.open();
     let holder = db.raw();

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use runwarden_base::StoreError;
 use runwarden_runtime::RunState;
 use runwarden_runtime::store::{CancelAnswer, EventAppend, NewRunStatus, RunCreate, RunStore};
 use runwarden_store_sqlite::SqliteStore;
-use runwarden_vault::store::StoreError;
 use serde_json::json;
 
 use crate::common::TempDb;
@@ -273,11 +273,7 @@ async fn a_database_file_deleted_under_the_store_refuses_every_write_and_says_to
     store.run_create(running("before")).await.unwrap();
     std::fs::remove_file(&db.path).unwrap();
     let error = store.run_create(running("after")).await.unwrap_err();
-    assert_eq!(
-        error.fault,
-        runwarden_vault::store::StoreFault::Corrupt,
-        "{error}"
-    );
+    assert_eq!(error.fault, runwarden_base::StoreFault::Corrupt, "{error}");
     let text = error.to_string();
     assert!(
         text.contains(&db.path.display().to_string())

@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
+use runwarden_base::StoreError;
 use runwarden_runtime::RunStore;
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
 use runwarden_store_sqlite::SqliteStore;
 use runwarden_testkit::{Answer, Call, Detail, Hook, HookedStore, Strike};
-use runwarden_vault::store::StoreError;
 
 /// Fails `run_create` for id `fail`, loses the answer for id `lose`, records every call.
 #[derive(Default)]

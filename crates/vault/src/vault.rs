@@ -50,9 +50,7 @@ impl std::fmt::Debug for Vault {
     }
 }
 
-pub(crate) fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
+pub(crate) use runwarden_base::now_ms;
 
 impl Vault {
     /// Opens the vault over a store. The first open of an empty log creates the audit key;

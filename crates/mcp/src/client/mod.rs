@@ -46,11 +46,7 @@ pub use transport::USER_AGENT;
 use operation::Operation;
 use session::Session;
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+use runwarden_base::now_ms;
 
 /// An MCP server over Streamable HTTP (M1), reached only through the vault.
 ///

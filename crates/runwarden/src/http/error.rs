@@ -6,7 +6,7 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use runwarden_vault::store::StoreError;
+use runwarden_base::StoreError;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
@@ -344,7 +344,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_store_fault_anywhere_in_the_chain_is_a_503_with_retry_after_and_no_details() {
-        use runwarden_vault::store::StoreFault;
+        use runwarden_base::StoreFault;
         let fault = StoreError::with_fault(
             "listing runs",
             StoreFault::Busy,

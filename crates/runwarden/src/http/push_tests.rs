@@ -5,10 +5,10 @@
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use runwarden_base::StoreError;
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
 use runwarden_runtime::{QueueStore, Run, RunState, RunStore, Worker, WorkerConfig};
 use runwarden_testkit::{Answer, Call, Hook, HookedStore, Strike};
-use runwarden_vault::store::StoreError;
 use runwarden_vault::{Role, token_create};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::watch;

@@ -45,9 +45,7 @@ pub(crate) struct CreateRun {
     max_tool_calls: Option<u32>,
 }
 
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
+use runwarden_base::now_ms;
 
 /// The run's row as JSON, or `run_not_found`.
 async fn run_view(state: &AppState, id: &str) -> Result<Value, ApiError> {

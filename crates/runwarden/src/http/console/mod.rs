@@ -27,7 +27,7 @@ use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use maud::html;
-use runwarden_vault::store::StoreError;
+use runwarden_base::StoreError;
 
 use super::AppState;
 

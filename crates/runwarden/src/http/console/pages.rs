@@ -176,7 +176,7 @@ pub(super) async fn run(
 /// The pending decisions, newest first.
 pub(crate) async fn pending_decisions(
     state: &AppState,
-) -> Result<Vec<runwarden_runtime::Decision>, runwarden_vault::store::StoreError> {
+) -> Result<Vec<runwarden_runtime::Decision>, runwarden_base::StoreError> {
     state
         .runs
         .decision_list(DecisionFilter {

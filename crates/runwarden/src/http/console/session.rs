@@ -19,9 +19,7 @@ pub(crate) const COOKIE: &str = "rw_session";
 /// The header a script sends the CSRF token in (forms send the `csrf` field).
 pub(crate) const CSRF_HEADER: &str = "x-csrf-token";
 
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
+use runwarden_base::now_ms;
 
 /// A signed-in request: the live token it acts for and its session's CSRF token.
 #[derive(Clone)]

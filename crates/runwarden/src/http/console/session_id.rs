@@ -10,7 +10,7 @@ use std::fmt;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ring::rand::{SecureRandom, SystemRandom};
-use runwarden_vault::store::StoreError;
+use runwarden_base::StoreError;
 use runwarden_vault::{ApiToken, ConsoleSession, SessionStore};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;

@@ -68,7 +68,7 @@ enum Table {
 }
 
 impl Table {
-    async fn render(&self, state: &AppState) -> Result<String, runwarden_vault::store::StoreError> {
+    async fn render(&self, state: &AppState) -> Result<String, runwarden_base::StoreError> {
         match self {
             Self::Runs(form) => {
                 let Ok(mut filter) = run_filter(form) else {

@@ -126,7 +126,10 @@ fn the_vault_and_the_mcp_client_know_nothing_about_runs_or_stores() {
     for (krate, allowed) in [
         ("vault", &["runwarden-base"][..]),
         ("oauth", &["runwarden-base", "runwarden-vault"][..]),
-        ("mcp", &["runwarden-base", "runwarden-vault", "runwarden-oauth"][..]),
+        (
+            "mcp",
+            &["runwarden-base", "runwarden-vault", "runwarden-oauth"][..],
+        ),
         ("models", &["runwarden-base", "runwarden-vault"][..]),
     ] {
         let beyond: Vec<String> = dependencies(krate)

@@ -17,6 +17,7 @@ use runwarden_vault::store::{StoreError, StoreFault};
 use tokio_postgres::NoTls;
 
 use crate::failure::Failure;
+use crate::keepalive::keepalives;
 use crate::listener::Listener;
 use crate::migrate::migrate;
 
@@ -54,17 +55,6 @@ impl Default for PgOptions {
             call_timeout: Duration::from_secs(20),
         }
     }
-}
-
-/// TCP keepalives on every connection: a peer that vanished without a reset (a
-/// partition, a crashed host) is found within about half a minute instead of the
-/// kernel's default two hours.
-pub(crate) fn keepalives(config: &mut tokio_postgres::Config) {
-    config
-        .keepalives(true)
-        .keepalives_idle(Duration::from_secs(10))
-        .keepalives_interval(Duration::from_secs(5))
-        .keepalives_retries(3);
 }
 
 tokio::task_local! {

@@ -35,6 +35,7 @@ mod decision_store;
 mod failure;
 mod final_event;
 mod idempotency_store;
+mod keepalive;
 mod listener;
 mod migrate;
 mod queue_store;

@@ -38,7 +38,7 @@ impl Listener {
         // The listener only reads, so a silently dead peer (a partition with no reset)
         // would go unnoticed for the kernel's default two hours: TCP keepalives find it
         // within about half a minute, and the reconnection resyncs.
-        crate::connection::keepalives(&mut config);
+        crate::keepalive::keepalives(&mut config);
         let live = listen(&config, &feed).await?;
         let task = tokio::spawn(supervise(config, feed, live));
         Ok(Self { task })

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::SqliteStore;
 use crate::failure::Failure;
-use crate::run_store::publish_status;
+use crate::publish::publish_status;
 
 const DECISION_COLUMNS: &str = "id, run_id, kind, round, call_id, tool, arguments, arguments_hash, message, \
      requested_schema, asked_ms, expires_ms, status, answer, reason, answer_arguments, content, \

@@ -7,7 +7,8 @@ use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 use crate::SqliteStore;
 use crate::failure::Failure;
-use crate::run_store::{RUN_COLUMNS, insert_run, publish_status, run_columns, run_row};
+use crate::publish::publish_status;
+use crate::run_store::{RUN_COLUMNS, insert_run, run_columns, run_row};
 
 const CREATING: &str = "creating a run with an idempotency key";
 

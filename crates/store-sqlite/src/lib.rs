@@ -41,6 +41,7 @@ mod idempotency_store;
 mod migrate;
 mod other_writers;
 mod permissions;
+mod publish;
 mod queue_store;
 mod removed;
 mod run_store;

@@ -18,7 +18,8 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::SqliteStore;
 use crate::failure::Failure;
-use crate::run_store::{RUN_COLUMNS, publish_status, run_columns, run_row};
+use crate::publish::publish_status;
+use crate::run_store::{RUN_COLUMNS, run_columns, run_row};
 
 const REQUEUEING: &str = "requeueing a run";
 const RESCUING: &str = "rescuing a stale run";

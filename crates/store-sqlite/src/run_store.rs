@@ -24,6 +24,7 @@ use serde_json::Value;
 use crate::SqliteStore;
 use crate::connection::durably;
 use crate::failure::Failure;
+use crate::publish::publish_status;
 
 pub(crate) const RUN_COLUMNS: &str = "id, agent, status, termination_reason, request, claimed_by, lease_expires_ms, \
                            pending_effect, requeue_count, rounds, correlation, created_ms, updated_ms, claim_epoch";
@@ -407,18 +408,6 @@ pub(crate) fn insert_run(conn: &Connection, params: RunCreate) -> Result<Run, Fa
         return Err(rules::duplicate_run(&run.id).into());
     }
     Ok(run)
-}
-
-/// The status of run `id` inside the caller's transaction; `None` when there is no run.
-/// O6: a new status, and for a queued run the news that a worker may claim it.
-pub(crate) fn publish_status(feed: &ChangeFeed, run_id: &str, status: RunState) {
-    feed.publish(Change::Status {
-        run_id: run_id.to_string(),
-        status,
-    });
-    if status == RunState::Queued {
-        feed.publish(Change::Ready);
-    }
 }
 
 fn read_status(conn: &Connection, id: &str) -> Result<Option<RunState>, Failure> {

@@ -7,9 +7,10 @@ pub mod scripted;
 use std::sync::Arc;
 use std::time::Duration;
 
-use runwarden_mcp::{ManualClock, McpClient, ProtocolPolicy, ServerConfig};
+use runwarden_mcp::{LegReport, ManualClock, McpCall, McpClient, ProtocolPolicy, ServerConfig};
 use runwarden_vault::store::AuditFilter;
 use runwarden_vault::{AuditRow, EgressClient, Vault};
+use serde_json::Value;
 
 /// How long a test waits for an event before failing.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -51,4 +52,18 @@ impl Fixture {
     pub async fn audit_actions(&self) -> Vec<String> {
         runwarden_testkit::call_outcomes(&self.audit().await)
     }
+}
+
+/// A call of `tool` with `arguments` (a JSON object) and nothing else set.
+pub fn call(tool: &str, arguments: Value) -> McpCall {
+    McpCall {
+        tool: tool.into(),
+        arguments: arguments.as_object().unwrap().clone(),
+        ..McpCall::default()
+    }
+}
+
+/// The method of each leg of an operation, in order.
+pub fn methods(legs: &[LegReport]) -> Vec<&str> {
+    legs.iter().map(|l| l.method.as_str()).collect()
 }

@@ -7,3 +7,5 @@ mod conformance;
 mod echo;
 mod liveness;
 mod seams;
+mod servers;
+mod wire;

@@ -4,8 +4,8 @@
 use runwarden_testkit::{TestServer, mcp_handler, tool};
 use serde_json::json;
 
-use crate::api::{Api, Serve, install, token};
 use crate::support::runwarden;
+use crate::support::serve::{Api, Serve, install, token};
 
 const TWO_CALLS: &str = r#"[{"tool_calls": [
     {"name": "srv__create", "arguments": {}},

@@ -7,7 +7,7 @@ use std::time::Instant;
 use runwarden_testkit::{TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 
-use crate::api::install;
+use crate::support::serve::install;
 use crate::support::{Live, SIGIL, runwarden};
 
 async fn named_token(

@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use crate::api::install;
+use crate::support::serve::install;
 use crate::support::serve_api;
 
 async fn scrape(url: &str) -> String {

@@ -14,7 +14,7 @@ use runwarden_testkit::{
 };
 use serde_json::{Value, json};
 
-use crate::api::{Api, Serve, token};
+use crate::support::serve::{Api, Serve, token};
 use crate::support::{Live, Output, Sandbox, runwarden};
 
 /// A bound on a step that should take well under a second; it only fails a hung test.

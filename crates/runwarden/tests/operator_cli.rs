@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use runwarden_testkit::{HttpRequest, Reply, Seen, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 
-use crate::api::{Serve, install, token};
+use crate::support::serve::{Serve, install, token};
 use crate::support::{Live, Output, Sandbox, call_the_stalling_tool, runwarden};
 
 const WAIT: Duration = Duration::from_secs(10);

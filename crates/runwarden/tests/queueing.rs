@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::api::{Serve, token};
-use crate::support::{Live, Sandbox, runwarden};
-use crate::worker::{
+use crate::support::serve::{Serve, token};
+use crate::support::workers::{
     Install, WORKER_SETTINGS, call_then_answer, events, install_in, kinds, status,
 };
+use crate::support::{Live, Sandbox, runwarden};
 
 /// A sandbox with the scripted agent `a` (it answers at once).
 fn answering() -> Arc<Sandbox> {

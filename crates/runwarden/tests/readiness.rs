@@ -2,8 +2,8 @@
 //! file, and a store that cannot take a write (here: another process holds its write
 //! lock) answers 503 `not_ready` naming the kind of fault, and ready again once it can.
 
-use crate::api::{Api, Serve};
 use crate::support::Sandbox;
+use crate::support::serve::{Api, Serve};
 
 /// The database header's `user_version`, read by another process.
 fn user_version(sandbox: &Sandbox) -> i64 {
@@ -61,7 +61,7 @@ async fn readyz_writes_and_fails_naming_the_fault_while_writes_cannot_land() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_token_index_is_store_unavailable_never_unauthorized() {
     let sandbox = std::sync::Arc::new(Sandbox::initialised());
-    let operator = crate::api::token(&sandbox, "operator").await;
+    let operator = crate::support::serve::token(&sandbox, "operator").await;
     damage_the_token_index(&sandbox);
     let serve = Serve::start(&sandbox, 0).await;
     let api = Api::new(&serve);

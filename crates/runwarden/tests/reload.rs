@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::api::token;
+use crate::support::serve::token;
 use crate::support::{Live, Sandbox};
 
 /// `POST /v1/runs` for `agent`: the status and the body.

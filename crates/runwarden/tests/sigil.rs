@@ -10,7 +10,7 @@ use runwarden_testkit::{
 };
 use serde_json::Value;
 
-use crate::api::{Api, Serve, token};
+use crate::support::serve::{Api, Serve, token};
 use crate::support::{Output, SIGIL, Sandbox, TestServer, runwarden};
 
 #[test]

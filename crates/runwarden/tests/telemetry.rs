@@ -7,7 +7,7 @@ use std::time::Duration;
 use runwarden_testkit::{OtlpReceiver, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 
-use crate::api::install;
+use crate::support::serve::install;
 use crate::support::{SIGIL, runwarden};
 
 const WAIT: Duration = Duration::from_secs(20);

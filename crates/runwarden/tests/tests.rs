@@ -3,17 +3,14 @@
 //! need a real peer, PostgreSQL, a model server or a browser are the `peer`, `postgres`,
 //! `llama` and `browser` targets beside this one (`tests/peer/`, ...).
 
-// Helpers shared with the targets that need an outside part (`peer/main.rs`, ...), where
-// some of them are used only there.
-#[allow(dead_code)]
-mod api;
-#[allow(dead_code)]
+// The scratch installations, servers and clients every target of the binary shares.
+#[allow(dead_code)] // some helpers serve other targets only
 mod support;
-#[allow(dead_code)]
-mod worker;
 
+mod api;
 mod architecture;
 mod audit;
+mod backend;
 mod budgets;
 mod config;
 mod demo;
@@ -34,13 +31,13 @@ mod oauth;
 mod oauth_assertion;
 mod oauth_dpop;
 mod operator_cli;
-mod os_faults;
 mod queueing;
 mod readiness;
 mod reload;
 mod rotate;
 mod run;
 mod secret;
+mod secret_freshness;
 mod sigil;
 mod slow_clients;
 mod stops;
@@ -48,3 +45,4 @@ mod telemetry;
 mod tls;
 mod user_text;
 mod wal_removed;
+mod worker;

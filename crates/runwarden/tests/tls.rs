@@ -6,7 +6,7 @@ use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use runwarden_testkit::{TestServer, mcp_handler, tool};
 use serde_json::json;
 
-use crate::api::install;
+use crate::support::serve::install;
 use crate::support::{Live, runwarden};
 
 /// A throwaway authority and a certificate for 127.0.0.1 and localhost it signed: the

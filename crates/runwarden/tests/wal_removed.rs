@@ -6,9 +6,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::os_faults::{SETTLE_BOUND, check_case, report, until_all_ended, until_stderr};
+use crate::support::fault_checks::{
+    SETTLE_BOUND, check_case, report, until_all_ended, until_stderr,
+};
+use crate::support::workers::{WORKER_SETTINGS, enqueue, install_in, write_agents};
 use crate::support::{Live as Child, Sandbox};
-use crate::worker::{WORKER_SETTINGS, enqueue, install_in, write_agents};
 
 /// Runs finished before the `rm`, and runs queued after it.
 const BEFORE: usize = 4;

@@ -5,7 +5,6 @@ mod audit_tamper;
 mod catalogue;
 mod common;
 mod concurrency;
-mod fence_durable;
 mod open;
 mod other_writers;
 mod queue;

@@ -5,27 +5,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use runwarden_mcp::{
-    McpCall, McpClient, ProtocolPolicy, Reply, Request, ServerConfig, ToolOutcome, build_catalogue,
+    McpClient, ProtocolPolicy, Reply, Request, ServerConfig, ToolOutcome, build_catalogue,
 };
 use runwarden_testkit::Peer;
 use runwarden_vault::CancelFlag;
 use runwarden_vault::audit::action;
 use serde_json::{Value, json};
 
+pub(crate) use crate::support::call;
 use crate::support::{WAIT, fixture};
-
-pub(crate) fn call(tool: &str, arguments: Value) -> McpCall {
-    McpCall {
-        tool: tool.into(),
-        arguments: arguments.as_object().unwrap().clone(),
-        correlation: None,
-        gate: None,
-        elicitor: None,
-        output_schema: None,
-        notices: None,
-        ..Default::default()
-    }
-}
 
 pub(crate) fn stats(peer: &Peer) -> Value {
     peer.stats_json()

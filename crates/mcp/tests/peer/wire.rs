@@ -1,32 +1,25 @@
-//! M13-M17 against the real peer (the official Python SDK, tests/peer/wire_tools.py) in
-//! its three modes, and the version table against the scripted server.
+//! The wire against the real peer (the official Python SDK, tests/peer/wire_tools.py) in
+//! its three modes: sessions, the server's requests inside a call, standalone streams,
+//! notices, resumption and progress. The same against scripted servers is in the fast
+//! target's `wire`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use runwarden_mcp::{
     ElicitationAnswer, ElicitationFuture, ElicitationPolicy, ElicitationRequest, Elicitor,
-    ElicitorHandle, MAX_RESUMES, McpCall, McpClient, McpError, Notice, NoticeSink, ProtocolPolicy,
-    Reply, Request, ServerConfig, ToolOutcome, USER_AGENT,
+    ElicitorHandle, McpCall, McpClient, Notice, NoticeSink, ProtocolPolicy, Reply, Request,
+    ServerConfig, ToolOutcome, USER_AGENT,
 };
-use runwarden_testkit::{HttpRequest, Peer, Reply as TestReply, TestServer, mcp_handler};
+use runwarden_testkit::Peer;
 use runwarden_vault::Delivery;
 use serde_json::{Value, json};
 
-use crate::support::scripted::{self, Script};
-use crate::support::{Fixture, fixture};
+use crate::support::{Fixture, call, fixture};
 
 const STATEFUL_SSE: &[&str] = &[];
 const JSON_RESPONSE: &[&str] = &["--json-response"];
 const STATELESS: &[&str] = &["--stateless"];
-
-fn call(tool: &str, arguments: Value) -> McpCall {
-    McpCall {
-        tool: tool.into(),
-        arguments: arguments.as_object().unwrap().clone(),
-        ..McpCall::default()
-    }
-}
 
 async fn start(flags: &'static [&'static str]) -> Peer {
     tokio::task::spawn_blocking(move || Peer::start(flags))
@@ -346,98 +339,6 @@ async fn a_stream_closed_early_is_resumed_with_last_event_id_and_the_call_is_not
 }
 
 #[tokio::test]
-async fn a_stream_that_ends_early_without_event_ids_is_maybe_delivered() {
-    // The scripted server's stream carries no event ids: nothing to resume from.
-    let f = fixture().await;
-    let server = scripted::start(Script {
-        fail: Some(("tools/call", scripted::Shape::StreamWithoutOurResponse)),
-        ..Script::new(scripted::SESSION_SSE)
-    })
-    .await;
-    let client = f.client(server.url("/mcp"), None);
-    let outcome = client
-        .call_tool(call("search", json!({"q": "x"})), None)
-        .await;
-    assert_eq!(outcome.result.delivery, Delivery::MaybeDelivered);
-}
-
-#[tokio::test]
-async fn versions_are_negotiated_by_the_table() {
-    let table = [
-        ("2025-11-25", None),
-        ("2025-06-18", None),
-        ("2025-03-26", None),
-        // It answered a Streamable HTTP initialize: the transport is right, the version
-        // is too old (the old text blamed the transport).
-        (
-            "2024-11-05",
-            Some(
-                "answered initialize with protocol version 2024-11-05, older than any runwarden speaks",
-            ),
-        ),
-        (
-            "2099-01-01",
-            Some("runwarden speaks 2025-11-25, 2025-06-18, 2025-03-26"),
-        ),
-    ];
-    for (version, refusal) in table {
-        let f = fixture().await;
-        let mut server = scripted::start(Script {
-            version: version.into(),
-            ..Script::new(scripted::SESSION_SSE)
-        })
-        .await;
-        let client = f.client(server.url("/mcp"), None);
-        let answer = client.send_request(Request::Ping, None).await;
-        let requests = server.drain_requests();
-        // M17: we always offer the newest.
-        assert_eq!(
-            scripted::body_of(&requests[0])["params"]["protocolVersion"],
-            "2025-11-25"
-        );
-        match refusal {
-            None => {
-                assert!(matches!(answer, Ok(Reply::Pong)), "{version}: {answer:?}");
-                assert_eq!(
-                    requests.last().unwrap().header("mcp-protocol-version"),
-                    Some(version)
-                );
-            }
-            Some(says) => {
-                let error = answer.unwrap_err();
-                assert!(matches!(error, McpError::Protocol { .. }), "{error}");
-                assert!(error.to_string().contains(says), "{version}: {error}");
-            }
-        }
-    }
-}
-
-#[tokio::test]
-async fn no_sampling_or_roots_capability_is_declared_and_elicitation_only_for_the_operator() {
-    for (policy, expected) in [
-        (ElicitationPolicy::Decline, json!({})),
-        (
-            ElicitationPolicy::Operator,
-            json!({"elicitation": {"form": {}}}),
-        ),
-    ] {
-        let f = fixture().await;
-        let mut server = scripted::start(Script::new(scripted::SESSION_SSE)).await;
-        let mut config = ServerConfig::new("tickets", server.url("/mcp"))
-            .with_protocol(ProtocolPolicy::Handshake);
-        config.elicitation = policy;
-        let client = McpClient::new(config, f.egress.clone());
-        assert!(client.send_request(Request::Ping, None).await.is_ok());
-        let requests = server.drain_requests();
-        assert_eq!(
-            scripted::body_of(&requests[0])["params"]["capabilities"],
-            expected
-        );
-        assert_eq!(requests[0].header("user-agent"), Some(USER_AGENT));
-    }
-}
-
-#[tokio::test]
 async fn progress_extends_the_budget_only_when_the_server_is_configured_so() {
     let peer = start(STATEFUL_SSE).await;
     let f = fixture().await;
@@ -487,111 +388,6 @@ async fn a_call_without_progress_stalls_at_its_budget_even_when_progress_could_e
     assert_eq!(outcome.result.delivery, Delivery::MaybeDelivered);
 }
 
-/// A server whose `tools/call` stream gives an event id and `retry: 10`, then ends before
-/// the answer; every resumption GET gets `get_status` (and a stream that ends again when
-/// it is 200). Initialize and notifications are answered as usual.
-fn closing_server(get_status: u16) -> impl Fn(&HttpRequest) -> TestReply + Send + Sync + 'static {
-    let inner = mcp_handler(vec![runwarden_testkit::tool("search")], &[]);
-    move |request| {
-        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
-        if request.method == "GET" {
-            return if get_status == 200 {
-                TestReply::event_stream(vec![b"id: 2\ndata: \n\n".to_vec()], false)
-            } else {
-                TestReply::text(get_status, "")
-            };
-        }
-        if body["method"] == "tools/call" {
-            return TestReply::event_stream(vec![b"id: 1\nretry: 10\ndata: \n\n".to_vec()], false);
-        }
-        inner(request)
-    }
-}
-
-#[tokio::test]
-async fn a_resumption_the_server_refuses_is_maybe_delivered_and_never_re_posts_the_call() {
-    for get_status in [405, 200] {
-        let f = fixture().await;
-        let mut server = TestServer::start(closing_server(get_status)).await;
-        let client = f.client(server.url("/mcp"), None);
-        let outcome = client
-            .call_tool(call("search", json!({"q": "x"})), None)
-            .await;
-        assert_eq!(outcome.result.outcome, ToolOutcome::Failed, "{get_status}");
-        assert_eq!(
-            outcome.result.delivery,
-            Delivery::MaybeDelivered,
-            "{get_status}"
-        );
-        assert!(
-            outcome.result.text.contains("could not be resumed"),
-            "{get_status}: {}",
-            outcome.result.text
-        );
-        let requests = server.drain_requests();
-        let posts = requests
-            .iter()
-            .filter(|r| scripted::method_of(r) == "tools/call")
-            .count();
-        let gets: Vec<&HttpRequest> = requests.iter().filter(|r| r.method == "GET").collect();
-        assert_eq!(posts, 1, "{get_status}: the call is never re-sent");
-        // 405 ends it at once; a stream that keeps ending early is retried a bounded number of times.
-        let expected = if get_status == 405 { 1 } else { MAX_RESUMES };
-        assert_eq!(gets.len(), expected, "{get_status}");
-        assert_eq!(gets[0].header("last-event-id"), Some("1"));
-        assert_eq!(gets[0].header("accept"), Some("text/event-stream"));
-        if get_status == 200 {
-            assert_eq!(gets[1].header("last-event-id"), Some("2"), "the latest id");
-        }
-    }
-}
-
-#[tokio::test]
-async fn ending_a_session_is_bounded_at_two_seconds_when_the_server_never_answers() {
-    let f = fixture().await;
-    let inner = mcp_handler(vec![runwarden_testkit::tool("search")], &[]);
-    let mut server = TestServer::start(move |request: &HttpRequest| {
-        if request.method == "DELETE" {
-            return TestReply::Stall;
-        }
-        let initialize = scripted::method_of(request) == "initialize";
-        let reply = inner(request);
-        if initialize {
-            reply.with_header("mcp-session-id", "s-1")
-        } else {
-            reply
-        }
-    })
-    .await;
-    let client = f.client(server.url("/mcp"), None);
-    assert!(client.send_request(Request::Ping, None).await.is_ok());
-    let started = std::time::Instant::now();
-    let closed = client.close().await;
-    let took = started.elapsed();
-    assert!(closed.is_err(), "a DELETE that never came back is reported");
-    assert!(
-        took >= Duration::from_millis(1_500) && took < Duration::from_secs(3),
-        "bounded at {:?}: {took:?}",
-        runwarden_mcp::CLOSE_BUDGET
-    );
-    let delete = server
-        .drain_requests()
-        .into_iter()
-        .find(|r| r.method == "DELETE")
-        .expect("the DELETE was sent");
-    assert_eq!(delete.header("mcp-session-id"), Some("s-1"));
-    // The next operation starts a new session rather than reusing the ended one.
-    assert!(client.send_request(Request::Ping, None).await.is_ok());
-    assert_eq!(
-        server
-            .drain_requests()
-            .iter()
-            .map(scripted::method_of)
-            .collect::<Vec<_>>(),
-        ["initialize", "notifications/initialized", "ping"]
-    );
-}
-
 #[tokio::test]
 async fn without_a_response_stream_a_servers_request_fails_the_call_at_once_never_hangs() {
     // A JSON-response or stateless peer has no stream to send its ping in (runwarden opens
@@ -610,40 +406,4 @@ async fn without_a_response_stream_a_servers_request_fails_the_call_at_once_neve
             outcome.result.text
         );
     }
-}
-
-#[tokio::test]
-async fn a_standalone_get_answered_without_an_event_stream_is_not_asked_for_again() {
-    let f = fixture().await;
-    // The testkit's server issues a session and answers every GET with a JSON body, not
-    // an event stream: it offers no standalone stream.
-    let inner = mcp_handler(vec![runwarden_testkit::tool("search")], &[]);
-    let mut server = TestServer::start(move |request: &HttpRequest| {
-        let initialize = scripted::method_of(request) == "initialize";
-        let reply = inner(request);
-        if initialize {
-            reply.with_header("mcp-session-id", "s-1")
-        } else {
-            reply
-        }
-    })
-    .await;
-    let client = f.client(server.url("/mcp"), None);
-    for _ in 0..10 {
-        let outcome = client
-            .call_tool(call("search", json!({"q": "x"})), None)
-            .await;
-        assert_eq!(outcome.result.outcome, ToolOutcome::Succeeded);
-    }
-    let requests = server.drain_requests();
-    let gets = requests.iter().filter(|r| r.method == "GET").count();
-    let calls = requests
-        .iter()
-        .filter(|r| scripted::method_of(r) == "tools/call")
-        .count();
-    assert_eq!(
-        (gets, calls),
-        (1, 10),
-        "one GET for the session, not one per call"
-    );
 }

@@ -9,8 +9,9 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use runwarden_mcp::{ManualClock, McpClient, ProtocolPolicy, ServerConfig};
+use runwarden_mcp::{LegReport, ManualClock, McpCall, McpClient, ProtocolPolicy, ServerConfig};
 use runwarden_testkit::LoopbackVault;
+use serde_json::Value;
 
 /// How long a test waits for an event before failing.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -43,4 +44,18 @@ impl Fixture {
             None => client,
         }
     }
+}
+
+/// A call of `tool` with `arguments` (a JSON object) and nothing else set.
+pub fn call(tool: &str, arguments: Value) -> McpCall {
+    McpCall {
+        tool: tool.into(),
+        arguments: arguments.as_object().unwrap().clone(),
+        ..McpCall::default()
+    }
+}
+
+/// The method of each leg of an operation, in order.
+pub fn methods(legs: &[LegReport]) -> Vec<&str> {
+    legs.iter().map(|l| l.method.as_str()).collect()
 }

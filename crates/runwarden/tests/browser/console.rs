@@ -16,7 +16,7 @@ use std::sync::Arc;
 use runwarden_testkit::Peer;
 use serde_json::{Value, json};
 
-use crate::api::{Serve, token};
+use crate::support::serve::{Serve, token};
 use crate::support::{SIGIL, Sandbox, runwarden};
 
 /// Where `scripts/browser.sh` installed playwright-core, `$RUNWARDEN_BROWSER_DIR`; without it

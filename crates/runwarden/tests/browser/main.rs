@@ -3,14 +3,9 @@
 //! Python MCP peer (`RUNWARDEN_PEER_PYTHON`). `bash .ci/run` sets both. Not part of plain
 //! `cargo test`: run it with `cargo test -p runwarden --test browser`.
 
-// The fast target's scratch installations and API clients. `api` is compiled here for its
-// helpers; its own tests run in the fast target, and `.config/nextest.toml` keeps them
-// from running twice.
-#[allow(dead_code)] // helpers of other targets too
-#[path = "../api.rs"]
-mod api;
-#[allow(dead_code)] // helpers of other targets too
-#[path = "../support.rs"]
+// The scratch installations, servers and clients every target of the binary shares.
+#[allow(dead_code)] // some helpers serve other targets only
+#[path = "../support/mod.rs"]
 mod support;
 
 mod console;

@@ -3,8 +3,9 @@
 //! `bash .ci/run` sets it). Not part of plain `cargo test`: run it with
 //! `cargo test -p runwarden --test llama`.
 
-#[allow(dead_code)] // helpers of other targets too
-#[path = "../support.rs"]
+// The scratch installations, servers and clients every target of the binary shares.
+#[allow(dead_code)] // some helpers serve other targets only
+#[path = "../support/mod.rs"]
 mod support;
 
 mod llama;

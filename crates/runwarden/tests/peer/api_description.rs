@@ -8,7 +8,7 @@ use std::process::Command;
 use runwarden_testkit::{TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 
-use crate::api::{Serve, install, token};
+use crate::support::serve::{Serve, install, token};
 
 /// The environment variable naming the validator's Python (`scripts/openapi-venv.sh`'s
 /// last line); `.ci/run` sets it.

@@ -12,8 +12,8 @@ use runwarden_testkit::Peer;
 use serde_json::{Value, json};
 
 use crate::support::Live as Child;
+use crate::support::workers::{WAIT, config_with_short_leases, enqueue, events, kinds, status};
 use crate::support::{Sandbox, runwarden};
-use crate::worker::{WAIT, config_with_short_leases, enqueue, events, kinds, status};
 
 /// How often the peer ran `create_ticket`, by its own count.
 fn tickets(peer: &Peer) -> u64 {
@@ -274,8 +274,8 @@ async fn an_approval_through_the_api_is_executed_by_a_worker_and_a_kill_9_after_
     let peer = Peer::start(&[]);
     let sandbox = install(&peer, ticket_plan(), "").await;
     // `serve` answers the API only; the work is done by worker processes.
-    let serve = crate::api::Serve::start(&sandbox, 0).await;
-    let token = crate::api::token(&sandbox, "operator").await;
+    let serve = crate::support::serve::Serve::start(&sandbox, 0).await;
+    let token = crate::support::serve::token(&sandbox, "operator").await;
     let run_id = enqueue(&sandbox, "helper", "file a ticket").await;
     let mut first = Child::worker(&sandbox, None);
     let (outcome, _) = first.outcome_of(&run_id).await;

@@ -5,18 +5,10 @@
 //! `bash .ci/run` sets all three. Not part of plain `cargo test`: run it with
 //! `cargo test -p runwarden --test peer`.
 
-// The fast target's scratch installations, servers and API clients. `api` and `worker` are
-// compiled here for their helpers; their own tests run in the fast target, and
-// `.config/nextest.toml` keeps them from running twice.
-#[allow(dead_code)] // helpers of other targets too
-#[path = "../api.rs"]
-mod api;
-#[allow(dead_code)] // helpers of other targets too
-#[path = "../support.rs"]
+// The scratch installations, servers and clients every target of the binary shares.
+#[allow(dead_code)] // some helpers serve other targets only
+#[path = "../support/mod.rs"]
 mod support;
-#[allow(dead_code)] // helpers of other targets too
-#[path = "../worker.rs"]
-mod worker;
 
 mod api_description;
 mod conformance_suite;

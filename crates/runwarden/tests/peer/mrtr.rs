@@ -10,8 +10,8 @@ use runwarden_testkit::Peer;
 use serde_json::{Value, json};
 
 use crate::support::Live as Child;
+use crate::support::workers::{config_with_short_leases, enqueue, events, status};
 use crate::support::{Sandbox, runwarden};
-use crate::worker::{config_with_short_leases, enqueue, events, status};
 
 /// How often the peer ran `confirm_ship`'s body, by its own count.
 fn shipments(peer: &Peer) -> u64 {

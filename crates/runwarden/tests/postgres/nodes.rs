@@ -14,13 +14,13 @@ use std::time::{Duration, Instant};
 use runwarden_testkit::TempCluster;
 use serde_json::{Value, json};
 
-use crate::api::{Api, Serve, SseReader, token};
 use crate::support::Live as Child;
-use crate::support::{Sandbox, runwarden};
-use crate::worker::{
+use crate::support::serve::{Api, Serve, SseReader, token};
+use crate::support::workers::{
     Install, WAIT, WORKER_SETTINGS, call_then_answer, enqueue, events, install_in, kinds, status,
     until_call_is_held, write_agents,
 };
+use crate::support::{Sandbox, runwarden};
 
 /// Queued runs in the claim test.
 const RUNS: usize = 60;

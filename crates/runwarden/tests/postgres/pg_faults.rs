@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 
 use crate::support::Live as Child;
 use crate::support::Sandbox;
-use crate::worker::{Install, install_in, write_agents};
+use crate::support::workers::{Install, install_in, write_agents};
 
 /// Runs enqueued while each fault is on.
 const RUNS_PER_CASE: usize = 8;

@@ -141,7 +141,7 @@ fn strace_missing() -> Option<String> {
     {
         Ok(out) if out.status.success() => None,
         Ok(out) => Some(format!(
-            "strace cannot trace here: {}",
+            "strace cannot trace here ({}): run as root where ptrace is allowed",
             String::from_utf8_lossy(&out.stderr).trim()
         )),
         Err(e) => Some(format!(

@@ -9,7 +9,6 @@
 //! row's status matches the log's final event, `audit verify` passes, and once the fault is
 //! removed every run ends within [`SETTLE_BOUND`] without a restart.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -17,16 +16,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{Live as Child, Sandbox, runwarden};
-use crate::worker::{Install, WORKER_SETTINGS, enqueue, install_in, write_agents};
+use crate::support::fault_checks::{
+    SETTLE_BOUND, Seen, check_case, report, until_all_ended, until_stderr,
+};
+use crate::support::workers::{WORKER_SETTINGS, enqueue, install_in, write_agents};
+use crate::support::{Live as Child, Sandbox};
 
 /// Runs per case; each makes one non-idempotent write.
 const RUNS: usize = 8;
-/// Once the fault is removed, every run ends within this (leases are 1 s, the reaper looks
-/// every 0.2 s, a retry waits at most a few seconds).
-pub(crate) const SETTLE_BOUND: Duration = Duration::from_secs(40);
-/// The worker endings that end a run (the others hand it on).
-const ENDINGS: [&str; 4] = ["completed", "failed", "dead_lettered", "cancelled"];
 
 /// How a fault is switched on and off.
 #[derive(Debug, Clone, Copy)]
@@ -60,21 +57,6 @@ impl Fault {
             ),
         }
     }
-}
-
-/// What one case saw.
-#[derive(Debug, Default)]
-pub(crate) struct Seen {
-    pub(crate) runs: usize,
-    pub(crate) writes: usize,
-    written_twice: usize,
-    statuses: BTreeMap<String, usize>,
-    settled_in: Duration,
-    /// Warnings and errors the worker logged: the fault was felt.
-    complaints: usize,
-    /// The worker's lines that report a change of the store's state.
-    state_changes: Vec<String>,
-    pub(crate) violations: Vec<String>,
 }
 
 /// `strace` attached to every thread of `pid`, failing `fault` on the database's files
@@ -132,7 +114,7 @@ fn strace_missing() -> Option<String> {
     match probe {
         Ok(out) if out.status.success() => None,
         Ok(out) => Some(format!(
-            "strace cannot trace here: {}",
+            "strace cannot trace here ({}): run as root where ptrace is allowed",
             String::from_utf8_lossy(&out.stderr).trim()
         )),
         Err(e) => Some(format!(
@@ -161,55 +143,6 @@ async fn inject(pid: u32, database: &Path, fault: Fault) {
     }
 }
 
-/// One run's row status and event kinds, read from the database file.
-fn read_run(database: &Path, id: &str) -> (String, Vec<String>) {
-    let conn =
-        rusqlite::Connection::open_with_flags(database, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .expect("the database opens read-only");
-    conn.busy_timeout(Duration::from_secs(5)).unwrap();
-    let status: String = conn
-        .query_row("SELECT status FROM runs WHERE id = ?1", [id], |r| r.get(0))
-        .expect("the run exists");
-    let mut stmt = conn
-        .prepare("SELECT kind FROM run_events WHERE run_id = ?1 ORDER BY seq")
-        .unwrap();
-    let kinds = stmt
-        .query_map([id], |r| r.get::<_, String>(0))
-        .unwrap()
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap();
-    (status, kinds)
-}
-
-/// Waits (reading the file every 100 ms, up to `bound`) until no run is queued, running or
-/// parked; answers how long that took, or `None` if the bound passed.
-pub(crate) async fn until_all_ended(database: &Path, bound: Duration) -> Option<Duration> {
-    let started = Instant::now();
-    loop {
-        let open = {
-            let conn = rusqlite::Connection::open_with_flags(
-                database,
-                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-            )
-            .expect("the database opens read-only");
-            conn.busy_timeout(Duration::from_secs(5)).unwrap();
-            conn.query_row(
-                "SELECT COUNT(*) FROM runs WHERE status NOT IN ('completed', 'failed', 'cancelled')",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .unwrap_or(1)
-        };
-        if open == 0 {
-            return Some(started.elapsed());
-        }
-        if started.elapsed() > bound {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Waits (reading the file every 20 ms, up to 10 s) until a worker has written its
 /// presence row.
 async fn until_a_worker_is_seen(database: &Path) {
@@ -232,78 +165,6 @@ async fn until_a_worker_is_seen(database: &Path) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// Checks one case's runs after the fault was removed, the worker's output lines included.
-pub(crate) async fn check_case(
-    install: &Install,
-    ids: &[(String, String)],
-    worker_lines: &[String],
-    settled: Option<Duration>,
-) -> Seen {
-    let database = install.sandbox.database();
-    let mut seen = Seen {
-        runs: ids.len(),
-        settled_in: settled.unwrap_or(SETTLE_BOUND),
-        ..Seen::default()
-    };
-    if settled.is_none() {
-        seen.violations.push(format!(
-            "some runs had not ended {SETTLE_BOUND:?} after the fault was removed"
-        ));
-    }
-    let endings: Vec<Value> = worker_lines
-        .iter()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["outcome"].as_str().is_some_and(|o| ENDINGS.contains(&o)))
-        .collect();
-    for (id, q) in ids {
-        let writes = install.calls.of("create", q);
-        seen.writes += writes;
-        if writes > 1 {
-            seen.written_twice += 1;
-            seen.violations
-                .push(format!("run {id}: the server saw its write {writes} times"));
-        }
-        let (status, kinds) = read_run(&database, id);
-        *seen.statuses.entry(status.clone()).or_default() += 1;
-        let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
-        match runwarden_runtime::RunState::parse(&status) {
-            Some(state) => {
-                if let Err(e) = runwarden_runtime::check_row_matches_log(id, state, &kinds) {
-                    seen.violations.push(e);
-                }
-            }
-            None => seen
-                .violations
-                .push(format!("run {id}: unknown status {status}")),
-        }
-        if status == "completed" && (!kinds.contains(&"tool_executed") || writes != 1) {
-            seen.violations.push(format!(
-                "run {id}: completed with {writes} writes seen and the log {kinds:?}"
-            ));
-        }
-        let mine: Vec<&str> = endings
-            .iter()
-            .filter(|v| v["run_id"] == id.as_str())
-            .filter_map(|v| v["outcome"].as_str())
-            .collect();
-        if mine.len() > 1 {
-            seen.violations
-                .push(format!("run {id}: the worker printed {mine:?} for one run"));
-        }
-        if mine.contains(&"completed") && status != "completed" {
-            seen.violations.push(format!(
-                "run {id}: the worker printed completed, the row says {status}"
-            ));
-        }
-    }
-    let verify = runwarden(&install.sandbox, &["audit", "verify"]).await;
-    if verify.code != Some(0) {
-        seen.violations
-            .push(format!("audit verify failed: {}", verify.all().trim()));
-    }
-    seen
 }
 
 /// One case: `RUNS` queued runs, a worker, the fault applied by `apply` while the runs are
@@ -376,22 +237,6 @@ fn check_state_changes(seen: &Seen) -> Result<usize, String> {
     Ok(failing.iter().filter(|f| **f).count())
 }
 
-pub(crate) fn report(name: &str, seen: &Seen) {
-    println!(
-        "{name}: {} runs, {} writes seen, {} written more than once, rows {:?}, all ended {:.1?} after the fault, {} worker warnings, {} changes of the store's state",
-        seen.runs,
-        seen.writes,
-        seen.written_twice,
-        seen.statuses,
-        seen.settled_in,
-        seen.complaints,
-        seen.state_changes.len()
-    );
-    for v in &seen.violations {
-        println!("  VIOLATION {v}");
-    }
-}
-
 fn faults() -> Vec<Fault> {
     let mut faults = Vec::new();
     let hold = Duration::from_millis(1500);
@@ -430,8 +275,7 @@ fn faults() -> Vec<Fault> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_whose_disk_writes_fail_makes_each_write_at_most_once_and_every_run_ends() {
     if let Some(why) = strace_missing() {
-        println!("skipped: {why}");
-        return;
+        panic!("this test needs strace to fail the store's system calls: {why}");
     }
     let started = Instant::now();
     let (mut cases, mut runs, mut writes, mut violations) = (0, 0, 0, Vec::new());
@@ -482,7 +326,7 @@ impl SmallDisk {
             .args(["-t", "tmpfs", "-o", "size=16m", "tmpfs"])
             .arg(mount.path())
             .output()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| format!("mount does not run: {e}"))?;
         if !out.status.success() {
             return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
         }
@@ -510,13 +354,9 @@ impl Drop for SmallDisk {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_on_a_disk_filled_to_the_last_byte_and_freed_makes_each_write_at_most_once() {
-    let disk = match SmallDisk::mount() {
-        Ok(disk) => disk,
-        Err(why) => {
-            println!("skipped: cannot mount a tmpfs here ({why}); run as root to test a full disk");
-            return;
-        }
-    };
+    let disk = SmallDisk::mount().unwrap_or_else(|why| {
+        panic!("this test needs to mount a tmpfs, which takes root ({why}): run it as root")
+    });
     let sandbox = Sandbox::initialised_in(disk.mount.path());
     let disk = Arc::new(disk);
     let full = disk.clone();
@@ -542,23 +382,6 @@ async fn a_worker_on_a_disk_filled_to_the_last_byte_and_freed_makes_each_write_a
     assert!(seen.violations.is_empty(), "{:#?}", seen.violations);
 }
 
-/// Reads `child`'s stderr until a line holding every one of `needles`; answers the lines
-/// read, that one last.
-pub(crate) async fn until_stderr(child: &mut Child, needles: &[&str]) -> Vec<String> {
-    let mut lines = Vec::new();
-    loop {
-        let next = tokio::time::timeout(Duration::from_secs(10), child.stderr.recv()).await;
-        let Ok(Some(line)) = next else {
-            panic!("no stderr line with {needles:?}; it printed: {lines:#?}");
-        };
-        let found = needles.iter().all(|n| line.contains(n));
-        lines.push(line);
-        if found {
-            return lines;
-        }
-    }
-}
-
 /// How many of `lines` say the disk is full.
 fn full_disk_warnings(lines: &[String]) -> usize {
     lines
@@ -569,13 +392,9 @@ fn full_disk_warnings(lines: &[String]) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_started_on_a_full_disk_waits_not_ready_and_works_once_space_is_freed() {
-    let disk = match SmallDisk::mount() {
-        Ok(disk) => disk,
-        Err(why) => {
-            println!("skipped: cannot mount a tmpfs here ({why}); run as root to test a full disk");
-            return;
-        }
-    };
+    let disk = SmallDisk::mount().unwrap_or_else(|why| {
+        panic!("this test needs to mount a tmpfs, which takes root ({why}): run it as root")
+    });
     let agents = write_agents("w", "answer", RUNS);
     let install = install_in(
         Sandbox::initialised_in(disk.mount.path()),

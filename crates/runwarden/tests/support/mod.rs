@@ -1,5 +1,14 @@
 //! Helpers for the CLI tests: a scratch directory with its own config, the real binary run
-//! as a subprocess with a clean environment, and a tiny HTTP server on 127.0.0.1.
+//! as a subprocess with a clean environment, and a tiny HTTP server on 127.0.0.1. Every
+//! test target of the binary includes this module; `serve` and `workers` hold the helpers
+//! for a running server and for worker processes, `fault_checks` what a test checks once a
+//! storage fault is removed, `secret_freshness` a scenario two targets run on their own
+//! stores.
+
+pub(crate) mod fault_checks;
+pub(crate) mod secret_freshness;
+pub(crate) mod serve;
+pub(crate) mod workers;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};

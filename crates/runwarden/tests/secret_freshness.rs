@@ -1,0 +1,10 @@
+//! A secret put by one process is refused by a worker already running in another, on SQLite
+//! (the scenario is `support::secret_freshness`).
+
+use crate::support::Sandbox;
+use crate::support::secret_freshness::a_running_worker_refuses_a_secret_put_by_another_process;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_put_by_another_process_is_refused_by_a_running_worker_on_sqlite() {
+    a_running_worker_refuses_a_secret_put_by_another_process(Sandbox::initialised()).await;
+}

@@ -18,9 +18,9 @@ use crate::decision::{
     EXPIRED_REASON, SYSTEM_ACTOR, arguments_hash,
 };
 use crate::events::{DecisionAsked, EventBody};
-use crate::executor::now_ms;
 use crate::feed::Change;
 use crate::store::RunStore;
+use crate::time::now_ms;
 
 /// Asks a run's operator what an MCP server wants to know during one tool call.
 pub struct RunElicitor {

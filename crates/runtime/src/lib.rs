@@ -30,6 +30,7 @@ pub mod events;
 mod executor;
 pub mod feed;
 pub mod idempotency;
+mod observer;
 mod one_truth;
 mod progress;
 pub mod queue;
@@ -40,6 +41,7 @@ mod signal;
 mod state;
 pub mod store;
 mod store_state;
+mod time;
 mod tool_notices;
 mod uncertain;
 mod watcher;
@@ -59,11 +61,12 @@ pub use events::{
     EventBody, EventDecodeError, ModelProgress, PROGRESS_KINDS, ToolLog, ToolProgress, usage_of,
 };
 pub use executor::{
-    CancelLatencyObserver, DEFAULT_HEARTBEAT, DEFAULT_LEASE, Executor, ExecutorConfig, Observer,
+    CancelLatencyObserver, DEFAULT_HEARTBEAT, DEFAULT_LEASE, Executor, ExecutorConfig,
     SegmentOptions, run_request,
 };
 pub use feed::{Change, ChangeFeed};
 pub use idempotency::{IDEMPOTENCY_RETENTION_MS, KeyedCreate, RunCreateKeyed};
+pub use observer::Observer;
 pub use one_truth::{check_row_matches_log, final_kind_of};
 pub use progress::PROGRESS_INTERVAL;
 pub use queue::{DeadLetter, QueueStore, RequeueAnswer, WORKER_FORGOTTEN_AFTER_MS};

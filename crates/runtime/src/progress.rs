@@ -14,8 +14,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::events::EventBody;
-use crate::executor::{Observer, now_ms};
+use crate::observer::Observer;
 use crate::store::{EventAppend, RunEvent, RunStore};
+use crate::time::now_ms;
 
 /// At most two progress events a second per call: "a few per second at most".
 pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(500);

@@ -6,11 +6,11 @@
 use runwarden_mcp::Effect;
 use runwarden_vault::store::StoreError;
 
-use crate::executor::now_ms;
 use crate::queue::{DeadLetter, QueueStore, RequeueAnswer, RequeueApply, RescueApply, Rescued};
 use crate::retry::{RequeueCause, RetryDecision, RetryPolicy};
 use crate::state::RunState;
 use crate::store::Run;
+use crate::time::now_ms;
 
 /// At most this many stale runs per reaper pass.
 pub const REAP_LIMIT: u32 = 100;

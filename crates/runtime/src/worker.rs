@@ -11,13 +11,14 @@ use tokio::sync::{Semaphore, watch};
 
 use crate::agent::AgentSpec;
 use crate::events::{EventBody, RunEnded};
-use crate::executor::{Executor, SegmentOptions, now_ms};
+use crate::executor::{Executor, SegmentOptions};
 use crate::feed::Change;
 use crate::queue::{Claim, QueueStore, RequeueAnswer};
 use crate::requeue::{apply_held, decide_held, reap};
 use crate::retry::{RequeueCause, RetryPolicy};
 use crate::state::{Outcome, RunState};
 use crate::store::{EventAppend, Run, RunEnd};
+use crate::time::now_ms;
 use runwarden_vault::store::{StoreError, StoreFault};
 
 /// How often a worker writes its presence row; a worker not seen for three beats is

@@ -24,6 +24,7 @@
 
 mod agent;
 mod budget;
+mod decide;
 pub mod decision;
 mod elicitor;
 pub mod events;
@@ -52,9 +53,9 @@ pub use agent::{
     pattern_matches,
 };
 pub use budget::{BUDGET_EXCEEDED, BudgetAboveAgent, Budgets, REQUEST_BUDGETS_FIELD};
+pub use decide::{AnswerRequest, DecideError, decide, expire_due};
 pub use decision::{
-    Answer, AnswerOutcome, AnswerRequest, DecideError, Decision, DecisionFilter, DecisionKind,
-    DecisionStatus, Refusal, decide, expire_due,
+    Answer, AnswerOutcome, Decision, DecisionFilter, DecisionKind, DecisionStatus, Refusal,
 };
 pub use elicitor::RunElicitor;
 pub use events::{
@@ -65,19 +66,22 @@ pub use executor::{
     SegmentOptions, run_request,
 };
 pub use feed::{Change, ChangeFeed};
-pub use idempotency::{IDEMPOTENCY_RETENTION_MS, KeyedCreate, RunCreateKeyed};
+pub use idempotency::IDEMPOTENCY_RETENTION_MS;
 pub use observer::Observer;
 pub use one_truth::{check_row_matches_log, final_kind_of};
 pub use progress::PROGRESS_INTERVAL;
-pub use queue::{DeadLetter, QueueStore, RequeueAnswer, WORKER_FORGOTTEN_AFTER_MS};
+pub use queue::{QueueStore, RequeueAnswer, WORKER_FORGOTTEN_AFTER_MS};
 pub use requeue::{REAP_LIMIT, reap, reap_at};
-pub use retry::{RequeueCause, RetryDecision, RetryPolicy};
+pub use retry::{DeadLetter, RequeueCause, RetryDecision, RetryPolicy};
 pub use schema_check::check as schema_check;
-pub use signal::{CancelHub, RunSignal, SIGNAL_READ_INTERVAL, is_run_cancelled};
+pub use signal::{CancelHub, RunSignal, is_run_cancelled};
 pub use state::{EFFECT_UNCERTAIN, MODEL_NO_ANSWER, MODEL_TRUNCATED, Outcome, RunState};
-pub use store::{CancelAnswer, Run, RunEvent, RunFilter, RunStore};
+pub use store::{CancelAnswer, KeyedCreate, Run, RunCreateKeyed, RunEvent, RunFilter, RunStore};
 pub use store_state::{observe_store_call, report_store_state, store_state_changes};
 pub use uncertain::{after_reread, outcome_unknown};
+/// The status watcher reads each registered run at most once per interval, by default one
+/// second.
+pub use watcher::DEFAULT_WATCH_INTERVAL as SIGNAL_READ_INTERVAL;
 pub use watcher::{DEFAULT_WATCH_INTERVAL, StatusWatcher, WatcherConfig};
 pub use worker::{
     AgentError, AgentSource, OutcomeObserver, StopLevel, WORKER_BEAT, Worker, WorkerConfig,

@@ -6,8 +6,8 @@
 use runwarden_mcp::Effect;
 use runwarden_vault::store::StoreError;
 
-use crate::queue::{DeadLetter, QueueStore, RequeueAnswer, RequeueApply, RescueApply, Rescued};
-use crate::retry::{RequeueCause, RetryDecision, RetryPolicy};
+use crate::queue::{QueueStore, RequeueAnswer, RequeueApply, RescueApply, Rescued};
+use crate::retry::{DeadLetter, RequeueCause, RetryDecision, RetryPolicy};
 use crate::state::RunState;
 use crate::store::Run;
 use crate::time::now_ms;

@@ -368,7 +368,7 @@ impl Worker {
                 }
                 // R12: approvals whose time is up are denied as "expired"; the runs go
                 // back to the queue, which wakes a worker.
-                match crate::decision::expire_due(&*self.queue, now_ms()).await {
+                match crate::decide::expire_due(&*self.queue, now_ms()).await {
                     Ok(0) => {}
                     Ok(n) => tracing::info!(expired = n, "operator decisions expired"),
                     Err(error) => tracing::warn!(%error, "could not expire operator decisions"),
@@ -453,7 +453,7 @@ impl Worker {
     async fn dead_letter(&self, run: &Run, problem: String) -> Outcome {
         let reason = format!(
             "{}: {problem}",
-            crate::queue::DeadLetter::NotRetryable.as_str()
+            crate::retry::DeadLetter::NotRetryable.as_str()
         );
         let body = EventBody::RunFailed(RunEnded {
             reason: reason.clone(),

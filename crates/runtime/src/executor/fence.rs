@@ -9,7 +9,7 @@ use runwarden_vault::store::StoreError;
 
 use super::{Executor, Segment};
 use crate::agent::BoundTool;
-use crate::queue::DeadLetter;
+use crate::retry::DeadLetter;
 use crate::state::{Outcome, RunState};
 use crate::store::FenceMark;
 use crate::time::{ms, now_ms};

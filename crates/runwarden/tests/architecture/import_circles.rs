@@ -15,7 +15,7 @@ use std::path::Path;
 use super::rust_source::{code_only, rust_files, without_tests};
 
 /// Import circles today. Lower it when one is broken; never raise it.
-const CEILING: usize = 7;
+const CEILING: usize = 6;
 
 /// A crate's modules and, for each, the other modules it names.
 type Graph = BTreeMap<String, BTreeSet<String>>;

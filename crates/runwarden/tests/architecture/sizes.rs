@@ -15,7 +15,7 @@ use super::rust_source::{closing_brace, code_only, line_of, rust_files};
 /// Files over 800 lines today. Lower it when one is split; never raise it.
 const FILES_CEILING: usize = 11;
 /// Functions over 100 lines today. Lower it when one is split; never raise it.
-const FUNCTIONS_CEILING: usize = 23;
+const FUNCTIONS_CEILING: usize = 21;
 
 const FILE_LINES: usize = 800;
 const FUNCTION_LINES: usize = 100;

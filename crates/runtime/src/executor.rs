@@ -42,9 +42,9 @@ mod store_refused;
 mod tool_step;
 
 /// The default lease of an executing segment (R3).
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// The default interval of the background heartbeat.
-pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(10);
 
 /// Who executes and how long a lease lasts.
 #[derive(Debug, Clone)]

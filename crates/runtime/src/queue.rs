@@ -9,8 +9,11 @@
 use async_trait::async_trait;
 use runwarden_vault::store::StoreError;
 
-use crate::retry::{DeadLetter, RetryDecision};
+use crate::retry::RetryDecision;
 use crate::store::{Run, RunStore};
+
+/// Why a run was failed for good; the retry policy decides it, and the queue applies it.
+pub use crate::retry::DeadLetter;
 
 /// Parameters of [`QueueStore::run_claim`].
 #[derive(Debug, Clone, PartialEq, Eq)]

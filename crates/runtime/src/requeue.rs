@@ -13,7 +13,7 @@ use crate::store::Run;
 use crate::time::now_ms;
 
 /// At most this many stale runs per reaper pass.
-pub const REAP_LIMIT: u32 = 100;
+pub(crate) const REAP_LIMIT: u32 = 100;
 
 /// A decision about a run its segment holds, not applied yet.
 #[derive(Debug, Clone)]

@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 /// `Ok` when `value` fits `schema`; otherwise what does not fit, with its JSON path.
-pub fn check(schema: &Value, value: &Value) -> Result<(), String> {
+pub(crate) fn check(schema: &Value, value: &Value) -> Result<(), String> {
     at(schema, value, "$")
 }
 

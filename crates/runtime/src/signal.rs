@@ -17,7 +17,7 @@ use crate::store::RunStore;
 /// store error reads as "not cancelled", never as a fabricated cancellation (R5, R6). The
 /// executor's step-boundary probe (R5) asks it; the status watcher applies the same rule to
 /// its batched reads.
-pub async fn is_run_cancelled(store: &dyn RunStore, run_id: &str) -> bool {
+pub(crate) async fn is_run_cancelled(store: &dyn RunStore, run_id: &str) -> bool {
     match store.run_statuses(&[run_id.to_string()]).await {
         Ok(rows) => rows
             .iter()

@@ -10,6 +10,7 @@ use super::record::Recorded;
 use super::{Executor, Segment};
 use crate::events::{EventBody, ModelCancelled, ModelFailed, ModelProgress, ModelResponse};
 use crate::progress::ProgressEvents;
+use crate::signal::RunSignal;
 use crate::state::{MODEL_NO_ANSWER, MODEL_TRUNCATED, Outcome, RunState};
 
 impl Executor {
@@ -22,20 +23,23 @@ impl Executor {
         round: u32,
         messages: &[Message],
     ) -> Result<ModelTurn, Outcome> {
-        let (completed, returned) = self.call_model(segment, round, messages).await;
+        // The call's signal lives until the step is recorded: while it does, the hub
+        // keeps when a cancel woke the call, which the cancel's latency is measured from.
+        let (completed, returned, _signal) = self.call_model(segment, round, messages).await;
         match completed {
             Ok(turn) => self.record_turn(segment, round, turn).await,
             Err(error) => Err(self.model_error(segment, round, &error, returned).await),
         }
     }
 
-    /// Calls the model with the conversation so far; with when the call came back.
+    /// Calls the model with the conversation so far; with when the call came back, and
+    /// the signal it carried.
     async fn call_model(
         &self,
         segment: &Segment<'_>,
         round: u32,
         messages: &[Message],
-    ) -> (Result<ModelTurn, ModelError>, Instant) {
+    ) -> (Result<ModelTurn, ModelError>, Instant, RunSignal) {
         let agent = segment.agent;
         let (progress, progress_events) = self.stream_progress(segment, round);
         let request = ModelRequest {
@@ -55,7 +59,7 @@ impl Executor {
         let returned = Instant::now();
         // No progress event may follow the step that ends the call.
         progress_events.finish().await;
-        (completed, returned)
+        (completed, returned, signal)
     }
 
     /// A model call that came back without a turn: its step, then the segment's end.

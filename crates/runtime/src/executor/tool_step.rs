@@ -21,6 +21,7 @@ use crate::agent::BoundTool;
 use crate::decision::DecisionKind;
 use crate::elicitor::RunElicitor;
 use crate::events::{EffectUncertain, EventBody, Leg, StepOutcome, ToolExecuted};
+use crate::signal::RunSignal;
 use crate::state::Outcome;
 use crate::tool_notices::{CallLabel, ToolNotices};
 
@@ -36,6 +37,9 @@ enum Callable<'t> {
 struct Made {
     call: ToolCall,
     returned: Instant,
+    /// The call's signal, kept until its step is recorded: while it lives, the hub keeps
+    /// when a cancel woke the call, which the cancel's latency is measured from.
+    _signal: RunSignal,
 }
 
 impl Executor {
@@ -189,6 +193,7 @@ impl Executor {
         Ok(Made {
             call: outcome,
             returned,
+            _signal: signal,
         })
     }
 
@@ -227,6 +232,7 @@ impl Executor {
         let Made {
             call: made,
             returned,
+            _signal,
         } = made;
         if let Some(asked) = made.input_required {
             return Err(self.input_required(segment, round, call, tool, asked).await);

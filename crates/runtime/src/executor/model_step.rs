@@ -15,19 +15,20 @@ use crate::state::{MODEL_NO_ANSWER, MODEL_TRUNCATED, Outcome, RunState};
 
 impl Executor {
     /// One model round as a step. `Ok` is a turn to act upon, recorded (or a final answer
-    /// whose step the settle stores); `Err` is the segment's outcome when it must stop:
-    /// the call was cancelled or failed, the turn was cut or empty, or the run was lost.
+    /// whose step the settle stores), with the signal the call carried, which the round
+    /// keeps: while it lives the run stays registered with the watcher and the hub keeps
+    /// when a cancel woke the call (the cancel's latency is measured from it). `Err` is
+    /// the segment's outcome when it must stop: the call was cancelled or failed, the
+    /// turn was cut or empty, or the run was lost.
     pub(super) async fn model_step(
         &self,
         segment: &Segment<'_>,
         round: u32,
         messages: &[Message],
-    ) -> Result<ModelTurn, Outcome> {
-        // The call's signal lives until the step is recorded: while it does, the hub
-        // keeps when a cancel woke the call, which the cancel's latency is measured from.
-        let (completed, returned, _signal) = self.call_model(segment, round, messages).await;
+    ) -> Result<(ModelTurn, RunSignal), Outcome> {
+        let (completed, returned, signal) = self.call_model(segment, round, messages).await;
         match completed {
-            Ok(turn) => self.record_turn(segment, round, turn).await,
+            Ok(turn) => Ok((self.record_turn(segment, round, turn).await?, signal)),
             Err(error) => Err(self.model_error(segment, round, &error, returned).await),
         }
     }

@@ -181,8 +181,9 @@ impl Executor {
         if let Some(stop) = self.boundary(segment).await {
             return Some(stop);
         }
-        let turn = match self.model_step(segment, round, messages).await {
-            Ok(turn) => turn,
+        // The model call's signal lives through the round, tool steps included.
+        let (turn, _signal) = match self.model_step(segment, round, messages).await {
+            Ok(step) => step,
             Err(outcome) => return Some(outcome),
         };
         if let Some(stop) = self.boundary(segment).await {

@@ -65,7 +65,7 @@ impl Executor {
             match self.approval(segment, round, call, tool).await? {
                 Approval::Denied(text) => return Ok(answer(text, true)),
                 Approval::Given(Some(edited)) => {
-                    // R12: the model is told what the operator changed.
+                    // The model is told what the operator changed, so it knows what was sent.
                     let shown = Value::Object(edited.clone());
                     edited_note = format!("an operator changed the arguments to {shown}; ");
                     arguments = edited;

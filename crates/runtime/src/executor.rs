@@ -283,10 +283,11 @@ impl Executor {
             run.agent = %agent.name,
             outcome = tracing::field::Empty,
         );
-        let outcome = self
-            .execute_in_span(run, agent, prompt, observer, options)
-            .instrument(span.clone())
-            .await;
+        // Boxed: a segment's future nests the step loop, each step and the MCP and model
+        // calls under them, deeper than the compiler lays out by default inside a
+        // caller's own async fn; one allocation per segment keeps every caller clear.
+        let segment = Box::pin(self.execute_in_span(run, agent, prompt, observer, options));
+        let outcome = segment.instrument(span.clone()).await;
         span.record("outcome", outcome.as_str());
         outcome
     }

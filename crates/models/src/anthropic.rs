@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::call::{self, Answer, DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT};
 use crate::error::ModelError;
+use crate::parse;
 use crate::provider::{
     FinishReason, Message, ModelProvider, ModelRequest, ModelTurn, ToolCallRequest,
 };
@@ -208,7 +209,7 @@ fn parse_turn(answer: &Value) -> Result<ModelTurn, ModelError> {
                     .cloned()
                     .unwrap_or(Value::Object(Map::new()));
                 // L4: an input that is not an object is marked for a tool error.
-                let (arguments, invalid_arguments) = call::arguments_from_value(input);
+                let (arguments, invalid_arguments) = parse::arguments_from_value(input);
                 tool_calls.push(ToolCallRequest {
                     id: id.to_string(),
                     name: name.to_string(),
@@ -228,7 +229,7 @@ fn parse_turn(answer: &Value) -> Result<ModelTurn, ModelError> {
             .get("stop_reason")
             .and_then(Value::as_str)
             .map(|r| FinishReason::from(r.to_string())),
-        usage: call::usage(answer, "input_tokens", "output_tokens"),
+        usage: parse::usage(answer, "input_tokens", "output_tokens"),
     })
 }
 

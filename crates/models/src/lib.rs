@@ -42,6 +42,7 @@ mod anthropic;
 mod call;
 mod error;
 mod openai;
+mod parse;
 mod provider;
 mod scripted;
 mod sse;

@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::call::{self, Answer, DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT};
 use crate::error::ModelError;
+use crate::parse;
 use crate::stream::StreamApi;
 
 use crate::provider::{
@@ -189,7 +190,7 @@ fn parse_turn(answer: &Value) -> Result<ModelTurn, ModelError> {
             .pointer("/choices/0/finish_reason")
             .and_then(Value::as_str)
             .map(|r| FinishReason::from(r.to_string())),
-        usage: call::usage(answer, "prompt_tokens", "completion_tokens"),
+        usage: parse::usage(answer, "prompt_tokens", "completion_tokens"),
     })
 }
 
@@ -212,9 +213,9 @@ fn parse_tool_call(n: usize, call: &Value) -> Result<ToolCallRequest, ModelError
     // reads a tool error and may try again.
     let (arguments, invalid_arguments) = match call.pointer("/function/arguments") {
         None => (Value::Object(Map::new()), None),
-        Some(Value::String(text)) => call::arguments_from_text(text),
+        Some(Value::String(text)) => parse::arguments_from_text(text),
         // Tolerated: a server that sends the object itself.
-        Some(other) => call::arguments_from_value(other.clone()),
+        Some(other) => parse::arguments_from_value(other.clone()),
     };
     Ok(ToolCallRequest {
         id,

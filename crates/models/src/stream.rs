@@ -5,8 +5,8 @@
 
 use serde_json::Value;
 
-use crate::call;
 use crate::error::ModelError;
+use crate::parse;
 use crate::provider::{FinishReason, ModelTurn, Progress, ToolCallRequest, Usage};
 use crate::sse::{Event, Framer};
 
@@ -188,7 +188,7 @@ impl StreamAssembler {
                 } else {
                     &call.arguments
                 };
-                let (arguments, invalid_arguments) = call::arguments_from_text(text);
+                let (arguments, invalid_arguments) = parse::arguments_from_text(text);
                 Ok(ToolCallRequest {
                     id,
                     name: call.name,
@@ -472,7 +472,7 @@ fn provider_error(error: &Value) -> ModelError {
         .or_else(|| error.as_str())
         .unwrap_or("no message");
     ModelError::Provider {
-        kind: call::one_line(&kind),
-        message: call::one_line(message),
+        kind: parse::one_line(&kind),
+        message: parse::one_line(message),
     }
 }

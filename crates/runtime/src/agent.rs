@@ -8,9 +8,9 @@ use runwarden_models::{ModelProvider, ToolSpec};
 use crate::budget::Budgets;
 
 /// The default round limit (R2).
-pub const DEFAULT_MAX_ROUNDS: u32 = 20;
+pub(crate) const DEFAULT_MAX_ROUNDS: u32 = 20;
 /// The most rounds an agent may be configured with; larger values are clamped (R2).
-pub const MAX_ROUNDS_LIMIT: u32 = 100;
+pub(crate) const MAX_ROUNDS_LIMIT: u32 = 100;
 
 /// A tool an agent may call: what the model sees and where the call goes.
 #[derive(Clone)]
@@ -69,7 +69,7 @@ impl std::fmt::Debug for AgentSpec {
     }
 }
 
-/// Clamps a configured round limit into 1..=[`MAX_ROUNDS_LIMIT`] (R2).
+/// Clamps a configured round limit into 1..=100 (`MAX_ROUNDS_LIMIT`), 20 when unset (R2).
 pub fn clamp_rounds(configured: Option<u32>) -> u32 {
     configured
         .unwrap_or(DEFAULT_MAX_ROUNDS)

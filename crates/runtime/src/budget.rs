@@ -9,11 +9,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The termination reason code of a run that ran out of a budget (R13).
-pub const BUDGET_EXCEEDED: &str = "BUDGET_EXCEEDED";
+pub(crate) const BUDGET_EXCEEDED: &str = "BUDGET_EXCEEDED";
 
 /// The request field that holds a run's own budgets, next to its prompt, so a requeued or
 /// resumed run keeps them.
-pub const REQUEST_BUDGETS_FIELD: &str = "budgets";
+pub(crate) const REQUEST_BUDGETS_FIELD: &str = "budgets";
 
 /// What a run may spend (R13). `None` is no limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,11 +1,12 @@
 //! An operator's cancel of a run: the one function the CLI, the API and the console call,
 //! and the one wording of its refusals.
 
-use runwarden_vault::store::StoreError;
+use runwarden_base::StoreError;
 
-use crate::executor::{Executor, now_ms};
+use crate::executor::Executor;
 use crate::state::RunState;
 use crate::store::{CancelAnswer, RunStore};
+use crate::time::now_ms;
 
 /// Who carries out an operator's cancel.
 #[derive(Clone, Copy)]

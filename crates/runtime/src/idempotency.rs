@@ -4,41 +4,13 @@
 //! and the run it made, for at least [`IDEMPOTENCY_RETENTION_MS`]; a unique constraint on
 //! (scope, key) makes two racing requests create one run.
 
-use crate::store::{Run, RunCreate};
+pub use crate::store::{KeyedCreate, RunCreateKeyed};
 
 /// How long a key is honoured: a key older than this may be used again for a new run.
 pub const IDEMPOTENCY_RETENTION_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// The longest key accepted, in bytes.
 pub const IDEMPOTENCY_KEY_MAX: usize = 255;
-
-/// Parameters of [`RunStore::run_create_keyed`](crate::RunStore::run_create_keyed).
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunCreateKeyed {
-    /// The run to create when the key is new.
-    pub run: RunCreate,
-    /// Who sent the key (an API token's id, or `cli`): keys of different callers never
-    /// collide.
-    pub scope: String,
-    /// The client's key.
-    pub key: String,
-    /// The hash of the request's canonical body: the same key with another body is refused.
-    pub body_hash: String,
-}
-
-/// What a keyed create did.
-#[derive(Debug, Clone, PartialEq)]
-pub enum KeyedCreate {
-    /// The key was new (or expired): this run was created with it.
-    Created(Run),
-    /// The key was seen with the same body: the run it made then, as it is now.
-    Existing(Run),
-    /// The key was seen with another body; nothing was created.
-    Reused {
-        /// The run the key made.
-        run_id: String,
-    },
-}
 
 /// Why a key is refused before it reaches the store, if it is.
 pub fn check_key(key: &str) -> Result<(), String> {

@@ -5,8 +5,9 @@
 //! of a run carries a [`RunSignal`] from the process's one [`StatusWatcher`], which reads
 //! the statuses of every in-flight run in one batched query per interval and answers
 //! "cancelled?" from memory; an operator's cancel ([`cancel_run`], through
-//! [`Executor::cancel`]) wakes the watcher via the [`CancelHub`], and the store's change feed wakes it for cancels made
-//! elsewhere. [`is_run_cancelled`] is the one definition of cancelled. Outcomes are values
+//! [`Executor::cancel`]) wakes the watcher via the [`CancelHub`], and the store's change
+//! feed wakes it for cancels made elsewhere. One function, `is_run_cancelled` in
+//! `signal.rs`, defines cancelled. Outcomes are values
 //! ([`Outcome`]), never errors. Each step is stored as a typed, versioned [`EventBody`],
 //! and resumption refuses an event it cannot read. Whether a run goes back to the queue or
 //! is dead-lettered is decided here ([`RetryPolicy::decide`]); a [`QueueStore`] only
@@ -25,6 +26,7 @@
 mod agent;
 mod budget;
 mod cancel;
+mod decide;
 pub mod decision;
 mod elicitor;
 pub mod events;
@@ -32,6 +34,7 @@ mod executor;
 pub mod feed;
 pub mod idempotency;
 pub mod migrations;
+mod observer;
 mod one_truth;
 mod progress;
 pub mod queue;
@@ -43,40 +46,32 @@ mod signal;
 mod state;
 pub mod store;
 mod store_state;
+mod time;
 mod tool_notices;
 mod uncertain;
 mod watcher;
 mod worker;
 
-pub use agent::{
-    AgentSpec, BoundTool, DEFAULT_MAX_ROUNDS, MAX_ROUNDS_LIMIT, bind_tools, clamp_rounds,
-    pattern_matches,
-};
-pub use budget::{BUDGET_EXCEEDED, BudgetAboveAgent, Budgets, REQUEST_BUDGETS_FIELD};
+pub use agent::{AgentSpec, BoundTool, bind_tools, clamp_rounds, pattern_matches};
+pub use budget::{BudgetAboveAgent, Budgets};
 pub use cancel::{CancelRefused, Canceller, cancel_run};
+pub use decide::{AnswerRequest, DecideError, decide, expire_due};
 pub use decision::{
-    Answer, AnswerOutcome, AnswerRequest, DecideError, Decision, DecisionFilter, DecisionKind,
-    DecisionStatus, Refusal, decide, expire_due,
+    Answer, AnswerOutcome, Decision, DecisionFilter, DecisionKind, DecisionStatus, Refusal,
 };
 pub use elicitor::RunElicitor;
-pub use events::{
-    EventBody, EventDecodeError, ModelProgress, PROGRESS_KINDS, ToolLog, ToolProgress, usage_of,
-};
-pub use executor::{
-    CancelLatencyObserver, DEFAULT_HEARTBEAT, DEFAULT_LEASE, Executor, ExecutorConfig, Observer,
-    SegmentOptions, run_request,
-};
+pub use events::{EventBody, usage_of};
+pub use executor::{CancelLatencyObserver, Executor, ExecutorConfig, SegmentOptions, run_request};
 pub use feed::{Change, ChangeFeed};
-pub use idempotency::{IDEMPOTENCY_RETENTION_MS, KeyedCreate, RunCreateKeyed};
-pub use one_truth::{check_row_matches_log, final_kind_of};
-pub use progress::PROGRESS_INTERVAL;
-pub use queue::{DeadLetter, QueueStore, RequeueAnswer, WORKER_FORGOTTEN_AFTER_MS};
-pub use requeue::{REAP_LIMIT, reap, reap_at};
-pub use retry::{RequeueCause, RetryDecision, RetryPolicy};
-pub use schema_check::check as schema_check;
-pub use signal::{CancelHub, RunSignal, SIGNAL_READ_INTERVAL, is_run_cancelled};
-pub use state::{EFFECT_UNCERTAIN, MODEL_NO_ANSWER, MODEL_TRUNCATED, Outcome, RunState};
-pub use store::{CancelAnswer, Run, RunEvent, RunFilter, RunStore};
+pub use idempotency::IDEMPOTENCY_RETENTION_MS;
+pub use observer::Observer;
+pub use one_truth::check_row_matches_log;
+pub use queue::{QueueStore, RequeueAnswer, WORKER_FORGOTTEN_AFTER_MS};
+pub use requeue::{reap, reap_at};
+pub use retry::{DeadLetter, RequeueCause, RetryDecision, RetryPolicy};
+pub use signal::{CancelHub, RunSignal};
+pub use state::{EFFECT_UNCERTAIN, Outcome, RunState};
+pub use store::{CancelAnswer, KeyedCreate, Run, RunCreateKeyed, RunEvent, RunFilter, RunStore};
 pub use store_state::{observe_store_call, report_store_state, store_state_changes};
 pub use uncertain::{after_reread, outcome_unknown};
 pub use watcher::{DEFAULT_WATCH_INTERVAL, StatusWatcher, WatcherConfig};

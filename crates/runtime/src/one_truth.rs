@@ -7,7 +7,7 @@ use crate::state::RunState;
 
 /// The final event kind a run in `status` ends its log with; `None` for a run that is not
 /// over.
-pub fn final_kind_of(status: RunState) -> Option<&'static str> {
+pub(crate) fn final_kind_of(status: RunState) -> Option<&'static str> {
     match status {
         RunState::Completed => Some("run_completed"),
         RunState::Failed => Some("run_failed"),

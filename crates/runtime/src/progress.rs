@@ -14,11 +14,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::events::EventBody;
-use crate::executor::{Observer, now_ms};
+use crate::observer::Observer;
 use crate::store::{EventAppend, RunEvent, RunStore};
+use crate::time::now_ms;
 
 /// At most two progress events a second per call: "a few per second at most".
-pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(500);
+pub(crate) const PROGRESS_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Where the events go: the run, the segment that holds its lease, and the live observer.
 #[derive(Clone)]

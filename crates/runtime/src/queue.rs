@@ -7,33 +7,13 @@
 //! applies it.
 
 use async_trait::async_trait;
-use runwarden_vault::store::StoreError;
+use runwarden_base::StoreError;
 
 use crate::retry::RetryDecision;
 use crate::store::{Run, RunStore};
 
-/// Why a run was failed for good (R9). Written at the start of its termination reason.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeadLetter {
-    /// The failure will not heal on retry (4xx, auth, configuration, an unrecorded write),
-    /// or the run has no stored request to retry from.
-    NotRetryable,
-    /// The requeue budget is spent.
-    RetriesExhausted,
-    /// A NON_IDEMPOTENT_WRITE was in flight: it may have run, so it is never retried.
-    FencedWrite,
-}
-
-impl DeadLetter {
-    /// The stable code that starts the termination reason.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::NotRetryable => "NOT_RETRYABLE",
-            Self::RetriesExhausted => "RETRIES_EXHAUSTED",
-            Self::FencedWrite => "FENCED_WRITE",
-        }
-    }
-}
+/// Why a run was failed for good; the retry policy decides it, and the queue applies it.
+pub use crate::retry::DeadLetter;
 
 /// Parameters of [`QueueStore::run_claim`].
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,17 +3,17 @@
 //! [`RetryPolicy::decide`], and hand the store the decision to apply with one guarded
 //! statement that re-checks what was read.
 
+use runwarden_base::StoreError;
 use runwarden_mcp::Effect;
-use runwarden_vault::store::StoreError;
 
-use crate::executor::now_ms;
-use crate::queue::{DeadLetter, QueueStore, RequeueAnswer, RequeueApply, RescueApply, Rescued};
-use crate::retry::{RequeueCause, RetryDecision, RetryPolicy};
+use crate::queue::{QueueStore, RequeueAnswer, RequeueApply, RescueApply, Rescued};
+use crate::retry::{DeadLetter, RequeueCause, RetryDecision, RetryPolicy};
 use crate::state::RunState;
 use crate::store::Run;
+use crate::time::now_ms;
 
 /// At most this many stale runs per reaper pass.
-pub const REAP_LIMIT: u32 = 100;
+pub(crate) const REAP_LIMIT: u32 = 100;
 
 /// A decision about a run its segment holds, not applied yet.
 #[derive(Debug, Clone)]

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use runwarden_mcp::Effect;
 
-use crate::queue::DeadLetter;
 use crate::store::Run;
 
 /// How often, and how far apart, a queued run is retried after a retryable failure.
@@ -73,6 +72,29 @@ impl RequeueCause {
     /// True when the attempt spends the requeue budget.
     pub fn counts(self) -> bool {
         matches!(self, Self::Failure | Self::LeaseExpired)
+    }
+}
+
+/// Why a run was failed for good (R9). Written at the start of its termination reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadLetter {
+    /// The failure will not heal on retry (4xx, auth, configuration, an unrecorded write),
+    /// or the run has no stored request to retry from.
+    NotRetryable,
+    /// The requeue budget is spent.
+    RetriesExhausted,
+    /// A NON_IDEMPOTENT_WRITE was in flight: it may have run, so it is never retried.
+    FencedWrite,
+}
+
+impl DeadLetter {
+    /// The stable code that starts the termination reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotRetryable => "NOT_RETRYABLE",
+            Self::RetriesExhausted => "RETRIES_EXHAUSTED",
+            Self::FencedWrite => "FENCED_WRITE",
+        }
     }
 }
 

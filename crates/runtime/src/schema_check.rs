@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 /// `Ok` when `value` fits `schema`; otherwise what does not fit, with its JSON path.
-pub fn check(schema: &Value, value: &Value) -> Result<(), String> {
+pub(crate) fn check(schema: &Value, value: &Value) -> Result<(), String> {
     at(schema, value, "$")
 }
 
@@ -26,6 +26,9 @@ fn type_fits(name: &str, value: &Value) -> bool {
     }
 }
 
+/// A schema object, as the checks read it.
+type Schema = serde_json::Map<String, Value>;
+
 fn at(schema: &Value, value: &Value, path: &str) -> Result<(), String> {
     let Value::Object(schema) = schema else {
         // `true` admits everything, `false` nothing.
@@ -34,6 +37,21 @@ fn at(schema: &Value, value: &Value, path: &str) -> Result<(), String> {
             _ => Ok(()),
         };
     };
+    kind_fits(schema, value, path)?;
+    bounds_fit(schema, value, path)?;
+    if let Value::Object(map) = value {
+        members_fit(schema, map, path)?;
+    }
+    if let (Value::Array(items), Some(sub)) = (value, schema.get("items")) {
+        for (i, item) in items.iter().enumerate() {
+            at(sub, item, &format!("{path}[{i}]"))?;
+        }
+    }
+    combinations_fit(schema, value, path)
+}
+
+/// `type`, `enum` and `const`.
+fn kind_fits(schema: &Schema, value: &Value, path: &str) -> Result<(), String> {
     match schema.get("type") {
         Some(Value::String(name)) if !type_fits(name, value) => {
             return Err(format!("{path}: expected {name}"));
@@ -64,67 +82,66 @@ fn at(schema: &Value, value: &Value, path: &str) -> Result<(), String> {
     {
         return Err(format!("{path}: must be {constant}"));
     }
+    Ok(())
+}
+
+/// A string's length and a number's range.
+fn bounds_fit(schema: &Schema, value: &Value, path: &str) -> Result<(), String> {
+    let bound = |key: &str| schema.get(key).and_then(Value::as_f64);
     if let Value::String(text) = value {
         let chars = text.chars().count() as u64;
-        if schema
-            .get("minLength")
-            .and_then(Value::as_u64)
-            .is_some_and(|n| chars < n)
-        {
+        let length = |key: &str| schema.get(key).and_then(Value::as_u64);
+        if length("minLength").is_some_and(|n| chars < n) {
             return Err(format!("{path}: too short"));
         }
-        if schema
-            .get("maxLength")
-            .and_then(Value::as_u64)
-            .is_some_and(|n| chars > n)
-        {
+        if length("maxLength").is_some_and(|n| chars > n) {
             return Err(format!("{path}: too long"));
         }
     }
     if let Some(number) = value.as_f64() {
-        if schema
-            .get("minimum")
-            .and_then(Value::as_f64)
-            .is_some_and(|m| number < m)
-        {
+        if bound("minimum").is_some_and(|m| number < m) {
             return Err(format!("{path}: below the minimum"));
         }
-        if schema
-            .get("maximum")
-            .and_then(Value::as_f64)
-            .is_some_and(|m| number > m)
-        {
+        if bound("maximum").is_some_and(|m| number > m) {
             return Err(format!("{path}: above the maximum"));
         }
     }
-    if let Value::Object(map) = value {
-        let properties = schema.get("properties").and_then(Value::as_object);
-        if let Some(Value::Array(required)) = schema.get("required") {
-            for name in required.iter().filter_map(Value::as_str) {
-                if !map.contains_key(name) {
-                    return Err(format!("{path}: {name:?} is required"));
+    Ok(())
+}
+
+/// An object's `required` members, and each member against its property's schema or
+/// `additionalProperties`.
+fn members_fit(
+    schema: &Schema,
+    map: &serde_json::Map<String, Value>,
+    path: &str,
+) -> Result<(), String> {
+    let properties = schema.get("properties").and_then(Value::as_object);
+    if let Some(Value::Array(required)) = schema.get("required") {
+        for name in required.iter().filter_map(Value::as_str) {
+            if !map.contains_key(name) {
+                return Err(format!("{path}: {name:?} is required"));
+            }
+        }
+    }
+    for (name, item) in map {
+        let child = format!("{path}.{name}");
+        match properties.and_then(|p| p.get(name)) {
+            Some(sub) => at(sub, item, &child)?,
+            None => match schema.get("additionalProperties") {
+                Some(Value::Bool(false)) => {
+                    return Err(format!("{path}: {name:?} is not allowed"));
                 }
-            }
-        }
-        for (name, item) in map {
-            let child = format!("{path}.{name}");
-            match properties.and_then(|p| p.get(name)) {
-                Some(sub) => at(sub, item, &child)?,
-                None => match schema.get("additionalProperties") {
-                    Some(Value::Bool(false)) => {
-                        return Err(format!("{path}: {name:?} is not allowed"));
-                    }
-                    Some(sub @ Value::Object(_)) => at(sub, item, &child)?,
-                    _ => {}
-                },
-            }
+                Some(sub @ Value::Object(_)) => at(sub, item, &child)?,
+                _ => {}
+            },
         }
     }
-    if let (Value::Array(items), Some(sub)) = (value, schema.get("items")) {
-        for (i, item) in items.iter().enumerate() {
-            at(sub, item, &format!("{path}[{i}]"))?;
-        }
-    }
+    Ok(())
+}
+
+/// `allOf`, `anyOf`, `oneOf` and `not`.
+fn combinations_fit(schema: &Schema, value: &Value, path: &str) -> Result<(), String> {
     if let Some(Value::Array(all)) = schema.get("allOf") {
         for sub in all {
             at(sub, value, path)?;

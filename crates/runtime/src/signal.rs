@@ -8,19 +8,16 @@ use std::time::Instant;
 
 use runwarden_vault::{CancellationSignal, WakeFuture};
 
+use tokio::sync::Notify;
+
 use crate::state::RunState;
 use crate::store::RunStore;
-use crate::watcher::{Owner, RunCell, Shared};
-
-/// R6: the status watcher reads each registered run at most once per interval, by default
-/// one second.
-pub use crate::watcher::DEFAULT_WATCH_INTERVAL as SIGNAL_READ_INTERVAL;
 
 /// The one definition of cancelled: the run row's status is `cancelled`. Fail-soft: a
 /// store error reads as "not cancelled", never as a fabricated cancellation (R5, R6). The
 /// executor's step-boundary probe (R5) asks it; the status watcher applies the same rule to
 /// its batched reads.
-pub async fn is_run_cancelled(store: &dyn RunStore, run_id: &str) -> bool {
+pub(crate) async fn is_run_cancelled(store: &dyn RunStore, run_id: &str) -> bool {
     match store.run_statuses(&[run_id.to_string()]).await {
         Ok(rows) => rows
             .iter()
@@ -32,6 +29,36 @@ pub async fn is_run_cancelled(store: &dyn RunStore, run_id: &str) -> bool {
     }
 }
 
+/// One run's answer in memory, shared by every signal of the run in this process. The
+/// status watcher sets it; the signals read it.
+#[derive(Debug, Default)]
+pub(crate) struct RunCell {
+    /// Monotonic: set once a read saw the row `cancelled`, never cleared (R6).
+    cancelled: AtomicBool,
+    /// Says "ask now" to the calls of the run (the vault's `woken`).
+    pub(crate) notify: Notify,
+}
+
+impl RunCell {
+    pub(crate) fn cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Marks the run cancelled; `true` the first time only.
+    pub(crate) fn mark_cancelled(&self) -> bool {
+        !self.cancelled.swap(true, Ordering::SeqCst)
+    }
+}
+
+/// A status watcher as the hub and the signals see it: the hub wakes it for a run, and a
+/// signal lets go of its run when dropped.
+pub(crate) trait Watch: Send + Sync {
+    /// Re-read `run_id` at once: something may have changed.
+    fn wake_run(&self, run_id: &str);
+    /// One signal of `run_id` ended.
+    fn deregister(&self, run_id: &str);
+}
+
 /// In-process wake-ups: a cancel issued through this process wakes the status watcher,
 /// which re-reads the run at once; the row stays the only source of truth, a wake-up only
 /// says "ask now" (R6).
@@ -39,7 +66,7 @@ pub async fn is_run_cancelled(store: &dyn RunStore, run_id: &str) -> bool {
 pub struct CancelHub {
     runs: Mutex<HashMap<String, Weak<RunWake>>>,
     /// The watchers to wake (one per process in practice).
-    watchers: Mutex<Vec<Weak<Shared>>>,
+    watchers: Mutex<Vec<Weak<dyn Watch>>>,
 }
 
 /// One run's wake-up record while any of its signals is alive.
@@ -57,7 +84,7 @@ impl CancelHub {
     }
 
     /// A watcher to wake from now on.
-    pub(crate) fn attach(&self, watcher: Weak<Shared>) {
+    pub(crate) fn attach(&self, watcher: Weak<dyn Watch>) {
         let mut watchers = self.watchers.lock().unwrap_or_else(|p| p.into_inner());
         watchers.retain(|w| w.strong_count() > 0);
         watchers.push(watcher);
@@ -87,7 +114,7 @@ impl CancelHub {
         if let Some(wake) = wake {
             *wake.woken_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         }
-        let watchers: Vec<Arc<Shared>> = self
+        let watchers: Vec<Arc<dyn Watch>> = self
             .watchers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -113,7 +140,7 @@ impl CancelHub {
 }
 
 /// The signal of one outbound call of one run (R6 amended), made by
-/// [`StatusWatcher::signal`](crate::StatusWatcher::signal). `is_cancelled` answers from the
+/// `StatusWatcher::signal`. `is_cancelled` answers from the
 /// watcher's memory: it never blocks and never touches the store. Its first answer comes
 /// from a read made after the call asked; it is fail-soft and monotonic (once true, true
 /// forever). `woken` resolves when the watcher has news for the run, so the vault needs no
@@ -122,7 +149,7 @@ pub struct RunSignal {
     run_id: String,
     cell: Arc<RunCell>,
     /// Keeps the watcher alive while the call is in flight, and deregisters on drop.
-    owner: Arc<Owner>,
+    owner: Arc<dyn Watch>,
     _wake: Arc<RunWake>,
     /// Set when the segment lost its lease (R3) or a budget ran out (R13): the call must
     /// stop as if cancelled.
@@ -141,7 +168,7 @@ impl RunSignal {
     pub(crate) fn new(
         run_id: &str,
         cell: Arc<RunCell>,
-        owner: Arc<Owner>,
+        owner: Arc<dyn Watch>,
         hub: &CancelHub,
     ) -> Self {
         Self {
@@ -164,7 +191,7 @@ impl RunSignal {
 
 impl Drop for RunSignal {
     fn drop(&mut self) {
-        self.owner.shared().deregister(&self.run_id);
+        self.owner.deregister(&self.run_id);
     }
 }
 

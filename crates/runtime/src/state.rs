@@ -63,12 +63,12 @@ pub const EFFECT_UNCERTAIN: &str = "EFFECT_UNCERTAIN";
 /// The termination reason code of a run whose model turn was cut by its output limit
 /// (L4): a truncated turn is never a final answer and its tool calls are never run. Not
 /// retried: the same request would be cut again.
-pub const MODEL_TRUNCATED: &str = "MODEL_TRUNCATED";
+pub(crate) const MODEL_TRUNCATED: &str = "MODEL_TRUNCATED";
 
 /// The termination reason code of a run whose model ended a turn with neither text nor
 /// tool calls for a reason other than a natural stop (`content_filter`, `refusal`, or one
 /// this binary does not know): an empty answer is not passed off as a completed run.
-pub const MODEL_NO_ANSWER: &str = "MODEL_NO_ANSWER";
+pub(crate) const MODEL_NO_ANSWER: &str = "MODEL_NO_ANSWER";
 
 /// How a segment ended, as a value (R10). Never an error.
 ///

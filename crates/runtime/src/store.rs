@@ -6,12 +6,11 @@
 //! so a PostgreSQL backend can implement the same contract without SQLite-only tricks.
 
 use async_trait::async_trait;
-use runwarden_vault::store::StoreError;
+use runwarden_base::StoreError;
 use serde_json::Value;
 
 use crate::decision::{AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter};
 use crate::feed::ChangeFeed;
-use crate::idempotency::{KeyedCreate, RunCreateKeyed};
 use crate::state::RunState;
 
 /// A run row (R1).
@@ -93,6 +92,34 @@ pub struct RunCreate {
     pub status: NewRunStatus,
     /// Now, Unix milliseconds UTC.
     pub now_ms: i64,
+}
+
+/// Parameters of [`RunStore::run_create_keyed`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunCreateKeyed {
+    /// The run to create when the key is new.
+    pub run: RunCreate,
+    /// Who sent the key (an API token's id, or `cli`): keys of different callers never
+    /// collide.
+    pub scope: String,
+    /// The client's key.
+    pub key: String,
+    /// The hash of the request's canonical body: the same key with another body is refused.
+    pub body_hash: String,
+}
+
+/// What a keyed create did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeyedCreate {
+    /// The key was new (or expired): this run was created with it.
+    Created(Run),
+    /// The key was seen with the same body: the run it made then, as it is now.
+    Existing(Run),
+    /// The key was seen with another body; nothing was created.
+    Reused {
+        /// The run the key made.
+        run_id: String,
+    },
 }
 
 /// What a cancel did (R4).

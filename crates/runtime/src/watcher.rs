@@ -13,7 +13,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Notify, broadcast, oneshot};
 
 use crate::feed::Change;
-use crate::signal::{CancelHub, RunSignal};
+use crate::signal::{CancelHub, RunCell, RunSignal, Watch};
 use crate::state::RunState;
 use crate::store::RunStore;
 
@@ -33,21 +33,6 @@ impl Default for WatcherConfig {
         Self {
             interval: DEFAULT_WATCH_INTERVAL,
         }
-    }
-}
-
-/// One run's answer in memory, shared by every signal of the run in this process.
-#[derive(Debug, Default)]
-pub(crate) struct RunCell {
-    /// Monotonic: set once a read saw the row `cancelled`, never cleared (R6).
-    cancelled: AtomicBool,
-    /// Says "ask now" to the calls of the run (the vault's `woken`).
-    pub(crate) notify: Notify,
-}
-
-impl RunCell {
-    pub(crate) fn cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::SeqCst)
     }
 }
 
@@ -71,7 +56,7 @@ struct State {
 }
 
 /// What the task and the signals share.
-pub(crate) struct Shared {
+struct Shared {
     store: Arc<dyn RunStore>,
     hub: Arc<CancelHub>,
     state: Mutex<State>,
@@ -91,20 +76,34 @@ impl std::fmt::Debug for Shared {
     }
 }
 
-impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
+impl Watch for Shared {
     /// A cancel in this process (or an announcement) for `run_id`: re-read it at once. The
     /// row stays the truth; this only says "ask now" (R6).
-    pub(crate) fn wake_run(&self, run_id: &str) {
+    fn wake_run(&self, run_id: &str) {
         let mut state = self.lock();
         if state.runs.contains_key(run_id) {
             state.woken.insert(run_id.to_string());
             drop(state);
             self.kick.notify_one();
         }
+    }
+
+    /// A signal of `run_id` ended; the run leaves the batch with its last signal.
+    fn deregister(&self, run_id: &str) {
+        let mut state = self.lock();
+        if let Some(entry) = state.runs.get_mut(run_id) {
+            entry.signals = entry.signals.saturating_sub(1);
+            if entry.signals == 0 {
+                state.runs.remove(run_id);
+                state.woken.remove(run_id);
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Registers one signal of `run_id` and hands back the run's cell.
@@ -119,18 +118,6 @@ impl Shared {
             });
         entry.signals += 1;
         entry.cell.clone()
-    }
-
-    /// A signal of `run_id` ended; the run leaves the batch with its last signal.
-    pub(crate) fn deregister(&self, run_id: &str) {
-        let mut state = self.lock();
-        if let Some(entry) = state.runs.get_mut(run_id) {
-            entry.signals = entry.signals.saturating_sub(1);
-            if entry.signals == 0 {
-                state.runs.remove(run_id);
-                state.woken.remove(run_id);
-            }
-        }
     }
 
     /// What the next query reads: every live run (periodic refresh or resync) or only the
@@ -171,7 +158,7 @@ impl Shared {
                 .collect()
         };
         for cell in cells {
-            if !cell.cancelled.swap(true, Ordering::SeqCst) {
+            if cell.mark_cancelled() {
                 cell.notify.notify_waiters();
             }
         }
@@ -181,11 +168,15 @@ impl Shared {
 /// Ends the watcher's task when the last handle (a [`StatusWatcher`] clone or a live
 /// [`RunSignal`]) is dropped.
 #[derive(Debug)]
-pub(crate) struct Owner(Arc<Shared>);
+struct Owner(Arc<Shared>);
 
-impl Owner {
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.0
+impl Watch for Owner {
+    fn wake_run(&self, run_id: &str) {
+        self.0.wake_run(run_id);
+    }
+
+    fn deregister(&self, run_id: &str) {
+        self.0.deregister(run_id);
     }
 }
 
@@ -228,7 +219,8 @@ impl StatusWatcher {
             closed: AtomicBool::new(false),
             queries: AtomicU64::new(0),
         });
-        hub.attach(Arc::downgrade(&shared));
+        let woken: Arc<dyn Watch> = shared.clone();
+        hub.attach(Arc::downgrade(&woken));
         let interval = config.interval.max(Duration::from_millis(1));
         tokio::spawn(watch(shared.clone(), feed, interval));
         Self {

@@ -11,13 +11,14 @@ use tokio::sync::{Semaphore, watch};
 
 use crate::agent::AgentSpec;
 use crate::events::{EventBody, RunEnded};
-use crate::executor::{Executor, SegmentOptions, now_ms};
+use crate::executor::{Executor, SegmentOptions};
 use crate::feed::Change;
 use crate::queue::{Claim, QueueStore, RequeueAnswer};
 use crate::requeue::{apply_held, decide_held, reap};
 use crate::retry::{RequeueCause, RetryPolicy};
 use crate::state::{Outcome, RunState};
 use crate::store::{EventAppend, Run, RunEnd};
+use crate::time::now_ms;
 use runwarden_vault::store::{StoreError, StoreFault};
 
 /// How often a worker writes its presence row; a worker not seen for three beats is
@@ -367,7 +368,7 @@ impl Worker {
                 }
                 // R12: approvals whose time is up are denied as "expired"; the runs go
                 // back to the queue, which wakes a worker.
-                match crate::decision::expire_due(&*self.queue, now_ms()).await {
+                match crate::decide::expire_due(&*self.queue, now_ms()).await {
                     Ok(0) => {}
                     Ok(n) => tracing::info!(expired = n, "operator decisions expired"),
                     Err(error) => tracing::warn!(%error, "could not expire operator decisions"),
@@ -452,7 +453,7 @@ impl Worker {
     async fn dead_letter(&self, run: &Run, problem: String) -> Outcome {
         let reason = format!(
             "{}: {problem}",
-            crate::queue::DeadLetter::NotRetryable.as_str()
+            crate::retry::DeadLetter::NotRetryable.as_str()
         );
         let body = EventBody::RunFailed(RunEnded {
             reason: reason.clone(),

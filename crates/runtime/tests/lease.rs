@@ -12,12 +12,7 @@ use runwarden_testkit::{Reply, TestServer};
 
 use crate::support::{WAIT, fixture};
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
+use runwarden_base::now_ms;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_segment_that_cannot_renew_its_lease_stops_its_call_before_the_lease_runs_out() {

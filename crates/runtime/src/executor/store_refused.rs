@@ -5,7 +5,8 @@
 
 use serde_json::Value;
 
-use super::{Executor, Recorded, Segment};
+use super::record::Recorded;
+use super::{Executor, Segment};
 use crate::events::{EventBody, ToolLog};
 use crate::retry::RequeueCause;
 use crate::state::{Outcome, RunState};

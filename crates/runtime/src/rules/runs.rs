@@ -1,7 +1,7 @@
 //! The rules of a run's row: how a new run starts, what a cancel does, which endings a
 //! segment may write, and what a guarded write that matched nothing means.
 
-use runwarden_vault::store::StoreError;
+use runwarden_base::StoreError;
 
 use crate::events::{EventBody, cancelled_from};
 use crate::queue::RequeueAnswer;

@@ -1,0 +1,113 @@
+//! Recording a step: one event appended under the segment's claim, with the status
+//! change that ends the run when it is the last, and the live observer told.
+
+use std::sync::atomic::Ordering;
+
+use runwarden_base::StoreError;
+
+use super::{Executor, Segment};
+use crate::events::EventBody;
+use crate::progress::ProgressTarget;
+use crate::store::{EventAppend, RunEnd, RunEvent};
+use crate::time::now_ms;
+
+/// How one step's recording went.
+pub(super) enum Recorded {
+    Stored,
+    LostRun,
+    Failed(StoreError),
+}
+
+impl Recorded {
+    pub(super) fn is_lost(&self) -> bool {
+        matches!(self, Self::LostRun)
+    }
+}
+
+impl Executor {
+    /// Where the progress and log events of one of the segment's calls go.
+    pub(super) fn progress_target(&self, segment: &Segment<'_>) -> ProgressTarget {
+        ProgressTarget {
+            store: self.store.clone(),
+            run_id: segment.run.id.clone(),
+            owner: self.config.owner.clone(),
+            epoch: segment.run.claim_epoch,
+            observer: segment.observer.clone(),
+        }
+    }
+
+    /// Records one step; with `clear_fence` the write fence is cleared in the same update.
+    pub(super) async fn record(
+        &self,
+        segment: &Segment<'_>,
+        body: EventBody,
+        clear_fence: bool,
+        round: Option<u32>,
+    ) -> Recorded {
+        self.record_ending(segment, body, clear_fence, round, None)
+            .await
+    }
+
+    /// [`record`](Self::record), and with `end` the status change that ends the run in
+    /// the same transaction (one truth per run).
+    pub(super) async fn record_ending(
+        &self,
+        segment: &Segment<'_>,
+        body: EventBody,
+        clear_fence: bool,
+        round: Option<u32>,
+        end: Option<RunEnd>,
+    ) -> Recorded {
+        let (kind, payload) = (body.kind(), body.to_payload());
+        let time_ms = now_ms();
+        let append = EventAppend {
+            id: segment.run.id.clone(),
+            owner: self.config.owner.clone(),
+            epoch: segment.run.claim_epoch,
+            kind: kind.to_string(),
+            payload: payload.clone(),
+            clear_fence,
+            round,
+            end,
+            now_ms: time_ms,
+        };
+        match self.store.run_event_append(append).await {
+            Ok(Some(seq)) => {
+                if crate::events::is_final_kind(kind) {
+                    segment.ended.store(true, Ordering::SeqCst);
+                }
+                if let Some(observer) = &segment.observer {
+                    observer(&RunEvent {
+                        run_id: segment.run.id.clone(),
+                        seq,
+                        kind: kind.to_string(),
+                        payload,
+                        time_ms,
+                    });
+                }
+                Recorded::Stored
+            }
+            Ok(None) => Recorded::LostRun,
+            Err(error) => Recorded::Failed(error),
+        }
+    }
+
+    /// Records a step where a failure to record is tolerated (R8: read-only steps stay
+    /// fail-soft); `None` means the segment lost the run and must stop.
+    pub(super) async fn record_soft(
+        &self,
+        segment: &Segment<'_>,
+        body: EventBody,
+        round: Option<u32>,
+    ) -> Option<()> {
+        let kind = body.kind();
+        match self.record(segment, body, false, round).await {
+            Recorded::Stored => Some(()),
+            Recorded::LostRun => None,
+            Recorded::Failed(error) => {
+                tracing::warn!(run = %segment.run.id, kind, %error, "could not record a step; going on");
+                Some(())
+            }
+        }
+    }
+}

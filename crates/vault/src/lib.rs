@@ -67,7 +67,7 @@ pub use egress::{CallObserver, DEFAULT_BACKSTOP_TICK, EgressClient, EgressConfig
 pub use envelope::Algorithm;
 pub use error::{EgressError, VaultError};
 pub use exfiltration::Redactor;
-pub use guard::{EgressPolicy, PolicyError, Refusal};
+pub use guard::{EgressPolicy, GuardRefusal, PolicyError};
 pub use master_key::MasterKey;
 pub use message::{
     BeforeTransfer, CompleteFn, DEFAULT_MAX_RESPONSE_BYTES, EgressRequest, EgressResponse,

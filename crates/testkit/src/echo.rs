@@ -201,7 +201,7 @@ pub fn json_decoded(text: &str) -> String {
 /// HTML character references in `text` undone (`&amp;`, `&lt;`, `&gt;`, `&quot;`,
 /// `&apos;`, `&#NN;`, `&#xHH;`), as a browser shows a page: what a leak check of a console
 /// page searches besides its source.
-pub fn html_decoded(text: &str) -> String {
+pub(crate) fn html_decoded(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find('&') {
@@ -244,7 +244,7 @@ pub fn html_decoded(text: &str) -> String {
 
 /// Percent-encoding in `text` undone (`%HH` to its byte; `+` stays), as a URL's reader
 /// decodes it.
-pub fn percent_decoded(text: &str) -> String {
+pub(crate) fn percent_decoded(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

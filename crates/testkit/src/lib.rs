@@ -31,20 +31,19 @@ mod oauth;
 mod otlp;
 mod outside;
 mod peer;
-pub mod postgres;
+mod postgres;
 mod server;
 mod stats;
 mod vault;
 
 pub use echo::{
     Channel, HOSTILE_SIGIL, Spelling, echo_handler, echo_handler_spelt, find_decoded_form,
-    find_form, forms_of, hostile_placements, html_decoded, json_decoded, percent_decoded,
-    received_credential,
+    find_form, forms_of, hostile_placements, json_decoded, received_credential,
 };
 pub use hooked::{Call, Detail, Hook, HookedStore, StoreAnswer, Strike};
 pub use idp::{Exchange, TestIdentityProvider};
 pub use jwt::{JWT_BEARER_ASSERTION, SigningKey};
-pub use llama::{LLAMA_DIR_ENV, LlamaServer};
+pub use llama::LlamaServer;
 pub use mcp::{mcp_handler, tool};
 pub use oauth::{
     AuthMethod, AuthServer, ClientSpec, Counters, IssuedToken, Knobs, ProtectedResource,

@@ -55,7 +55,6 @@ mod secret;
 mod secret_index;
 mod signal;
 pub mod store;
-mod store_error;
 mod tokens;
 pub mod trace;
 mod vault;
@@ -78,6 +77,8 @@ pub use placement::{Credential, Placement};
 pub use resolver::Resolver;
 pub use secret::{SecretName, SecretValue};
 pub use signal::{CancelFlag, CancellationSignal, WakeFuture};
-pub use store::{ConsoleSession, SessionStore};
-pub use tokens::{ApiToken, Role, TokenValue, token_create, token_hash, token_verify};
+pub use tokens::{
+    ApiToken, ConsoleSession, Role, SessionStore, TokenValue, token_create, token_hash,
+    token_verify,
+};
 pub use vault::Vault;

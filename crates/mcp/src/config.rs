@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 /// The default budget of one operation (M3).
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The default of `max_response_bytes`: the most of one response that is read (M5).
-pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 2 * 1024 * 1024;
+/// The default of `max_response_bytes`: the most of one response that is read (M5); the
+/// vault's own default cap, so the two cannot drift apart.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = runwarden_vault::DEFAULT_MAX_RESPONSE_BYTES;
 
 /// The largest `max_response_bytes` the configuration accepts: a response is held in
 /// memory whole, so the limit stays a bound, not a switch that turns it off.

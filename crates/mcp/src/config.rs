@@ -188,7 +188,7 @@ impl ServerConfig {
     pub fn check_tool_overrides<'a>(
         &self,
         offered: impl IntoIterator<Item = &'a str> + Clone,
-    ) -> Result<(), ConfigError> {
+    ) -> Result<(), ServerConfigError> {
         let unknown = self
             .tools
             .keys()
@@ -199,7 +199,7 @@ impl ServerConfig {
                 let mut names: Vec<&str> = offered.into_iter().collect();
                 names.sort_unstable();
                 names.dedup();
-                Err(ConfigError::UnknownTool {
+                Err(ServerConfigError::UnknownTool {
                     server: self.name.clone(),
                     tool: tool.clone(),
                     offered: names.join(", "),
@@ -212,7 +212,7 @@ impl ServerConfig {
 /// The operator's server configuration does not fit what the server offers.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum ServerConfigError {
     /// M10 (amended): `[mcp.servers.SERVER.tools.TOOL]` names a tool the server's
     /// catalogue does not have.
     #[error(
@@ -243,7 +243,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             error,
-            ConfigError::UnknownTool {
+            ServerConfigError::UnknownTool {
                 server: "tickets".into(),
                 tool: "creat".into(),
                 offered: "create, search".into(),

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use runwarden_store_sqlite::SqliteStore;
-use runwarden_testkit::{Dist, Reply, Seen, TestServer};
+use runwarden_testkit::{Dist, HttpReply, Seen, TestServer};
 use runwarden_vault::audit::action;
 use runwarden_vault::store::VaultStore;
 use runwarden_vault::{
@@ -89,7 +89,7 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-async fn start_server(on: &Handle, reply: Reply) -> TestServer {
+async fn start_server(on: &Handle, reply: HttpReply) -> TestServer {
     on.spawn(TestServer::start(move |_| reply.clone()))
         .await
         .expect("the test server starts")
@@ -221,7 +221,7 @@ struct Round {
 async fn cancel_latency(server_runtime: &Handle) -> Vec<CancelFigure> {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let client = Arc::new(open_client(dir.path()).await);
-    let mut server = start_server(server_runtime, Reply::Stall).await;
+    let mut server = start_server(server_runtime, HttpReply::Stall).await;
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
 
     // Warm-up: connection setup paths, the blocking pool and the audit table.
@@ -523,7 +523,7 @@ async fn overhead(server_runtime: &Handle) -> Overhead {
         )
         .await
         .expect("the secret is stored");
-    let answer = Reply::Respond {
+    let answer = HttpReply::Respond {
         status: 200,
         headers: vec![
             ("content-type".into(), "application/json".into()),

@@ -36,7 +36,7 @@ use runwarden_runtime::{
     CancelHub, Change, ChangeFeed, RunState, RunStore, StatusWatcher, WatcherConfig,
 };
 use runwarden_store_sqlite::SqliteStore;
-use runwarden_testkit::{Dist, Reply, Seen, TestServer};
+use runwarden_testkit::{Dist, HttpReply, Seen, TestServer};
 use runwarden_vault::{
     Algorithm, CancelFlag, CancellationSignal, EgressClient, EgressConfig, EgressPolicy,
     EgressRequest, MasterKey, Method, Vault,
@@ -145,7 +145,7 @@ fn stall_server() {
         .expect("the server runtime starts");
     runtime.block_on(async {
         raise_nofile();
-        let mut server = TestServer::start(|_| Reply::Stall).await;
+        let mut server = TestServer::start(|_| HttpReply::Stall).await;
         let (base_instant, base_wall) = (Instant::now(), wall_nanos());
         let to_wall = |at: Instant| -> i128 {
             if at >= base_instant {

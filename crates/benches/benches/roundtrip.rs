@@ -23,7 +23,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{Peer, ServiceExt};
 use runwarden_mcp::{McpCall, McpClient, ServerConfig};
 use runwarden_testkit::{
-    Dist, LoopbackVault, Reply, Seen, TestServer, loopback_vault, mcp_handler, tool,
+    Dist, HttpReply, LoopbackVault, Seen, TestServer, loopback_vault, mcp_handler, tool,
 };
 use runwarden_vault::CancelFlag;
 use serde_json::{Map, Value, json};
@@ -106,11 +106,12 @@ async fn rmcp_client(
 
 /// The testkit's MCP server, issuing one session id on `initialize` and ending it on
 /// `DELETE`, as a stateful server does (M13).
-fn session_handler() -> impl Fn(&runwarden_testkit::HttpRequest) -> Reply + Send + Sync + 'static {
+fn session_handler() -> impl Fn(&runwarden_testkit::HttpRequest) -> HttpReply + Send + Sync + 'static
+{
     let inner = mcp_handler(vec![tool("echo")], &[]);
     move |request| {
         if request.method == "DELETE" {
-            return Reply::text(200, "");
+            return HttpReply::text(200, "");
         }
         let initialize = request.body.windows(12).any(|w| w == b"\"initialize\"");
         let reply = inner(request);

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use memchr::memmem;
 use runwarden_store_sqlite::SqliteStore;
-use runwarden_testkit::{Dist, Reply, TestServer};
+use runwarden_testkit::{Dist, HttpReply, TestServer};
 use runwarden_vault::store::VaultStore;
 use runwarden_vault::{
     Algorithm, Credential, EgressClient, EgressConfig, EgressPolicy, EgressRequest, MasterKey,
@@ -213,7 +213,8 @@ async fn timed_call(client: &EgressClient, url: &str) -> Duration {
 
 async fn per_call(full: &EgressClient, empty: &EgressClient) -> Vec<(String, String)> {
     let server =
-        TestServer::start(|_| Reply::text(200, r#"{"jsonrpc":"2.0","id":1,"result":{}}"#)).await;
+        TestServer::start(|_| HttpReply::text(200, r#"{"jsonrpc":"2.0","id":1,"result":{}}"#))
+            .await;
     let url = server.url("/mcp");
     let (mut with, mut without) = (Vec::new(), Vec::new());
     for i in 0..CALL_WARMUP + CALLS {

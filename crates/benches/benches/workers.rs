@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use runwarden_testkit::{HttpRequest, Reply, TestServer, mcp_handler, tool};
+use runwarden_testkit::{HttpReply, HttpRequest, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 
 /// Runs per throughput measurement.
@@ -85,10 +85,10 @@ impl Server {
                 match body["params"]["name"].as_str() {
                     Some("create") => {
                         counted.fetch_add(1, Ordering::SeqCst);
-                        return Reply::Stall;
+                        return HttpReply::Stall;
                     }
                     Some("search") if searches.fetch_add(1, Ordering::SeqCst).is_multiple_of(2) => {
-                        return Reply::Stall;
+                        return HttpReply::Stall;
                     }
                     _ => {}
                 }

@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 /// The default budget of one operation (M3).
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The default of `max_response_bytes`: the most of one response that is read (M5).
-pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 2 * 1024 * 1024;
+/// The default of `max_response_bytes`: the most of one response that is read (M5); the
+/// vault's own default cap, so the two cannot drift apart.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = runwarden_vault::DEFAULT_MAX_RESPONSE_BYTES;
 
 /// The largest `max_response_bytes` the configuration accepts: a response is held in
 /// memory whole, so the limit stays a bound, not a switch that turns it off.
@@ -187,7 +188,7 @@ impl ServerConfig {
     pub fn check_tool_overrides<'a>(
         &self,
         offered: impl IntoIterator<Item = &'a str> + Clone,
-    ) -> Result<(), ConfigError> {
+    ) -> Result<(), ServerConfigError> {
         let unknown = self
             .tools
             .keys()
@@ -198,7 +199,7 @@ impl ServerConfig {
                 let mut names: Vec<&str> = offered.into_iter().collect();
                 names.sort_unstable();
                 names.dedup();
-                Err(ConfigError::UnknownTool {
+                Err(ServerConfigError::UnknownTool {
                     server: self.name.clone(),
                     tool: tool.clone(),
                     offered: names.join(", "),
@@ -211,7 +212,7 @@ impl ServerConfig {
 /// The operator's server configuration does not fit what the server offers.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum ServerConfigError {
     /// M10 (amended): `[mcp.servers.SERVER.tools.TOOL]` names a tool the server's
     /// catalogue does not have.
     #[error(
@@ -242,7 +243,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             error,
-            ConfigError::UnknownTool {
+            ServerConfigError::UnknownTool {
                 server: "tickets".into(),
                 tool: "creat".into(),
                 offered: "create, search".into(),

@@ -49,8 +49,8 @@ pub use client::{
     Reply, Request, RequestTrail, ToolCall, USER_AGENT,
 };
 pub use config::{
-    ConfigError, DEFAULT_MAX_RESPONSE_BYTES, Effect, ElicitationPolicy, MAX_RESPONSE_BYTES_CEILING,
-    ProtocolPolicy, ServerConfig,
+    DEFAULT_MAX_RESPONSE_BYTES, Effect, ElicitationPolicy, MAX_RESPONSE_BYTES_CEILING,
+    ProtocolPolicy, ServerConfig, ServerConfigError,
 };
 pub use deadline::{Clock, MIN_BUDGET, ManualClock};
 pub use elicit::{

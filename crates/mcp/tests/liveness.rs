@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use runwarden_mcp::{CatalogueStore, McpClient, ProtocolPolicy, Request, ServerConfig};
 use runwarden_store_sqlite::SqliteStore;
-use runwarden_testkit::{Reply, TestServer, mcp_handler, tool};
+use runwarden_testkit::{HttpReply, TestServer, mcp_handler, tool};
 use runwarden_vault::CancelFlag;
 
 use crate::support::fixture;
@@ -14,7 +14,7 @@ async fn success_and_failure_are_recorded_and_a_cancellation_is_not() {
     let f = fixture().await;
     let store = Arc::new(SqliteStore::open(f.dir.path().join("runwarden.db")).unwrap());
     let up = TestServer::start(mcp_handler(vec![tool("search")], &[])).await;
-    let down = TestServer::start(|_| Reply::text(500, "broken")).await;
+    let down = TestServer::start(|_| HttpReply::text(500, "broken")).await;
     let client = |name: &str, url: String| {
         McpClient::new(
             ServerConfig::new(name, url).with_protocol(ProtocolPolicy::Handshake),

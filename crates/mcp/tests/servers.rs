@@ -10,7 +10,7 @@ use runwarden_mcp::{
     CatalogueStore, McpClient, McpError, ProtocolPolicy, Request, STATELESS_VERSION, ServerConfig,
     ToolOutcome,
 };
-use runwarden_testkit::{HttpRequest, Reply as HttpReply, TestServer, mcp_handler, tool};
+use runwarden_testkit::{HttpReply, HttpRequest, TestServer, mcp_handler, tool};
 use runwarden_vault::{Credential, Delivery, Placement, SecretName, SecretValue};
 use serde_json::{Value, json};
 

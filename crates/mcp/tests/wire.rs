@@ -9,7 +9,7 @@ use runwarden_mcp::{
     ElicitationPolicy, MAX_RESUMES, McpClient, McpError, ProtocolPolicy, Reply, Request,
     ServerConfig, ToolOutcome, USER_AGENT,
 };
-use runwarden_testkit::{HttpRequest, Reply as TestReply, TestServer, mcp_handler};
+use runwarden_testkit::{HttpReply, HttpRequest, TestServer, mcp_handler};
 use runwarden_vault::Delivery;
 use serde_json::{Value, json};
 
@@ -111,19 +111,19 @@ async fn no_sampling_or_roots_capability_is_declared_and_elicitation_only_for_th
 /// A server whose `tools/call` stream gives an event id and `retry: 10`, then ends before
 /// the answer; every resumption GET gets `get_status` (and a stream that ends again when
 /// it is 200). Initialize and notifications are answered as usual.
-fn closing_server(get_status: u16) -> impl Fn(&HttpRequest) -> TestReply + Send + Sync + 'static {
+fn closing_server(get_status: u16) -> impl Fn(&HttpRequest) -> HttpReply + Send + Sync + 'static {
     let inner = mcp_handler(vec![runwarden_testkit::tool("search")], &[]);
     move |request| {
         let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
         if request.method == "GET" {
             return if get_status == 200 {
-                TestReply::event_stream(vec![b"id: 2\ndata: \n\n".to_vec()], false)
+                HttpReply::event_stream(vec![b"id: 2\ndata: \n\n".to_vec()], false)
             } else {
-                TestReply::text(get_status, "")
+                HttpReply::text(get_status, "")
             };
         }
         if body["method"] == "tools/call" {
-            return TestReply::event_stream(vec![b"id: 1\nretry: 10\ndata: \n\n".to_vec()], false);
+            return HttpReply::event_stream(vec![b"id: 1\nretry: 10\ndata: \n\n".to_vec()], false);
         }
         inner(request)
     }
@@ -173,7 +173,7 @@ async fn ending_a_session_is_bounded_at_two_seconds_when_the_server_never_answer
     let inner = mcp_handler(vec![runwarden_testkit::tool("search")], &[]);
     let mut server = TestServer::start(move |request: &HttpRequest| {
         if request.method == "DELETE" {
-            return TestReply::Stall;
+            return HttpReply::Stall;
         }
         let initialize = scripted::method_of(request) == "initialize";
         let reply = inner(request);

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use runwarden_vault::{CancellationSignal, Credential, EgressClient, Placement, SecretName};
 use serde_json::{Map, Value, json};
 
-use crate::call::{self, Answer, DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT};
+use crate::call::{self, DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT, ResponseBody};
 use crate::error::ModelError;
 use crate::parse;
 use crate::provider::{
@@ -262,8 +262,8 @@ impl ModelProvider for Anthropic {
             .stream
             .then(|| (StreamApi::Anthropic, request.progress.clone()));
         let turn = match call::send(&self.egress, egress_request, signal, stream).await? {
-            Answer::Json(answer) => parse_turn(&answer)?,
-            Answer::Streamed(turn) => turn,
+            ResponseBody::Json(answer) => parse_turn(&answer)?,
+            ResponseBody::Streamed(turn) => turn,
         };
         call::guarded(&self.egress, turn, request.correlation.as_deref()).await
     }

@@ -30,7 +30,7 @@ pub(crate) fn endpoint(base_url: &str, path: &str) -> String {
 }
 
 /// A 2xx answer: a JSON document, or a turn assembled from its event stream.
-pub(crate) enum Answer {
+pub(crate) enum ResponseBody {
     Json(Value),
     Streamed(ModelTurn),
 }
@@ -49,9 +49,11 @@ pub(crate) async fn send(
     request: EgressRequest,
     signal: Option<&dyn CancellationSignal>,
     stream: Option<(StreamApi, Option<Progress>)>,
-) -> Result<Answer, ModelError> {
+) -> Result<ResponseBody, ModelError> {
     let Some((api, progress)) = stream else {
-        return send_json(egress, request, signal).await.map(Answer::Json);
+        return send_json(egress, request, signal)
+            .await
+            .map(ResponseBody::Json);
     };
     let assembler = Arc::new(Mutex::new(StreamAssembler::new(api, progress)));
     let feeder = assembler.clone();
@@ -66,7 +68,7 @@ pub(crate) async fn send(
             .starts_with("text/event-stream")
     });
     if !streamed {
-        return json(&response).map(Answer::Json);
+        return json(&response).map(ResponseBody::Json);
     }
     let assembler = Arc::try_unwrap(assembler)
         .ok()
@@ -81,7 +83,7 @@ pub(crate) async fn send(
         again.feed(&response.body);
         again
     });
-    assembler.finish(&response.body).map(Answer::Streamed)
+    assembler.finish(&response.body).map(ResponseBody::Streamed)
 }
 
 /// What a model's answer must not carry: checked once the turn is whole (every streamed

@@ -79,7 +79,7 @@ fn halves(text: &str) -> (String, String) {
 /// A stream that sends the key it received back split across two text deltas, and the key
 /// and [`OTHER_SIGIL`] each split across tool-call argument deltas, every delta after the
 /// first spelt with escapes.
-fn split_echo(request: &runwarden_testkit::HttpRequest) -> runwarden_testkit::Reply {
+fn split_echo(request: &runwarden_testkit::HttpRequest) -> runwarden_testkit::HttpReply {
     use runwarden_testkit::Spelling;
     let got = received_credential(request)
         .into_iter()
@@ -177,7 +177,7 @@ fn split_echo(request: &runwarden_testkit::HttpRequest) -> runwarden_testkit::Re
             "data: [DONE]\n\n".to_string(),
         ]
     };
-    runwarden_testkit::Reply::event_stream(
+    runwarden_testkit::HttpReply::event_stream(
         events.into_iter().map(String::into_bytes).collect(),
         false,
     )

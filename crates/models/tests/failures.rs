@@ -1,7 +1,7 @@
 //! Error statuses and both cancellations, over the wire (R6, R9, V6).
 
 use runwarden_models::{ModelError, ModelProvider, OpenAiCompatible};
-use runwarden_testkit::{Reply, TestServer};
+use runwarden_testkit::{HttpReply, TestServer};
 use runwarden_vault::CancelFlag;
 use serde_json::json;
 
@@ -68,7 +68,7 @@ async fn a_429_is_retryable_and_a_401_is_not() {
 #[tokio::test]
 async fn a_stalled_model_call_is_torn_down_by_the_signal() {
     let f = fixture().await;
-    let mut server = TestServer::start(|_| Reply::Stall).await;
+    let mut server = TestServer::start(|_| HttpReply::Stall).await;
     let mut model = OpenAiCompatible::new(f.egress.clone(), server.url("/v1"), "gpt-test");
     model.api_key = Some(f.put_key("openai").await);
     let flag = CancelFlag::new();

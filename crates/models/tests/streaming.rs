@@ -8,7 +8,7 @@ use runwarden_models::{
     Anthropic, FinishReason, ModelError, ModelProvider, ModelRequest, OpenAiCompatible, Progress,
     ToolCallRequest,
 };
-use runwarden_testkit::{Reply, TestServer};
+use runwarden_testkit::{HttpReply, TestServer};
 use runwarden_vault::{CancelFlag, Delivery};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -33,7 +33,8 @@ fn by_event(stream: &[u8]) -> Vec<Vec<u8>> {
 async fn a_streamed_openai_turn_arrives_whole_and_asks_for_usage() {
     let f = fixture().await;
     let stream = by_event(&recorded("openai_tools.sse"));
-    let mut server = TestServer::start(move |_| Reply::event_stream(stream.clone(), false)).await;
+    let mut server =
+        TestServer::start(move |_| HttpReply::event_stream(stream.clone(), false)).await;
     let mut model = OpenAiCompatible::new(f.egress.clone(), server.url("/v1"), "gpt-test");
     model.api_key = Some(f.put_key("openai").await);
 
@@ -56,7 +57,8 @@ async fn a_streamed_openai_turn_arrives_whole_and_asks_for_usage() {
 async fn a_streamed_anthropic_turn_without_a_key_places_no_credential_and_names_the_version() {
     let f = fixture().await;
     let stream = by_event(&recorded("anthropic_tools.sse"));
-    let mut server = TestServer::start(move |_| Reply::event_stream(stream.clone(), false)).await;
+    let mut server =
+        TestServer::start(move |_| HttpReply::event_stream(stream.clone(), false)).await;
     let model = Anthropic::new(f.egress.clone(), "claude-test", None)
         .base_url(server.url("/v1"))
         .version("2099-01-01")
@@ -99,7 +101,8 @@ async fn a_cancel_while_the_stream_is_open_closes_it_and_ends_cancelled_in_fligh
     for (nth, provider) in ["openai", "anthropic"].into_iter().enumerate() {
         let fixture_name = format!("{provider}_text.sse");
         let head = open_stream(&fixture_name, 4);
-        let mut server = TestServer::start(move |_| Reply::event_stream(head.clone(), true)).await;
+        let mut server =
+            TestServer::start(move |_| HttpReply::event_stream(head.clone(), true)).await;
         let model: Box<dyn ModelProvider> = if provider == "openai" {
             Box::new(
                 OpenAiCompatible::new(f.egress.clone(), server.url("/v1"), "m")
@@ -151,7 +154,7 @@ async fn a_stream_the_server_ends_before_its_terminal_event_is_maybe_delivered()
     let f = fixture().await;
     for provider in ["openai", "anthropic"] {
         let head = open_stream(&format!("{provider}_text.sse"), 4);
-        let server = TestServer::start(move |_| Reply::event_stream(head.clone(), false)).await;
+        let server = TestServer::start(move |_| HttpReply::event_stream(head.clone(), false)).await;
         let model: Box<dyn ModelProvider> = if provider == "openai" {
             Box::new(OpenAiCompatible::new(
                 f.egress.clone(),
@@ -248,7 +251,7 @@ async fn a_key_the_server_echoes_into_a_stream_never_reaches_the_turn_or_the_err
                     json!({"type": "error", "error": {"type": "authentication_error", "message": format!("bad key {got}")}})
                 ),
             };
-            Reply::event_stream(vec![events.into_bytes()], false)
+            HttpReply::event_stream(vec![events.into_bytes()], false)
         }
     };
     for error in [false, true] {
@@ -279,7 +282,7 @@ async fn a_request_that_streams_reports_progress_and_one_that_does_not_stays_qui
     let stream = by_event(&recorded("openai_text.sse"));
     let server = TestServer::start(move |request| {
         if body_of(request)["stream"] == true {
-            Reply::event_stream(stream.clone(), false)
+            HttpReply::event_stream(stream.clone(), false)
         } else {
             json_reply(200, json!({"choices": [{"message": {"content": "whole"}}]}))
         }

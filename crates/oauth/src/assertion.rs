@@ -12,7 +12,7 @@ use zeroize::Zeroizing;
 use runwarden_vault::CancellationSignal;
 
 /// How long an assertion command may run before it is killed.
-pub const ASSERTION_COMMAND_TIMEOUT: Duration = Duration::from_secs(15);
+pub(crate) const ASSERTION_COMMAND_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The largest JWT read from a file or a command; real ones are a few KiB.
 const MAX_ASSERTION: usize = 64 * 1024;

@@ -3,19 +3,19 @@
 
 /// What a resource server's Bearer challenge says, as far as the client acts on it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Challenge {
+pub(crate) struct Challenge {
     /// RFC 9728 §5.1: where the Protected Resource Metadata is.
-    pub resource_metadata: Option<String>,
+    pub(crate) resource_metadata: Option<String>,
     /// The scopes the server asks for, space-separated in the header.
-    pub scope: Option<Vec<String>>,
+    pub(crate) scope: Option<Vec<String>>,
     /// `invalid_token`, `insufficient_scope`, ...
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 impl Challenge {
     /// Parses the value of a `WWW-Authenticate` header; a challenge of another scheme
     /// yields an empty challenge (the client then discovers through the well-known URLs).
-    pub fn parse(header: &str) -> Self {
+    pub(crate) fn parse(header: &str) -> Self {
         let mut found = Self::default();
         let Some(rest) = bearer_params(header) else {
             return found;
@@ -38,7 +38,7 @@ impl Challenge {
     }
 
     /// True for RFC 6750's `insufficient_scope`: the token is valid but too narrow.
-    pub fn is_insufficient_scope(&self) -> bool {
+    pub(crate) fn is_insufficient_scope(&self) -> bool {
         self.error.as_deref() == Some("insufficient_scope")
     }
 }

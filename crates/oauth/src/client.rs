@@ -22,7 +22,7 @@ use crate::settings::{Grant, OAuthSettings};
 
 /// How many times one operation may widen its scopes after a 403 `insufficient_scope`
 /// before it fails (the MCP spec's retry limit for scope challenges).
-pub const STEP_UP_LIMIT: u32 = 2;
+pub(crate) const STEP_UP_LIMIT: u32 = 2;
 
 /// The bound of one metadata, registration or token request.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
@@ -202,7 +202,7 @@ impl OAuthClient {
     }
 
     /// The token to place on a request, renewed first when it expires within
-    /// [`REFRESH_SKEW`](crate::REFRESH_SKEW); `None` when none is held (the server's 401
+    /// `REFRESH_SKEW` (a minute); `None` when none is held (the server's 401
     /// starts authorization).
     pub async fn credential(
         &self,
@@ -242,7 +242,7 @@ impl OAuthClient {
     /// (refresh, or client credentials again) unless someone already did; otherwise, and
     /// when renewal is refused, authorization starts over from discovery. A 403
     /// `insufficient_scope` widens the scopes and authorizes again, at most
-    /// [`STEP_UP_LIMIT`] times per operation (`step_ups` counts the caller's so far).
+    /// `STEP_UP_LIMIT` (2) times per operation (`step_ups` counts the caller's so far).
     pub async fn challenge(
         &self,
         status: u16,

@@ -109,7 +109,7 @@ pub enum OAuthError {
         /// What to change.
         problem: String,
     },
-    /// The server kept asking for more scope after [`STEP_UP_LIMIT`](crate::STEP_UP_LIMIT) step-ups.
+    /// The server kept asking for more scope after `STEP_UP_LIMIT` step-ups.
     #[error(
         "server {server} still answered 403 insufficient_scope after {limit} scope step-ups; check the scopes the client may hold"
     )]

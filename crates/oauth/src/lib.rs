@@ -54,11 +54,9 @@ mod renew;
 mod settings;
 mod token_request;
 
-pub use assertion::{ASSERTION_COMMAND_TIMEOUT, AssertionSource};
+pub use assertion::AssertionSource;
 pub use authorization_code::LOGIN_WAIT;
-pub use challenge::Challenge;
-pub use client::{AuthorizationPrompt, HeldToken, OAuthClient, OAuthStatus, STEP_UP_LIMIT};
+pub use client::{AuthorizationPrompt, HeldToken, OAuthClient, OAuthStatus};
 pub use crypto::SigningAlg;
 pub use error::{AssertionLeg, OAuthError};
-pub use record::REFRESH_SKEW;
 pub use settings::{AuthMethod, Grant, IdentityProvider, OAuthSettings};

@@ -15,7 +15,7 @@ use crate::discovery::ServerMetadata;
 pub(crate) use runwarden_vault::OAuthTokenRecord as TokenRecord;
 
 /// A token that expires within this long is renewed before use.
-pub const REFRESH_SKEW: Duration = Duration::from_secs(60);
+pub(crate) const REFRESH_SKEW: Duration = Duration::from_secs(60);
 
 /// The prefix of the records that bind a server to its authorization server and client.
 pub(crate) const BINDING_PREFIX: &str = "oauth-binding.";

@@ -6,7 +6,7 @@ use runwarden_base::StoreError;
 use serde_json::Value;
 
 use crate::decision::{
-    Answer, AnswerOutcome, Decision, DecisionAnswer, DecisionFilter, EXPIRED_REASON, Refusal,
+    Answer, AnswerOutcome, AnswerRefusal, Decision, DecisionAnswer, DecisionFilter, EXPIRED_REASON,
     SYSTEM_ACTOR, refusal_message,
 };
 use crate::schema_check;
@@ -50,7 +50,7 @@ pub enum DecideError {
     #[error("{message}")]
     Refused {
         /// Why.
-        refusal: Refusal,
+        refusal: AnswerRefusal,
         /// The sentence for people.
         message: String,
     },

@@ -294,12 +294,12 @@ pub enum AnswerOutcome {
     NotFound,
     /// Refused: the decision is no longer pending (answered, expired, dropped), or has
     /// expired, or its run no longer waits (cancelled, finished). The decision as read.
-    Refused(Decision, Refusal),
+    Refused(Decision, AnswerRefusal),
 }
 
 /// Why an answer was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub enum AnswerRefusal {
     /// Someone answered first.
     AlreadyAnswered,
     /// The decision expired.
@@ -364,26 +364,26 @@ pub fn arguments_hash(arguments: &Value) -> String {
 }
 
 /// A refused answer, in words that say what happened and what is left to do.
-pub fn refusal_message(decision: &Decision, refusal: Refusal) -> String {
+pub fn refusal_message(decision: &Decision, refusal: AnswerRefusal) -> String {
     let id = &decision.id;
     match refusal {
-        Refusal::AlreadyAnswered => format!(
+        AnswerRefusal::AlreadyAnswered => format!(
             "decision {id} was already answered ({} by {}): an answer is given once",
             decision.answer.map_or("?", Answer::as_str),
             decision.actor.as_deref().unwrap_or("?")
         ),
-        Refusal::Expired => format!(
+        AnswerRefusal::Expired => format!(
             "decision {id} expired: the call was denied as \"expired\"; start a new run if it is still wanted"
         ),
-        Refusal::RunCancelled => format!(
+        AnswerRefusal::RunCancelled => format!(
             "run {} was cancelled, so decision {id} is void: a cancelled run takes no answer",
             decision.run_id
         ),
-        Refusal::RunNotWaiting => format!(
+        AnswerRefusal::RunNotWaiting => format!(
             "run {} no longer waits for decision {id} (it finished or moved on)",
             decision.run_id
         ),
-        Refusal::NotDue => format!("decision {id} is not due to expire yet"),
+        AnswerRefusal::NotDue => format!("decision {id} is not due to expire yet"),
     }
 }
 

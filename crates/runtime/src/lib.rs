@@ -57,7 +57,7 @@ pub use budget::{BudgetAboveAgent, Budgets};
 pub use cancel::{CancelRefused, Canceller, cancel_run};
 pub use decide::{AnswerRequest, DecideError, decide, expire_due};
 pub use decision::{
-    Answer, AnswerOutcome, Decision, DecisionFilter, DecisionKind, DecisionStatus, Refusal,
+    Answer, AnswerOutcome, AnswerRefusal, Decision, DecisionFilter, DecisionKind, DecisionStatus,
 };
 pub use elicitor::RunElicitor;
 pub use events::{EventBody, usage_of};

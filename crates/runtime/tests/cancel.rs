@@ -9,7 +9,7 @@ use runwarden_models::OpenAiCompatible;
 use runwarden_runtime::{
     CancelAnswer, CancelRefused, Canceller, Outcome, RunState, RunStore, cancel_run,
 };
-use runwarden_testkit::{Reply, TestServer, mcp_handler, tool};
+use runwarden_testkit::{HttpReply, TestServer, mcp_handler, tool};
 use runwarden_vault::audit::action;
 use serde_json::json;
 
@@ -168,7 +168,7 @@ async fn a_cancel_announced_by_another_node_tears_down_a_call_in_flight_at_once(
 #[tokio::test]
 async fn a_cancel_tears_down_a_model_call_in_flight() {
     let f = fixture().await;
-    let mut model = TestServer::start(|_| Reply::Stall).await;
+    let mut model = TestServer::start(|_| HttpReply::Stall).await;
     let provider = Arc::new(OpenAiCompatible::new(
         f.egress.clone(),
         model.url("/v1"),

@@ -10,10 +10,10 @@ use std::time::Duration;
 use runwarden_mcp::Effect;
 use runwarden_runtime::queue::{Claim, QueueStore};
 use runwarden_runtime::{
-    Answer, AnswerRequest, DecideError, Decision, DecisionFilter, DecisionKind, DecisionStatus,
-    Outcome, Refusal, RunState, RunStore, decide, expire_due,
+    Answer, AnswerRefusal, AnswerRequest, DecideError, Decision, DecisionFilter, DecisionKind,
+    DecisionStatus, Outcome, RunState, RunStore, decide, expire_due,
 };
-use runwarden_testkit::{HttpRequest, Reply, TestServer, mcp_handler, tool};
+use runwarden_testkit::{HttpReply, HttpRequest, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 
 use crate::support::{Fixture, WAIT, fixture};
@@ -52,7 +52,7 @@ async fn closing() -> (TestServer, Arc<AtomicUsize>) {
         let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
         if body["method"] == "tools/call" {
             seen.fetch_add(1, Ordering::SeqCst);
-            return Reply::typed(200, "text/event-stream", "");
+            return HttpReply::typed(200, "text/event-stream", "");
         }
         normal(request)
     })
@@ -215,7 +215,7 @@ async fn a_required_approval_parks_the_run_and_approve_runs_the_call_exactly_onc
             again,
             Err(DecideError::Invalid(_))
                 | Err(DecideError::Refused {
-                    refusal: Refusal::AlreadyAnswered,
+                    refusal: AnswerRefusal::AlreadyAnswered,
                     ..
                 })
         ),
@@ -336,7 +336,7 @@ async fn an_approval_nobody_answers_expires_as_a_denial_with_reason_expired() {
         matches!(
             late,
             Err(DecideError::Refused {
-                refusal: Refusal::Expired,
+                refusal: AnswerRefusal::Expired,
                 ..
             })
         ),
@@ -369,7 +369,7 @@ async fn an_approval_after_a_cancel_is_refused_and_nothing_is_sent() {
     let Err(DecideError::Refused { refusal, message }) = refused else {
         panic!("an approval after a cancel is refused: {refused:?}");
     };
-    assert_eq!(refusal, Refusal::RunCancelled);
+    assert_eq!(refusal, AnswerRefusal::RunCancelled);
     assert!(message.contains("was cancelled"), "{message}");
     assert!(calls.lock().unwrap().is_empty());
     assert_eq!(

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use runwarden_mcp::Effect;
 use runwarden_models::{ModelError, ModelProvider, ModelRequest, ModelTurn};
 use runwarden_runtime::{EFFECT_UNCERTAIN, Outcome, RunState, RunStore};
-use runwarden_testkit::{HttpRequest, Reply, TestServer, mcp_handler, tool};
+use runwarden_testkit::{HttpReply, HttpRequest, TestServer, mcp_handler, tool};
 use runwarden_vault::CancellationSignal;
 use runwarden_vault::store::AuditFilter;
 use serde_json::{Value, json};
@@ -46,9 +46,9 @@ async fn misbehaving(how: Misbehaviour) -> (TestServer, Arc<Counts>) {
             Some("tools/call") => {
                 seen.calls.fetch_add(1, Ordering::SeqCst);
                 match how {
-                    Misbehaviour::CloseStream => Reply::typed(200, "text/event-stream", ""),
-                    Misbehaviour::Reset => Reply::Reset,
-                    Misbehaviour::Stall => Reply::Stall,
+                    Misbehaviour::CloseStream => HttpReply::typed(200, "text/event-stream", ""),
+                    Misbehaviour::Reset => HttpReply::Reset,
+                    Misbehaviour::Stall => HttpReply::Stall,
                 }
             }
             Some("notifications/cancelled") => {
@@ -246,7 +246,7 @@ async fn a_run_cancelled_during_the_handshake_was_never_fenced_and_sent_no_call(
     let normal = mcp_handler(vec![tool("create")], &[]);
     let mut server = TestServer::start(move |request: &HttpRequest| {
         if String::from_utf8_lossy(&request.body).contains("\"initialize\"") {
-            Reply::Stall
+            HttpReply::Stall
         } else {
             normal(request)
         }

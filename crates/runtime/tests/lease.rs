@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use runwarden_models::OpenAiCompatible;
 use runwarden_runtime::{Executor, ExecutorConfig, Outcome, RunState, RunStore};
-use runwarden_testkit::{Reply, TestServer};
+use runwarden_testkit::{HttpReply, TestServer};
 
 use crate::support::{WAIT, fixture};
 
@@ -23,7 +23,7 @@ async fn a_segment_that_cannot_renew_its_lease_stops_its_call_before_the_lease_r
         ..ExecutorConfig::new("fenced")
     };
     let executor = Arc::new(Executor::new(f.store.clone(), f.watcher.clone(), config));
-    let mut model = TestServer::start(|_| Reply::Stall).await;
+    let mut model = TestServer::start(|_| HttpReply::Stall).await;
     let provider = Arc::new(OpenAiCompatible::new(
         f.egress.clone(),
         model.url("/v1"),

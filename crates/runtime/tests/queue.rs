@@ -15,7 +15,7 @@ use runwarden_runtime::{
     Worker, WorkerConfig, reap,
 };
 use runwarden_store_sqlite::SqliteStore;
-use runwarden_testkit::{Reply, TestServer, mcp_handler, tool};
+use runwarden_testkit::{HttpReply, TestServer, mcp_handler, tool};
 use serde_json::json;
 
 use crate::support::{WAIT, fixture};
@@ -90,7 +90,7 @@ async fn a_retryable_model_failure_requeues_and_a_permanent_one_dead_letters() {
         (401, Outcome::DeadLettered, RunState::Failed),
     ] {
         let model = TestServer::start(move |_| {
-            Reply::typed(status, "application/json", r#"{"error":{"message":"no"}}"#)
+            HttpReply::typed(status, "application/json", r#"{"error":{"message":"no"}}"#)
         })
         .await;
         let provider = Arc::new(OpenAiCompatible::new(
@@ -134,7 +134,7 @@ async fn retries_stop_at_the_requeue_cap_with_retries_exhausted() {
     let f = fixture().await;
     let store = &*f.store.inner;
     let executor = queue_executor(store, Duration::from_secs(30), Duration::from_secs(10));
-    let model = TestServer::start(|_| Reply::typed(503, "application/json", "{}")).await;
+    let model = TestServer::start(|_| HttpReply::typed(503, "application/json", "{}")).await;
     let agent = f.agent_with(
         Arc::new(OpenAiCompatible::new(
             f.egress.clone(),

@@ -9,7 +9,7 @@ use runwarden_models::{
     ModelError, ModelProvider, ModelRequest, ModelTurn, OpenAiCompatible, ToolCallRequest,
 };
 use runwarden_runtime::{Outcome, RunState, RunStore};
-use runwarden_testkit::{HttpRequest, Reply, TestServer, mcp_handler, tool};
+use runwarden_testkit::{HttpReply, HttpRequest, TestServer, mcp_handler, tool};
 use runwarden_vault::CancellationSignal;
 use serde_json::{Value, json};
 
@@ -78,7 +78,7 @@ async fn a_scripted_run_calls_a_real_mcp_tool_and_completes_with_every_step_in_o
 
 /// An OpenAI-compatible model: a tool call first, then a final answer once it has read
 /// the tool's result.
-fn openai_model(request: &HttpRequest) -> Reply {
+fn openai_model(request: &HttpRequest) -> HttpReply {
     let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
     let answered = body["messages"]
         .as_array()
@@ -89,7 +89,7 @@ fn openai_model(request: &HttpRequest) -> Reply {
         json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
             "function": {"name": "srv__create", "arguments": "{\"q\":\"printer\"}"}}]})
     };
-    Reply::typed(
+    HttpReply::typed(
         200,
         "application/json",
         json!({"choices": [{"message": message, "finish_reason": "stop"}]}).to_string(),
@@ -380,11 +380,11 @@ async fn a_resumed_run_never_repeats_a_recorded_write_and_finishes_what_was_not_
 
 /// A stateless MCP server whose `search` answers only `structuredContent`, `{"hits": N}`,
 /// with N a string when the query is "bad" (off the schema the catalogue holds).
-fn structured_server(request: &HttpRequest) -> Reply {
+fn structured_server(request: &HttpRequest) -> HttpReply {
     let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
     let method = body["method"].as_str().unwrap_or_default();
     if method.starts_with("notifications/") {
-        return Reply::Respond {
+        return HttpReply::Respond {
             status: 202,
             headers: vec![],
             body: vec![],
@@ -400,7 +400,7 @@ fn structured_server(request: &HttpRequest) -> Reply {
         "tools/call" => json!({"content": [], "structuredContent": {"hits": 3}}),
         _ => json!({}),
     };
-    Reply::typed(
+    HttpReply::typed(
         200,
         "application/json",
         json!({"jsonrpc": "2.0", "id": body["id"], "result": result}).to_string(),

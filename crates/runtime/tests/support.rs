@@ -17,7 +17,7 @@ use runwarden_runtime::{
     WatcherConfig,
 };
 use runwarden_store_sqlite::SqliteStore;
-use runwarden_testkit::{Answer, Call, Detail, Hook, HookedStore, Strike};
+use runwarden_testkit::{Call, Detail, Hook, HookedStore, StoreAnswer, Strike};
 use runwarden_vault::store::{AuditFilter, StoreError};
 use runwarden_vault::{EgressClient, Vault};
 use serde_json::json;
@@ -83,7 +83,7 @@ impl Hook for Instrumented {
         Strike::Pass
     }
 
-    async fn after(&self, call: &Call, _answer: Answer<'_>) -> Option<StoreError> {
+    async fn after(&self, call: &Call, _answer: StoreAnswer<'_>) -> Option<StoreError> {
         if call.method == "run_statuses" {
             self.read_done.notify_one();
             drop(self.hold_answers.lock().await);

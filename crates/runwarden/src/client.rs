@@ -18,7 +18,7 @@ pub(crate) struct ApiClient {
 }
 
 /// How an API answer went, as the CLI needs it.
-pub(crate) enum Answer {
+pub(crate) enum ApiOutcome {
     /// A 2xx with its JSON body.
     Ok(Value),
     /// The server's error: its status and message (the stable code stays in the body).
@@ -40,7 +40,7 @@ impl ApiClient {
         Ok(Self { base, token, http })
     }
 
-    async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<Answer> {
+    async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<ApiOutcome> {
         let request = match &self.token {
             Some(token) => request.bearer_auth(token),
             None => request,
@@ -54,21 +54,21 @@ impl ApiClient {
         let bytes = response.bytes().await.unwrap_or_default();
         let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         if (200..300).contains(&status) {
-            return Ok(Answer::Ok(body));
+            return Ok(ApiOutcome::Ok(body));
         }
         let message = body["error"]["message"]
             .as_str()
             .unwrap_or("the server gave no reason")
             .to_string();
-        Ok(Answer::Refused { status, message })
+        Ok(ApiOutcome::Refused { status, message })
     }
 
-    pub(crate) async fn get(&self, path: &str) -> anyhow::Result<Answer> {
+    pub(crate) async fn get(&self, path: &str) -> anyhow::Result<ApiOutcome> {
         self.send(self.http.get(format!("{}{path}", self.base)))
             .await
     }
 
-    pub(crate) async fn post(&self, path: &str, body: Value) -> anyhow::Result<Answer> {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> anyhow::Result<ApiOutcome> {
         self.send(
             self.http
                 .post(format!("{}{path}", self.base))
@@ -79,10 +79,10 @@ impl ApiClient {
     }
 
     /// A JSON answer, or the server's refusal as an error (with a hint for 401/403).
-    pub(crate) async fn expect(&self, answer: Answer) -> anyhow::Result<Value> {
+    pub(crate) async fn expect(&self, answer: ApiOutcome) -> anyhow::Result<Value> {
         match answer {
-            Answer::Ok(body) => Ok(body),
-            Answer::Refused {
+            ApiOutcome::Ok(body) => Ok(body),
+            ApiOutcome::Refused {
                 status: 401,
                 message,
                 ..
@@ -92,7 +92,7 @@ impl ApiClient {
                     crate::hints::TOKEN_HINT
                 )
             }
-            Answer::Refused { message, .. } => bail!("{message}"),
+            ApiOutcome::Refused { message, .. } => bail!("{message}"),
         }
     }
 
@@ -125,7 +125,7 @@ impl ApiClient {
                 .as_str()
                 .unwrap_or("the server gave no reason")
                 .to_string();
-            self.expect(Answer::Refused { status, message }).await?;
+            self.expect(ApiOutcome::Refused { status, message }).await?;
             return Ok(after);
         }
         let mut buffer = String::new();

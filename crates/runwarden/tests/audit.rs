@@ -229,10 +229,10 @@ fn a_deleted_audit_key_fails_every_command_and_nothing_recreates_it() {
 
 #[tokio::test]
 async fn a_call_killed_mid_flight_leaves_its_intent_listed_as_incomplete_and_counted_by_verify() {
-    use runwarden_testkit::{Reply, TestServer};
+    use runwarden_testkit::{HttpReply, TestServer};
     let sandbox = Sandbox::initialised();
     sandbox.allow_loopback();
-    let mut server = TestServer::start(|_| Reply::Stall).await;
+    let mut server = TestServer::start(|_| HttpReply::Stall).await;
     let mut call = crate::support::Live::start(&sandbox, &["egress", "test", &server.url("/slow")]);
     // The request reached the server: the intent was committed before it left.
     server

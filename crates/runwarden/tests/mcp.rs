@@ -5,7 +5,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use runwarden_testkit::{Reply, TestServer, mcp_handler, tool};
+use runwarden_testkit::{HttpReply, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 
 use crate::support::{SIGIL, Sandbox, runwarden};
@@ -75,10 +75,10 @@ async fn importing_a_server_without_tools_says_so_and_succeeds_with_nothing_impo
     let mut server = TestServer::start(|request| {
         let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
         if body["method"].as_str().unwrap_or_default().starts_with("notifications/") {
-            return Reply::Respond { status: 202, headers: vec![], body: vec![] };
+            return HttpReply::Respond { status: 202, headers: vec![], body: vec![] };
         }
         let result = json!({"protocolVersion": "2025-11-25", "capabilities": {"prompts": {}}, "serverInfo": {"name": "prompts-only", "version": "1"}});
-        Reply::typed(200, "application/json", json!({"jsonrpc": "2.0", "id": body["id"], "result": result}).to_string())
+        HttpReply::typed(200, "application/json", json!({"jsonrpc": "2.0", "id": body["id"], "result": result}).to_string())
     })
     .await;
     let sandbox = sandbox_with_server(&server.url("/mcp"), "");
@@ -222,7 +222,7 @@ async fn the_server_secret_goes_on_every_leg_and_never_into_output() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_reports_a_down_server_and_exits_non_zero() {
     let up = TestServer::start(mcp_handler(tools(), &[])).await;
-    let down = TestServer::start(|_| Reply::text(503, "maintenance")).await;
+    let down = TestServer::start(|_| HttpReply::text(503, "maintenance")).await;
     let sandbox = sandbox_with_server(&up.url("/mcp"), "");
     let mut text = std::fs::read_to_string(sandbox.config()).unwrap();
     text.push_str(&format!(

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use runwarden_testkit::{
-    AuthServer, ClientSpec, IdentityProvider, Knobs, ProtectedResource, SigningKey,
+    AuthServer, ClientSpec, Knobs, ProtectedResource, SigningKey, TestIdentityProvider,
 };
 use serde_json::json;
 
@@ -143,7 +143,7 @@ async fn a_workload_jwt_from_a_file_buys_a_token_and_the_rotated_file_is_read_fo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cross_app_access_exchanges_the_id_token_for_an_id_jag_then_calls_with_the_token() {
-    let idp = IdentityProvider::start().await;
+    let idp = TestIdentityProvider::start().await;
     let (auth, resource) = servers(Knobs::default()).await;
     let app_secret = "xaa-sigil-app-secret-71c2".to_string();
     let idp_secret = "xaa-sigil-idp-secret-0d4b".to_string();
@@ -238,7 +238,7 @@ async fn cross_app_access_exchanges_the_id_token_for_an_id_jag_then_calls_with_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_leg_is_named_with_what_to_check_and_never_retried() {
     // The identity provider refuses the ID token: the authorization server is never asked.
-    let idp = IdentityProvider::start().await;
+    let idp = TestIdentityProvider::start().await;
     let (auth, resource) = servers(Knobs::default()).await;
     auth.register(ClientSpec::secret_basic("app", "app-secret-value"));
     auth.trust_issuer(&idp.issuer(), idp.jag_jwk());
@@ -302,7 +302,7 @@ async fn a_refused_leg_is_named_with_what_to_check_and_never_retried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_during_the_identity_provider_exchange_closes_it_on_the_wire() {
     const WAIT: Duration = Duration::from_secs(15);
-    let mut idp = IdentityProvider::start().await;
+    let mut idp = TestIdentityProvider::start().await;
     let (auth, resource) = servers(Knobs::default()).await;
     auth.register(ClientSpec::secret_basic("app", "app-secret-value"));
     idp.register("idp-app", None, "app");

@@ -6,7 +6,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use runwarden_testkit::{HttpRequest, Reply, Seen, TestServer, mcp_handler, tool};
+use runwarden_testkit::{HttpReply, HttpRequest, Seen, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 
 use crate::support::serve::{Serve, install, token};
@@ -297,7 +297,7 @@ async fn run_through_a_server_prints_its_events_and_ctrl_c_cancels_it_through_th
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn egress_test_fails_on_an_error_status_as_its_audit_row_says() {
-    let server = TestServer::start(|_: &HttpRequest| Reply::text(404, "no such page")).await;
+    let server = TestServer::start(|_: &HttpRequest| HttpReply::text(404, "no such page")).await;
     let sandbox = Sandbox::initialised();
     sandbox.allow_loopback();
     let sandbox = Arc::new(sandbox);

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use runwarden_testkit::{HttpRequest, Reply, Seen, TestServer, mcp_handler, tool};
+use runwarden_testkit::{HttpReply, HttpRequest, Seen, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 
 use crate::support::{Live, SIGIL, Sandbox, call_the_stalling_tool, runwarden};
@@ -321,7 +321,7 @@ async fn cancel_from_another_process_tears_down_a_stalled_write_and_keeps_the_fe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_from_another_process_tears_down_a_stalled_model_call() {
-    let mut model = TestServer::start(|_| Reply::Stall).await;
+    let mut model = TestServer::start(|_| HttpReply::Stall).await;
     let sandbox = openai(&model.url("/v1"), "");
 
     let mut run = Live::start(&sandbox, &["--json", "run", "--agent", "a", "think hard"]);
@@ -498,7 +498,7 @@ async fn events_follow_streams_a_live_run_until_it_ends() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_key_of_a_model_never_appears_in_output() {
     let mut model = TestServer::start(|_| {
-        Reply::typed(
+        HttpReply::typed(
             200,
             "application/json",
             json!({"choices": [{"message": {"role": "assistant", "content": "done"}}]}).to_string(),

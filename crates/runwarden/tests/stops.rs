@@ -9,7 +9,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use runwarden_testkit::{HttpRequest, Reply, TestServer, mcp_handler, tool};
+use runwarden_testkit::{HttpReply, HttpRequest, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 
 use crate::support::{Live, Sandbox, call_the_stalling_tool, lines, runwarden};
@@ -193,7 +193,7 @@ async fn a_long_error_is_printed_whole_by_run_events_and_status() {
     );
     let body = json!({"error": {"message": message}}).to_string();
     let model =
-        TestServer::start(move |_| Reply::typed(400, "application/json", body.clone())).await;
+        TestServer::start(move |_| HttpReply::typed(400, "application/json", body.clone())).await;
     let sandbox = Sandbox::initialised();
     sandbox.allow_loopback();
     sandbox.append_config(&format!(

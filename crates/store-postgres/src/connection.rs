@@ -369,7 +369,7 @@ impl PgStore {
 
 /// The URL with any password replaced by `[redacted]`; text that does not parse as a URL
 /// is not shown at all (it might be a key/value string holding a password).
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     match url::Url::parse(url) {
         Ok(mut parsed) => {
             if parsed.password().is_some() {

@@ -11,7 +11,8 @@
 use runwarden_base::StoreError;
 use runwarden_runtime::RunState;
 use runwarden_runtime::decision::{
-    AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionStatus, Refusal,
+    AnswerOutcome, AnswerRefusal, Decision, DecisionAnswer, DecisionAsk, DecisionFilter,
+    DecisionStatus,
 };
 use runwarden_runtime::events::{DecisionAnswered, EventBody};
 use runwarden_runtime::rules::decisions::{self as rules, CANCEL_BY_ANSWER_REASON, RunAfterAnswer};
@@ -163,7 +164,7 @@ async fn answer(
         return Ok(AnswerOutcome::NotFound);
     };
     let run = run_status.as_deref().and_then(RunState::parse);
-    if let Some(refusal) = rules::refusal(&before, run, params.answer, params.now_ms) {
+    if let Some(refusal) = rules::answer_refusal(&before, run, params.answer, params.now_ms) {
         return Ok(AnswerOutcome::Refused(before, refusal));
     }
     let (status_after, reason) = rules::recorded(params.answer, params.reason.as_deref());
@@ -185,7 +186,10 @@ async fn answer(
         )
         .await?;
     if changed != 1 {
-        return Ok(AnswerOutcome::Refused(before, Refusal::AlreadyAnswered));
+        return Ok(AnswerOutcome::Refused(
+            before,
+            AnswerRefusal::AlreadyAnswered,
+        ));
     }
     let Some(decision) = read(tx, &params.id, false).await? else {
         return Err(Failure::Corrupt(format!(

@@ -27,7 +27,7 @@
 
 #![deny(missing_docs)]
 
-pub use connection::{PgOptions, PgStore, redact_url};
+pub use connection::{PgOptions, PgStore};
 
 mod catalogue_store;
 mod connection;

@@ -7,7 +7,8 @@
 
 use runwarden_base::StoreError;
 use runwarden_runtime::decision::{
-    AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionStatus, Refusal,
+    AnswerOutcome, AnswerRefusal, Decision, DecisionAnswer, DecisionAsk, DecisionFilter,
+    DecisionStatus,
 };
 use runwarden_runtime::events::{DecisionAnswered, EventBody};
 use runwarden_runtime::rules::decisions::{self as rules, CANCEL_BY_ANSWER_REASON, RunAfterAnswer};
@@ -164,7 +165,7 @@ fn answer(conn: &mut Connection, params: &DecisionAnswer) -> Result<Answered, Fa
     };
     // Under the write lock nothing changes between these reads and the update.
     let run = read_run_status(&tx, &before.run_id)?;
-    if let Some(refusal) = rules::refusal(&before, run, params.answer, params.now_ms) {
+    if let Some(refusal) = rules::answer_refusal(&before, run, params.answer, params.now_ms) {
         return Ok((AnswerOutcome::Refused(before, refusal), None, None));
     }
     let (status_after, reason) = rules::recorded(params.answer, params.reason.as_deref());
@@ -185,7 +186,7 @@ fn answer(conn: &mut Connection, params: &DecisionAnswer) -> Result<Answered, Fa
     )?;
     if changed != 1 {
         return Ok((
-            AnswerOutcome::Refused(before, Refusal::AlreadyAnswered),
+            AnswerOutcome::Refused(before, AnswerRefusal::AlreadyAnswered),
             None,
             None,
         ));

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use runwarden_runtime::RunState;
 use runwarden_runtime::decision::{
-    Answer, AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter, DecisionKind,
-    DecisionStatus, Refusal, Reissue, arguments_hash,
+    Answer, AnswerOutcome, AnswerRefusal, Decision, DecisionAnswer, DecisionAsk, DecisionFilter,
+    DecisionKind, DecisionStatus, Reissue, arguments_hash,
 };
 use runwarden_runtime::queue::{Claim, QueueStore};
 use runwarden_runtime::store::{FenceMark, NewRunStatus, RunCreate, RunSettle, SettleAnswer};
@@ -277,7 +277,7 @@ async fn two_answers_racing_leave_exactly_one(store: &Arc<dyn QueueStore>) {
         match task.await.expect("answer task") {
             AnswerOutcome::Answered(_) => won += 1,
             AnswerOutcome::Refused(_, refusal) => {
-                assert_eq!(refusal, Refusal::AlreadyAnswered)
+                assert_eq!(refusal, AnswerRefusal::AlreadyAnswered)
             }
             AnswerOutcome::NotFound => panic!("the decision exists"),
         }
@@ -309,7 +309,10 @@ async fn a_cancel_while_waiting_drops_the_decision_and_refuses_the_answer(store:
     );
     let outcome = answered(store, answer("d-cancel", Answer::Approve, T0 + 30)).await;
     assert!(
-        matches!(outcome, AnswerOutcome::Refused(_, Refusal::RunCancelled)),
+        matches!(
+            outcome,
+            AnswerOutcome::Refused(_, AnswerRefusal::RunCancelled)
+        ),
         "{outcome:?}"
     );
     assert_eq!(status(store, "dr-cancel").await, RunState::Cancelled);
@@ -336,7 +339,7 @@ async fn an_operator_answer_after_the_expiry_is_refused_and_the_expiry_denies(
     .await;
     let early = answered(store, answer("d-exp", Answer::Expired, T0 + EXPIRY - 1)).await;
     assert!(
-        matches!(early, AnswerOutcome::Refused(_, Refusal::NotDue)),
+        matches!(early, AnswerOutcome::Refused(_, AnswerRefusal::NotDue)),
         "an expiry waits for its time: {early:?}"
     );
     let due = store
@@ -353,7 +356,7 @@ async fn an_operator_answer_after_the_expiry_is_refused_and_the_expiry_denies(
     );
     let late = answered(store, answer("d-exp", Answer::Approve, T0 + EXPIRY)).await;
     assert!(
-        matches!(late, AnswerOutcome::Refused(_, Refusal::Expired)),
+        matches!(late, AnswerOutcome::Refused(_, AnswerRefusal::Expired)),
         "an operator is too late at the expiry: {late:?}"
     );
     let mut expiry = answer("d-exp", Answer::Expired, T0 + EXPIRY);
@@ -551,7 +554,10 @@ async fn an_input_leaves_the_run_running_and_is_refused_once_the_run_finished(
     assert_eq!(settled, SettleAnswer::Settled);
     let late = answered(store, answer("d-in-2", Answer::Decline, T0 + 70)).await;
     assert!(
-        matches!(late, AnswerOutcome::Refused(_, Refusal::RunNotWaiting)),
+        matches!(
+            late,
+            AnswerOutcome::Refused(_, AnswerRefusal::RunNotWaiting)
+        ),
         "an answer on a finished run is refused: {late:?}"
     );
 }

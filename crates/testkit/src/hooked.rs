@@ -64,7 +64,7 @@ pub enum Strike {
 }
 
 /// A store's answer to a call, as a [`Hook`] sees it after the call.
-pub struct Answer<'a> {
+pub struct StoreAnswer<'a> {
     /// Whether the store answered `Ok`.
     pub ok: bool,
     /// The whole answer, a `Result<T, StoreError>` for the method's `T`, to downcast.
@@ -84,7 +84,7 @@ pub trait Hook: Send + Sync + 'static {
     /// After the store answered (also when a [`Strike::Lose`] loses the answer):
     /// `Some(error)` loses the answer (a commit whose answer never came back) and the
     /// caller gets the error instead.
-    async fn after(&self, call: &Call, answer: Answer<'_>) -> Option<StoreError> {
+    async fn after(&self, call: &Call, answer: StoreAnswer<'_>) -> Option<StoreError> {
         let _ = (call, answer);
         None
     }
@@ -128,7 +128,7 @@ impl<S: ?Sized + Send + Sync, H: Hook> HookedStore<S, H> {
             Strike::Hang => return std::future::pending().await,
         };
         let answer = work.await;
-        let seen = Answer {
+        let seen = StoreAnswer {
             ok: answer.is_ok(),
             result: &answer,
         };

@@ -1,7 +1,7 @@
 //! A real enterprise identity provider on 127.0.0.1 for enterprise-managed authorization
 //! (cross-app access): it signs ID tokens for tests, and its token endpoint exchanges one
 //! for an ID-JAG (RFC 8693 token exchange, `requested_token_type` id-jag) that an
-//! [`AuthServer`](crate::AuthServer) trusting [`IdentityProvider::jag_jwk`] accepts in a
+//! [`AuthServer`](crate::AuthServer) trusting [`TestIdentityProvider::jag_jwk`] accepts in a
 //! JWT bearer grant. Every exchange it received is kept, to assert on its form.
 
 use std::collections::HashMap;
@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::jwt::{SigningKey, random_token, unix_now, verify_jwt};
 use crate::oauth::json_reply;
 use crate::oauth::jwt_grant::ID_JAG_TYP;
-use crate::server::{HttpRequest, Reply, TestServer};
+use crate::server::{HttpReply, HttpRequest, TestServer};
 
 /// One token exchange the identity provider received.
 #[derive(Debug, Clone)]
@@ -47,7 +47,7 @@ struct State {
 }
 
 /// The identity provider; it stops when dropped. Its issuer is its base URL.
-pub struct IdentityProvider {
+pub struct TestIdentityProvider {
     /// The HTTP server.
     pub server: TestServer,
     shared: Arc<Mutex<State>>,
@@ -59,7 +59,7 @@ fn lock(shared: &Arc<Mutex<State>>) -> MutexGuard<'_, State> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-impl IdentityProvider {
+impl TestIdentityProvider {
     /// Starts one with fresh ES256 keys for ID tokens and for ID-JAGs.
     pub async fn start() -> Self {
         let shared = Arc::new(Mutex::new(State {
@@ -131,13 +131,13 @@ impl IdentityProvider {
     }
 }
 
-fn token_endpoint(shared: &Arc<Mutex<State>>, request: &HttpRequest) -> Reply {
+fn token_endpoint(shared: &Arc<Mutex<State>>, request: &HttpRequest) -> HttpReply {
     if request.method != "POST" || !request.target.starts_with("/token") {
-        return Reply::text(404, "not found");
+        return HttpReply::text(404, "not found");
     }
     let mut state = lock(shared);
     if state.stall {
-        return Reply::Stall;
+        return HttpReply::Stall;
     }
     let form: HashMap<String, String> = url::form_urlencoded::parse(&request.body)
         .into_owned()

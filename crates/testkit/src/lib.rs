@@ -5,13 +5,13 @@
 //! PostgreSQL server in a temporary directory (or the shared one a test run started); and
 //! [`LlamaServer`], a real model server (llama.cpp with SmolLM2-135M) on 127.0.0.1; and
 //! [`AuthServer`], a real OAuth 2.1 authorization server whose tokens guard
-//! [`ProtectedResource`]s, and [`IdentityProvider`], the enterprise identity provider of
+//! [`ProtectedResource`]s, and [`TestIdentityProvider`], the enterprise identity provider of
 //! cross-app access.
 //!
 //! ```no_run
 //! # async fn example() {
-//! use runwarden_testkit::{Reply, TestServer};
-//! let mut server = TestServer::start(|_request| Reply::text(200, "ok")).await;
+//! use runwarden_testkit::{HttpReply, TestServer};
+//! let mut server = TestServer::start(|_request| HttpReply::text(200, "ok")).await;
 //! let url = server.url("/");
 //! # let _ = url;
 //! let request = server.next_request(std::time::Duration::from_secs(5)).await;
@@ -31,20 +31,19 @@ mod oauth;
 mod otlp;
 mod outside;
 mod peer;
-pub mod postgres;
+mod postgres;
 mod server;
 mod stats;
 mod vault;
 
 pub use echo::{
     Channel, HOSTILE_SIGIL, Spelling, echo_handler, echo_handler_spelt, find_decoded_form,
-    find_form, forms_of, hostile_placements, html_decoded, json_decoded, percent_decoded,
-    received_credential,
+    find_form, forms_of, hostile_placements, json_decoded, received_credential,
 };
-pub use hooked::{Answer, Call, Detail, Hook, HookedStore, Strike};
-pub use idp::{Exchange, IdentityProvider};
+pub use hooked::{Call, Detail, Hook, HookedStore, StoreAnswer, Strike};
+pub use idp::{Exchange, TestIdentityProvider};
 pub use jwt::{JWT_BEARER_ASSERTION, SigningKey};
-pub use llama::{LLAMA_DIR_ENV, LlamaServer};
+pub use llama::LlamaServer;
 pub use mcp::{mcp_handler, tool};
 pub use oauth::{
     AuthMethod, AuthServer, ClientSpec, Counters, IssuedToken, Knobs, ProtectedResource,
@@ -54,6 +53,6 @@ pub use otlp::{ExportedSpan, OtlpReceiver};
 pub use outside::required_path;
 pub use peer::Peer;
 pub use postgres::TempCluster;
-pub use server::{HttpRequest, Reply, Seen, TestServer, closed_port};
+pub use server::{HttpReply, HttpRequest, Seen, TestServer, closed_port};
 pub use stats::Dist;
 pub use vault::{LoopbackVault, call_outcomes, loopback_vault};

@@ -31,7 +31,7 @@ use tokio::sync::watch;
 const STARTUP: Duration = Duration::from_secs(60);
 
 /// The environment variable naming the install (`scripts/llama-server.sh`'s last line).
-pub const LLAMA_DIR_ENV: &str = "RUNWARDEN_LLAMA_DIR";
+pub(crate) const LLAMA_DIR_ENV: &str = "RUNWARDEN_LLAMA_DIR";
 
 /// The repository root (two levels above any crate's manifest directory).
 fn repo_root() -> PathBuf {

@@ -4,19 +4,19 @@
 
 use serde_json::{Value, json};
 
-use crate::server::{HttpRequest, Reply};
+use crate::server::{HttpReply, HttpRequest};
 
 /// A handler for [`TestServer::start`](crate::TestServer::start).
 pub fn mcp_handler(
     tools: Vec<Value>,
     stalling: &[&str],
-) -> impl Fn(&HttpRequest) -> Reply + Send + Sync + 'static {
+) -> impl Fn(&HttpRequest) -> HttpReply + Send + Sync + 'static {
     let stalling: Vec<String> = stalling.iter().map(|s| s.to_string()).collect();
     move |request| {
         let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
         let method = body["method"].as_str().unwrap_or_default();
         if method.starts_with("notifications/") {
-            return Reply::Respond {
+            return HttpReply::Respond {
                 status: 202,
                 headers: vec![],
                 body: vec![],
@@ -30,14 +30,14 @@ pub fn mcp_handler(
             "tools/call" => {
                 let name = body["params"]["name"].as_str().unwrap_or_default();
                 if stalling.iter().any(|s| s == name) {
-                    return Reply::Stall;
+                    return HttpReply::Stall;
                 }
                 let text = format!("{name} {}", body["params"]["arguments"]);
                 json!({"content": [{"type": "text", "text": text}]})
             }
             _ => json!({}),
         };
-        Reply::typed(
+        HttpReply::typed(
             200,
             "application/json",
             json!({"jsonrpc": "2.0", "id": body["id"], "result": result}).to_string(),

@@ -25,7 +25,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Value, json};
 
 use crate::jwt::random_token;
-use crate::server::{HttpRequest, Reply, TestServer};
+use crate::server::{HttpReply, HttpRequest, TestServer};
 
 mod authorize;
 mod clients;
@@ -205,7 +205,7 @@ impl AuthServer {
         &self,
         path: &str,
         scopes: &[&str],
-        inner: impl Fn(&HttpRequest) -> Reply + Send + Sync + 'static,
+        inner: impl Fn(&HttpRequest) -> HttpReply + Send + Sync + 'static,
     ) -> ProtectedResource {
         let shared = self.shared.clone();
         let config = Arc::new(Mutex::new(ResourceConfig {
@@ -251,8 +251,8 @@ pub fn pkce_challenge(verifier: &str) -> String {
     URL_SAFE_NO_PAD.encode(digest.as_ref())
 }
 
-pub(crate) fn json_reply(status: u16, body: Value) -> Reply {
-    Reply::json(status, &body).with_header("cache-control", "no-store")
+pub(crate) fn json_reply(status: u16, body: Value) -> HttpReply {
+    HttpReply::json(status, &body).with_header("cache-control", "no-store")
 }
 
 fn query_of(target: &str) -> HashMap<String, String> {
@@ -271,7 +271,7 @@ pub(crate) fn scopes_of(text: Option<&String>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn authorization_server(shared: &Shared, request: &HttpRequest) -> Reply {
+fn authorization_server(shared: &Shared, request: &HttpRequest) -> HttpReply {
     let mut state = lock(shared);
     let path = path_of(&request.target).to_string();
     match (request.method.as_str(), path.as_str()) {
@@ -288,11 +288,11 @@ fn authorization_server(shared: &Shared, request: &HttpRequest) -> Reply {
         ("GET", "/jwks") => json_reply(200, json!({"keys": []})),
         ("GET", "/authorize") => authorization(&mut state, request),
         ("POST", "/token") => token(&mut state, request),
-        _ => Reply::text(404, "not found"),
+        _ => HttpReply::text(404, "not found"),
     }
 }
 
-fn metadata(state: &mut State, path: &str) -> Reply {
+fn metadata(state: &mut State, path: &str) -> HttpReply {
     *state
         .counters
         .metadata_requests
@@ -331,7 +331,12 @@ fn metadata(state: &mut State, path: &str) -> Reply {
     json_reply(200, document)
 }
 
-pub(crate) fn oauth_error(state: &mut State, status: u16, error: &str, description: &str) -> Reply {
+pub(crate) fn oauth_error(
+    state: &mut State,
+    status: u16,
+    error: &str,
+    description: &str,
+) -> HttpReply {
     state
         .counters
         .errors

@@ -8,7 +8,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use prost::Message as _;
 
-use crate::{Reply, TestServer};
+use crate::{HttpReply, TestServer};
 
 /// One exported span, flattened for assertions.
 #[derive(Debug, Clone)]
@@ -37,7 +37,8 @@ impl OtlpReceiver {
     /// Starts listening; every POST is answered 200 with an empty export response.
     pub async fn start() -> Self {
         let server =
-            TestServer::start(|_| Reply::typed(200, "application/x-protobuf", Vec::new())).await;
+            TestServer::start(|_| HttpReply::typed(200, "application/x-protobuf", Vec::new()))
+                .await;
         Self {
             server,
             spans: Vec::new(),

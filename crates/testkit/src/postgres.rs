@@ -14,12 +14,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The environment variable naming a running server (a superuser URL) to create test
 /// databases on instead of starting a cluster per test process.
-pub const SHARED_URL_ENV: &str = "RUNWARDEN_TEST_PG_URL";
+pub(crate) const SHARED_URL_ENV: &str = "RUNWARDEN_TEST_PG_URL";
 
 /// The superuser every cluster started here is created with (trust authentication).
-pub const SUPERUSER: &str = "runwarden";
+pub(crate) const SUPERUSER: &str = "runwarden";
 
-/// A PostgreSQL server for tests. See the [module docs](self).
+/// A real PostgreSQL server for tests: a temporary cluster on a free 127.0.0.1 port,
+/// stopped and removed on drop, or the running server `RUNWARDEN_TEST_PG_URL` names.
+/// [`TempCluster::fresh_database`] answers the URL of a new, empty database, so tests
+/// never share data. Missing PostgreSQL binaries are a panic that says how to install them.
 #[derive(Debug)]
 pub struct TempCluster {
     /// `postgres://runwarden@127.0.0.1:PORT` (no database): the server's base URL.

@@ -36,7 +36,7 @@ impl HttpRequest {
 
 /// What the server does with a request.
 #[derive(Debug, Clone)]
-pub enum Reply {
+pub enum HttpReply {
     /// Answer with a status, headers and a body (content-length is added).
     Respond {
         /// The status code.
@@ -66,10 +66,10 @@ pub enum Reply {
     },
     /// Wait this long, then answer as the inner reply: a slow server, so that requests
     /// from several clients overlap.
-    Delayed(Duration, Box<Reply>),
+    Delayed(Duration, Box<HttpReply>),
 }
 
-impl Reply {
+impl HttpReply {
     /// A plain-text answer.
     pub fn text(status: u16, body: &str) -> Self {
         Self::Respond {
@@ -93,7 +93,7 @@ impl Reply {
         Self::typed(status, "application/json", body.to_string())
     }
 
-    /// A `text/event-stream` answer sent in `chunks`; see [`Reply::Stream`].
+    /// A `text/event-stream` answer sent in `chunks`; see [`HttpReply::Stream`].
     pub fn event_stream(chunks: Vec<Vec<u8>>, hold_open: bool) -> Self {
         Self::Stream {
             status: 200,
@@ -131,7 +131,7 @@ pub enum Seen {
     Closed(Instant),
 }
 
-type Handler = Arc<dyn Fn(&HttpRequest) -> Reply + Send + Sync>;
+type Handler = Arc<dyn Fn(&HttpRequest) -> HttpReply + Send + Sync>;
 
 /// A running server on 127.0.0.1; it stops when dropped.
 pub struct TestServer {
@@ -152,7 +152,9 @@ impl Drop for TestServer {
 
 impl TestServer {
     /// Starts a server; `handler` answers every request. Ready when this returns.
-    pub async fn start(handler: impl Fn(&HttpRequest) -> Reply + Send + Sync + 'static) -> Self {
+    pub async fn start(
+        handler: impl Fn(&HttpRequest) -> HttpReply + Send + Sync + 'static,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1");
@@ -233,12 +235,12 @@ async fn serve(mut stream: TcpStream, handler: Handler, tx: mpsc::UnboundedSende
         };
         let mut reply = handler(&request);
         let _ = tx.send(Seen::Request(Instant::now(), request));
-        while let Reply::Delayed(delay, inner) = reply {
+        while let HttpReply::Delayed(delay, inner) = reply {
             tokio::time::sleep(delay).await;
             reply = *inner;
         }
         match reply {
-            Reply::Stall => {
+            HttpReply::Stall => {
                 let mut byte = [0u8; 1];
                 loop {
                     match stream.read(&mut byte).await {
@@ -250,7 +252,7 @@ async fn serve(mut stream: TcpStream, handler: Handler, tx: mpsc::UnboundedSende
                     }
                 }
             }
-            Reply::Stream {
+            HttpReply::Stream {
                 status,
                 content_type,
                 chunks,
@@ -287,13 +289,13 @@ async fn serve(mut stream: TcpStream, handler: Handler, tx: mpsc::UnboundedSende
                 }
             }
             // Unwrapped above.
-            Reply::Delayed(..) => return,
-            Reply::Reset => {
+            HttpReply::Delayed(..) => return,
+            HttpReply::Reset => {
                 // SO_LINGER 0: closing sends RST instead of FIN.
                 let _ = stream.set_zero_linger();
                 return;
             }
-            Reply::Respond {
+            HttpReply::Respond {
                 status,
                 headers,
                 body,

@@ -9,7 +9,7 @@ use runwarden_base::StoreError;
 use runwarden_runtime::RunStore;
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
 use runwarden_store_sqlite::SqliteStore;
-use runwarden_testkit::{Answer, Call, Detail, Hook, HookedStore, Strike};
+use runwarden_testkit::{Call, Detail, Hook, HookedStore, StoreAnswer, Strike};
 
 /// Fails `run_create` for id `fail`, loses the answer for id `lose`, records every call.
 #[derive(Default)]
@@ -32,7 +32,7 @@ impl Hook for Script {
         }
     }
 
-    async fn after(&self, call: &Call, answer: Answer<'_>) -> Option<StoreError> {
+    async fn after(&self, call: &Call, answer: StoreAnswer<'_>) -> Option<StoreError> {
         self.seen.lock().unwrap().push((call.clone(), answer.ok));
         None
     }

@@ -3,7 +3,7 @@
 //! resource; an ID-JAG used twice, issued to another client or from an untrusted issuer,
 //! and a bad ID token, are refused.
 
-use runwarden_testkit::{AuthServer, ClientSpec, IdentityProvider, SigningKey};
+use runwarden_testkit::{AuthServer, ClientSpec, SigningKey, TestIdentityProvider};
 use serde_json::Value;
 
 const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
@@ -18,7 +18,7 @@ async fn post(url: &str, form: &[(&str, &str)], basic: Option<(&str, &str)>) -> 
     (status, answer.json().await.expect("a JSON answer"))
 }
 
-async fn exchange(idp: &IdentityProvider, id_token: &str, audience: &str) -> (u16, Value) {
+async fn exchange(idp: &TestIdentityProvider, id_token: &str, audience: &str) -> (u16, Value) {
     post(
         &idp.token_endpoint(),
         &[
@@ -45,7 +45,7 @@ async fn exchange(idp: &IdentityProvider, id_token: &str, audience: &str) -> (u1
 
 #[tokio::test]
 async fn an_id_token_becomes_an_id_jag_that_buys_one_token_for_its_client_and_resource() {
-    let idp = IdentityProvider::start().await;
+    let idp = TestIdentityProvider::start().await;
     let auth = AuthServer::start().await;
     idp.register("idp-app", Some("idp-secret"), "app");
     auth.register(ClientSpec::secret_basic("app", "app-secret"));

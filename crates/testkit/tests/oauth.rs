@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use runwarden_testkit::{
-    AuthServer, ClientSpec, JWT_BEARER_ASSERTION, Knobs, Reply, SigningKey, TestServer,
+    AuthServer, ClientSpec, HttpReply, JWT_BEARER_ASSERTION, Knobs, SigningKey, TestServer,
     mcp_handler, pkce_challenge, tool,
 };
 use serde_json::{Value, json};
@@ -50,7 +50,7 @@ async fn call(resource: &str, bearer: Option<&str>) -> reqwest::Response {
     request.send().await.expect("the resource answers")
 }
 
-fn mcp() -> impl Fn(&runwarden_testkit::HttpRequest) -> Reply + Send + Sync + 'static {
+fn mcp() -> impl Fn(&runwarden_testkit::HttpRequest) -> HttpReply + Send + Sync + 'static {
     mcp_handler(vec![tool("lookup")], &[])
 }
 
@@ -334,7 +334,7 @@ async fn authorization_code_with_pkce_redirects_to_the_loopback_listener_and_exc
     let server = AuthServer::start().await;
     let resource = server.protect("/mcp", &["mcp:read"], mcp()).await;
     // The loopback redirect listener a CLI login would open.
-    let mut listener = TestServer::start(|_| Reply::text(200, "you may close this tab")).await;
+    let mut listener = TestServer::start(|_| HttpReply::text(200, "you may close this tab")).await;
     let redirect_uri = listener.url("/callback");
     // Registered without a port: a loopback redirect matches any port (RFC 8252).
     server.register(ClientSpec::public("cli", &["http://127.0.0.1/callback"]));

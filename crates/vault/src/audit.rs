@@ -251,7 +251,7 @@ impl AuditEvent {
 
 /// Makes error text fit for an audit row: one line, URL queries redacted, at most 200
 /// characters (V7).
-pub fn audit_error_text(text: &str) -> String {
+pub(crate) fn audit_error_text(text: &str) -> String {
     let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
     let redacted = redact_queries(&one_line);
     if redacted.chars().count() <= 200 {

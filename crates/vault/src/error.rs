@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::delivery::Delivery;
-use crate::guard::Refusal;
+use crate::guard::GuardRefusal;
 use crate::store::StoreError;
 
 /// What went wrong while sealing, opening, storing or rotating secrets and keys.
@@ -164,7 +164,7 @@ pub enum EgressError {
     },
     /// The egress guard refused the target before any secret was read.
     #[error("refused: {0}")]
-    Refused(#[from] Refusal),
+    Refused(#[from] GuardRefusal),
     /// The named secret could not be used.
     #[error("while preparing the credential: {0}")]
     Credential(#[source] VaultError),

@@ -19,7 +19,7 @@ use spelling::{cut, is_legacy_numeric, raw_authority, split_authority, split_sch
 /// Why the guard refused a target. The text never contains a query string or a secret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum Refusal {
+pub enum GuardRefusal {
     /// The URL does not parse or has no host.
     #[error("invalid URL: {reason}")]
     InvalidUrl {
@@ -100,14 +100,14 @@ pub(crate) async fn vet_target(
     policy: &EgressPolicy,
     resolver: &dyn Resolver,
     raw_url: &str,
-) -> Result<VettedTarget, Refusal> {
+) -> Result<VettedTarget, GuardRefusal> {
     // The URL standard ignores leading and trailing controls and spaces; so do we.
     let text = trim_url(raw_url);
 
     // V4 (a): http or https only, decided on the text itself.
     let (scheme, rest) = split_scheme(text)?;
     if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
-        return Err(Refusal::Scheme {
+        return Err(GuardRefusal::Scheme {
             scheme: cut(&scheme.to_ascii_lowercase(), 32),
         });
     }
@@ -127,7 +127,7 @@ pub(crate) async fn vet_target(
     // V4 (c): parse; no credentials in the URL; a host is required.
     let mut url = Url::parse(text).map_err(|e| invalid(&e.to_string()))?;
     if has_userinfo || !url.username().is_empty() || url.password().is_some() {
-        return Err(Refusal::CredentialsInUrl);
+        return Err(GuardRefusal::CredentialsInUrl);
     }
     let (host, literal) = match url.host() {
         None => return Err(invalid("the URL has no host")),
@@ -166,7 +166,7 @@ pub(crate) async fn vet_target(
         Some(ip) => vec![ip],
         None => match resolver.resolve(&host).await {
             Ok(addrs) if !addrs.is_empty() => addrs,
-            _ => return Err(Refusal::Unresolvable { host }),
+            _ => return Err(GuardRefusal::Unresolvable { host }),
         },
     };
 
@@ -175,7 +175,7 @@ pub(crate) async fn vet_target(
         if let Some(range) = forbidden_range(addr)
             && !policy.admits(&host, addr)
         {
-            return Err(Refusal::ForbiddenAddress { host, addr, range });
+            return Err(GuardRefusal::ForbiddenAddress { host, addr, range });
         }
     }
 
@@ -188,14 +188,14 @@ pub(crate) async fn vet_target(
     })
 }
 
-fn invalid(reason: &str) -> Refusal {
-    Refusal::InvalidUrl {
+fn invalid(reason: &str) -> GuardRefusal {
+    GuardRefusal::InvalidUrl {
         reason: cut(reason, 200),
     }
 }
 
-fn legacy(host: &str) -> Refusal {
-    Refusal::LegacyNumericHost {
+fn legacy(host: &str) -> GuardRefusal {
+    GuardRefusal::LegacyNumericHost {
         host: cut(host, 64),
     }
 }
@@ -263,7 +263,7 @@ mod tests {
         EgressPolicy::new(allow).expect("test policy")
     }
 
-    async fn vet(allow: &[&str], url: &str) -> Result<VettedTarget, Refusal> {
+    async fn vet(allow: &[&str], url: &str) -> Result<VettedTarget, GuardRefusal> {
         vet_target(&policy(allow), &TestResolver::new(), url).await
     }
 
@@ -277,14 +277,14 @@ mod tests {
         Unresolvable,
     }
 
-    fn kind(refusal: &Refusal) -> Kind {
+    fn kind(refusal: &GuardRefusal) -> Kind {
         match refusal {
-            Refusal::InvalidUrl { .. } => Kind::Invalid,
-            Refusal::Scheme { .. } => Kind::Scheme,
-            Refusal::CredentialsInUrl => Kind::Credentials,
-            Refusal::LegacyNumericHost { .. } => Kind::Legacy,
-            Refusal::ForbiddenAddress { .. } => Kind::Forbidden,
-            Refusal::Unresolvable { .. } => Kind::Unresolvable,
+            GuardRefusal::InvalidUrl { .. } => Kind::Invalid,
+            GuardRefusal::Scheme { .. } => Kind::Scheme,
+            GuardRefusal::CredentialsInUrl => Kind::Credentials,
+            GuardRefusal::LegacyNumericHost { .. } => Kind::Legacy,
+            GuardRefusal::ForbiddenAddress { .. } => Kind::Forbidden,
+            GuardRefusal::Unresolvable { .. } => Kind::Unresolvable,
         }
     }
 
@@ -394,7 +394,7 @@ mod tests {
             .expect_err("mixed answer");
         assert_eq!(
             refusal,
-            Refusal::ForbiddenAddress {
+            GuardRefusal::ForbiddenAddress {
                 host: "mixed.test".into(),
                 addr: ip("10.0.0.1"),
                 range: "private 10.0.0.0/8",

@@ -55,7 +55,6 @@ mod secret;
 mod secret_index;
 mod signal;
 pub mod store;
-mod store_error;
 mod tokens;
 pub mod trace;
 mod vault;
@@ -67,7 +66,7 @@ pub use egress::{CallObserver, DEFAULT_BACKSTOP_TICK, EgressClient, EgressConfig
 pub use envelope::Algorithm;
 pub use error::{EgressError, VaultError};
 pub use exfiltration::Redactor;
-pub use guard::{EgressPolicy, PolicyError, Refusal};
+pub use guard::{EgressPolicy, GuardRefusal, PolicyError};
 pub use master_key::MasterKey;
 pub use message::{
     BeforeTransfer, CompleteFn, DEFAULT_MAX_RESPONSE_BYTES, EgressRequest, EgressResponse,
@@ -78,6 +77,8 @@ pub use placement::{Credential, Placement};
 pub use resolver::Resolver;
 pub use secret::{SecretName, SecretValue};
 pub use signal::{CancelFlag, CancellationSignal, WakeFuture};
-pub use store::{ConsoleSession, SessionStore};
-pub use tokens::{ApiToken, Role, TokenValue, token_create, token_hash, token_verify};
+pub use tokens::{
+    ApiToken, ConsoleSession, Role, SessionStore, TokenValue, token_create, token_hash,
+    token_verify,
+};
 pub use vault::Vault;

@@ -3,17 +3,16 @@
 //! This is an internal seam, not a plugin API. Every backend runs the conformance suite in
 //! `runwarden-storetest`, and the vault relies on exactly what that suite checks.
 //!
-//! The store error and the token store are defined below this module (beside what they
-//! describe, so the audit log and the tokens need not import the seam) and named here
-//! too, so a backend finds everything it implements in one place.
+//! The store error (from the base crate) and the token store (beside the tokens, so they
+//! need not import the seam) are named here too, so a backend finds the seam in one place.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
 use crate::audit::{AuditChain, AuditEvent, AuditRow, AuditTip};
-pub use crate::store_error::{STORE_FAULTS, StoreError, StoreFault, store_errors_seen};
-pub use crate::tokens::{ConsoleSession, SessionStore, TokenStore};
+pub use crate::tokens::TokenStore;
+pub use runwarden_base::{StoreError, StoreFault};
 
 /// Which table of sealed records a record belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use chacha20poly1305::aead::rand_core::RngCore;
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
-use crate::store_error::StoreError;
+use runwarden_base::StoreError;
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

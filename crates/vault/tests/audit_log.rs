@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use runwarden_testkit::{Reply, TestServer};
+use runwarden_testkit::{HttpReply, TestServer};
 use runwarden_vault::audit::action;
 use runwarden_vault::store::{SealedKind, VaultStore};
 use runwarden_vault::{
@@ -41,7 +41,7 @@ async fn the_intent_row_is_committed_before_the_server_sees_the_request() {
                 )
                 .unwrap();
             seen_intent.store(intents == 1, Ordering::SeqCst);
-            Reply::text(200, "ok")
+            HttpReply::text(200, "ok")
         }
     })
     .await;
@@ -63,7 +63,7 @@ async fn the_intent_row_is_committed_before_the_server_sees_the_request() {
 async fn an_intent_that_cannot_be_written_sends_nothing_and_refuses_with_audit_unavailable() {
     let f = fixture().await;
     let secret = f.put_sigil("api").await;
-    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     // Every audit write fails: the intent, and then the refusal row too.
     f.store.fail_next.store(usize::MAX, Ordering::SeqCst);
     let request = EgressRequest::new(Method::Post, server.url("/mcp")).credential(bearer(secret));
@@ -89,7 +89,7 @@ async fn an_intent_that_cannot_be_written_sends_nothing_and_refuses_with_audit_u
 #[tokio::test]
 async fn a_refused_intent_is_recorded_as_a_refusal_when_the_log_recovers() {
     let f = fixture().await;
-    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     // Only the intent fails (a passing lock); the refusal row that follows is written.
     f.store.fail_next.store(1, Ordering::SeqCst);
     let error = f
@@ -112,7 +112,7 @@ async fn a_refused_intent_is_recorded_as_a_refusal_when_the_log_recovers() {
 #[tokio::test]
 async fn a_completion_that_cannot_be_written_keeps_the_outcome_and_leaves_the_intent_incomplete() {
     let f = fixture().await;
-    let mut server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let mut server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     // The intent is written; the completion and everything after it fail.
     *f.store.appends_left.lock().unwrap() = Some(1);
     let response = f
@@ -143,7 +143,7 @@ async fn a_completion_that_cannot_be_written_keeps_the_outcome_and_leaves_the_in
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_four_concurrent_calls_share_transactions_and_leave_one_contiguous_verified_chain() {
     let f = anchored_fixture().await;
-    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     let calls: Vec<_> = (0..64)
         .map(|_| {
             let (client, url) = (f.client.clone(), server.url("/"));
@@ -192,7 +192,7 @@ async fn sixty_four_concurrent_calls_share_transactions_and_leave_one_contiguous
 #[tokio::test]
 async fn a_wipe_of_every_row_and_the_tip_is_detected_through_the_anchor_file() {
     let f = anchored_fixture().await;
-    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     for _ in 0..3 {
         f.client
             .send(EgressRequest::new(Method::Get, server.url("/")), None)
@@ -218,7 +218,7 @@ async fn a_wipe_of_every_row_and_the_tip_is_detected_through_the_anchor_file() {
 #[tokio::test]
 async fn a_rollback_to_an_older_copy_of_the_database_is_detected() {
     let f = anchored_fixture().await;
-    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     let call = |f: &crate::support::Fixture| {
         let (client, url) = (f.client.clone(), server.url("/"));
         async move {
@@ -273,7 +273,7 @@ async fn a_rollback_to_an_older_copy_of_the_database_is_detected() {
 #[tokio::test]
 async fn a_deleted_audit_key_with_rows_present_fails_open_and_nothing_recreates_it() {
     let f = anchored_fixture().await;
-    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     f.client
         .send(EgressRequest::new(Method::Get, server.url("/")), None)
         .await
@@ -307,7 +307,7 @@ async fn a_deleted_audit_key_with_rows_present_fails_open_and_nothing_recreates_
 #[tokio::test]
 async fn a_missing_anchor_file_fails_verify_until_the_current_tip_is_adopted() {
     let f = anchored_fixture().await;
-    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     f.client
         .send(EgressRequest::new(Method::Get, server.url("/")), None)
         .await
@@ -347,7 +347,7 @@ async fn a_missing_anchor_file_fails_verify_until_the_current_tip_is_adopted() {
 async fn the_first_call_of_a_fresh_anchored_vault_creates_the_anchor_file() {
     let f = anchored_fixture().await;
     assert!(!f.anchor_path().exists());
-    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     f.client
         .send(EgressRequest::new(Method::Get, server.url("/")), None)
         .await
@@ -361,7 +361,7 @@ async fn the_first_call_of_a_fresh_anchored_vault_creates_the_anchor_file() {
 #[tokio::test]
 async fn an_anchor_file_that_cannot_be_written_refuses_the_next_calls_until_it_can() {
     let f = anchored_fixture().await;
-    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     let call = || {
         let (client, url) = (f.client.clone(), server.url("/"));
         async move {
@@ -424,7 +424,7 @@ async fn two_vaults_sharing_one_database_and_one_anchor_file_keep_both_in_step()
             ..EgressConfig::default()
         },
     ));
-    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     let calls: Vec<_> = (0..32)
         .map(|n| {
             let client = if n % 2 == 0 {

@@ -11,7 +11,7 @@ use runwarden_vault::{
 use tokio::sync::Notify;
 
 use crate::support::{Fixture, fixture};
-use runwarden_testkit::{Reply, TestServer};
+use runwarden_testkit::{HttpReply, TestServer};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -26,7 +26,7 @@ async fn stalled_call<S: CancellationSignal + Clone + 'static>(
 ) {
     let f = fixture().await;
     let secret = f.put_sigil("api").await;
-    let mut server = TestServer::start(|_| Reply::Stall).await;
+    let mut server = TestServer::start(|_| HttpReply::Stall).await;
     let request = EgressRequest::new(Method::Post, server.url("/mcp"))
         .body(b"{\"jsonrpc\":\"2.0\"}".to_vec())
         .credential(Credential {
@@ -90,7 +90,7 @@ async fn a_wake_that_never_comes_is_covered_by_the_backstop_tick() {
 async fn a_signal_already_true_on_entry_reads_no_secret_and_opens_no_connection() {
     let f = fixture().await;
     let secret = f.put_sigil("api").await;
-    let server = TestServer::start(|_| Reply::Stall).await;
+    let server = TestServer::start(|_| HttpReply::Stall).await;
     let flag = CancelFlag::new();
     flag.cancel();
     let request = EgressRequest::new(Method::Post, server.url("/mcp")).credential(Credential {
@@ -233,7 +233,7 @@ async fn a_signal_that_panics_in_flight_ends_the_call_and_completes_its_intent()
 async fn a_signal_that_panics_before_send_reads_no_secret_and_sends_nothing() {
     let f = fixture().await;
     let secret = f.put_sigil("api").await;
-    let server = TestServer::start(|_| Reply::Stall).await;
+    let server = TestServer::start(|_| HttpReply::Stall).await;
     let signal = PanicsOnAsk {
         asks: Default::default(),
         panic_at: 1,

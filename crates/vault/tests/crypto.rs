@@ -11,7 +11,7 @@ use runwarden_vault::{
 };
 
 use crate::support::SIGIL;
-use runwarden_testkit::{Reply, TestServer};
+use runwarden_testkit::{HttpReply, TestServer};
 
 struct Db {
     dir: tempfile::TempDir,
@@ -55,7 +55,7 @@ async fn put(vault: &Vault, name: &str, value: &str) -> SecretName {
 
 /// Uses the secret as a bearer token against a live server; returns what the server got.
 async fn use_secret(vault: Vault, name: &str) -> Result<String, EgressError> {
-    let mut server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let mut server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     let config = EgressConfig {
         policy: EgressPolicy::new(&["127.0.0.1"]).unwrap(),
         ..EgressConfig::default()

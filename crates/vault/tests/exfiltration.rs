@@ -2,7 +2,7 @@
 //! body carry the value of any stored secret, in any spelling, is refused before a byte
 //! is sent, with an audit row that names the secret and the destination.
 
-use runwarden_testkit::{Reply, Spelling, TestServer};
+use runwarden_testkit::{HttpReply, Spelling, TestServer};
 use runwarden_vault::store::AuditFilter;
 use runwarden_vault::{
     Credential, Delivery, EgressError, EgressRequest, Method, Placement, SecretName, SecretValue,
@@ -27,7 +27,7 @@ async fn a_request_carrying_a_stored_secret_anywhere_is_refused_before_sending()
             .await
             .unwrap();
     }
-    let mut server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let mut server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     let own = || Credential {
         secret: SecretName::new("tickets-basic").unwrap(),
         placement: Placement::Basic,
@@ -139,7 +139,7 @@ async fn a_request_carrying_a_stored_secret_anywhere_is_refused_before_sending()
 #[tokio::test]
 async fn a_secret_put_or_removed_while_the_client_runs_is_searched_for_at_once() {
     let f = fixture().await;
-    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     let send = |body: &'static str| {
         f.client.send(
             EgressRequest::new(Method::Post, server.url("/x")).body(body),

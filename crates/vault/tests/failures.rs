@@ -6,12 +6,12 @@ use runwarden_vault::audit::action;
 use runwarden_vault::{EgressError, EgressRequest, Method};
 
 use crate::support::fixture;
-use runwarden_testkit::{Reply, TestServer};
+use runwarden_testkit::{HttpReply, TestServer};
 
 #[tokio::test]
 async fn a_server_that_never_answers_hits_the_total_timeout() {
     let f = fixture().await;
-    let server = TestServer::start(|_| Reply::Stall).await;
+    let server = TestServer::start(|_| HttpReply::Stall).await;
     let request =
         EgressRequest::new(Method::Get, server.url("/slow")).timeout(Duration::from_millis(300));
     let err = f.client.send(request, None).await.unwrap_err();
@@ -47,7 +47,7 @@ async fn a_closed_port_is_a_transport_failure_with_a_one_line_error() {
 async fn an_error_status_is_an_answer_the_caller_judges_and_the_audit_row_marks_failed() {
     let f = fixture().await;
     let server = TestServer::start({
-        let reply = Reply::Respond {
+        let reply = HttpReply::Respond {
             status: 503,
             headers: vec![],
             body: b"busy".to_vec(),
@@ -85,7 +85,7 @@ async fn a_body_over_the_limit_is_cut_and_the_rest_is_not_read() {
     let f = fixture().await;
     let body = vec![b'x'; 3 * 1024 * 1024];
     let server = TestServer::start({
-        let reply = Reply::Respond {
+        let reply = HttpReply::Respond {
             status: 200,
             headers: vec![],
             body,
@@ -104,7 +104,7 @@ async fn a_body_over_the_limit_is_cut_and_the_rest_is_not_read() {
 async fn a_caller_can_stop_reading_once_it_has_its_answer() {
     let f = fixture().await;
     let server = TestServer::start({
-        let reply = Reply::Respond {
+        let reply = HttpReply::Respond {
             status: 200,
             headers: vec![],
             body: b"first|second".to_vec(),
@@ -123,7 +123,7 @@ async fn a_caller_can_stop_reading_once_it_has_its_answer() {
 async fn every_call_that_reaches_the_network_writes_an_intent_and_a_completion_and_the_chain_verifies()
  {
     let f = fixture().await;
-    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     for _ in 0..5 {
         f.client
             .send(EgressRequest::new(Method::Get, server.url("/")), None)
@@ -153,7 +153,7 @@ async fn every_call_that_reaches_the_network_writes_an_intent_and_a_completion_a
 #[tokio::test]
 async fn the_head_observer_hears_the_status_while_the_body_is_still_open() {
     let f = fixture().await;
-    let server = TestServer::start(|_| Reply::event_stream(Vec::new(), true)).await;
+    let server = TestServer::start(|_| HttpReply::event_stream(Vec::new(), true)).await;
     let (heard, head) = tokio::sync::oneshot::channel();
     let request = EgressRequest::new(Method::Get, server.url("/stream"))
         .timeout(Duration::from_secs(10))

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use runwarden_vault::audit::action;
 use runwarden_vault::{
-    Credential, EgressError, EgressRequest, MAX_TICK, Method, Placement, Refusal,
+    Credential, EgressError, EgressRequest, GuardRefusal, MAX_TICK, Method, Placement,
 };
 
 use crate::support::{ScriptedResolver, fixture, fixture_with};
-use runwarden_testkit::{Reply, TestServer};
+use runwarden_testkit::{HttpReply, TestServer};
 
 /// Targets that must be refused with no allowlist. `{port}` is the port of a live loopback
 /// listener, so a target that slipped through would show up as a connection.
@@ -81,7 +81,7 @@ async fn every_hostile_target_is_refused_before_a_secret_is_read_or_a_socket_ope
         .with("localhost", &["127.0.0.1"], &["127.0.0.1"]);
     let f = fixture_with(&[], Arc::new(resolver), MAX_TICK).await;
     let secret = f.put_sigil("api").await;
-    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     let port = server.addr.port().to_string();
 
     for (i, template) in HOSTILE.iter().enumerate() {
@@ -120,7 +120,7 @@ async fn a_redirect_to_cloud_metadata_is_returned_as_a_failure_and_never_followe
     let location = "http://169.254.169.254/latest/meta-data/iam?token=abc";
     let headers = vec![("location".to_string(), location.to_string())];
     let mut server = TestServer::start({
-        let reply = Reply::Respond {
+        let reply = HttpReply::Respond {
             status: 302,
             headers,
             body: vec![],
@@ -169,7 +169,7 @@ async fn a_rebinding_name_is_resolved_once_and_the_connection_goes_to_the_vetted
     let resolver =
         Arc::new(ScriptedResolver::default().with("rebind.test", &["127.0.0.1"], &["10.0.0.1"]));
     let f = fixture_with(&["127.0.0.1"], resolver.clone(), MAX_TICK).await;
-    let mut server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let mut server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     let url = format!("http://rebind.test:{}/first", server.addr.port());
     let response = f
         .client
@@ -192,7 +192,10 @@ async fn a_rebinding_name_is_resolved_once_and_the_connection_goes_to_the_vetted
         .await
         .unwrap_err();
     assert!(
-        matches!(err, EgressError::Refused(Refusal::ForbiddenAddress { .. })),
+        matches!(
+            err,
+            EgressError::Refused(GuardRefusal::ForbiddenAddress { .. })
+        ),
         "{err}"
     );
     assert_eq!(resolver.lookups.load(Ordering::SeqCst), 2);
@@ -203,7 +206,7 @@ async fn a_rebinding_name_is_resolved_once_and_the_connection_goes_to_the_vetted
 #[tokio::test]
 async fn a_legacy_spelling_is_refused_even_when_its_address_is_allowlisted() {
     let f = fixture().await;
-    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     let url = format!("http://2130706433:{}/", server.addr.port());
     let err = f
         .client
@@ -211,7 +214,10 @@ async fn a_legacy_spelling_is_refused_even_when_its_address_is_allowlisted() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, EgressError::Refused(Refusal::LegacyNumericHost { .. })),
+        matches!(
+            err,
+            EgressError::Refused(GuardRefusal::LegacyNumericHost { .. })
+        ),
         "{err}"
     );
     assert_eq!(server.connections.load(Ordering::SeqCst), 0);

@@ -6,7 +6,7 @@ use runwarden_vault::audit::action;
 use runwarden_vault::{Credential, EgressRequest, Method, Placement};
 
 use crate::support::{SIGIL, fixture};
-use runwarden_testkit::{Reply, TestServer};
+use runwarden_testkit::{HttpReply, TestServer};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -14,7 +14,7 @@ const WAIT: Duration = Duration::from_secs(10);
 async fn raw_request_with(placement: Placement) -> (String, crate::support::Fixture) {
     let f = fixture().await;
     let secret = f.put_sigil("api").await;
-    let mut server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let mut server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     let request = EgressRequest::new(Method::Post, server.url("/v1/things?page=2"))
         .body(b"{}".to_vec())
         .credential(Credential { secret, placement });
@@ -51,7 +51,7 @@ async fn basic_goes_base64_encoded_in_the_authorization_header_only() {
         )
         .await
         .unwrap();
-    let mut server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let mut server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     let request = EgressRequest::new(Method::Get, server.url("/")).credential(Credential {
         secret: name,
         placement: Placement::Basic,
@@ -110,7 +110,7 @@ async fn a_placement_whose_value_has_a_line_break_is_refused_before_send() {
         )
         .await
         .unwrap();
-    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     let request = EgressRequest::new(Method::Get, server.url("/")).credential(Credential {
         secret: name,
         placement: Placement::Bearer,
@@ -131,7 +131,7 @@ async fn a_placement_whose_value_has_a_line_break_is_refused_before_send() {
 #[tokio::test]
 async fn a_caller_header_with_a_line_break_is_refused_before_send() {
     let f = fixture().await;
-    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     let request = EgressRequest::new(Method::Get, server.url("/")).header("x-note", "a\r\nb: c");
     let err = f.client.send(request, None).await.unwrap_err();
     assert!(
@@ -151,7 +151,7 @@ async fn a_caller_header_with_a_line_break_is_refused_before_send() {
 #[tokio::test]
 async fn a_missing_secret_is_refused_and_the_call_is_never_made_anonymously() {
     let f = fixture().await;
-    let server = TestServer::start(|_| Reply::text(200, "ok")).await;
+    let server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
     let secret = runwarden_vault::SecretName::new("absent").unwrap();
     let request = EgressRequest::new(Method::Get, server.url("/")).credential(Credential {
         secret,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use runwarden_vault::{CancelFlag, Credential, EgressRequest, Method, Placement};
 
 use crate::support::{SIGIL, fixture};
-use runwarden_testkit::{Reply, TestServer};
+use runwarden_testkit::{HttpReply, TestServer};
 
 /// Collects everything the tracing subscriber writes.
 #[derive(Clone, Default)]
@@ -47,8 +47,8 @@ async fn a_sigil_never_leaks_into_logs_errors_debug_or_audit_rows() {
         },
         Placement::Query { name: "key".into() },
     ];
-    let ok = TestServer::start(|_| Reply::text(200, "ok")).await;
-    let mut stall = TestServer::start(|_| Reply::Stall).await;
+    let ok = TestServer::start(|_| HttpReply::text(200, "ok")).await;
+    let mut stall = TestServer::start(|_| HttpReply::Stall).await;
     let closed_port = runwarden_testkit::closed_port();
     for placement in placements {
         let credential = Credential {

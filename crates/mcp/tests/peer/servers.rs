@@ -11,7 +11,7 @@ use runwarden_mcp::{
     McpClient, McpError, ProtocolPolicy, Reply, Request, STATELESS_VERSION, ServerConfig,
     ToolOutcome,
 };
-use runwarden_testkit::{HttpRequest, Peer, Reply as HttpReply, TestServer, mcp_handler, tool};
+use runwarden_testkit::{HttpReply, HttpRequest, Peer, TestServer, mcp_handler, tool};
 use runwarden_vault::Delivery;
 use serde_json::{Value, json};
 

@@ -12,7 +12,7 @@ use runwarden_mcp::{
     ElicitorHandle, InputResume, McpClient, Reply, Request, STATELESS_VERSION, ServerConfig,
     ToolOutcome,
 };
-use runwarden_testkit::{HttpRequest, Peer, Reply as HttpReply, TestServer, mcp_handler};
+use runwarden_testkit::{HttpReply, HttpRequest, Peer, TestServer, mcp_handler};
 use runwarden_vault::{CancelFlag, Delivery};
 use serde_json::{Map, Value, json};
 

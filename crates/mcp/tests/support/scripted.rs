@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use runwarden_mcp::ManualClock;
-use runwarden_testkit::{HttpRequest, Reply, TestServer};
+use runwarden_testkit::{HttpReply, HttpRequest, TestServer};
 use serde_json::{Value, json};
 
 /// The two connection profiles every conformance check runs under.
@@ -108,20 +108,20 @@ pub async fn start(script: Script) -> TestServer {
     TestServer::start(move |request| answer(&script, &state, request)).await
 }
 
-fn frame(profile: Profile, message: Value) -> Reply {
+fn frame(profile: Profile, message: Value) -> HttpReply {
     if profile.sse {
         let body = format!(
             "event: message\ndata: {}\n\nevent: message\ndata: {}\n\n",
             json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "working"}}),
             message
         );
-        Reply::typed(200, "text/event-stream", body)
+        HttpReply::typed(200, "text/event-stream", body)
     } else {
-        Reply::json(200, &message)
+        HttpReply::json(200, &message)
     }
 }
 
-fn answer(script: &Script, state: &Mutex<State>, request: &HttpRequest) -> Reply {
+fn answer(script: &Script, state: &Mutex<State>, request: &HttpRequest) -> HttpReply {
     let body = body_of(request);
     let method = body["method"].as_str().unwrap_or_default().to_string();
     let id = body.get("id").cloned();
@@ -132,9 +132,9 @@ fn answer(script: &Script, state: &Mutex<State>, request: &HttpRequest) -> Reply
     }
     if script.profile.sessions && method != "initialize" {
         match request.header("mcp-session-id") {
-            None => return Reply::text(400, "missing session"),
+            None => return HttpReply::text(400, "missing session"),
             Some(sent) if Some(sent) != state.session.as_deref() => {
-                return Reply::text(404, "unknown session");
+                return HttpReply::text(404, "unknown session");
             }
             Some(_) => {}
         }
@@ -142,10 +142,10 @@ fn answer(script: &Script, state: &Mutex<State>, request: &HttpRequest) -> Reply
     // A server that offers no standalone GET stream (M14); resumption GETs are scripted
     // below.
     if request.method == "GET" && request.header("last-event-id").is_none() {
-        return Reply::text(405, "no standalone stream here");
+        return HttpReply::text(405, "no standalone stream here");
     }
     if script.stall == Some(method.as_str()) {
-        return Reply::Stall;
+        return HttpReply::Stall;
     }
     if script.expire_once == Some(method.as_str())
         && !state.expired
@@ -153,7 +153,7 @@ fn answer(script: &Script, state: &Mutex<State>, request: &HttpRequest) -> Reply
     {
         state.expired = true;
         state.session = None;
-        return Reply::text(404, "session expired");
+        return HttpReply::text(404, "session expired");
     }
     if let Some((failing, shape)) = script.fail
         && failing == method
@@ -161,7 +161,7 @@ fn answer(script: &Script, state: &Mutex<State>, request: &HttpRequest) -> Reply
         return failure(script.profile, shape, id);
     }
     if method.starts_with("notifications/") {
-        return Reply::Respond {
+        return HttpReply::Respond {
             status: 202,
             headers: vec![],
             body: vec![],
@@ -219,21 +219,23 @@ fn answer(script: &Script, state: &Mutex<State>, request: &HttpRequest) -> Reply
 /// The filler of the oversized body; it must never show up in an error.
 pub const HUGE_FILLER: &str = "FILLER-never-echo-";
 
-fn failure(profile: Profile, shape: Shape, id: Option<Value>) -> Reply {
+fn failure(profile: Profile, shape: Shape, id: Option<Value>) -> HttpReply {
     match shape {
-        Shape::ServerError => Reply::text(503, "unavailable"),
-        Shape::Redirect => Reply::text(302, "").with_header("location", "http://169.254.169.254/"),
-        Shape::Unauthorized => Reply::text(401, "who are you"),
+        Shape::ServerError => HttpReply::text(503, "unavailable"),
+        Shape::Redirect => {
+            HttpReply::text(302, "").with_header("location", "http://169.254.169.254/")
+        }
+        Shape::Unauthorized => HttpReply::text(401, "who are you"),
         Shape::RpcError => frame(
             profile,
             json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": "backend\nexploded"}}),
         ),
-        Shape::HtmlPage => Reply::typed(
+        Shape::HtmlPage => HttpReply::typed(
             200,
             "text/html; charset=utf-8",
             "<html><body>Sign in</body></html>",
         ),
-        Shape::StreamWithoutOurResponse => Reply::typed(
+        Shape::StreamWithoutOurResponse => HttpReply::typed(
             200,
             "text/event-stream",
             format!(
@@ -241,15 +243,15 @@ fn failure(profile: Profile, shape: Shape, id: Option<Value>) -> Reply {
                 json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {}})
             ),
         ),
-        Shape::NeitherResultNorError => Reply::typed(
+        Shape::NeitherResultNorError => HttpReply::typed(
             200,
             "application/json",
             json!({"jsonrpc": "2.0", "id": id}).to_string(),
         ),
-        Shape::EmptyBody => Reply::typed(200, "application/json", ""),
+        Shape::EmptyBody => HttpReply::typed(200, "application/json", ""),
         Shape::Huge => {
             let filler = HUGE_FILLER.repeat(3 * 1024 * 1024 / HUGE_FILLER.len() + 1);
-            Reply::typed(
+            HttpReply::typed(
                 200,
                 "application/json",
                 format!(

@@ -7,7 +7,7 @@ use std::ops::Deref;
 use std::time::Duration;
 
 use runwarden_models::{Message, ModelRequest, ToolCallRequest, ToolSpec};
-use runwarden_testkit::{HttpRequest, LoopbackVault, Reply};
+use runwarden_testkit::{HttpReply, HttpRequest, LoopbackVault};
 use runwarden_vault::SecretName;
 use serde_json::{Value, json};
 
@@ -41,8 +41,8 @@ impl Fixture {
 }
 
 /// A JSON answer.
-pub fn json_reply(status: u16, body: Value) -> Reply {
-    Reply::json(status, &body)
+pub fn json_reply(status: u16, body: Value) -> HttpReply {
+    HttpReply::json(status, &body)
 }
 
 /// The body of a request the server saw, as JSON.

@@ -1,7 +1,9 @@
 //! The rules of operator decisions: what asking one does to its run, when an answer is
 //! refused, and what an answer does to its run.
 
-use crate::decision::{Answer, Decision, DecisionKind, DecisionStatus, EXPIRED_REASON, Refusal};
+use crate::decision::{
+    Answer, AnswerRefusal, Decision, DecisionKind, DecisionStatus, EXPIRED_REASON,
+};
 use crate::events::{EventBody, cancelled_from};
 use crate::state::RunState;
 
@@ -33,28 +35,28 @@ pub fn run_waits_in(decision: &Decision) -> RunState {
 /// wins). An operator's answer is refused at or after the expiry, and the runtime's
 /// expiry ([`Answer::Expired`]) before it. Otherwise the run must still wait on the
 /// decision (see [`run_waits_in`]).
-pub fn refusal(
+pub fn answer_refusal(
     decision: &Decision,
     run: Option<RunState>,
     answer: Answer,
     now_ms: i64,
-) -> Option<Refusal> {
+) -> Option<AnswerRefusal> {
     match decision.status {
-        DecisionStatus::Answered => return Some(Refusal::AlreadyAnswered),
-        DecisionStatus::Expired => return Some(Refusal::Expired),
-        DecisionStatus::Dropped => return Some(Refusal::RunCancelled),
+        DecisionStatus::Answered => return Some(AnswerRefusal::AlreadyAnswered),
+        DecisionStatus::Expired => return Some(AnswerRefusal::Expired),
+        DecisionStatus::Dropped => return Some(AnswerRefusal::RunCancelled),
         DecisionStatus::Pending => {}
     }
     let expiry = answer == Answer::Expired;
     let due = decision.expires_ms <= now_ms;
     if run == Some(RunState::Cancelled) {
-        Some(Refusal::RunCancelled)
+        Some(AnswerRefusal::RunCancelled)
     } else if expiry && !due {
-        Some(Refusal::NotDue)
+        Some(AnswerRefusal::NotDue)
     } else if !expiry && due {
-        Some(Refusal::Expired)
+        Some(AnswerRefusal::Expired)
     } else if run != Some(run_waits_in(decision)) {
-        Some(Refusal::RunNotWaiting)
+        Some(AnswerRefusal::RunNotWaiting)
     } else {
         None
     }
@@ -155,15 +157,15 @@ mod tests {
     #[test]
     fn only_a_pending_decision_takes_an_answer() {
         for (status, why) in [
-            (DecisionStatus::Answered, Refusal::AlreadyAnswered),
-            (DecisionStatus::Expired, Refusal::Expired),
-            (DecisionStatus::Dropped, Refusal::RunCancelled),
+            (DecisionStatus::Answered, AnswerRefusal::AlreadyAnswered),
+            (DecisionStatus::Expired, AnswerRefusal::Expired),
+            (DecisionStatus::Dropped, AnswerRefusal::RunCancelled),
         ] {
             let d = decision(DecisionKind::Approval, status);
-            assert_eq!(refusal(&d, PARKED, Answer::Approve, 10), Some(why));
+            assert_eq!(answer_refusal(&d, PARKED, Answer::Approve, 10), Some(why));
         }
         let d = pending(DecisionKind::Approval);
-        assert_eq!(refusal(&d, PARKED, Answer::Approve, 10), None);
+        assert_eq!(answer_refusal(&d, PARKED, Answer::Approve, 10), None);
     }
 
     #[test]
@@ -171,12 +173,12 @@ mod tests {
         let d = pending(DecisionKind::Approval);
         let cancelled = Some(RunState::Cancelled);
         assert_eq!(
-            refusal(&d, cancelled, Answer::Approve, 10),
-            Some(Refusal::RunCancelled)
+            answer_refusal(&d, cancelled, Answer::Approve, 10),
+            Some(AnswerRefusal::RunCancelled)
         );
         assert_eq!(
-            refusal(&d, cancelled, Answer::Approve, 500),
-            Some(Refusal::RunCancelled)
+            answer_refusal(&d, cancelled, Answer::Approve, 500),
+            Some(AnswerRefusal::RunCancelled)
         );
     }
 
@@ -184,15 +186,15 @@ mod tests {
     fn an_answer_is_refused_from_the_expiry_on_and_an_expiry_before_it() {
         let d = pending(DecisionKind::Approval);
         assert_eq!(
-            refusal(&d, PARKED, Answer::Approve, 100),
-            Some(Refusal::Expired)
+            answer_refusal(&d, PARKED, Answer::Approve, 100),
+            Some(AnswerRefusal::Expired)
         );
-        assert_eq!(refusal(&d, PARKED, Answer::Approve, 99), None);
+        assert_eq!(answer_refusal(&d, PARKED, Answer::Approve, 99), None);
         assert_eq!(
-            refusal(&d, PARKED, Answer::Expired, 99),
-            Some(Refusal::NotDue)
+            answer_refusal(&d, PARKED, Answer::Expired, 99),
+            Some(AnswerRefusal::NotDue)
         );
-        assert_eq!(refusal(&d, PARKED, Answer::Expired, 100), None);
+        assert_eq!(answer_refusal(&d, PARKED, Answer::Expired, 100), None);
     }
 
     #[test]
@@ -200,19 +202,19 @@ mod tests {
         let approval = pending(DecisionKind::Approval);
         for run in [None, Some(RunState::Running), Some(RunState::Completed)] {
             assert_eq!(
-                refusal(&approval, run, Answer::Approve, 10),
-                Some(Refusal::RunNotWaiting)
+                answer_refusal(&approval, run, Answer::Approve, 10),
+                Some(AnswerRefusal::RunNotWaiting)
             );
         }
         let input = pending(DecisionKind::Input);
         assert_eq!(run_waits_in(&input), RunState::Running);
         assert_eq!(
-            refusal(&input, Some(RunState::Running), Answer::Accept, 10),
+            answer_refusal(&input, Some(RunState::Running), Answer::Accept, 10),
             None
         );
         assert_eq!(
-            refusal(&input, PARKED, Answer::Accept, 10),
-            Some(Refusal::RunNotWaiting)
+            answer_refusal(&input, PARKED, Answer::Accept, 10),
+            Some(AnswerRefusal::RunNotWaiting)
         );
     }
 

@@ -17,7 +17,7 @@ use super::error::{ApiError, body_limit};
 
 /// Why a request's body was not read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refusal {
+pub(crate) enum BodyRefusal {
     /// Larger than the route's limit (in bytes).
     TooLarge(usize),
     /// Not all there within the body-read timeout.
@@ -26,7 +26,7 @@ pub(crate) enum Refusal {
     Broken,
 }
 
-impl Refusal {
+impl BodyRefusal {
     /// Whether the connection should drain the rest of the body before it closes: only
     /// a client refused for its size is still sending it and waiting for the answer.
     pub(crate) fn lingers(self) -> bool {
@@ -34,7 +34,7 @@ impl Refusal {
     }
 }
 
-impl IntoResponse for Refusal {
+impl IntoResponse for BodyRefusal {
     fn into_response(self) -> Response {
         let error = match self {
             Self::TooLarge(limit) => ApiError::BodyTooLarge(limit),
@@ -54,11 +54,11 @@ impl IntoResponse for Refusal {
 pub(crate) async fn read_body(
     request: Request<Incoming>,
     timeout: Duration,
-) -> Result<Request<Body>, Refusal> {
+) -> Result<Request<Body>, BodyRefusal> {
     let limit = body_limit(request.uri().path());
     let (parts, body) = request.into_parts();
     if declared_length(&parts.headers).is_some_and(|length| length > limit as u64) {
-        return Err(Refusal::TooLarge(limit));
+        return Err(BodyRefusal::TooLarge(limit));
     }
     if body.is_end_stream() {
         return Ok(Request::from_parts(parts, Body::empty()));
@@ -67,9 +67,9 @@ pub(crate) async fn read_body(
         let mut chunks = Body::new(body).into_data_stream();
         let mut buffer = Vec::new();
         while let Some(chunk) = chunks.next().await {
-            let chunk = chunk.map_err(|_| Refusal::Broken)?;
+            let chunk = chunk.map_err(|_| BodyRefusal::Broken)?;
             if buffer.len() + chunk.len() > limit {
-                return Err(Refusal::TooLarge(limit));
+                return Err(BodyRefusal::TooLarge(limit));
             }
             buffer.extend_from_slice(&chunk);
         }
@@ -78,7 +78,7 @@ pub(crate) async fn read_body(
     match tokio::time::timeout(timeout, read).await {
         Ok(Ok(buffer)) => Ok(Request::from_parts(parts, Body::from(buffer))),
         Ok(Err(refusal)) => Err(refusal),
-        Err(_) => Err(Refusal::TooSlow),
+        Err(_) => Err(BodyRefusal::TooSlow),
     }
 }
 

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use runwarden_base::StoreError;
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
 use runwarden_runtime::{QueueStore, Run, RunState, RunStore, Worker, WorkerConfig};
-use runwarden_testkit::{Answer, Call, Hook, HookedStore, Strike};
+use runwarden_testkit::{Call, Hook, HookedStore, StoreAnswer, Strike};
 use runwarden_vault::{Role, token_create};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::watch;
@@ -68,7 +68,7 @@ impl Hook for Counting {
         Strike::Pass
     }
 
-    async fn after(&self, call: &Call, answer: Answer<'_>) -> Option<StoreError> {
+    async fn after(&self, call: &Call, answer: StoreAnswer<'_>) -> Option<StoreError> {
         let claimed = answer
             .result
             .downcast_ref::<Result<Option<Run>, StoreError>>();

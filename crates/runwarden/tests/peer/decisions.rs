@@ -349,7 +349,7 @@ async fn closing_server() -> (
             let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
             if body["method"] == "tools/call" {
                 seen.fetch_add(1, Ordering::SeqCst);
-                return runwarden_testkit::Reply::typed(200, "text/event-stream", "");
+                return runwarden_testkit::HttpReply::typed(200, "text/event-stream", "");
             }
             normal(request)
         })

@@ -268,7 +268,7 @@ impl TestServer {
                 .expect("a runtime for the test server");
             runtime.block_on(async move {
                 let server = runwarden_testkit::TestServer::start(|_| {
-                    runwarden_testkit::Reply::text(200, "ok")
+                    runwarden_testkit::HttpReply::text(200, "ok")
                 })
                 .await;
                 let _ = started.send(server);

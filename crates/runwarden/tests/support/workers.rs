@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use runwarden_testkit::{HttpRequest, Reply, TestServer, mcp_handler, tool};
+use runwarden_testkit::{HttpReply, HttpRequest, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 
 use super::Live as Child;
@@ -68,7 +68,7 @@ impl Calls {
 /// client goes away, except `create({"q": "answer..."})`, which answers (after taking the
 /// SQLite database's write lock when [`Calls`] names a database to lock); `search` (read-only) stalls on its first call for each argument and
 /// answers the later ones; `lookup` (read-only) answers at once.
-fn counting_server(calls: Calls) -> impl Fn(&HttpRequest) -> Reply + Send + Sync + 'static {
+fn counting_server(calls: Calls) -> impl Fn(&HttpRequest) -> HttpReply + Send + Sync + 'static {
     let answer = mcp_handler(vec![tool("create"), tool("search"), tool("lookup")], &[]);
     move |request| {
         let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
@@ -92,7 +92,7 @@ fn counting_server(calls: Calls) -> impl Fn(&HttpRequest) -> Reply + Send + Sync
                     *held = Some(lock);
                 }
             } else if name == "create" || (name == "search" && seen == 1) {
-                return Reply::Stall;
+                return HttpReply::Stall;
             }
         }
         answer(request)

@@ -4,7 +4,7 @@
 use super::clients::redirect_matches;
 use super::{State, oauth_error, query_of, scopes_of};
 use crate::jwt::random_token;
-use crate::server::{HttpRequest, Reply};
+use crate::server::{HttpReply, HttpRequest};
 
 #[derive(Debug)]
 pub(super) struct Code {
@@ -15,7 +15,7 @@ pub(super) struct Code {
     pub(super) scopes: Vec<String>,
 }
 
-pub(super) fn authorization(state: &mut State, request: &HttpRequest) -> Reply {
+pub(super) fn authorization(state: &mut State, request: &HttpRequest) -> HttpReply {
     let query = query_of(&request.target);
     let get = |name: &str| query.get(name).cloned().unwrap_or_default();
     let client_id = get("client_id");
@@ -55,7 +55,7 @@ pub(super) fn authorization(state: &mut State, request: &HttpRequest) -> Reply {
     let redirect = |params: Vec<(&str, String)>| {
         let mut url = match url::Url::parse(&redirect_uri) {
             Ok(url) => url,
-            Err(_) => return Reply::text(400, "the redirect_uri does not parse"),
+            Err(_) => return HttpReply::text(400, "the redirect_uri does not parse"),
         };
         {
             let mut pairs = url.query_pairs_mut();
@@ -69,7 +69,7 @@ pub(super) fn authorization(state: &mut State, request: &HttpRequest) -> Reply {
                 pairs.append_pair("iss", iss);
             }
         }
-        Reply::Respond {
+        HttpReply::Respond {
             status: 302,
             headers: vec![("location".into(), url.to_string())],
             body: Vec::new(),

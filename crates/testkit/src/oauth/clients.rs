@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use super::{State, json_reply, oauth_error};
 use crate::jwt::{JWT_BEARER_ASSERTION, SigningKey, random_token, unix_now, verify_jwt};
+use crate::server::HttpReply;
 use crate::server::HttpRequest;
-use crate::server::Reply;
 
 /// How a client authenticates at the token endpoint (RFC 7591 `token_endpoint_auth_method`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +109,7 @@ impl ClientSpec {
     }
 }
 
-pub(super) fn registration(state: &mut State, request: &HttpRequest) -> Reply {
+pub(super) fn registration(state: &mut State, request: &HttpRequest) -> HttpReply {
     let Ok(body) = serde_json::from_slice::<Value>(&request.body) else {
         return oauth_error(
             state,
@@ -209,7 +209,7 @@ pub(super) fn authenticate(
     state: &mut State,
     request: &HttpRequest,
     form: &HashMap<String, String>,
-) -> Result<ClientSpec, Reply> {
+) -> Result<ClientSpec, HttpReply> {
     let basic = request
         .header("authorization")
         .and_then(|v| v.strip_prefix("Basic "))
@@ -288,7 +288,7 @@ pub(super) fn authenticate_assertion(
     state: &mut State,
     assertion: &str,
     form_client_id: Option<&String>,
-) -> Result<ClientSpec, Reply> {
+) -> Result<ClientSpec, HttpReply> {
     *state
         .counters
         .auth_methods

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::{IssuedToken, State, json_reply, oauth_error};
 use crate::jwt::unix_now;
-use crate::server::{HttpRequest, Reply};
+use crate::server::{HttpReply, HttpRequest};
 
 /// How far a proof's `iat` may be from now, in seconds.
 const IAT_WINDOW: i64 = 300;
@@ -115,7 +115,7 @@ pub(crate) fn check(
 pub(super) fn token_request_proof(
     state: &mut State,
     request: &HttpRequest,
-) -> Result<Option<String>, Reply> {
+) -> Result<Option<String>, HttpReply> {
     let proof = request.header("dpop");
     if !state.knobs.dpop || (proof.is_none() && !state.knobs.dpop_required) {
         return Ok(None);
@@ -147,7 +147,7 @@ pub(super) fn resource_proof_refusal(
     scheme: Option<&str>,
     proof: Option<&Result<Proof, String>>,
     challenge: &str,
-) -> Option<Reply> {
+) -> Option<HttpReply> {
     let issued = issued?;
     let dpop_scheme = scheme.is_some_and(|s| s.eq_ignore_ascii_case("dpop"));
     let refuse = |error: &str| {

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::{State, issue, oauth_error, scopes_of};
 use crate::jwt::{jwt_part, unix_now, verify_jwt};
-use crate::server::Reply;
+use crate::server::HttpReply;
 
 /// The grant type.
 pub(crate) const JWT_BEARER_GRANT: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
@@ -22,7 +22,7 @@ pub(crate) fn jwt_bearer(
     state: &mut State,
     client_id: &str,
     form: &HashMap<String, String>,
-) -> Reply {
+) -> HttpReply {
     let Some(assertion) = form.get("assertion") else {
         return oauth_error(state, 400, "invalid_request", "assertion is missing");
     };

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::{ResourceHit, Shared, State, dpop, json_reply, lock, path_of};
-use crate::server::{HttpRequest, Reply};
+use crate::server::{HttpReply, HttpRequest};
 
 #[derive(Debug, Clone)]
 pub(super) struct ResourceConfig {
@@ -31,9 +31,9 @@ impl ResourceConfig {
 pub(super) fn protected_resource(
     shared: &Shared,
     config: &ResourceConfig,
-    inner: &(impl Fn(&HttpRequest) -> Reply + Send + Sync),
+    inner: &(impl Fn(&HttpRequest) -> HttpReply + Send + Sync),
     request: &HttpRequest,
-) -> Reply {
+) -> HttpReply {
     let path = path_of(&request.target);
     let metadata_path = config.metadata_path();
     let metadata_url = config.metadata_url();
@@ -126,7 +126,7 @@ pub(super) fn protected_resource(
 }
 
 /// The resource's RFC 9728 metadata document, naming the servers it trusts.
-fn resource_metadata(state: &mut State, config: &ResourceConfig, path: &str) -> Reply {
+fn resource_metadata(state: &mut State, config: &ResourceConfig, path: &str) -> HttpReply {
     *state
         .counters
         .metadata_requests
@@ -165,10 +165,10 @@ fn presented_token(request: &HttpRequest) -> (Option<String>, Option<String>) {
 }
 
 /// The status a reply will answer with; 0 for none.
-pub(super) fn status_of(reply: &Reply) -> u16 {
+pub(super) fn status_of(reply: &HttpReply) -> u16 {
     match reply {
-        Reply::Respond { status, .. } | Reply::Stream { status, .. } => *status,
-        Reply::Delayed(_, inner) => status_of(inner),
-        Reply::Stall | Reply::Reset => 0,
+        HttpReply::Respond { status, .. } | HttpReply::Stream { status, .. } => *status,
+        HttpReply::Delayed(_, inner) => status_of(inner),
+        HttpReply::Stall | HttpReply::Reset => 0,
     }
 }

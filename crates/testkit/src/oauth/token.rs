@@ -11,7 +11,7 @@ use super::{
     oauth_error, pkce_challenge, scopes_of,
 };
 use crate::jwt::random_token;
-use crate::server::{HttpRequest, Reply};
+use crate::server::{HttpReply, HttpRequest};
 
 #[derive(Debug)]
 pub(super) struct RefreshToken {
@@ -26,7 +26,7 @@ pub(super) struct RefreshToken {
 
 /// The token endpoint: authenticates the client, checks a DPoP proof, then answers the
 /// grant the form names.
-pub(super) fn token(state: &mut State, request: &HttpRequest) -> Reply {
+pub(super) fn token(state: &mut State, request: &HttpRequest) -> HttpReply {
     let form: HashMap<String, String> = url::form_urlencoded::parse(&request.body)
         .into_owned()
         .collect();
@@ -65,7 +65,7 @@ fn client_credentials(
     client: &ClientSpec,
     form: &HashMap<String, String>,
     resource: Option<String>,
-) -> Reply {
+) -> HttpReply {
     if client.auth_method == AuthMethod::None {
         return oauth_error(
             state,
@@ -94,7 +94,7 @@ fn authorization_code(
     client: &ClientSpec,
     form: &HashMap<String, String>,
     resource: Option<String>,
-) -> Reply {
+) -> HttpReply {
     let code = form.get("code").cloned().unwrap_or_default();
     // A code is single-use: it is gone whatever the outcome.
     let Some(granted) = state.codes.remove(&code) else {
@@ -143,7 +143,7 @@ fn refresh(
     client: &ClientSpec,
     form: &HashMap<String, String>,
     resource: Option<String>,
-) -> Reply {
+) -> HttpReply {
     let presented = form.get("refresh_token").cloned().unwrap_or_default();
     let Some(record) = state.refresh.get(&presented) else {
         return oauth_error(state, 400, "invalid_grant", "unknown refresh token");
@@ -222,7 +222,7 @@ fn refresh(
     );
     match state.knobs.refresh_delay {
         Duration::ZERO => answer,
-        delay => Reply::Delayed(delay, Box::new(answer)),
+        delay => HttpReply::Delayed(delay, Box::new(answer)),
     }
 }
 
@@ -236,7 +236,7 @@ pub(crate) fn issue(
     scopes: Vec<String>,
     with_refresh: bool,
     family: Option<(u64, Option<String>)>,
-) -> Reply {
+) -> HttpReply {
     let knobs = &state.knobs;
     let scopes: Vec<String> = scopes
         .into_iter()

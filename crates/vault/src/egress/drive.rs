@@ -12,17 +12,17 @@ use crate::error::EgressError;
 use crate::signal::CancellationSignal;
 
 /// What a signal answered.
-enum Answer {
+enum SignalRead {
     Go,
     Stop,
     Panicked,
 }
 
-fn ask(signal: &dyn CancellationSignal) -> Answer {
+fn ask(signal: &dyn CancellationSignal) -> SignalRead {
     match std::panic::catch_unwind(AssertUnwindSafe(|| signal.is_cancelled())) {
-        Ok(false) => Answer::Go,
-        Ok(true) => Answer::Stop,
-        Err(_) => Answer::Panicked,
+        Ok(false) => SignalRead::Go,
+        Ok(true) => SignalRead::Stop,
+        Err(_) => SignalRead::Panicked,
     }
 }
 
@@ -33,12 +33,12 @@ pub(super) fn stopped_before_send(
     host: &str,
 ) -> Option<(&'static str, EgressError)> {
     match ask(signal?) {
-        Answer::Go => None,
-        Answer::Stop => Some((
+        SignalRead::Go => None,
+        SignalRead::Stop => Some((
             action::HTTP_CALL_CANCELLED_BEFORE_SEND,
             EgressError::CancelledBeforeSend,
         )),
-        Answer::Panicked => Some((
+        SignalRead::Panicked => Some((
             action::HTTP_CALL_REFUSED,
             EgressError::SignalPanicked {
                 host: host.to_string(),
@@ -104,13 +104,13 @@ impl EgressClient {
                 tracing::debug!("woken");
             }
             match ask(signal) {
-                Answer::Go => {}
-                Answer::Stop => {
+                SignalRead::Go => {}
+                SignalRead::Stop => {
                     // O5: the cancel as an event of the call's span, then the teardown.
                     tracing::info!(woken, "cancel observed; tearing the connection down");
                     return Driven::Cancelled;
                 }
-                Answer::Panicked => return Driven::SignalPanicked,
+                SignalRead::Panicked => return Driven::SignalPanicked,
             }
         }
     }

@@ -4,7 +4,7 @@
 use std::net::Ipv4Addr;
 use std::str::FromStr;
 
-use super::{Refusal, invalid};
+use super::{GuardRefusal, invalid};
 
 /// At most `max` characters of `text`.
 pub(super) fn cut(text: &str, max: usize) -> String {
@@ -17,7 +17,7 @@ pub(super) fn trim_url(raw: &str) -> &str {
 }
 
 /// Splits `scheme:rest`. A missing or malformed scheme is an invalid URL.
-pub(super) fn split_scheme(text: &str) -> Result<(&str, &str), Refusal> {
+pub(super) fn split_scheme(text: &str) -> Result<(&str, &str), GuardRefusal> {
     let missing = || invalid("no scheme: write the URL as http://host/ or https://host/");
     let (scheme, rest) = text.split_once(':').ok_or_else(missing)?;
     let mut chars = scheme.chars();

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use runwarden_store_sqlite::SqliteStore;
-use runwarden_testkit::{Answer, Call, Detail, Hook, HookedStore, Strike};
+use runwarden_testkit::{Call, Detail, Hook, HookedStore, StoreAnswer, Strike};
 use runwarden_vault::store::{AuditFilter, SealedKind, StoreError};
 use runwarden_vault::{
     Algorithm, AuditRow, EgressClient, EgressConfig, EgressPolicy, MasterKey, Resolver, SecretName,
@@ -85,7 +85,7 @@ impl Hook for Counting {
         Strike::Pass
     }
 
-    async fn after(&self, call: &Call, answer: Answer<'_>) -> Option<StoreError> {
+    async fn after(&self, call: &Call, answer: StoreAnswer<'_>) -> Option<StoreError> {
         if is_audit_append(call) && answer.ok {
             self.audit_batches.fetch_add(1, Ordering::SeqCst);
         }

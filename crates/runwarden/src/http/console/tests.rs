@@ -27,7 +27,7 @@ struct Fixture {
 }
 
 /// What one request answered.
-struct Answer {
+struct PageReply {
     status: StatusCode,
     headers: axum::http::HeaderMap,
     body: String,
@@ -76,21 +76,21 @@ struct Browser {
 }
 
 impl Fixture {
-    async fn send(&self, request: Request<Body>) -> Answer {
+    async fn send(&self, request: Request<Body>) -> PageReply {
         let response = router(self.state.clone()).oneshot(request).await.unwrap();
         let status = response.status();
         let headers = response.headers().clone();
         let bytes = axum::body::to_bytes(response.into_body(), 4 << 20)
             .await
             .unwrap();
-        Answer {
+        PageReply {
             status,
             headers,
             body: String::from_utf8_lossy(&bytes).into_owned(),
         }
     }
 
-    async fn get(&self, path: &str, browser: Option<&Browser>) -> Answer {
+    async fn get(&self, path: &str, browser: Option<&Browser>) -> PageReply {
         let mut request = Request::get(path);
         if let Some(b) = browser {
             request = request.header(header::COOKIE, &b.cookie);
@@ -98,7 +98,7 @@ impl Fixture {
         self.send(request.body(Body::empty()).unwrap()).await
     }
 
-    async fn post(&self, path: &str, browser: Option<&Browser>, form: &str) -> Answer {
+    async fn post(&self, path: &str, browser: Option<&Browser>, form: &str) -> PageReply {
         let mut request = Request::post(path)
             .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
             .header(header::HOST, "console.test");

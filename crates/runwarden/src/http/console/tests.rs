@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tower::ServiceExt as _;
 
 use super::CONTENT_SECURITY_POLICY;
-use super::session_id::session_create;
+use super::session_id::{session_create, session_lookup};
 use crate::config::Config;
 use crate::http::{AppState, router};
 use crate::root::Root;
@@ -469,6 +469,37 @@ async fn an_expired_session_and_one_whose_token_was_revoked_are_signed_out() {
         StatusCode::UNAUTHORIZED,
         "revoking the token ends its sessions at the next request"
     );
+}
+
+#[tokio::test]
+async fn a_session_is_found_by_its_whole_id_and_by_nothing_shorter_or_longer() {
+    let f = fixture().await;
+    let token = runwarden_vault::token_verify(&*f.state.tokens, &f.operator)
+        .await
+        .unwrap()
+        .unwrap();
+    let now = chrono::Utc::now().timestamp_millis();
+    let (id, _) = session_create(&*f.state.sessions, &token, now, 3_600_000)
+        .await
+        .unwrap();
+    let lookup = |presented: String| {
+        let sessions = f.state.sessions.clone();
+        async move { session_lookup(&*sessions, &presented, now).await.unwrap() }
+    };
+    let found = lookup(id.expose().to_owned())
+        .await
+        .expect("the real id finds its session");
+    assert_eq!(found.token.id, token.id);
+    for wrong in [
+        format!("{}A", id.expose()),
+        id.expose()[..42].to_owned(),
+        String::new(),
+    ] {
+        assert!(
+            lookup(wrong).await.is_none(),
+            "only a 43-character id is ours"
+        );
+    }
 }
 
 #[tokio::test]

@@ -25,7 +25,7 @@ pub use lifecycle::{
     stopped_orphan,
 };
 pub use model_steps::{ModelCancelled, ModelFailed, ModelResponse};
-pub use reports::{ModelProgress, ToolLog, ToolProgress};
+pub use reports::{LimitWait, LimitWaited, ModelProgress, ToolLog, ToolProgress};
 pub use tool_steps::{EffectUncertain, Leg, StepOutcome, ToolExecuted};
 
 /// The payload version this binary writes and reads.
@@ -69,10 +69,14 @@ pub enum EventBody {
     DecisionAsked(DecisionAsked),
     /// `decision_answered`.
     DecisionAnswered(DecisionAnswered),
+    /// `limit_wait`.
+    LimitWait(LimitWait),
+    /// `limit_waited`.
+    LimitWaited(LimitWaited),
 }
 
 /// Every kind the executor writes, in the order a run usually writes them.
-pub const EVENT_KINDS: [&str; 16] = [
+pub const EVENT_KINDS: [&str; 18] = [
     "run_started",
     "run_resumed",
     "model_response",
@@ -89,11 +93,19 @@ pub const EVENT_KINDS: [&str; 16] = [
     "tool_log",
     "decision_asked",
     "decision_answered",
+    "limit_wait",
+    "limit_waited",
 ];
 
 /// The kinds that only report progress: resumption and usage skip them, and a reader may
 /// drop them without losing the run's story.
-pub const PROGRESS_KINDS: [&str; 3] = ["model_progress", "tool_progress", "tool_log"];
+pub const PROGRESS_KINDS: [&str; 5] = [
+    "model_progress",
+    "tool_progress",
+    "tool_log",
+    "limit_wait",
+    "limit_waited",
+];
 
 /// The kinds after which a run writes nothing more: readers following a run stop there.
 pub const FINAL_KINDS: [&str; 3] = ["run_completed", "run_failed", "run_stopped"];
@@ -169,6 +181,8 @@ impl EventBody {
             Self::ToolLog(_) => "tool_log",
             Self::DecisionAsked(_) => "decision_asked",
             Self::DecisionAnswered(_) => "decision_answered",
+            Self::LimitWait(_) => "limit_wait",
+            Self::LimitWaited(_) => "limit_waited",
         }
     }
 
@@ -184,6 +198,8 @@ impl EventBody {
             Self::ToolProgress(e) => Some(e.round),
             Self::ToolLog(e) => Some(e.round),
             Self::DecisionAsked(e) => Some(e.round),
+            Self::LimitWait(e) => Some(e.round),
+            Self::LimitWaited(e) => Some(e.round),
             _ => None,
         }
     }
@@ -206,6 +222,8 @@ impl EventBody {
             Self::ToolLog(e) => serde_json::to_value(e),
             Self::DecisionAsked(e) => serde_json::to_value(e),
             Self::DecisionAnswered(e) => serde_json::to_value(e),
+            Self::LimitWait(e) => serde_json::to_value(e),
+            Self::LimitWaited(e) => serde_json::to_value(e),
         };
         // Plain structs with string keys always serialize; an empty object is never
         // reached, but it beats a panic in server code.
@@ -264,6 +282,8 @@ impl EventBody {
             "tool_log" => Self::ToolLog(read(payload).map_err(malformed)?),
             "decision_asked" => Self::DecisionAsked(read(payload).map_err(malformed)?),
             "decision_answered" => Self::DecisionAnswered(read(payload).map_err(malformed)?),
+            "limit_wait" => Self::LimitWait(read(payload).map_err(malformed)?),
+            "limit_waited" => Self::LimitWaited(read(payload).map_err(malformed)?),
             // EVENT_KINDS was checked above; this arm keeps the match total.
             other => {
                 return Err(EventDecodeError::UnknownKind {

@@ -3,8 +3,8 @@
 //! A segment walks the step loop (`step_loop.rs`): a model step (`model_step.rs`), the
 //! tool steps it asked for (`tool_step.rs`), the next round; a step that needs a person
 //! asks for a decision (`decision_step.rs`). Around the steps: the lease and the signal
-//! every call carries (`lease.rs`), the budgets (`spending.rs`), the write fence
-//! (`fence.rs`), recording each step (`record.rs`), how a segment ends (`ending.rs`), and
+//! every call carries (`lease.rs`), the budgets (`spending.rs`), the limits a call takes
+//! before it leaves (`limit_step.rs`), the write fence (`fence.rs`), recording each step (`record.rs`), how a segment ends (`ending.rs`), and
 //! the run's state rebuilt from its log on resume (`replay.rs`).
 
 use std::collections::HashMap;
@@ -33,6 +33,7 @@ mod decision_step;
 mod ending;
 mod fence;
 mod lease;
+mod limit_step;
 mod model_step;
 mod record;
 mod replay;
@@ -94,6 +95,8 @@ pub struct Executor {
     hub: Arc<CancelHub>,
     config: ExecutorConfig,
     cancel_latency: Option<CancelLatencyObserver>,
+    /// R14: the limits on its calls; `None`: no limits, nothing read.
+    limiter: Option<Arc<crate::limits::Limiter>>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -164,6 +167,7 @@ impl Executor {
             watcher,
             config,
             cancel_latency: None,
+            limiter: None,
         }
     }
 
@@ -181,6 +185,7 @@ impl Executor {
             watcher,
             config,
             cancel_latency: None,
+            limiter: None,
         }
     }
 

@@ -33,6 +33,7 @@ pub mod events;
 mod executor;
 pub mod feed;
 pub mod idempotency;
+pub mod limits;
 pub mod migrations;
 mod observer;
 mod one_truth;

@@ -11,6 +11,7 @@ mod delivery;
 mod events;
 mod faults;
 mod lease;
+mod limits;
 mod progress;
 mod queue;
 mod runs;

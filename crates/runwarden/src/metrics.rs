@@ -14,6 +14,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use runwarden_runtime::limits::{LimitObserver, WaitEnd};
 use runwarden_runtime::{CancelLatencyObserver, RunState};
 
 /// Upper bounds of the cancel-latency buckets, in seconds. The goal is p99 <= 10 ms
@@ -70,6 +71,12 @@ struct CallLabels {
 }
 
 /// A store error's labels: its kind (`busy`, `read_only`, `disk_full`, ...).
+/// A limit wait's labels: how it ended (`taken`, `timed_out`, `cancelled`, `unavailable`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct WaitLabels {
+    outcome: &'static str,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct KindLabels {
     kind: &'static str,
@@ -102,6 +109,8 @@ pub(crate) struct Metrics {
     store_errors: Family<KindLabels, Counter>,
     store_state_changes: Family<KindLabels, Counter>,
     db_decisions_pending: Gauge,
+    limit_waiting: Gauge,
+    limit_waits: Family<WaitLabels, Counter>,
     sources: std::sync::Mutex<Sources>,
 }
 
@@ -187,6 +196,18 @@ impl Metrics {
             "Operator decisions waiting for an answer in the database: one per run waiting for approval (every node reports the same figure)",
             db_decisions_pending.clone(),
         );
+        let limit_waiting = Gauge::default();
+        registry.register(
+            "limit_waiting_calls",
+            "Calls of this process waiting now for a full limit (concurrency or rate) before they are sent",
+            limit_waiting.clone(),
+        );
+        let limit_waits = Family::<WaitLabels, Counter>::default();
+        registry.register(
+            "limit_waits",
+            "Waits of this process's calls for a full limit, by how they ended (taken, timed_out, cancelled, unavailable)",
+            limit_waits.clone(),
+        );
         Self {
             registry,
             requests,
@@ -200,6 +221,8 @@ impl Metrics {
             store_errors,
             store_state_changes,
             db_decisions_pending,
+            limit_waiting,
+            limit_waits,
             sources: std::sync::Mutex::default(),
         }
     }
@@ -216,6 +239,11 @@ impl Metrics {
                 })
                 .inc();
         })
+    }
+
+    /// The limiter's hook: the gauge of waiting calls and the count of waits by outcome.
+    pub(crate) fn limit_observer(self: &Arc<Self>) -> Arc<dyn LimitObserver> {
+        self.clone()
     }
 
     /// Reads the worker's busy slots at each scrape.
@@ -338,6 +366,22 @@ fn request_histogram() -> Histogram {
     Histogram::new(REQUEST_BUCKETS)
 }
 
+/// R14: waits for limits as this process's calls meet them.
+impl LimitObserver for Metrics {
+    fn wait_began(&self) {
+        self.limit_waiting.inc();
+    }
+
+    fn wait_ended(&self, end: WaitEnd, _waited: Duration) {
+        self.limit_waiting.dec();
+        self.limit_waits
+            .get_or_create(&WaitLabels {
+                outcome: end.as_str(),
+            })
+            .inc();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,6 +404,10 @@ mod tests {
         calls("http_call", runwarden_vault::Delivery::Answered);
         let slots = Arc::new(std::sync::atomic::AtomicUsize::new(3));
         metrics.watch_slots(slots);
+        let limits = metrics.limit_observer();
+        limits.wait_began();
+        limits.wait_began();
+        limits.wait_ended(WaitEnd::TimedOut, Duration::from_secs(30));
         let _full = runwarden_base::StoreError::with_fault(
             "appending an audit row",
             runwarden_base::StoreFault::DiskFull,
@@ -387,6 +435,8 @@ mod tests {
             "runwarden_outbound_calls_total{action=\"http_call_cancelled\",delivery=\"maybe_delivered\"} 1",
             "runwarden_worker_slots_busy 3",
             "runwarden_db_decisions_pending 4",
+            "runwarden_limit_waiting_calls 1",
+            "runwarden_limit_waits_total{outcome=\"timed_out\"} 1",
             "runwarden_store_errors_total{kind=\"corrupt\"} 0",
             "# EOF",
         ] {

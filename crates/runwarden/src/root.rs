@@ -15,6 +15,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use runwarden_mcp::{CatalogueStore, McpClient};
+use runwarden_runtime::limits::{LimitStore, Limiter};
 use runwarden_runtime::{
     CancelHub, CancelLatencyObserver, Executor, ExecutorConfig, QueueStore, RunStore,
     StatusWatcher, WatcherConfig, Worker, WorkerConfig,
@@ -31,11 +32,14 @@ use crate::store_url::StoreUrl;
 
 /// Every seam a backend implements, as one object; [`Root`] upcasts it per seam.
 pub(crate) trait Store:
-    VaultStore + TokenStore + SessionStore + CatalogueStore + QueueStore
+    VaultStore + TokenStore + SessionStore + CatalogueStore + QueueStore + LimitStore
 {
 }
 
-impl<T> Store for T where T: VaultStore + TokenStore + SessionStore + CatalogueStore + QueueStore {}
+impl<T> Store for T where
+    T: VaultStore + TokenStore + SessionStore + CatalogueStore + QueueStore + LimitStore
+{
+}
 
 /// O6 on SQLite: how often a process looks for commits made by other processes on the same
 /// file. A run enqueued, an event appended or a cancel made elsewhere reaches this
@@ -131,6 +135,9 @@ pub(crate) struct Root {
     /// One MCP client (one session) per configured server, shared by every command
     /// path of the process and closed once by [`Root::shutdown`].
     mcp: OnceCell<McpClients>,
+    /// R14: one limiter per process (its waiters wake on this process's releases);
+    /// `None` without limits.
+    limiter: OnceCell<Option<Arc<Limiter>>>,
     /// How an authorization code grant asks the operator; set only by interactive
     /// CLI commands, before their first MCP client is built.
     prompt: std::sync::OnceLock<Arc<dyn runwarden_oauth::AuthorizationPrompt>>,
@@ -158,6 +165,7 @@ impl Root {
             other_writers: OnceCell::new(),
             metrics: Arc::new(crate::metrics::Metrics::new()),
             mcp: OnceCell::new(),
+            limiter: OnceCell::new(),
             prompt: std::sync::OnceLock::new(),
         }
     }
@@ -354,7 +362,27 @@ impl Root {
         if let Some(observer) = cancel_latency {
             executor = executor.with_cancel_latency(observer);
         }
+        if let Some(limiter) = self.limiter().await? {
+            executor = executor.with_limiter(limiter);
+        }
         Ok(Arc::new(executor))
+    }
+
+    /// R14: the process's limiter over the store, or `None` when `[limits]` configures
+    /// none (then no call reads anything for them).
+    async fn limiter(&self) -> anyhow::Result<Option<Arc<Limiter>>> {
+        self.limiter
+            .get_or_try_init(|| async {
+                if self.config.limits.is_empty() {
+                    return anyhow::Ok(None);
+                }
+                let store: Arc<dyn LimitStore> = self.store().await?;
+                let limiter = Limiter::new(self.config.limits.clone(), store)
+                    .with_observer(self.metrics.limit_observer());
+                anyhow::Ok(Some(Arc::new(limiter)))
+            })
+            .await
+            .cloned()
     }
 
     /// One MCP client per configured server, built once per process over the one

@@ -35,6 +35,7 @@ mod decision_store;
 mod failure;
 mod final_event;
 mod idempotency_store;
+mod limit_store;
 mod keepalive;
 mod listener;
 mod migrate;

@@ -5,5 +5,6 @@
 mod common;
 mod conformance;
 mod faults;
+mod limits;
 mod nodes;
 mod secrets_version;

@@ -38,6 +38,7 @@ mod decision_store;
 mod failure;
 mod final_event;
 mod idempotency_store;
+mod limit_store;
 mod migrate;
 mod other_writers;
 mod permissions;

@@ -57,6 +57,7 @@ const SQL: &[(&str, &str)] = &[
         "0016_secrets_version",
         include_str!("../migrations/0016_secrets_version.sql"),
     ),
+    ("0017_limits", include_str!("../migrations/0017_limits.sql")),
 ];
 
 const _: () = assert!(

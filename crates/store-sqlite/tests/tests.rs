@@ -5,6 +5,7 @@ mod audit_tamper;
 mod catalogue;
 mod common;
 mod concurrency;
+mod limits;
 mod open;
 mod other_writers;
 mod queue;

@@ -39,11 +39,16 @@
 //! [`exercise_secret_freshness`] takes two handles of one fresh database (two processes,
 //! two nodes) and checks that a secret changed through one is searched for by the next
 //! call of a vault on the other.
+//!
+//! [`exercise_limit_store`] takes two handles of one fresh database and checks limits
+//! (R14): K holders across both, a release or a lapsed lease frees a slot, a shared token
+//! bucket, a take all or none, racing takes never over K.
 
 #![deny(missing_docs)]
 
 pub use catalogue::exercise_catalogue_store;
 pub use decisions::exercise_decision_store;
+pub use limits::exercise_limit_store;
 pub use queue::exercise_queue_store;
 pub use runs::exercise_run_store;
 pub use secrets_version::exercise_secret_freshness;
@@ -56,6 +61,7 @@ mod decisions;
 mod epochs;
 mod finals;
 mod keys;
+mod limits;
 mod queue;
 mod runs;
 mod secrets_version;

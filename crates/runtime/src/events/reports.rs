@@ -52,3 +52,37 @@ pub struct ToolLog {
     /// The logged data, cut to a bounded size.
     pub data: Value,
 }
+
+/// `limit_wait`: a call found one of its limits full and began to wait (R14). Nothing was
+/// sent. Informational: resumption ignores it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitWait {
+    /// The model round.
+    pub round: u32,
+    /// The model's id for a tool call; `None` for a model call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    /// The tool's local name, or `model` for a model call.
+    pub call: String,
+    /// The limit that was full, in words (`concurrency limit of server t (4 at once)`).
+    pub limit: String,
+}
+
+/// `limit_waited`: a call's wait for its limits ended (R14): `taken` (the call goes on),
+/// `timed_out`, `cancelled` or `unavailable` (nothing was sent). Informational.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitWaited {
+    /// The model round.
+    pub round: u32,
+    /// The model's id for a tool call; `None` for a model call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    /// The tool's local name, or `model` for a model call.
+    pub call: String,
+    /// The limit the call waited for, in words.
+    pub limit: String,
+    /// How the wait ended.
+    pub outcome: String,
+    /// How long it lasted.
+    pub waited_ms: u64,
+}

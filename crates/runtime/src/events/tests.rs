@@ -145,6 +145,20 @@ fn reports() -> Vec<EventBody> {
             logger: None,
             data: serde_json::json!("step 3"),
         }),
+        EventBody::LimitWait(LimitWait {
+            round: 2,
+            call_id: Some("c2".into()),
+            call: "srv__slow".into(),
+            limit: "concurrency limit of server srv (2 at once)".into(),
+        }),
+        EventBody::LimitWaited(LimitWaited {
+            round: 2,
+            call_id: None,
+            call: "model".into(),
+            limit: "rate limit of model small (1 per second)".into(),
+            outcome: "taken".into(),
+            waited_ms: 480,
+        }),
     ]
 }
 

@@ -26,7 +26,10 @@ impl Executor {
         round: u32,
         messages: &[Message],
     ) -> Result<(ModelTurn, RunSignal), Outcome> {
+        // R14: the call's limits, before its first byte.
+        let hold = self.model_limits(segment, round).await?;
         let (completed, returned, signal) = self.call_model(segment, round, messages).await;
+        hold.release().await;
         match completed {
             Ok(turn) => Ok((self.record_turn(segment, round, turn).await?, signal)),
             Err(error) => Err(self.model_error(segment, round, &error, returned).await),

@@ -105,7 +105,9 @@ impl Replayed {
             // Progress reports tell the operator, never the resumed run.
             | EventBody::ModelProgress(_)
             | EventBody::ToolProgress(_)
-            | EventBody::ToolLog(_) => {}
+            | EventBody::ToolLog(_)
+            | EventBody::LimitWait(_)
+            | EventBody::LimitWaited(_) => {}
         }
     }
 

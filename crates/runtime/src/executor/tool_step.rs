@@ -72,13 +72,20 @@ impl Executor {
             }
         }
         let resume = self.input_resume(segment, call).await?;
+        // R14: the call's limits, after its approval and before its fence and first byte.
+        let hold = match self.tool_limits(segment, round, call, tool).await? {
+            Ok(hold) => hold,
+            Err(text) => return Ok(answer(text, true)),
+        };
         if !self.take_tool_call(segment) {
             // R13: counted before the call; the budget's stop settles the run.
             return Err(self.must_stop(segment).await.unwrap_or(Outcome::Failed));
         }
         let made = self
             .make_call(segment, round, call, tool, arguments, resume)
-            .await?;
+            .await;
+        hold.release().await;
+        let made = made?;
         let (text, is_error) = self
             .record_result(segment, round, call, tool, made, &edited_note)
             .await?;

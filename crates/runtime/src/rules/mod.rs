@@ -10,8 +10,10 @@
 //! - [`decisions`]: when an answer is refused, and what an answer does to its run.
 //! - [`claims`]: claim epochs and what applying a retry decision answers.
 //! - [`rows`]: what a stored run or decision must hold to be read back.
+//! - [`limits`]: token buckets and concurrency limits, taken all or none.
 
 pub mod claims;
 pub mod decisions;
+pub mod limits;
 pub mod rows;
 pub mod runs;

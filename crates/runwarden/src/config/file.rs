@@ -53,6 +53,45 @@ pub(super) struct FileConfig {
     /// The web console (`runwarden serve` at `/`).
     #[serde(default)]
     pub(super) console: ConsoleSection,
+    /// Concurrency and rate limits on calls, shared by every process on the store.
+    #[serde(default)]
+    pub(super) limits: LimitsSection,
+}
+
+/// `[limits]`: a call waits while a limit it is subject to is full; without limits nothing is read and nothing waits.
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub(super) struct LimitsSection {
+    /// A held slot of a process that died comes back this long after its last renewal (a live call renews it every third of this). Default `30`.
+    pub(super) lease_seconds: Option<f64>,
+    /// Limits on the calls to an MCP server's tools, by the server's name.
+    #[serde(default)]
+    pub(super) servers: BTreeMap<String, LimitSection>,
+    /// Limits on the calls to one tool, by its local name `SERVER__TOOL`.
+    #[serde(default)]
+    pub(super) tools: BTreeMap<String, LimitSection>,
+    /// Limits on the calls to a model, by the `model` an agent names.
+    #[serde(default)]
+    pub(super) models: BTreeMap<String, LimitSection>,
+    /// Limits on every call (model and tool) of an agent's runs, by the agent's name.
+    #[serde(default)]
+    pub(super) agents: BTreeMap<String, LimitSection>,
+}
+
+/// `[limits.servers.NAME]`, `[limits.tools."SERVER__TOOL"]`, `[limits.models.NAME]`, `[limits.agents.NAME]`: one limit, with `concurrency`, `rate_per_second` or both.
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub(super) struct LimitSection {
+    /// At most this many calls at once, across every process on the store. Default: no limit.
+    pub(super) concurrency: Option<u32>,
+    /// Calls started per second on average, across every process on the store. Default: no limit.
+    pub(super) rate_per_second: Option<f64>,
+    /// With `rate_per_second`: how many calls may start at once after a quiet spell. Default: the rate rounded up, at least `1`.
+    pub(super) burst: Option<u32>,
+    /// How long a call waits for the limit before it fails unsent, 0 to 3600 (`0`: never wait). When several limits apply, the least wins. Default `30`.
+    pub(super) max_wait_seconds: Option<f64>,
 }
 
 /// `[console]`.

@@ -193,6 +193,21 @@ impl Config {
             mcp_servers.insert(name.clone(), server);
             approvals.insert(name, policy);
         }
+        let agents = file
+            .agents
+            .into_iter()
+            .map(|(name, section)| {
+                Ok((
+                    name.clone(),
+                    super::agents::agent(&name, section, &resolve)?,
+                ))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let declared = super::limits::Declared {
+            servers: mcp_servers.keys().map(String::as_str).collect(),
+            agents: &agents,
+        };
+        let limits = super::limits::limits(file.limits, &declared)?;
         Ok(Self {
             path: path.to_path_buf(),
             mcp_servers,
@@ -210,16 +225,7 @@ impl Config {
                 file.egress.connect_timeout_seconds,
             )?,
             timeout: seconds("[egress] timeout_seconds", file.egress.timeout_seconds)?,
-            agents: file
-                .agents
-                .into_iter()
-                .map(|(name, section)| {
-                    Ok((
-                        name.clone(),
-                        super::agents::agent(&name, section, &resolve)?,
-                    ))
-                })
-                .collect::<anyhow::Result<_>>()?,
+            agents,
             worker: worker_settings(file.worker)?,
             serve: serve_settings(file.serve, &resolve)?,
             client_server: match file.client.server {
@@ -236,6 +242,7 @@ impl Config {
             },
             record_arguments: file.telemetry.record_arguments.unwrap_or(false),
             console: console_settings(file.console)?,
+            limits,
         })
     }
 }

@@ -3,11 +3,12 @@
 //! [`Config`] is the resolved configuration the process runs with. `file.rs` holds the
 //! file's types as serde reads them (their doc comments are docs/configuration.md, which
 //! `reference.rs` generates); `load.rs` parses, checks and resolves them into a
-//! [`Config`]; `settings.rs`, `agents.rs`, `mcp.rs` and `oauth.rs` check one kind of
-//! section each; `template.rs` is the file `runwarden init` writes.
+//! [`Config`]; `settings.rs`, `agents.rs`, `mcp.rs`, `oauth.rs` and `limits.rs` check one
+//! kind of section each; `template.rs` is the file `runwarden init` writes.
 
 mod agents;
 mod file;
+mod limits;
 mod load;
 mod mcp;
 mod oauth;
@@ -83,6 +84,8 @@ pub(crate) struct Config {
     pub(crate) record_arguments: bool,
     /// `[console]`.
     pub(crate) console: ConsoleSettings,
+    /// `[limits]`: the limits on calls (R14); empty: none.
+    pub(crate) limits: runwarden_runtime::limits::Limits,
 }
 
 /// True when `$RUNWARDEN_MASTER_KEY` supplies the key. An empty value does not count, the

@@ -107,6 +107,27 @@ fn body_line(body: &EventBody) -> String {
             text(&e.tool)
         ),
         EventBody::DecisionAnswered(e) => answered_line(e),
+        EventBody::LimitWait(e) => format!(
+            "{} waiting: the {} is full",
+            limit_call(&e.call),
+            text(&e.limit)
+        ),
+        EventBody::LimitWaited(e) => format!(
+            "{} waited {} ms for the {}: {}",
+            limit_call(&e.call),
+            e.waited_ms,
+            text(&e.limit),
+            e.outcome.replace('_', " ")
+        ),
+    }
+}
+
+/// The call a limit held back: `tool NAME`, or `model call`.
+fn limit_call(call: &str) -> String {
+    if call == "model" {
+        "model call".to_string()
+    } else {
+        format!("tool {}", text(call))
     }
 }
 

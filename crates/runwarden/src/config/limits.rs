@@ -1,0 +1,146 @@
+//! `[limits]`: concurrency and rate limits on calls per MCP server, tool, model and
+//! agent, checked against the servers and agents the file declares.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::bail;
+use runwarden_runtime::limits::{DEFAULT_MAX_WAIT, Limit, LimitKey, LimitKind, Limits};
+use runwarden_runtime::rules::limits::LimitRule;
+
+use super::agents::{AgentConfig, ProviderConfig};
+use super::file::{LimitSection, LimitsSection};
+use super::load::seconds;
+
+/// The highest rate a limit may name: above it a limit limits nothing a store could keep up with.
+const MAX_RATE: f64 = 100_000.0;
+
+/// What the rest of the file declares, for the names a limit may use.
+pub(super) struct Declared<'a> {
+    pub(super) servers: Vec<&'a str>,
+    pub(super) agents: &'a BTreeMap<String, AgentConfig>,
+}
+
+impl Declared<'_> {
+    /// The model an agent calls, when it calls a named one.
+    fn model_of(agent: &AgentConfig) -> Option<&str> {
+        match &agent.provider {
+            ProviderConfig::OpenAi { model, .. } | ProviderConfig::Anthropic { model, .. } => {
+                Some(model)
+            }
+            ProviderConfig::Scripted { .. } => None,
+        }
+    }
+}
+
+/// The limits in force, checked.
+pub(super) fn limits(section: LimitsSection, declared: &Declared<'_>) -> anyhow::Result<Limits> {
+    let agent_models: BTreeMap<String, String> = declared
+        .agents
+        .iter()
+        .filter_map(|(name, a)| Declared::model_of(a).map(|m| (name.clone(), m.to_string())))
+        .collect();
+    let mut found = BTreeMap::new();
+    let tables = [
+        (LimitKind::Server, section.servers),
+        (LimitKind::Tool, section.tools),
+        (LimitKind::Model, section.models),
+        (LimitKind::Agent, section.agents),
+    ];
+    for (kind, table) in tables {
+        for (name, limit) in table {
+            let at = format!("limits.{}s.{name}", kind.as_str());
+            check_name(&at, kind, &name, declared, &agent_models)?;
+            found.insert(LimitKey::new(kind, &name), limit_of(&at, &limit)?);
+        }
+    }
+    let hold_lease = section
+        .lease_seconds
+        .map(|s| seconds("[limits] lease_seconds", s))
+        .transpose()?;
+    Ok(Limits {
+        limits: found,
+        agent_models,
+        hold_lease,
+    })
+}
+
+/// A limit names something the file declares, so a typo is not a limit on nothing.
+fn check_name(
+    at: &str,
+    kind: LimitKind,
+    name: &str,
+    declared: &Declared<'_>,
+    agent_models: &BTreeMap<String, String>,
+) -> anyhow::Result<()> {
+    let known = |list: Vec<&str>, what: &str| -> anyhow::Result<()> {
+        if list.contains(&name) {
+            return Ok(());
+        }
+        let listed = if list.is_empty() {
+            "none is configured".to_string()
+        } else {
+            format!("the configured ones are {}", list.join(", "))
+        };
+        bail!("{at}: no {what} named {name:?}: {listed}")
+    };
+    match kind {
+        LimitKind::Server => known(declared.servers.clone(), "MCP server"),
+        LimitKind::Agent => known(
+            declared.agents.keys().map(String::as_str).collect(),
+            "agent",
+        ),
+        LimitKind::Model => {
+            let mut models: Vec<&str> = agent_models.values().map(String::as_str).collect();
+            models.sort_unstable();
+            models.dedup();
+            known(models, "model used by an agent")
+        }
+        LimitKind::Tool => {
+            let server = name.split_once("__").map(|(s, _)| s);
+            match server {
+                Some(server) if declared.servers.contains(&server) => Ok(()),
+                Some(server) => bail!(
+                    "{at}: the tool's server {server:?} is not configured: name a tool as SERVER__TOOL, its local name"
+                ),
+                None => bail!("{at}: name a tool as SERVER__TOOL, its local name (like \"tickets__create_ticket\")"),
+            }
+        }
+    }
+}
+
+/// One limit's values, checked.
+fn limit_of(at: &str, section: &LimitSection) -> anyhow::Result<Limit> {
+    if section.concurrency.is_none() && section.rate_per_second.is_none() {
+        bail!("{at}: set concurrency, rate_per_second or both");
+    }
+    if section.concurrency == Some(0) {
+        bail!("{at}.concurrency must be at least 1 (remove the limit to allow any number)");
+    }
+    if let Some(rate) = section.rate_per_second
+        && !(rate.is_finite() && rate > 0.0 && rate <= MAX_RATE)
+    {
+        bail!("{at}.rate_per_second must be a number above 0 and at most {MAX_RATE}, not {rate}");
+    }
+    let burst = match (section.burst, section.rate_per_second) {
+        (Some(0), _) => bail!("{at}.burst must be at least 1"),
+        (Some(_), None) => bail!("{at}.burst needs rate_per_second: it is the size of the rate's bucket"),
+        (Some(burst), Some(_)) => burst,
+        // As many as the rate gives in one second, at least one.
+        (None, Some(rate)) => (rate.ceil() as u32).max(1),
+        (None, None) => 1,
+    };
+    let max_wait = match section.max_wait_seconds {
+        None => DEFAULT_MAX_WAIT,
+        Some(s) if s == 0.0 => Duration::ZERO,
+        Some(s) => seconds(&format!("{at}.max_wait_seconds"), s)?,
+    };
+    Ok(Limit {
+        rule: LimitRule {
+            concurrency: section.concurrency,
+            rate_per_second: section.rate_per_second,
+            burst,
+        },
+        max_wait,
+    })
+}

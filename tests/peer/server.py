@@ -34,6 +34,8 @@ STATS: dict = {
     "slow_completed": 0,
     "cancel_notifications": 0,
     "create_ticket_calls": 0,
+    "occupy_in_flight": 0,
+    "occupy_most_in_flight": 0,
     "calls": Counter(),
 }
 
@@ -81,6 +83,20 @@ async def slow(seconds: float) -> str:
         raise
     STATS["slow_completed"] += 1
     return f"slept {seconds}s"
+
+
+@mcp.tool()
+async def occupy(seconds: float) -> str:
+    """Hold a call open for `seconds`, counting how many are open at once (the most is
+    `occupy_most_in_flight` in the stats)."""
+    _count("occupy")
+    STATS["occupy_in_flight"] += 1
+    STATS["occupy_most_in_flight"] = max(STATS["occupy_most_in_flight"], STATS["occupy_in_flight"])
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        STATS["occupy_in_flight"] -= 1
+    return f"occupied {seconds}s"
 
 
 @mcp.tool()

@@ -94,7 +94,7 @@ async fn slot_taken_elsewhere(f: &Fixture) {
     ));
 }
 
-fn tools_calls(server: &TestServer) -> usize {
+fn tools_calls(server: &mut TestServer) -> usize {
     server
         .drain_requests()
         .iter()
@@ -132,7 +132,7 @@ async fn a_call_over_a_full_limit_waits_on_the_log_and_goes_when_the_slot_is_rel
         wait.payload["limit"],
         "concurrency limit of server srv (1 at once)"
     );
-    assert_eq!(tools_calls(&server), 0, "the waiting call sent nothing");
+    assert_eq!(tools_calls(&mut server), 0, "the waiting call sent nothing");
     // The first run is cancelled: its call is torn down and its slot released.
     executor.cancel(&first.id).await.unwrap();
     let waited = next_of_kind(&mut second_events, "limit_waited").await;
@@ -157,7 +157,7 @@ async fn a_call_over_a_full_limit_waits_on_the_log_and_goes_when_the_slot_is_rel
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cancel_during_a_limit_wait_ends_the_wait_at_once_and_sends_nothing() {
     let f = fixture().await;
-    let server = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
+    let mut server = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
     let (executor, _) = limited(&f, server_limit(slots(1, WAIT)));
     slot_taken_elsewhere(&f).await;
     let plan = json!([{"tool_calls": [{"name": "srv__create", "arguments": {}}]}, {"text": "done"}]);
@@ -182,7 +182,7 @@ async fn a_cancel_during_a_limit_wait_ends_the_wait_at_once_and_sends_nothing() 
     assert!(took < Duration::from_millis(500), "took {took:?}");
     let waited = next_of_kind(&mut events, "limit_waited").await;
     assert_eq!(waited.payload["outcome"], "cancelled");
-    assert_eq!(tools_calls(&server), 0, "nothing was sent");
+    assert_eq!(tools_calls(&mut server), 0, "nothing was sent");
     let row = f.store.run_get(&run.id).await.unwrap().unwrap();
     assert_eq!(row.pending_effect, None, "no fence was stamped");
 }
@@ -190,7 +190,7 @@ async fn a_cancel_during_a_limit_wait_ends_the_wait_at_once_and_sends_nothing() 
 #[tokio::test(flavor = "multi_thread")]
 async fn past_its_max_wait_a_call_fails_unsent_and_the_model_reads_why() {
     let f = fixture().await;
-    let server = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
+    let mut server = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
     let (executor, _) = limited(&f, server_limit(slots(1, Duration::from_millis(300))));
     slot_taken_elsewhere(&f).await;
     let plan = json!([{"tool_calls": [{"name": "srv__create", "arguments": {}}]}, {"text": "gave up"}]);
@@ -222,7 +222,7 @@ async fn past_its_max_wait_a_call_fails_unsent_and_the_model_reads_why() {
         step["text"],
         "concurrency limit of server srv (1 at once): waited 0s, try again later"
     );
-    assert_eq!(tools_calls(&server), 0, "nothing was sent");
+    assert_eq!(tools_calls(&mut server), 0, "nothing was sent");
     let row = f.store.run_get(&run.id).await.unwrap().unwrap();
     assert_eq!(row.pending_effect, None, "no fence was stamped");
 }

@@ -18,7 +18,7 @@ impl LimitStore for PgStore {
         self.with("taking a call's limits", async {
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
-            let result = take(&tx, &params).await;
+            let result = take(&*tx, &params).await;
             finish(tx, result).await
         })
         .await

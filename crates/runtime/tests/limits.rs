@@ -107,13 +107,18 @@ async fn a_call_over_a_full_limit_waits_on_the_log_and_goes_when_the_slot_is_rel
     let f = fixture().await;
     let mut server = TestServer::start(mcp_handler(vec![tool("create")], &["create"])).await;
     let (executor, _) = limited(&f, server_limit(slots(1, WAIT)));
-    let plan = json!([{"tool_calls": [{"name": "srv__create", "arguments": {}}]}, {"text": "done"}]);
+    let plan =
+        json!([{"tool_calls": [{"name": "srv__create", "arguments": {}}]}, {"text": "done"}]);
     let tools = vec![f.tool(&server.url("/mcp"), "create", Effect::NonIdempotentWrite)];
     let (first, second) = (
         executor.create_sync("helper", "go").await.unwrap(),
         executor.create_sync("helper", "go").await.unwrap(),
     );
-    let (exec, agent, run) = (executor.clone(), f.agent(plan.clone(), tools.clone()), first.clone());
+    let (exec, agent, run) = (
+        executor.clone(),
+        f.agent(plan.clone(), tools.clone()),
+        first.clone(),
+    );
     let first_task = tokio::spawn(async move { exec.execute(&run, &agent, "go", None).await });
     // The first call holds the slot on the wire (the tool stalls).
     loop {
@@ -144,12 +149,18 @@ async fn a_call_over_a_full_limit_waits_on_the_log_and_goes_when_the_slot_is_rel
         }
     }
     assert_eq!(
-        tokio::time::timeout(WAIT, first_task).await.unwrap().unwrap(),
+        tokio::time::timeout(WAIT, first_task)
+            .await
+            .unwrap()
+            .unwrap(),
         Outcome::Cancelled
     );
     executor.cancel(&second.id).await.unwrap();
     assert_eq!(
-        tokio::time::timeout(WAIT, second_task).await.unwrap().unwrap(),
+        tokio::time::timeout(WAIT, second_task)
+            .await
+            .unwrap()
+            .unwrap(),
         Outcome::Cancelled
     );
 }
@@ -160,7 +171,8 @@ async fn a_cancel_during_a_limit_wait_ends_the_wait_at_once_and_sends_nothing() 
     let mut server = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
     let (executor, _) = limited(&f, server_limit(slots(1, WAIT)));
     slot_taken_elsewhere(&f).await;
-    let plan = json!([{"tool_calls": [{"name": "srv__create", "arguments": {}}]}, {"text": "done"}]);
+    let plan =
+        json!([{"tool_calls": [{"name": "srv__create", "arguments": {}}]}, {"text": "done"}]);
     let agent = f.agent(
         plan,
         vec![f.tool(&server.url("/mcp"), "create", Effect::NonIdempotentWrite)],
@@ -193,14 +205,19 @@ async fn past_its_max_wait_a_call_fails_unsent_and_the_model_reads_why() {
     let mut server = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
     let (executor, _) = limited(&f, server_limit(slots(1, Duration::from_millis(300))));
     slot_taken_elsewhere(&f).await;
-    let plan = json!([{"tool_calls": [{"name": "srv__create", "arguments": {}}]}, {"text": "gave up"}]);
+    let plan =
+        json!([{"tool_calls": [{"name": "srv__create", "arguments": {}}]}, {"text": "gave up"}]);
     let agent = f.agent(
         plan,
         vec![f.tool(&server.url("/mcp"), "create", Effect::NonIdempotentWrite)],
     );
     let run = executor.create_sync("helper", "go").await.unwrap();
     let outcome = executor.execute(&run, &agent, "go", None).await;
-    assert_eq!(outcome, Outcome::Completed, "the model read the error and answered");
+    assert_eq!(
+        outcome,
+        Outcome::Completed,
+        "the model read the error and answered"
+    );
     let events = f.store.run_events(&run.id, 0, 0).await.unwrap();
     let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(
@@ -232,7 +249,8 @@ async fn without_limits_a_call_reads_nothing_for_them_and_runs_as_before() {
     let f = fixture().await;
     let server = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
     let (executor, _) = limited(&f, Limits::default());
-    let plan = json!([{"tool_calls": [{"name": "srv__create", "arguments": {}}]}, {"text": "done"}]);
+    let plan =
+        json!([{"tool_calls": [{"name": "srv__create", "arguments": {}}]}, {"text": "done"}]);
     let agent = f.agent(
         plan,
         vec![f.tool(&server.url("/mcp"), "create", Effect::NonIdempotentWrite)],

@@ -67,7 +67,9 @@ fn take(conn: &mut Connection, params: &LimitTake) -> Result<TakeDecision, Failu
         };
         let bucket = match rule.rate_per_second {
             Some(_) => tx
-                .prepare_cached("SELECT tokens, refilled_ms FROM limit_buckets WHERE limit_key = ?1")?
+                .prepare_cached(
+                    "SELECT tokens, refilled_ms FROM limit_buckets WHERE limit_key = ?1",
+                )?
                 .query_row([key], |row| {
                     Ok(Bucket {
                         tokens: row.get(0)?,

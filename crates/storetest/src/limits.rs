@@ -55,8 +55,12 @@ async fn a_concurrency_limit_admits_k_holders_across_handles_and_a_release_frees
 ) {
     let key = "server:conformance-k";
     let limits = [(key, slots(2))];
-    assert!(taken(&a.limit_take(take("h1", &limits, NOW)).await.unwrap()));
-    assert!(taken(&b.limit_take(take("h2", &limits, NOW)).await.unwrap()));
+    assert!(taken(
+        &a.limit_take(take("h1", &limits, NOW)).await.unwrap()
+    ));
+    assert!(taken(
+        &b.limit_take(take("h2", &limits, NOW)).await.unwrap()
+    ));
     assert_eq!(a.limit_holders(key, NOW).await.unwrap(), 2);
     assert_eq!(
         a.limit_take(take("h3", &limits, NOW)).await.unwrap(),
@@ -83,7 +87,9 @@ async fn a_holder_that_stops_renewing_frees_its_slot_when_its_lease_runs_out(
 ) {
     let key = "tool:conformance__lease";
     let limits = [(key, slots(1))];
-    assert!(taken(&a.limit_take(take("renewed", &limits, NOW)).await.unwrap()));
+    assert!(taken(
+        &a.limit_take(take("renewed", &limits, NOW)).await.unwrap()
+    ));
     a.limit_renew("renewed", NOW + 2 * LEASE).await.unwrap();
     let later = NOW + LEASE + 1;
     assert!(
@@ -102,8 +108,12 @@ async fn a_holder_that_stops_renewing_frees_its_slot_when_its_lease_runs_out(
 async fn a_token_bucket_is_shared_across_handles(a: &dyn LimitStore, b: &dyn LimitStore) {
     let key = "model:conformance-rate";
     let limits = [(key, rate(2.0, 2))];
-    assert!(taken(&a.limit_take(take("r1", &limits, NOW)).await.unwrap()));
-    assert!(taken(&b.limit_take(take("r2", &limits, NOW)).await.unwrap()));
+    assert!(taken(
+        &a.limit_take(take("r1", &limits, NOW)).await.unwrap()
+    ));
+    assert!(taken(
+        &b.limit_take(take("r2", &limits, NOW)).await.unwrap()
+    ));
     assert_eq!(
         a.limit_take(take("r3", &limits, NOW)).await.unwrap(),
         TakeDecision::Wait {
@@ -126,7 +136,11 @@ async fn a_token_bucket_is_shared_across_handles(a: &dyn LimitStore, b: &dyn Lim
 async fn a_take_is_all_or_none(a: &dyn LimitStore, b: &dyn LimitStore) {
     let (spent, full) = ("agent:conformance-all", "server:conformance-all");
     let both = [(spent, rate(1.0, 1)), (full, slots(1))];
-    assert!(taken(&a.limit_take(take("first", &[(full, slots(1))], NOW)).await.unwrap()));
+    assert!(taken(
+        &a.limit_take(take("first", &[(full, slots(1))], NOW))
+            .await
+            .unwrap()
+    ));
     assert_eq!(
         b.limit_take(take("second", &both, NOW)).await.unwrap(),
         TakeDecision::Wait {
@@ -135,10 +149,18 @@ async fn a_take_is_all_or_none(a: &dyn LimitStore, b: &dyn LimitStore) {
         }
     );
     assert!(
-        taken(&a.limit_take(take("third", &[(spent, rate(1.0, 1))], NOW)).await.unwrap()),
+        taken(
+            &a.limit_take(take("third", &[(spent, rate(1.0, 1))], NOW))
+                .await
+                .unwrap()
+        ),
         "the refused take spent no token of the other limit"
     );
-    assert_eq!(b.limit_holders(full, NOW).await.unwrap(), 1, "and took no slot");
+    assert_eq!(
+        b.limit_holders(full, NOW).await.unwrap(),
+        1,
+        "and took no slot"
+    );
     a.limit_release("first").await.unwrap();
 }
 

@@ -160,9 +160,7 @@ mod tests {
         ] {
             limits.limits.insert(key, limit(1));
         }
-        limits
-            .agent_models
-            .insert("helper".into(), "small".into());
+        limits.agent_models.insert("helper".into(), "small".into());
         let tool: Vec<String> = limits
             .for_tool("helper", "t", "t__create")
             .iter()

@@ -229,7 +229,9 @@ impl Limiter {
                     .find(|(k, _)| k.stored() == key)
                     .cloned()
                     .ok_or_else(|| {
-                        LimitStop::Unavailable(format!("the store named a limit {key:?} the call does not have"))
+                        LimitStop::Unavailable(format!(
+                            "the store named a limit {key:?} the call does not have"
+                        ))
                     })?;
                 Ok(TakeAttempt::Full(Full {
                     key,

@@ -103,7 +103,9 @@ fn check_name(
                 Some(server) => bail!(
                     "{at}: the tool's server {server:?} is not configured: name a tool as SERVER__TOOL, its local name"
                 ),
-                None => bail!("{at}: name a tool as SERVER__TOOL, its local name (like \"tickets__create_ticket\")"),
+                None => bail!(
+                    "{at}: name a tool as SERVER__TOOL, its local name (like \"tickets__create_ticket\")"
+                ),
             }
         }
     }
@@ -124,7 +126,9 @@ fn limit_of(at: &str, section: &LimitSection) -> anyhow::Result<Limit> {
     }
     let burst = match (section.burst, section.rate_per_second) {
         (Some(0), _) => bail!("{at}.burst must be at least 1"),
-        (Some(_), None) => bail!("{at}.burst needs rate_per_second: it is the size of the rate's bucket"),
+        (Some(_), None) => {
+            bail!("{at}.burst needs rate_per_second: it is the size of the rate's bucket")
+        }
         (Some(burst), Some(_)) => burst,
         // As many as the rate gives in one second, at least one.
         (None, Some(rate)) => (rate.ceil() as u32).max(1),
@@ -143,4 +147,114 @@ fn limit_of(at: &str, section: &LimitSection) -> anyhow::Result<Limit> {
         },
         max_wait,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Config;
+    use super::*;
+
+    const BASE: &str = "[mcp.servers.tickets]\nurl = \"http://127.0.0.1:9/mcp\"\n\n[agents.helper]\nprovider = \"openai\"\nmodel = \"small\"\nbase_url = \"http://127.0.0.1:9/v1\"\n";
+
+    fn load(limits: &str) -> anyhow::Result<Config> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.toml");
+        std::fs::write(&path, format!("{BASE}\n{limits}")).unwrap();
+        Config::load(&path)
+    }
+
+    fn error(limits: &str) -> String {
+        format!("{:#}", load(limits).expect_err("refused"))
+    }
+
+    #[test]
+    fn every_scope_is_read_with_its_defaults() {
+        let config = load(
+            "[limits]\nlease_seconds = 5\n\n[limits.servers.tickets]\nconcurrency = 4\nrate_per_second = 2.5\nmax_wait_seconds = 0\n\n[limits.tools.\"tickets__create\"]\nrate_per_second = 1\nburst = 3\n\n[limits.models.small]\nconcurrency = 2\n\n[limits.agents.helper]\nconcurrency = 1\n",
+        )
+        .unwrap();
+        let limits = &config.limits;
+        assert_eq!(limits.hold_lease(), Duration::from_secs(5));
+        let server = limits.limits[&LimitKey::new(LimitKind::Server, "tickets")];
+        assert_eq!(server.rule.concurrency, Some(4));
+        assert_eq!(server.rule.burst, 3, "the rate rounded up");
+        assert_eq!(server.max_wait, Duration::ZERO);
+        let tool = limits.limits[&LimitKey::new(LimitKind::Tool, "tickets__create")];
+        assert_eq!((tool.rule.burst, tool.max_wait), (3, DEFAULT_MAX_WAIT));
+        assert_eq!(
+            limits.for_model("helper").len(),
+            2,
+            "the agent's and its model's"
+        );
+        assert_eq!(
+            limits
+                .for_tool("helper", "tickets", "tickets__create")
+                .len(),
+            3
+        );
+    }
+
+    #[test]
+    fn no_limits_section_is_no_limits() {
+        assert!(load("").unwrap().limits.is_empty());
+    }
+
+    #[test]
+    fn a_limit_on_something_not_configured_names_what_is() {
+        assert!(
+            error("[limits.servers.tickts]\nconcurrency = 1\n").contains(
+                "limits.servers.tickts: no MCP server named \"tickts\": the configured ones are tickets"
+            ),
+            "{}",
+            error("[limits.servers.tickts]\nconcurrency = 1\n")
+        );
+        assert!(
+            error("[limits.agents.nobody]\nconcurrency = 1\n")
+                .contains("no agent named \"nobody\"")
+        );
+        assert!(
+            error("[limits.models.big]\nconcurrency = 1\n")
+                .contains("no model used by an agent named \"big\": the configured ones are small")
+        );
+        assert!(
+            error("[limits.tools.create]\nconcurrency = 1\n")
+                .contains("name a tool as SERVER__TOOL")
+        );
+        assert!(
+            error("[limits.tools.\"other__create\"]\nconcurrency = 1\n")
+                .contains("server \"other\" is not configured")
+        );
+    }
+
+    #[test]
+    fn a_limit_with_bad_values_says_which_and_why() {
+        for (limit, says) in [
+            (
+                "max_wait_seconds = 3",
+                "set concurrency, rate_per_second or both",
+            ),
+            (
+                "concurrency = 0",
+                "limits.servers.tickets.concurrency must be at least 1",
+            ),
+            (
+                "rate_per_second = 0",
+                "rate_per_second must be a number above 0",
+            ),
+            (
+                "rate_per_second = -1",
+                "rate_per_second must be a number above 0",
+            ),
+            ("concurrency = 1\nburst = 2", "burst needs rate_per_second"),
+            ("rate_per_second = 1\nburst = 0", "burst must be at least 1"),
+            (
+                "concurrency = 1\nmax_wait_seconds = 5000",
+                "max_wait_seconds must be a number of seconds",
+            ),
+            ("concurrency = 1\ncapacity = 2", "unknown field `capacity`"),
+        ] {
+            let text = error(&format!("[limits.servers.tickets]\n{limit}\n"));
+            assert!(text.contains(says), "{limit}: {text}");
+        }
+    }
 }

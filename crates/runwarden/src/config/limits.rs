@@ -8,6 +8,7 @@ use anyhow::bail;
 use runwarden_runtime::limits::{DEFAULT_MAX_WAIT, Limit, LimitKey, LimitKind, Limits};
 use runwarden_runtime::rules::limits::LimitRule;
 
+use super::Config;
 use super::agents::{AgentConfig, ProviderConfig};
 use super::file::{LimitSection, LimitsSection};
 use super::load::seconds;
@@ -15,30 +16,22 @@ use super::load::seconds;
 /// The highest rate a limit may name: above it a limit limits nothing a store could keep up with.
 const MAX_RATE: f64 = 100_000.0;
 
-/// What the rest of the file declares, for the names a limit may use.
-pub(super) struct Declared<'a> {
-    pub(super) servers: Vec<&'a str>,
-    pub(super) agents: &'a BTreeMap<String, AgentConfig>,
-}
-
-impl Declared<'_> {
-    /// The model an agent calls, when it calls a named one.
-    fn model_of(agent: &AgentConfig) -> Option<&str> {
-        match &agent.provider {
-            ProviderConfig::OpenAi { model, .. } | ProviderConfig::Anthropic { model, .. } => {
-                Some(model)
-            }
-            ProviderConfig::Scripted { .. } => None,
+/// The model an agent calls, when it calls a named one.
+fn model_of(agent: &AgentConfig) -> Option<&str> {
+    match &agent.provider {
+        ProviderConfig::OpenAi { model, .. } | ProviderConfig::Anthropic { model, .. } => {
+            Some(model)
         }
+        ProviderConfig::Scripted { .. } => None,
     }
 }
 
 /// The limits in force, checked.
-pub(super) fn limits(section: LimitsSection, declared: &Declared<'_>) -> anyhow::Result<Limits> {
+pub(super) fn limits(section: LimitsSection, declared: &Config) -> anyhow::Result<Limits> {
     let agent_models: BTreeMap<String, String> = declared
         .agents
         .iter()
-        .filter_map(|(name, a)| Declared::model_of(a).map(|m| (name.clone(), m.to_string())))
+        .filter_map(|(name, a)| model_of(a).map(|m| (name.clone(), m.to_string())))
         .collect();
     let mut found = BTreeMap::new();
     let tables = [
@@ -70,9 +63,10 @@ fn check_name(
     at: &str,
     kind: LimitKind,
     name: &str,
-    declared: &Declared<'_>,
+    declared: &Config,
     agent_models: &BTreeMap<String, String>,
 ) -> anyhow::Result<()> {
+    let servers: Vec<&str> = declared.mcp_servers.keys().map(String::as_str).collect();
     let known = |list: Vec<&str>, what: &str| -> anyhow::Result<()> {
         if list.contains(&name) {
             return Ok(());
@@ -85,7 +79,7 @@ fn check_name(
         bail!("{at}: no {what} named {name:?}: {listed}")
     };
     match kind {
-        LimitKind::Server => known(declared.servers.clone(), "MCP server"),
+        LimitKind::Server => known(servers, "MCP server"),
         LimitKind::Agent => known(
             declared.agents.keys().map(String::as_str).collect(),
             "agent",
@@ -99,7 +93,7 @@ fn check_name(
         LimitKind::Tool => {
             let server = name.split_once("__").map(|(s, _)| s);
             match server {
-                Some(server) if declared.servers.contains(&server) => Ok(()),
+                Some(server) if servers.contains(&server) => Ok(()),
                 Some(server) => bail!(
                     "{at}: the tool's server {server:?} is not configured: name a tool as SERVER__TOOL, its local name"
                 ),

@@ -109,6 +109,18 @@ fn store_url(
     }
 }
 
+/// `[egress] allow`, or `$RUNWARDEN_EGRESS_ALLOW` (comma-separated) in its place.
+fn egress_allow(configured: Vec<String>) -> Vec<String> {
+    match env("RUNWARDEN_EGRESS_ALLOW") {
+        Some(list) => list
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+        None => configured,
+    }
+}
+
 pub(super) fn seconds(name: &str, value: f64) -> anyhow::Result<Duration> {
     if !(value.is_finite() && value > 0.0 && value <= 3600.0) {
         bail!("{name} must be a number of seconds between 0 and 3600, not {value}");
@@ -178,14 +190,7 @@ impl Config {
             .unwrap_or_else(|| "xchacha20poly1305".into());
         let algorithm = Algorithm::parse(&algorithm_name)
             .with_context(|| format!("unknown [vault] algorithm {algorithm_name:?}: use \"xchacha20poly1305\" or \"aes256gcm\""))?;
-        let egress_allow = match env("RUNWARDEN_EGRESS_ALLOW") {
-            Some(list) => list
-                .split(',')
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect(),
-            None => file.egress.allow,
-        };
+        let egress_allow = egress_allow(file.egress.allow);
         let mut mcp_servers = BTreeMap::new();
         let mut approvals = BTreeMap::new();
         for (name, section) in file.mcp.servers {
@@ -193,22 +198,8 @@ impl Config {
             mcp_servers.insert(name.clone(), server);
             approvals.insert(name, policy);
         }
-        let agents = file
-            .agents
-            .into_iter()
-            .map(|(name, section)| {
-                Ok((
-                    name.clone(),
-                    super::agents::agent(&name, section, &resolve)?,
-                ))
-            })
-            .collect::<anyhow::Result<_>>()?;
-        let declared = super::limits::Declared {
-            servers: mcp_servers.keys().map(String::as_str).collect(),
-            agents: &agents,
-        };
-        let limits = super::limits::limits(file.limits, &declared)?;
-        Ok(Self {
+        let limits = file.limits;
+        let mut config = Self {
             path: path.to_path_buf(),
             mcp_servers,
             approvals,
@@ -225,7 +216,16 @@ impl Config {
                 file.egress.connect_timeout_seconds,
             )?,
             timeout: seconds("[egress] timeout_seconds", file.egress.timeout_seconds)?,
-            agents,
+            agents: file
+                .agents
+                .into_iter()
+                .map(|(name, section)| {
+                    Ok((
+                        name.clone(),
+                        super::agents::agent(&name, section, &resolve)?,
+                    ))
+                })
+                .collect::<anyhow::Result<_>>()?,
             worker: worker_settings(file.worker)?,
             serve: serve_settings(file.serve, &resolve)?,
             client_server: match file.client.server {
@@ -242,7 +242,10 @@ impl Config {
             },
             record_arguments: file.telemetry.record_arguments.unwrap_or(false),
             console: console_settings(file.console)?,
-            limits,
-        })
+            limits: Default::default(),
+        };
+        // Limits name the servers and agents above.
+        config.limits = super::limits::limits(limits, &config)?;
+        Ok(config)
     }
 }

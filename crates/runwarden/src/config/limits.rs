@@ -130,7 +130,7 @@ fn limit_of(at: &str, section: &LimitSection) -> anyhow::Result<Limit> {
     };
     let max_wait = match section.max_wait_seconds {
         None => DEFAULT_MAX_WAIT,
-        Some(s) if s == 0.0 => Duration::ZERO,
+        Some(0.0) => Duration::ZERO,
         Some(s) => seconds(&format!("{at}.max_wait_seconds"), s)?,
     };
     Ok(Limit {

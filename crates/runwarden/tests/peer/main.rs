@@ -14,5 +14,6 @@ mod api_description;
 mod conformance_suite;
 mod decisions;
 mod fastmcp;
+mod limits;
 mod mrtr;
 mod wire;

@@ -122,7 +122,10 @@ async fn a_rate_limit_on_two_worker_processes_holds_over_a_minute_within_five_pe
     let (last, window) = (echoes(&peer.stats_json()), started.elapsed());
     let expected = rate * window.as_secs_f64();
     let got = (last - first) as f64;
-    println!("{got} calls in {window:?}: {:.2} per second", got / window.as_secs_f64());
+    println!(
+        "{got} calls in {window:?}: {:.2} per second",
+        got / window.as_secs_f64()
+    );
     assert!(
         (got - expected).abs() <= expected * 0.05,
         "{got} calls in {window:?}, expected {expected:.0} within 5 %"

@@ -10,6 +10,7 @@
 mod support;
 
 mod backend;
+mod limits;
 mod nodes;
 mod pg_faults;
 mod secret_freshness;

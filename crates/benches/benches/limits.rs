@@ -5,8 +5,8 @@
 //!   (a take and a release per call: two write transactions), and under a rate limit that
 //!   never runs dry (a take: one write transaction). The runs take turns, twice each, so a
 //!   burst of load on the shared machine lands on all of them alike.
-//! - A limit check alone, sequential: the take (and release) of a concurrency limit, the
-//!   take of a rate limit, p50 and p99.
+//! - A limit check alone: checks per second from 64 concurrent callers, and sequential
+//!   p50 and p99 (the take and release of a concurrency limit, the take of a rate limit).
 //! - How fast a cancel ends a call's wait for a full limit (the signal woken in-process),
 //!   p50 and p99.
 //!
@@ -154,6 +154,21 @@ async fn main() {
             "  {name:<42} {b:>8.0} calls/s  ({:.2}x of no limit; runs {figures:.0?})",
             b / base
         );
+    }
+
+    println!("limit checks alone (no call), {CONCURRENT} concurrent callers:");
+    for (name, rule) in [
+        ("concurrency: take and release", WIDE),
+        ("rate: take", FAST),
+    ] {
+        let l = limiter(&store, rule);
+        let plan = l.for_tool("agent", "bench", "bench__echo");
+        let per_second = throughput(move || {
+            let (l, plan) = (l.clone(), plan.clone());
+            async move { taken(&l, &plan).await.release().await }
+        })
+        .await;
+        println!("  {name:<42} {per_second:>8.0} checks/s");
     }
 
     println!("one limit check on SQLite, sequential, {CHECKS} checks:");

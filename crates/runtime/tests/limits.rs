@@ -404,3 +404,50 @@ async fn a_rate_limit_shared_by_two_processes_holds_its_rate() {
     let taken = taken.load(Ordering::SeqCst);
     assert!((36..=41).contains(&taken), "took {taken} in {window:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_call_past_its_max_wait_fails_the_run_retryably_with_nothing_sent() {
+    let f = fixture().await;
+    let mut limits = Limits::default();
+    limits.limits.insert(
+        LimitKey::new(LimitKind::Agent, "helper"),
+        slots(1, Duration::from_millis(200)),
+    );
+    let (executor, _) = limited(&f, limits);
+    let other = f.other_process();
+    let now = runwarden_base::now_ms();
+    other
+        .limit_take(LimitTake {
+            holder: "another-process".into(),
+            limits: vec![("agent:helper".into(), slots(1, WAIT).rule)],
+            now_ms: now,
+            hold_until_ms: now + 600_000,
+        })
+        .await
+        .unwrap();
+    let agent = f.agent(json!([{"text": "never asked"}]), vec![]);
+    let run = executor.create_sync("helper", "go").await.unwrap();
+    assert_eq!(
+        executor.execute(&run, &agent, "go", None).await,
+        Outcome::Failed
+    );
+    let events = f.store.run_events(&run.id, 0, 0).await.unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "run_started",
+            "limit_wait",
+            "limit_waited",
+            "model_failed",
+            "run_failed"
+        ]
+    );
+    let failed = &events[3].payload;
+    assert_eq!(failed["retryable"], true);
+    assert_eq!(failed["delivery"], "not_sent");
+    assert_eq!(
+        failed["error"],
+        "concurrency limit of agent helper (1 at once): waited 0s, try again later"
+    );
+}

@@ -42,6 +42,7 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration::new(14, "0014_claim_epoch"),
     Migration::new(15, "0015_mcp_protocol"),
     Migration::new(16, "0016_secrets_version"),
+    Migration::new(17, "0017_run_origin"),
 ];
 
 /// The latest schema version this build knows.

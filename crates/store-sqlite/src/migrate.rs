@@ -57,6 +57,10 @@ const SQL: &[(&str, &str)] = &[
         "0016_secrets_version",
         include_str!("../migrations/0016_secrets_version.sql"),
     ),
+    (
+        "0017_run_origin",
+        include_str!("../migrations/0017_run_origin.sql"),
+    ),
 ];
 
 const _: () = assert!(

@@ -141,6 +141,7 @@ async fn mode(
                 request: Some(json!({"prompt": "go"})),
                 status: NewRunStatus::Queued,
                 now_ms: now_ms(),
+                origin: Default::default(),
             })
             .await
             .expect("enqueue");

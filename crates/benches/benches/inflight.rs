@@ -347,6 +347,7 @@ impl Ctx {
                         lease_until_ms: i64::MAX,
                     },
                     now_ms: 0,
+                    origin: Default::default(),
                 })
                 .await
                 .expect("a run row");

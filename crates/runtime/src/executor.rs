@@ -25,7 +25,7 @@ use crate::queue::QueueStore;
 use crate::retry::RetryPolicy;
 use crate::signal::CancelHub;
 use crate::state::Outcome;
-use crate::store::{CancelAnswer, NewRunStatus, Run, RunCreate, RunStore};
+use crate::store::{CancelAnswer, NewRunStatus, Run, RunCreate, RunOrigin, RunStore};
 use crate::time::{ms, now_ms};
 use crate::watcher::StatusWatcher;
 
@@ -217,17 +217,19 @@ impl Executor {
 
     /// R3: a synchronous run claims its row at birth.
     pub async fn create_sync(&self, agent: &str, prompt: &str) -> Result<Run, StoreError> {
-        self.create_sync_with(agent, prompt, &Budgets::default())
+        self.create_sync_with(agent, prompt, &Budgets::default(), RunOrigin::default())
             .await
     }
 
     /// [`create_sync`](Self::create_sync) with the run's own budgets (R13), stored with its
-    /// request; the caller checked them against the agent's.
+    /// request, and who started it with which tags; the caller checked the budgets against
+    /// the agent's and the tags with [`crate::rules::check_tags`].
     pub async fn create_sync_with(
         &self,
         agent: &str,
         prompt: &str,
         budgets: &Budgets,
+        origin: RunOrigin,
     ) -> Result<Run, StoreError> {
         let id = uuid::Uuid::now_v7().to_string();
         let now = now_ms();
@@ -242,6 +244,7 @@ impl Executor {
                     lease_until_ms: now + ms(self.config.lease),
                 },
                 now_ms: now,
+                origin,
             })
             .await
     }

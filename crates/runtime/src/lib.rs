@@ -72,7 +72,9 @@ pub use requeue::{reap, reap_at};
 pub use retry::{DeadLetter, RequeueCause, RetryDecision, RetryPolicy};
 pub use signal::{CancelHub, RunSignal};
 pub use state::{EFFECT_UNCERTAIN, Outcome, RunState};
-pub use store::{CancelAnswer, KeyedCreate, Run, RunCreateKeyed, RunEvent, RunFilter, RunStore};
+pub use store::{
+    CancelAnswer, KeyedCreate, Run, RunCreateKeyed, RunEvent, RunFilter, RunOrigin, RunStore,
+};
 pub use store_state::{observe_store_call, report_store_state, store_state_changes};
 pub use uncertain::{after_reread, outcome_unknown};
 pub use watcher::{DEFAULT_WATCH_INTERVAL, StatusWatcher, WatcherConfig};

@@ -42,7 +42,8 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration::new(14, "0014_claim_epoch"),
     Migration::new(15, "0015_mcp_protocol"),
     Migration::new(16, "0016_secrets_version"),
-    Migration::new(17, "0017_limits"),
+    Migration::new(17, "0017_run_origin"),
+    Migration::new(18, "0018_limits"),
 ];
 
 /// The latest schema version this build knows.

@@ -175,6 +175,7 @@ mod tests {
             correlation: "r".into(),
             created_ms: NOW,
             updated_ms: NOW,
+            origin: Default::default(),
         }
     }
 

@@ -46,6 +46,19 @@ pub struct Run {
     pub created_ms: i64,
     /// Unix milliseconds UTC.
     pub updated_ms: i64,
+    /// Who started it, and the tags it was started with.
+    pub origin: RunOrigin,
+}
+
+/// Who started a run and the tags it carries: what a policy may ask of the run besides
+/// its agent. Set when the run is created, never changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunOrigin {
+    /// The API token (by name) or console user that started it; `None` for a run started
+    /// on this machine's command line.
+    pub started_by: Option<String>,
+    /// The tags it was started with, checked by [`crate::rules::check_tags`].
+    pub tags: Vec<String>,
 }
 
 /// One event of a run. `seq` is strictly increasing per run, never duplicated (R1).
@@ -92,6 +105,8 @@ pub struct RunCreate {
     pub status: NewRunStatus,
     /// Now, Unix milliseconds UTC.
     pub now_ms: i64,
+    /// Who started it, and its tags.
+    pub origin: RunOrigin,
 }
 
 /// Parameters of [`RunStore::run_create_keyed`].

@@ -88,6 +88,7 @@ async fn running_run(f: &Fixture, budgets: &Budgets) -> runwarden_runtime::Run {
                 lease_until_ms: now + 30_000,
             },
             now_ms: now,
+            origin: Default::default(),
         })
         .await
         .unwrap()
@@ -280,7 +281,7 @@ async fn a_wall_clock_budget_tears_down_a_write_in_flight_at_once_and_the_write_
     };
     let run = f
         .executor
-        .create_sync_with("helper", "go", &budgets)
+        .create_sync_with("helper", "go", &budgets, Default::default())
         .await
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(1);
@@ -434,7 +435,7 @@ async fn an_output_token_budget_tears_down_the_stream_that_goes_over_it() {
     };
     let run = f
         .executor
-        .create_sync_with("helper", "go", &budgets)
+        .create_sync_with("helper", "go", &budgets, Default::default())
         .await
         .unwrap();
     assert_eq!(
@@ -489,7 +490,7 @@ async fn each_model_call_may_go_one_token_past_the_remaining_budget_and_no_furth
     };
     let run = f
         .executor
-        .create_sync_with("helper", "go", &budgets)
+        .create_sync_with("helper", "go", &budgets, Default::default())
         .await
         .unwrap();
     assert_eq!(
@@ -524,7 +525,7 @@ async fn a_turn_cut_by_the_token_budget_ends_budget_exceeded_live_and_on_resume(
     };
     let run = f
         .executor
-        .create_sync_with("helper", "go", &budgets)
+        .create_sync_with("helper", "go", &budgets, Default::default())
         .await
         .unwrap();
     assert_eq!(

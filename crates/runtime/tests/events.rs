@@ -136,6 +136,7 @@ async fn a_queued_run_with_a_malformed_event_is_dead_lettered_not_retryable() {
                 lease_until_ms: now + 30_000,
             },
             now_ms: now,
+            origin: Default::default(),
         })
         .await
         .unwrap();

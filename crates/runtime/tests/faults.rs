@@ -255,6 +255,7 @@ async fn trial(
             request: Some(json!({"prompt": "go"})),
             status: NewRunStatus::Queued,
             now_ms: now(),
+            origin: Default::default(),
         })
         .await
         .unwrap();

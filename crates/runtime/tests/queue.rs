@@ -37,6 +37,7 @@ async fn enqueue(store: &SqliteStore, agent: &str) -> String {
             request: Some(json!({"prompt": "go"})),
             status: NewRunStatus::Queued,
             now_ms: now(),
+            origin: Default::default(),
         })
         .await
         .unwrap();

@@ -160,9 +160,13 @@ impl ApiClient {
         agent: &str,
         prompt: &str,
         budgets: &runwarden_runtime::Budgets,
+        tags: &[String],
         idempotency_key: Option<&str>,
     ) -> anyhow::Result<Value> {
         let mut body = json!({ "agent": agent, "prompt": prompt, "mode": "queued" });
+        if !tags.is_empty() {
+            body["tags"] = json!(tags);
+        }
         // R13: only the budgets asked for travel; the server checks them.
         if let (Value::Object(fields), Some(body)) = (json!(budgets), body.as_object_mut()) {
             body.extend(fields);

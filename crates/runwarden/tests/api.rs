@@ -590,3 +590,77 @@ async fn the_cli_gives_the_same_answers_through_a_server_and_on_the_store() {
         assert_eq!(store.stderr, server.stderr, "{args:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_records_the_token_that_started_it_and_its_tags_on_every_surface() {
+    let mcp = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
+    let sandbox = install(&mcp, json!([{"text": "done"}])).await;
+    let created = runwarden(
+        &sandbox,
+        &[
+            "--json", "token", "create", "--role", "operator", "--name", "ci-bot",
+        ],
+    )
+    .await
+    .ok()
+    .json();
+    let operator = created["token"].as_str().unwrap().to_string();
+    let serve = Serve::start(&sandbox, 0).await;
+    let api = Api::new(&serve);
+
+    let start = json!({"agent": "b", "prompt": "hi", "tags": ["team:payments", "env=prod"]});
+    let (status, run) = api
+        .call("POST", "/v1/runs", Some(&operator), Some(start.to_string()))
+        .await;
+    assert_eq!(status, 202, "{run}");
+    assert_eq!(run["started_by"], "ci-bot", "by the token's name: {run}");
+    assert_eq!(run["tags"], json!(["team:payments", "env=prod"]));
+    let id = run["run_id"].as_str().unwrap();
+    let shown = runwarden(&sandbox, &["status", id]).await.ok();
+    assert!(shown.stdout.contains("started by ci-bot"), "{shown:?}");
+    assert!(
+        shown.stdout.contains("tags team:payments, env=prod"),
+        "{shown:?}"
+    );
+    assert!(!shown.stdout.contains(&operator), "never the token itself");
+
+    // Free text is not a tag: refused before anything is stored, saying what a tag is.
+    let bad = json!({"agent": "b", "prompt": "hi", "tags": ["two words"]});
+    let (status, body) = api
+        .call("POST", "/v1/runs", Some(&operator), Some(bad.to_string()))
+        .await;
+    assert_eq!((status, code(&body)), (400, "invalid_request"), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("letters, digits"),
+        "{body}"
+    );
+
+    // The command line: tags, and no token started it.
+    let queued = runwarden(
+        &sandbox,
+        &[
+            "--json", "enqueue", "--agent", "b", "--tag", "nightly", "hi",
+        ],
+    )
+    .await
+    .ok()
+    .json();
+    let local = runwarden(
+        &sandbox,
+        &["--json", "status", queued["run_id"].as_str().unwrap()],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(local["tags"], json!(["nightly"]), "{local}");
+    assert_eq!(local["started_by"], Value::Null, "{local}");
+    let refused = runwarden(&sandbox, &["enqueue", "--agent", "b", "--tag", "a b", "hi"]).await;
+    assert_ne!(refused.code, Some(0), "{refused:?}");
+    assert!(refused.stderr.contains("is not a tag"), "{refused:?}");
+    let listed = api.get("/v1/runs", &operator).await;
+    assert_eq!(listed["runs"].as_array().unwrap().len(), 2, "{listed}");
+    api.assert_no_sigil();
+}

@@ -25,7 +25,8 @@ use crate::PgStore;
 use crate::failure::{Failure, finish};
 
 pub(crate) const RUN_COLUMNS: &str = "id, agent, status, termination_reason, request, claimed_by, lease_expires_ms, \
-                           pending_effect, requeue_count, rounds, correlation, created_ms, updated_ms, claim_epoch";
+                           pending_effect, requeue_count, rounds, correlation, created_ms, updated_ms, claim_epoch, \
+                           started_by, tags";
 
 const READING_STATUS: &str = "reading a run's status";
 const SETTLING: &str = "settling a run";
@@ -472,12 +473,13 @@ pub(crate) async fn insert_run(
     params: &RunCreate,
 ) -> Result<Run, Failure> {
     let request = params.request.as_ref().map(serde_json::Value::to_string);
+    let tags = serde_json::Value::from(params.origin.tags.clone()).to_string();
     let run = rules::new_run(params.clone());
     let inserted = conn
         .execute(
             "INSERT INTO runs (id, agent, status, request, claimed_by, lease_expires_ms,
-                               correlation, created_ms, updated_ms, claim_epoch)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)
+                               correlation, created_ms, updated_ms, claim_epoch, started_by, tags)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9, $10, $11)
              ON CONFLICT (id) DO NOTHING",
             &[
                 &run.id,
@@ -489,6 +491,8 @@ pub(crate) async fn insert_run(
                 &run.correlation,
                 &run.created_ms,
                 &run.claim_epoch,
+                &run.origin.started_by,
+                &tags,
             ],
         )
         .await?;
@@ -534,6 +538,8 @@ pub(crate) fn run_row(row: &Row) -> Result<Run, Failure> {
         created_ms: row.try_get(11)?,
         updated_ms: row.try_get(12)?,
         claim_epoch: row.try_get(13)?,
+        started_by: row.try_get(14)?,
+        tags: row.try_get(15)?,
     };
     rows::run(stored).map_err(Failure::Corrupt)
 }

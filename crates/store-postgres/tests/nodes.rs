@@ -62,6 +62,7 @@ async fn each_queued_run_is_claimed_exactly_once_by_racing_nodes() {
                 request: Some(json!({"input": n})),
                 status: NewRunStatus::Queued,
                 now_ms: t0,
+                origin: Default::default(),
             })
             .await
             .unwrap();
@@ -194,6 +195,7 @@ async fn a_change_on_one_node_reaches_another_nodes_feed() {
             lease_until_ms: t0 + 30_000,
         },
         now_ms: t0,
+        origin: Default::default(),
     })
     .await
     .unwrap();
@@ -242,6 +244,7 @@ async fn appenders_on_two_nodes_never_share_an_event_sequence() {
                 lease_until_ms: t0 + 60_000,
             },
             now_ms: t0,
+            origin: Default::default(),
         })
         .await
         .unwrap();
@@ -306,6 +309,7 @@ async fn a_refused_call_releases_its_row_lock_before_it_answers() {
                 request: Some(json!({"input": n})),
                 status: NewRunStatus::Queued,
                 now_ms: t0,
+                origin: Default::default(),
             })
             .await
             .unwrap();
@@ -358,6 +362,7 @@ async fn a_cancel_on_one_node_is_announced_on_another_within_milliseconds() {
                 lease_until_ms: t0 + 60_000,
             },
             now_ms: t0,
+            origin: Default::default(),
         })
         .await
         .unwrap();
@@ -419,6 +424,7 @@ async fn a_cancel_on_one_node_wakes_a_call_watched_on_another_at_once() {
             lease_until_ms: now_ms() + 30_000,
         },
         now_ms: now_ms(),
+        origin: Default::default(),
     })
     .await
     .unwrap();

@@ -57,7 +57,11 @@ const SQL: &[(&str, &str)] = &[
         "0016_secrets_version",
         include_str!("../migrations/0016_secrets_version.sql"),
     ),
-    ("0017_limits", include_str!("../migrations/0017_limits.sql")),
+    (
+        "0017_run_origin",
+        include_str!("../migrations/0017_run_origin.sql"),
+    ),
+    ("0018_limits", include_str!("../migrations/0018_limits.sql")),
 ];
 
 const _: () = assert!(

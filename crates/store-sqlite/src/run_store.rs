@@ -27,7 +27,8 @@ use crate::failure::Failure;
 use crate::publish::publish_status;
 
 pub(crate) const RUN_COLUMNS: &str = "id, agent, status, termination_reason, request, claimed_by, lease_expires_ms, \
-                           pending_effect, requeue_count, rounds, correlation, created_ms, updated_ms, claim_epoch";
+                           pending_effect, requeue_count, rounds, correlation, created_ms, updated_ms, claim_epoch, \
+                           started_by, tags";
 
 const READING_STATUS: &str = "reading a run's status";
 const SETTLING: &str = "settling a run";
@@ -386,11 +387,12 @@ impl RunStore for SqliteStore {
 /// Inserts a new run (R1, R3), inside the caller's transaction when there is one.
 pub(crate) fn insert_run(conn: &Connection, params: RunCreate) -> Result<Run, Failure> {
     let request = params.request.as_ref().map(Value::to_string);
+    let tags = Value::from(params.origin.tags.clone()).to_string();
     let run = rules::new_run(params);
     let inserted = conn.execute(
         "INSERT INTO runs (id, agent, status, request, claimed_by, lease_expires_ms,
-                           correlation, created_ms, updated_ms, claim_epoch)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9)
+                           correlation, created_ms, updated_ms, claim_epoch, started_by, tags)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11)
          ON CONFLICT (id) DO NOTHING",
         params![
             run.id,
@@ -402,6 +404,8 @@ pub(crate) fn insert_run(conn: &Connection, params: RunCreate) -> Result<Run, Fa
             run.correlation,
             run.created_ms,
             run.claim_epoch,
+            run.origin.started_by,
+            tags,
         ],
     )?;
     if inserted == 0 {
@@ -440,6 +444,8 @@ pub(crate) fn run_columns(row: &Row<'_>) -> rusqlite::Result<StoredRun> {
         created_ms: row.get(11)?,
         updated_ms: row.get(12)?,
         claim_epoch: row.get(13)?,
+        started_by: row.get(14)?,
+        tags: row.get(15)?,
     })
 }
 

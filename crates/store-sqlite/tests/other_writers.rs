@@ -20,6 +20,7 @@ fn queued(id: &str) -> RunCreate {
         request: Some(json!({"prompt": "hello"})),
         status: NewRunStatus::Queued,
         now_ms: 1_000,
+        origin: Default::default(),
     }
 }
 

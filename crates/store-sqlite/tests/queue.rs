@@ -24,6 +24,7 @@ fn queued(id: &str, created_ms: i64) -> RunCreate {
         request: Some(json!({"input": "hello"})),
         status: NewRunStatus::Queued,
         now_ms: created_ms,
+        origin: Default::default(),
     }
 }
 

@@ -30,6 +30,7 @@ fn running(id: &str) -> RunCreate {
             lease_until_ms: 30_000,
         },
         now_ms: 0,
+        origin: Default::default(),
     }
 }
 

@@ -56,6 +56,7 @@ async fn running_run(store: &dyn QueueStore, id: &str) {
                 lease_until_ms: T0 + LEASE,
             },
             now_ms: T0,
+            origin: Default::default(),
         })
         .await
         .expect("run_create");

@@ -34,6 +34,7 @@ fn queued(id: &str, agent: &str) -> RunCreate {
         request: Some(json!({"prompt": "file a ticket"})),
         status: NewRunStatus::Queued,
         now_ms: T0,
+        origin: Default::default(),
     }
 }
 

@@ -31,6 +31,7 @@ fn create(id: &str, status: NewRunStatus, request: bool) -> RunCreate {
         request: request.then(|| json!({"input": "file a ticket"})),
         status,
         now_ms: T0,
+        origin: Default::default(),
     }
 }
 

@@ -31,6 +31,7 @@ fn keyed(id: &str, scope: &str, key: &str, body_hash: &str, now_ms: i64) -> RunC
             request: Some(json!({"input": "file a ticket"})),
             status: NewRunStatus::Queued,
             now_ms,
+            origin: Default::default(),
         },
         scope: scope.into(),
         key: key.into(),

@@ -46,6 +46,7 @@ fn queued(id: &str) -> RunCreate {
         request: None,
         status: NewRunStatus::Queued,
         now_ms: 1,
+        origin: Default::default(),
     }
 }
 

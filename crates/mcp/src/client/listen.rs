@@ -40,14 +40,15 @@ impl<'l> Listen<'l> {
 }
 
 impl McpClient {
-    /// M14: answers one request the server sent in a stream, at once (an elicitation
-    /// waits for its elicitor, within the operation's budget).
-    pub(super) async fn answer(
+    /// M14: the answer to one request the server sent in a stream, and the label of the
+    /// leg that carries it: at once, except that an elicitation waits for its elicitor,
+    /// within the operation's budget. [`Self::send_answer`] sends it.
+    pub(super) async fn answer_to(
         &self,
         op: &Operation<'_>,
         listen: &Listen<'_>,
         request: ServerRequest,
-    ) {
+    ) -> (&'static str, Value) {
         let (label, reply) = match request.method.as_str() {
             "ping" => ("ping answer", json!({"result": {}})),
             "elicitation/create" => (
@@ -72,6 +73,17 @@ impl McpClient {
         let mut message = reply;
         message["jsonrpc"] = json!("2.0");
         message["id"] = request.id;
+        (label, message)
+    }
+
+    /// M14: sends an answer made by [`Self::answer_to`] on its own leg, within the
+    /// operation's budget and signal.
+    pub(super) async fn send_answer(
+        &self,
+        op: &Operation<'_>,
+        listen: &Listen<'_>,
+        (label, message): (&'static str, Value),
+    ) {
         let sent = Box::pin(self.leg(op, Some(listen.session), label, message, None)).await;
         if let Err(error) = sent {
             tracing::info!(server = %self.server.name, %error, "the answer to a server request did not reach it");

@@ -248,7 +248,8 @@ impl McpClient {
 
     /// Sends one request through the vault. While a request's stream is open, the
     /// server's own requests in it are answered on other legs (M14) and its notices go to
-    /// the caller (M15); what is still unanswered when the stream ends is dropped.
+    /// the caller (M15); an answer still waiting for a person when the stream ends is
+    /// dropped, one already being sent is finished.
     async fn exchange(
         &self,
         op: &Operation<'_>,
@@ -318,11 +319,16 @@ impl McpClient {
                     () = until_done(&mut watching) => return,
                     request = inbox.recv() => match request {
                         Some(request) => {
+                            // An answer still being made (an elicitation waiting for
+                            // a person) is dropped when the stream ends; one being sent
+                            // is finished (within the operation's budget), so the server
+                            // is never left with half an answer and the leg is recorded.
                             let mut stop = finished.clone();
-                            tokio::select! {
-                                () = self.answer(op, listen, request) => {}
+                            let answer = tokio::select! {
+                                answer = self.answer_to(op, listen, request) => answer,
                                 () = until_done(&mut stop) => return,
-                            }
+                            };
+                            self.send_answer(op, listen, answer).await;
                         }
                         None => return,
                     },

@@ -10,10 +10,14 @@
 //! - [`decisions`]: when an answer is refused, and what an answer does to its run.
 //! - [`claims`]: claim epochs and what applying a retry decision answers.
 //! - [`rows`]: what a stored run or decision must hold to be read back.
+//! - [`origin`]: what may be a run's tag.
 //! - [`limits`]: token buckets and concurrency limits, taken all or none.
 
 pub mod claims;
 pub mod decisions;
 pub mod limits;
+pub mod origin;
 pub mod rows;
 pub mod runs;
+
+pub use origin::check_tags;

@@ -40,6 +40,10 @@ pub struct StoredRun {
     pub updated_ms: i64,
     /// `claim_epoch`.
     pub claim_epoch: i64,
+    /// `started_by`.
+    pub started_by: Option<String>,
+    /// `tags`, as a JSON array of strings.
+    pub tags: String,
 }
 
 /// The status stored for run `id`; an unknown one is damage.
@@ -57,6 +61,11 @@ pub fn run(c: StoredRun) -> Result<Run, String> {
         .map(serde_json::from_str)
         .transpose()
         .map_err(|e| corrupt(format!("has a stored request that is not JSON ({e})")))?;
+    let tags: Vec<String> = serde_json::from_str(&c.tags).map_err(|e| {
+        corrupt(format!(
+            "has stored tags that are not a list of strings ({e})"
+        ))
+    })?;
     let count = |value: i64, what: &str| {
         u32::try_from(value).map_err(|_| corrupt(format!("has {what} {value}, out of range")))
     };
@@ -75,6 +84,10 @@ pub fn run(c: StoredRun) -> Result<Run, String> {
         correlation: c.correlation,
         created_ms: c.created_ms,
         updated_ms: c.updated_ms,
+        origin: crate::store::RunOrigin {
+            started_by: c.started_by,
+            tags,
+        },
     })
 }
 
@@ -190,6 +203,8 @@ mod tests {
             created_ms: 1,
             updated_ms: 2,
             claim_epoch: 0,
+            started_by: Some("ci-bot".into()),
+            tags: r#"["team:payments"]"#.into(),
         }
     }
 
@@ -199,6 +214,8 @@ mod tests {
         assert_eq!(run.status, RunState::Queued);
         assert_eq!(run.request, Some(serde_json::json!({"input": "go"})));
         assert_eq!((run.requeue_count, run.rounds), (2, 3));
+        assert_eq!(run.origin.started_by.as_deref(), Some("ci-bot"));
+        assert_eq!(run.origin.tags, ["team:payments"]);
     }
 
     #[test]
@@ -225,6 +242,15 @@ mod tests {
             ..stored_run()
         };
         assert!(run(not_json).unwrap_err().contains("not JSON"));
+        let bad_tags = StoredRun {
+            tags: "[1]".into(),
+            ..stored_run()
+        };
+        assert!(
+            run(bad_tags)
+                .unwrap_err()
+                .contains("tags that are not a list of strings")
+        );
     }
 
     fn stored_decision() -> StoredDecision {

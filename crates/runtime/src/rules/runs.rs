@@ -50,6 +50,7 @@ pub fn new_run(params: RunCreate) -> Run {
         correlation: params.correlation,
         created_ms: params.now_ms,
         updated_ms: params.now_ms,
+        origin: params.origin,
     }
 }
 
@@ -189,6 +190,7 @@ mod tests {
             request: None,
             status,
             now_ms: 7,
+            origin: Default::default(),
         }
     }
 

@@ -37,6 +37,24 @@ pub(crate) struct RunArgs {
     pub(crate) prompt: String,
     #[command(flatten)]
     pub(crate) budgets: BudgetArgs,
+    #[command(flatten)]
+    pub(crate) tags: TagArgs,
+}
+
+/// The tags a run is started with: what a policy may read of the run.
+#[derive(Debug, Args)]
+pub(crate) struct TagArgs {
+    /// A tag for the run (letters, digits and _ - . : / =); repeat for more.
+    #[arg(long = "tag", value_name = "TAG")]
+    pub(crate) tags: Vec<String>,
+}
+
+impl TagArgs {
+    /// The tags, checked before anything is stored or sent.
+    pub(crate) fn checked(&self) -> anyhow::Result<Vec<String>> {
+        runwarden_runtime::rules::check_tags(&self.tags).map_err(anyhow::Error::msg)?;
+        Ok(self.tags.clone())
+    }
 }
 
 /// A run's own budgets; each may only lower its agent's.
@@ -110,9 +128,14 @@ pub(crate) async fn run(cx: &Context, args: RunArgs) -> anyhow::Result<ExitCode>
     cx.root.watch_other_writers().await?;
     let agents = cx.root.agents("run").await?;
     let budgets = args.budgets.checked(cx.config.agent(&args.agent)?)?;
+    // Started on this machine's command line: no token started it.
+    let origin = runwarden_runtime::RunOrigin {
+        started_by: None,
+        tags: args.tags.checked()?,
+    };
     let agent = agents.build(&args.agent).await?;
     let run = executor
-        .create_sync_with(&agent.name, &args.prompt, &budgets)
+        .create_sync_with(&agent.name, &args.prompt, &budgets, origin)
         .await
         .context("while creating the run")?;
     if !cx.json {
@@ -314,6 +337,16 @@ fn status_text(report: &Value) -> String {
     );
     if let Some(reason) = report["termination_reason"].as_str() {
         text.push_str(&format!(" ({reason})"));
+    }
+    if let Some(who) = report["started_by"].as_str() {
+        text.push_str(&format!("\n  started by {who}"));
+    }
+    let tags: Vec<&str> = report["tags"]
+        .as_array()
+        .map(|t| t.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if !tags.is_empty() {
+        text.push_str(&format!("\n  tags {}", tags.join(", ")));
     }
     text.push_str(&format!(
         "\n  rounds {}, attempts {}",

@@ -71,7 +71,13 @@ pub(crate) async fn run(
     let stop = stop_asked(); // before any work: an early Ctrl-C still cancels
     tokio::pin!(stop);
     let created = server
-        .enqueue(&args.agent, &args.prompt, &args.budgets.asked(), None)
+        .enqueue(
+            &args.agent,
+            &args.prompt,
+            &args.budgets.asked(),
+            &args.tags.checked()?,
+            None,
+        )
         .await?;
     let Some(run_id) = created["run_id"].as_str().map(str::to_string) else {
         anyhow::bail!("the server created a run but did not say its id");

@@ -23,6 +23,8 @@ pub(crate) struct EnqueueArgs {
     prompt: String,
     #[command(flatten)]
     budgets: super::run::BudgetArgs,
+    #[command(flatten)]
+    tags: super::run::TagArgs,
     /// Makes the enqueue safe to retry: the same key with the same request answers the
     /// run the first one made (kept 24 h); with another request it is refused.
     #[arg(long, value_name = "KEY")]
@@ -45,6 +47,7 @@ pub(crate) async fn enqueue(cx: &Context, args: EnqueueArgs) -> anyhow::Result<E
                 &args.agent,
                 &args.prompt,
                 &args.budgets.asked(),
+                &args.tags.checked()?,
                 args.idempotency_key.as_deref(),
             )
             .await?;
@@ -54,6 +57,7 @@ pub(crate) async fn enqueue(cx: &Context, args: EnqueueArgs) -> anyhow::Result<E
         return Ok(ExitCode::SUCCESS);
     }
     let budgets = args.budgets.checked(cx.config.agent(&args.agent)?)?;
+    let tags = args.tags.checked()?;
     let store = cx.store().await?;
     let id = uuid::Uuid::now_v7().to_string();
     let create = RunCreate {
@@ -63,6 +67,11 @@ pub(crate) async fn enqueue(cx: &Context, args: EnqueueArgs) -> anyhow::Result<E
         request: Some(runwarden_runtime::run_request(&args.prompt, &budgets)),
         status: NewRunStatus::Queued,
         now_ms: chrono::Utc::now().timestamp_millis(),
+        // Stored on this machine's command line: no token started it.
+        origin: runwarden_runtime::RunOrigin {
+            started_by: None,
+            tags,
+        },
     };
     let run = match &args.idempotency_key {
         None => store
@@ -71,17 +80,19 @@ pub(crate) async fn enqueue(cx: &Context, args: EnqueueArgs) -> anyhow::Result<E
             .context("while storing the queued run")?,
         Some(key) => {
             check_key(key).map_err(anyhow::Error::msg)?;
+            let body_hash = crate::views::run_request_hash(
+                &args.agent,
+                &args.prompt,
+                "queued",
+                &budgets,
+                &create.origin.tags,
+            );
             let keyed = RunCreateKeyed {
                 run: create,
                 // The command line's keys are its own: an API token's never answer them.
                 scope: "cli".into(),
                 key: key.clone(),
-                body_hash: crate::views::run_request_hash(
-                    &args.agent,
-                    &args.prompt,
-                    "queued",
-                    &budgets,
-                ),
+                body_hash,
             };
             match store
                 .run_create_keyed(keyed)

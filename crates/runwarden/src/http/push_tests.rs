@@ -151,6 +151,7 @@ impl Served {
                 request: Some(serde_json::json!({ "prompt": "go" })),
                 status: NewRunStatus::Queued,
                 now_ms: chrono::Utc::now().timestamp_millis(),
+                origin: Default::default(),
             })
             .await
             .unwrap();

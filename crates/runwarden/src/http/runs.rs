@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use runwarden_runtime::idempotency::check_key;
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
 use runwarden_runtime::{
-    Budgets, CancelRefused, Canceller, KeyedCreate, RunCreateKeyed, RunFilter, RunState,
+    Budgets, CancelRefused, Canceller, KeyedCreate, RunCreateKeyed, RunFilter, RunOrigin, RunState,
     cancel_run, run_request,
 };
 use runwarden_vault::ApiToken;
@@ -43,6 +43,9 @@ pub(crate) struct CreateRun {
     max_output_tokens_total: Option<u64>,
     max_wall_seconds: Option<u64>,
     max_tool_calls: Option<u32>,
+    /// What a policy may read of the run besides its agent.
+    #[serde(default)]
+    tags: Vec<String>,
 }
 
 use runwarden_base::now_ms;
@@ -95,9 +98,16 @@ pub(super) async fn create(
         .budgets
         .check_request(&budgets)
         .map_err(|e| ApiError::InvalidRequest(format!("agent {}: {e}", body.agent)))?;
+    runwarden_runtime::rules::check_tags(&body.tags).map_err(ApiError::InvalidRequest)?;
+    // Who started the run, by the token's name (never its value); a server without
+    // tokens (a loopback listener) records none.
+    let origin = RunOrigin {
+        started_by: token.as_ref().map(|t| t.0.name.clone()),
+        tags: body.tags.clone(),
+    };
     match body.mode {
-        Mode::Queued => create_queued(&state, token, key, body, budgets).await,
-        Mode::Sync => create_sync(&state, key, body, budgets).await,
+        Mode::Queued => create_queued(&state, token, key, body, budgets, origin).await,
+        Mode::Sync => create_sync(&state, key, body, budgets, origin).await,
     }
 }
 
@@ -109,10 +119,12 @@ async fn create_queued(
     key: Option<String>,
     body: CreateRun,
     budgets: Budgets,
+    origin: RunOrigin,
 ) -> Result<Response, ApiError> {
     // R9: the row is the state; the stored request is all a worker needs.
     let id = uuid::Uuid::now_v7().to_string();
-    let hash = crate::views::run_request_hash(&body.agent, &body.prompt, "queued", &budgets);
+    let hash =
+        crate::views::run_request_hash(&body.agent, &body.prompt, "queued", &budgets, &origin.tags);
     let create = RunCreate {
         id: id.clone(),
         agent: body.agent,
@@ -120,6 +132,7 @@ async fn create_queued(
         request: Some(run_request(&body.prompt, &budgets)),
         status: NewRunStatus::Queued,
         now_ms: now_ms(),
+        origin,
     };
     let run = match key {
         None => state
@@ -164,6 +177,7 @@ async fn create_sync(
     key: Option<String>,
     body: CreateRun,
     budgets: Budgets,
+    origin: RunOrigin,
 ) -> Result<Response, ApiError> {
     if key.is_some() {
         // A synchronous run answers when it ends; a retry cannot be told apart from
@@ -184,7 +198,7 @@ async fn create_sync(
     })?;
     let run = state
         .executor
-        .create_sync_with(&agent.name, &body.prompt, &budgets)
+        .create_sync_with(&agent.name, &body.prompt, &budgets, origin)
         .await
         .context("while creating a synchronous run")?;
     // The run belongs to the process, not to the request: if the client goes away

@@ -27,6 +27,8 @@ pub(crate) fn run_json(run: &Run) -> Value {
         "pending_effect": run.pending_effect,
         "created": output::time(run.created_ms),
         "updated": output::time(run.updated_ms),
+        "started_by": run.origin.started_by,
+        "tags": run.origin.tags,
     })
 }
 
@@ -46,15 +48,26 @@ pub(crate) fn run_json_with_usage(run: &Run, events: &[RunEvent]) -> Value {
 /// The SHA-256 of a run request as understood (defaults filled in, keys sorted): what an
 /// `Idempotency-Key` is bound to, the same for the API and `enqueue --idempotency-key`,
 /// so two spellings of one request hash the same.
-pub(crate) fn run_request_hash(agent: &str, prompt: &str, mode: &str, budgets: &Budgets) -> String {
-    runwarden_runtime::decision::arguments_hash(&json!({
+pub(crate) fn run_request_hash(
+    agent: &str,
+    prompt: &str,
+    mode: &str,
+    budgets: &Budgets,
+    tags: &[String],
+) -> String {
+    let mut request = json!({
         "agent": agent,
         "prompt": prompt,
         "mode": mode,
         "max_output_tokens_total": budgets.max_output_tokens_total,
         "max_wall_seconds": budgets.max_wall_seconds,
         "max_tool_calls": budgets.max_tool_calls,
-    }))
+    });
+    // Only when there are tags, so a key stored before tags existed still matches.
+    if !tags.is_empty() {
+        request["tags"] = json!(tags);
+    }
+    runwarden_runtime::decision::arguments_hash(&request)
 }
 
 /// Whether an audit row (as JSON) is an intent: written before a call is sent, its outcome

@@ -42,6 +42,7 @@ fn the_fence_mark_is_synced_to_disk_before_it_answers() {
                     lease_until_ms: T0 + 30_000,
                 },
                 now_ms: T0,
+                origin: Default::default(),
             })
             .await
             .expect("run_create");

@@ -90,6 +90,7 @@ fn queued_at(id: &str, created_ms: i64) -> RunCreate {
         request: Some(json!({"input": "file a ticket for the printer"})),
         status: NewRunStatus::Queued,
         now_ms: created_ms,
+        origin: Default::default(),
     }
 }
 

@@ -31,6 +31,7 @@ pub(super) async fn a_synchronous_run_is_claimed_at_birth(store: &dyn RunStore) 
         correlation: "sync-1".into(),
         created_ms: T0,
         updated_ms: T0,
+        origin: Default::default(),
     };
     assert_eq!(
         created, expected,
@@ -73,6 +74,34 @@ pub(super) async fn a_queued_run_has_no_owner_and_keeps_its_request(store: &dyn 
     assert_eq!(created.correlation, "corr-queued-1");
     assert_eq!(get(store, "queued-1").await, created);
     assert_eq!(status_now(store, "queued-1").await, Some(RunState::Queued));
+}
+
+pub(super) async fn a_run_keeps_who_started_it_and_its_tags(store: &dyn RunStore) {
+    let origin = RunOrigin {
+        started_by: Some("ci-bot".into()),
+        tags: vec!["team:payments".into(), "env=prod".into()],
+    };
+    let created = create(
+        store,
+        RunCreate {
+            origin: origin.clone(),
+            ..queued("origin-1")
+        },
+    )
+    .await;
+    assert_eq!(created.origin, origin);
+    assert_eq!(
+        get(store, "origin-1").await.origin,
+        origin,
+        "who started a run and its tags are stored, in order"
+    );
+    let plain = create(store, queued("origin-2")).await;
+    assert_eq!(
+        get(store, "origin-2").await.origin,
+        plain.origin,
+        "a run started on the command line has no starter and no tags"
+    );
+    assert_eq!(plain.origin, RunOrigin::default());
 }
 
 pub(super) async fn a_run_id_is_used_once(store: &dyn RunStore) {

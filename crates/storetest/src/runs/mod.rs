@@ -7,7 +7,7 @@ use std::sync::Arc;
 use runwarden_runtime::RunState;
 use runwarden_runtime::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunFilter,
-    RunSettle, RunStore, SettleAnswer,
+    RunOrigin, RunSettle, RunStore, SettleAnswer,
 };
 use serde_json::{Value, json};
 
@@ -39,6 +39,7 @@ pub async fn exercise_run_store(store: Arc<dyn RunStore>) {
     an_unknown_run_is_absent(s).await;
     a_synchronous_run_is_claimed_at_birth(s).await;
     a_queued_run_has_no_owner_and_keeps_its_request(s).await;
+    a_run_keeps_who_started_it_and_its_tags(s).await;
     a_run_id_is_used_once(s).await;
 
     cancel_moves_any_non_terminal_run_and_drops_the_request(s).await;
@@ -83,6 +84,7 @@ fn running(id: &str) -> RunCreate {
             lease_until_ms: T0 + LEASE,
         },
         now_ms: T0,
+        origin: Default::default(),
     }
 }
 

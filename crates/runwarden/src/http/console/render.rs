@@ -126,6 +126,12 @@ pub(crate) fn run_head(run: &Run, usage: (u64, u64), signed: &Signed) -> Markup 
         dl.facts {
             dt { "Status" } dd { span #run-status class={ "status status-" (run.status.as_str()) } { (run.status.as_str()) } }
             dt { "Agent" } dd { (run.agent) }
+            @if let Some(who) = &run.origin.started_by {
+                dt { "Started by" } dd #run-started-by { (who) }
+            }
+            @if !run.origin.tags.is_empty() {
+                dt { "Tags" } dd #run-tags { @for tag in &run.origin.tags { code.tag { (tag) } " " } }
+            }
             @if let Some(reason) = &run.termination_reason {
                 dt { "Reason" } dd.reason #run-reason { (reason) }
             }

@@ -151,6 +151,7 @@ impl Fixture {
                 request: None,
                 status: NewRunStatus::Queued,
                 now_ms: 1,
+                origin: Default::default(),
             })
             .await
             .unwrap();
@@ -375,6 +376,7 @@ async fn server_written_text_is_escaped_on_every_page_that_shows_it() {
                 lease_until_ms: i64::MAX,
             },
             now_ms: 1,
+            origin: Default::default(),
         })
         .await
         .unwrap();
@@ -672,6 +674,7 @@ async fn the_fence_is_a_quiet_guard_while_the_write_runs_and_red_once_it_needs_a
         request: None,
         status: running,
         now_ms: 1,
+        origin: Default::default(),
     };
     let run = f.state.runs.run_create(create).await.unwrap();
     let mark = runwarden_runtime::store::FenceMark {

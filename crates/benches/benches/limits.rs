@@ -127,7 +127,7 @@ async fn main() {
         );
         for (rule, figures) in [(WIDE, &mut slots), (FAST, &mut rate)] {
             let (c, l) = (client.clone(), limiter(&store, rule));
-            let plan = l.for_tool("agent", "bench", "bench__echo");
+            let plan = l.for_tool("agent", None, "bench", "bench__echo");
             figures.push(
                 throughput(move || {
                     let (c, l, plan) = (c.clone(), l.clone(), plan.clone());
@@ -162,7 +162,7 @@ async fn main() {
         ("rate: take", FAST),
     ] {
         let l = limiter(&store, rule);
-        let plan = l.for_tool("agent", "bench", "bench__echo");
+        let plan = l.for_tool("agent", None, "bench", "bench__echo");
         let per_second = throughput(move || {
             let (l, plan) = (l.clone(), plan.clone());
             async move { taken(&l, &plan).await.release().await }
@@ -177,7 +177,7 @@ async fn main() {
         ("  rate: take", FAST),
     ] {
         let l = limiter(&store, rule);
-        let plan = l.for_tool("agent", "bench", "bench__echo");
+        let plan = l.for_tool("agent", None, "bench", "bench__echo");
         let mut samples = Vec::with_capacity(CHECKS);
         for _ in 0..CHECKS {
             let started = Instant::now();
@@ -204,7 +204,7 @@ async fn main() {
         .await
         .unwrap();
     let l = limiter(&store, one);
-    let plan = l.for_tool("agent", "bench", "bench__echo");
+    let plan = l.for_tool("agent", None, "bench", "bench__echo");
     let mut samples = Vec::with_capacity(CANCELS);
     for _ in 0..CANCELS {
         let TakeAttempt::Full(full) = l.try_take(&plan).await.unwrap() else {

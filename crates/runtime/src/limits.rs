@@ -1,5 +1,6 @@
-//! Limits on outbound calls (R14): concurrency and rate per MCP server, per tool, per model
-//! and per agent, shared by every process on the store.
+//! Limits on outbound calls (R14): concurrency and rate per MCP server, per tool, per model,
+//! per agent and per API token (of the runs it started), shared by every process on the
+//! store.
 //!
 //! [`Limits`] is the configuration: which limits exist and how long a call may wait. A
 //! call is subject to every limit whose scope matches it ([`Limits::for_tool`],

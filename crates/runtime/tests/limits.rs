@@ -282,7 +282,7 @@ impl CancellationSignal for Never {
 }
 
 async fn take(limiter: &Limiter, agent: &str) -> runwarden_runtime::limits::Hold {
-    let plan = limiter.for_tool(agent, "srv", "srv__create");
+    let plan = limiter.for_tool(agent, None, "srv", "srv__create");
     match limiter.try_take(&plan).await.unwrap() {
         TakeAttempt::Taken(hold) => hold,
         TakeAttempt::Full(full) => limiter.wait(&plan, full, &Never).await.unwrap(),
@@ -450,4 +450,64 @@ async fn a_model_call_past_its_max_wait_fails_the_run_retryably_with_nothing_sen
         failed["error"],
         "concurrency limit of agent helper (1 at once): waited 0s, try again later"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tokens_limit_holds_the_runs_it_started_and_no_other() {
+    let f = fixture().await;
+    let server = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
+    let mut limits = Limits::default();
+    limits.limits.insert(
+        LimitKey::new(LimitKind::Token, "ci"),
+        slots(1, Duration::from_millis(200)),
+    );
+    let (executor, _) = limited(&f, limits);
+    let other = f.other_process();
+    let now = runwarden_base::now_ms();
+    other
+        .limit_take(LimitTake {
+            holder: "another-run-of-ci".into(),
+            limits: vec![("token:ci".into(), slots(1, WAIT).rule)],
+            now_ms: now,
+            hold_until_ms: now + 600_000,
+        })
+        .await
+        .unwrap();
+    let plan =
+        json!([{"tool_calls": [{"name": "srv__create", "arguments": {}}]}, {"text": "done"}]);
+    let tools = vec![f.tool(&server.url("/mcp"), "create", Effect::NonIdempotentWrite)];
+    let started_by = |token: Option<&str>| runwarden_runtime::RunOrigin {
+        started_by: token.map(str::to_string),
+        tags: vec![],
+    };
+    let budgets = runwarden_runtime::Budgets::default();
+    let by_ci = executor
+        .create_sync_with("helper", "go", &budgets, started_by(Some("ci")))
+        .await
+        .unwrap();
+    let by_hand = executor
+        .create_sync_with("helper", "go", &budgets, started_by(None))
+        .await
+        .unwrap();
+    // Every call of a run the token started is held, its model call first.
+    for (run, ends) in [(&by_ci, Outcome::Failed), (&by_hand, Outcome::Completed)] {
+        let agent = f.agent(plan.clone(), tools.clone());
+        assert_eq!(executor.execute(run, &agent, "go", None).await, ends);
+    }
+    let of_kind = |events: Vec<RunEvent>, kind: &str| {
+        events.into_iter().find(|e| e.kind == kind).unwrap().payload
+    };
+    let refused = of_kind(
+        f.store.run_events(&by_ci.id, 0, 0).await.unwrap(),
+        "model_failed",
+    );
+    assert_eq!(
+        refused["error"],
+        "concurrency limit of token ci (1 at once): waited 0s, try again later"
+    );
+    let made = of_kind(
+        f.store.run_events(&by_hand.id, 0, 0).await.unwrap(),
+        "tool_executed",
+    );
+    assert_eq!(made["outcome"], "succeeded", "{made}");
 }

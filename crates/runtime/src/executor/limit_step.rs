@@ -43,7 +43,8 @@ impl Executor {
             return Ok(Ok(Hold::nothing()));
         };
         let server = &tool.client.server().name;
-        let plan = limiter.for_tool(&segment.agent.name, server, &tool.spec.name);
+        let token = segment.run.origin.started_by.as_deref();
+        let plan = limiter.for_tool(&segment.agent.name, token, server, &tool.spec.name);
         let waiter = Waiter {
             round,
             call_id: Some(&call.id),
@@ -72,7 +73,8 @@ impl Executor {
         let Some(limiter) = &self.limiter else {
             return Ok(Hold::nothing());
         };
-        let plan = limiter.for_model(&segment.agent.name);
+        let token = segment.run.origin.started_by.as_deref();
+        let plan = limiter.for_model(&segment.agent.name, token);
         let waiter = Waiter {
             round,
             call_id: None,

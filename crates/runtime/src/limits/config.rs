@@ -19,6 +19,8 @@ pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(30);
 pub enum LimitKind {
     /// Every call (model and tool) of an agent's runs.
     Agent,
+    /// Every call (model and tool) of the runs an API token (by name) started.
+    Token,
     /// Every call to a model, by the model's name.
     Model,
     /// Every call to an MCP server's tools.
@@ -28,10 +30,11 @@ pub enum LimitKind {
 }
 
 impl LimitKind {
-    /// The word people read: `server`, `tool`, `model`, `agent`.
+    /// The word people read: `server`, `tool`, `model`, `agent`, `token`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Agent => "agent",
+            Self::Token => "token",
             Self::Model => "model",
             Self::Server => "server",
             Self::Tool => "tool",
@@ -44,7 +47,7 @@ impl LimitKind {
 pub struct LimitKey {
     /// What it applies to.
     pub kind: LimitKind,
-    /// The server's, tool's, model's or agent's name.
+    /// The server's, tool's, model's, agent's or token's name.
     pub name: String,
 }
 
@@ -100,19 +103,25 @@ impl Limits {
         self.hold_lease.unwrap_or(DEFAULT_HOLD_LEASE)
     }
 
-    /// The limits a tool call of `agent` to `tool` (its local name) on `server` is
-    /// subject to, in the order they are taken.
-    pub fn for_tool(&self, agent: &str, server: &str, tool: &str) -> Vec<(LimitKey, Limit)> {
-        self.matching(&[
-            LimitKey::new(LimitKind::Agent, agent),
-            LimitKey::new(LimitKind::Server, server),
-            LimitKey::new(LimitKind::Tool, tool),
-        ])
+    /// The limits a tool call to `tool` (its local name) on `server` is subject to, by a
+    /// run of `agent` that `token` started (when a token did), in the order they are taken.
+    pub fn for_tool(
+        &self,
+        agent: &str,
+        token: Option<&str>,
+        server: &str,
+        tool: &str,
+    ) -> Vec<(LimitKey, Limit)> {
+        let mut keys = starters(agent, token);
+        keys.push(LimitKey::new(LimitKind::Server, server));
+        keys.push(LimitKey::new(LimitKind::Tool, tool));
+        self.matching(&keys)
     }
 
-    /// The limits a model call of `agent` is subject to, in the order they are taken.
-    pub fn for_model(&self, agent: &str) -> Vec<(LimitKey, Limit)> {
-        let mut keys = vec![LimitKey::new(LimitKind::Agent, agent)];
+    /// The limits a model call by a run of `agent` that `token` started is subject to, in
+    /// the order they are taken.
+    pub fn for_model(&self, agent: &str, token: Option<&str>) -> Vec<(LimitKey, Limit)> {
+        let mut keys = starters(agent, token);
         if let Some(model) = self.agent_models.get(agent) {
             keys.push(LimitKey::new(LimitKind::Model, model));
         }
@@ -131,6 +140,15 @@ impl Limits {
         found.sort_by(|a, b| a.0.cmp(&b.0));
         found
     }
+}
+
+/// The keys of whoever a run acts for: its agent, and the token that started it.
+fn starters(agent: &str, token: Option<&str>) -> Vec<LimitKey> {
+    let mut keys = vec![LimitKey::new(LimitKind::Agent, agent)];
+    if let Some(token) = token {
+        keys.push(LimitKey::new(LimitKind::Token, token));
+    }
+    keys
 }
 
 #[cfg(test)]
@@ -157,30 +175,38 @@ mod tests {
             LimitKey::new(LimitKind::Agent, "helper"),
             LimitKey::new(LimitKind::Model, "small"),
             LimitKey::new(LimitKind::Server, "other"),
+            LimitKey::new(LimitKind::Token, "ci"),
         ] {
             limits.limits.insert(key, limit(1));
         }
         limits.agent_models.insert("helper".into(), "small".into());
         let tool: Vec<String> = limits
-            .for_tool("helper", "t", "t__create")
+            .for_tool("helper", None, "t", "t__create")
             .iter()
             .map(|(k, _)| k.stored())
             .collect();
         assert_eq!(tool, ["agent:helper", "server:t", "tool:t__create"]);
         let model: Vec<String> = limits
-            .for_model("helper")
+            .for_model("helper", Some("ci"))
             .iter()
             .map(|(k, _)| k.to_string())
             .collect();
-        assert_eq!(model, ["agent helper", "model small"]);
-        assert!(limits.for_tool("other-agent", "u", "u__x").is_empty());
+        assert_eq!(model, ["agent helper", "token ci", "model small"]);
+        assert!(limits.for_tool("other-agent", None, "u", "u__x").is_empty());
+        assert_eq!(
+            limits
+                .for_tool("other-agent", Some("ci"), "u", "u__x")
+                .len(),
+            1,
+            "a run the token started"
+        );
     }
 
     #[test]
     fn no_limits_match_nothing() {
         let limits = Limits::default();
         assert!(limits.is_empty());
-        assert!(limits.for_tool("a", "s", "s__t").is_empty());
-        assert!(limits.for_model("a").is_empty());
+        assert!(limits.for_tool("a", Some("t"), "s", "s__t").is_empty());
+        assert!(limits.for_model("a", None).is_empty());
     }
 }

@@ -174,17 +174,23 @@ impl Limiter {
         &self.limits
     }
 
-    /// The plan of a tool call.
-    pub fn for_tool(&self, agent: &str, server: &str, tool: &str) -> LimitPlan {
+    /// The plan of a tool call (see [`Limits::for_tool`]).
+    pub fn for_tool(
+        &self,
+        agent: &str,
+        token: Option<&str>,
+        server: &str,
+        tool: &str,
+    ) -> LimitPlan {
         LimitPlan {
-            limits: self.limits.for_tool(agent, server, tool),
+            limits: self.limits.for_tool(agent, token, server, tool),
         }
     }
 
-    /// The plan of a model call.
-    pub fn for_model(&self, agent: &str) -> LimitPlan {
+    /// The plan of a model call (see [`Limits::for_model`]).
+    pub fn for_model(&self, agent: &str, token: Option<&str>) -> LimitPlan {
         LimitPlan {
-            limits: self.limits.for_model(agent),
+            limits: self.limits.for_model(agent, token),
         }
     }
 

@@ -77,9 +77,12 @@ pub(super) struct LimitsSection {
     /// Limits on every call (model and tool) of an agent's runs, by the agent's name.
     #[serde(default)]
     pub(super) agents: BTreeMap<String, LimitSection>,
+    /// Limits on every call (model and tool) of the runs an API token started, by the token's name (`token create --name`). A run started on the command line has no token.
+    #[serde(default)]
+    pub(super) tokens: BTreeMap<String, LimitSection>,
 }
 
-/// `[limits.servers.NAME]`, `[limits.tools."SERVER__TOOL"]`, `[limits.models.NAME]`, `[limits.agents.NAME]`: one limit, with `concurrency`, `rate_per_second` or both.
+/// `[limits.servers.NAME]`, `[limits.tools."SERVER__TOOL"]`, `[limits.models.NAME]`, `[limits.agents.NAME]`, `[limits.tokens.NAME]`: one limit, with `concurrency`, `rate_per_second` or both.
 #[derive(Debug, Default, Deserialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]

@@ -39,6 +39,7 @@ pub(super) fn limits(section: LimitsSection, declared: &Config) -> anyhow::Resul
         (LimitKind::Tool, section.tools),
         (LimitKind::Model, section.models),
         (LimitKind::Agent, section.agents),
+        (LimitKind::Token, section.tokens),
     ];
     for (kind, table) in tables {
         for (name, limit) in table {
@@ -84,6 +85,8 @@ fn check_name(
             declared.agents.keys().map(String::as_str).collect(),
             "agent",
         ),
+        // Tokens live in the store, not the file: any name may be limited ahead of time.
+        LimitKind::Token => Ok(()),
         LimitKind::Model => {
             let mut models: Vec<&str> = agent_models.values().map(String::as_str).collect();
             models.sort_unstable();
@@ -164,7 +167,7 @@ mod tests {
     #[test]
     fn every_scope_is_read_with_its_defaults() {
         let config = load(
-            "[limits]\nlease_seconds = 5\n\n[limits.servers.tickets]\nconcurrency = 4\nrate_per_second = 2.5\nmax_wait_seconds = 0\n\n[limits.tools.\"tickets__create\"]\nrate_per_second = 1\nburst = 3\n\n[limits.models.small]\nconcurrency = 2\n\n[limits.agents.helper]\nconcurrency = 1\n",
+            "[limits]\nlease_seconds = 5\n\n[limits.servers.tickets]\nconcurrency = 4\nrate_per_second = 2.5\nmax_wait_seconds = 0\n\n[limits.tools.\"tickets__create\"]\nrate_per_second = 1\nburst = 3\n\n[limits.models.small]\nconcurrency = 2\n\n[limits.agents.helper]\nconcurrency = 1\n\n[limits.tokens.ci]\nrate_per_second = 0.5\n",
         )
         .unwrap();
         let limits = &config.limits;
@@ -176,16 +179,19 @@ mod tests {
         let tool = limits.limits[&LimitKey::new(LimitKind::Tool, "tickets__create")];
         assert_eq!((tool.rule.burst, tool.max_wait), (3, DEFAULT_MAX_WAIT));
         assert_eq!(
-            limits.for_model("helper").len(),
+            limits.for_model("helper", None).len(),
             2,
             "the agent's and its model's"
         );
         assert_eq!(
             limits
-                .for_tool("helper", "tickets", "tickets__create")
+                .for_tool("helper", Some("ci"), "tickets", "tickets__create")
                 .len(),
-            3
+            4,
+            "the agent's, the token's, the server's and the tool's"
         );
+        let token = limits.limits[&LimitKey::new(LimitKind::Token, "ci")];
+        assert_eq!(token.rule.burst, 1, "a rate under one rounds up to one");
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //! tool steps it asked for (`tool_step.rs`), the next round; a step that needs a person
 //! asks for a decision (`decision_step.rs`). Around the steps: the lease and the signal
 //! every call carries (`lease.rs`), the budgets (`spending.rs`), the limits a call takes
-//! before it leaves (`limit_step.rs`), the write fence (`fence.rs`), recording each step (`record.rs`), how a segment ends (`ending.rs`), and
-//! the run's state rebuilt from its log on resume (`replay.rs`).
+//! before it leaves (`limit_step.rs`), the write fence (`fence.rs`), recording each step
+//! (`record.rs`), how a segment ends (`ending.rs`), and the run's state rebuilt from its
+//! log on resume (`replay.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;

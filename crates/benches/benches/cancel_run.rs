@@ -219,6 +219,7 @@ fn agent(plan: &Value, tools: Vec<BoundTool>) -> AgentSpec {
         tools,
         max_tokens: None,
         budgets: runwarden_runtime::Budgets::default(),
+        policy: None,
     }
 }
 

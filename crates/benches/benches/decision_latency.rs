@@ -71,6 +71,7 @@ impl AgentSource for Agents {
             }],
             max_tokens: None,
             budgets: Default::default(),
+            policy: None,
         })
     }
 }

@@ -34,6 +34,7 @@ mod ending;
 mod fence;
 mod lease;
 mod model_step;
+mod policy_step;
 mod record;
 mod replay;
 mod spending;

@@ -191,6 +191,7 @@ impl Fixture {
             tools,
             max_tokens: None,
             budgets: runwarden_runtime::Budgets::default(),
+            policy: None,
         }
     }
 

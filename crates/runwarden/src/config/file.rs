@@ -53,6 +53,17 @@ pub(super) struct FileConfig {
     /// The web console (`runwarden serve` at `/`).
     #[serde(default)]
     pub(super) console: ConsoleSection,
+    /// Cedar policies over every tool call. Without this section no policy is evaluated.
+    pub(super) policy: Option<PolicySection>,
+}
+
+/// `[policy]`.
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PolicySection {
+    /// Cedar policy files, relative to this file; `*` and `?` match within the last part of a path (`["policies/*.cedar"]`). Each is checked against the built-in schema when runwarden starts and on SIGHUP; a file that does not check refuses the start (a reload keeps the policies in force). A pattern that matches no file is an error. With the section present, a call no policy permits is denied.
+    pub(crate) files: Vec<String>,
 }
 
 /// `[console]`.

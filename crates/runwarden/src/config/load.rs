@@ -236,6 +236,10 @@ impl Config {
             },
             record_arguments: file.telemetry.record_arguments.unwrap_or(false),
             console: console_settings(file.console)?,
+            policy: match &file.policy {
+                Some(section) => Some(super::policy::policy(section, &base)?),
+                None => None,
+            },
         })
     }
 }

@@ -11,6 +11,7 @@ mod file;
 mod load;
 mod mcp;
 mod oauth;
+mod policy;
 #[cfg(test)]
 mod reference;
 mod settings;
@@ -29,6 +30,7 @@ use runwarden_vault::{Algorithm, EgressConfig, EgressPolicy, MAX_TICK, MasterKey
 
 pub(crate) use agents::{AgentConfig, ProviderConfig};
 pub(crate) use mcp::ServerApproval;
+pub(crate) use policy::{PolicyConfig, policy_files, read_files};
 pub(crate) use settings::{
     ConsoleSettings, LogFormat, MetricsSettings, ServeSettings, TlsFiles, WorkerSettings,
     peek_otlp_endpoint,
@@ -83,6 +85,8 @@ pub(crate) struct Config {
     pub(crate) record_arguments: bool,
     /// `[console]`.
     pub(crate) console: ConsoleSettings,
+    /// `[policy]`: the policies every call is decided by; `None` decides nothing.
+    pub(crate) policy: Option<PolicyConfig>,
 }
 
 /// True when `$RUNWARDEN_MASTER_KEY` supplies the key. An empty value does not count, the

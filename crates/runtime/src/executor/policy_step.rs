@@ -1,0 +1,164 @@
+//! The policy step (P2, P3): before a tool call's approval, its fence and any byte of it,
+//! the configured policies decide it. A denial is recorded as the call's step and an
+//! audit row and is what the model reads; an approval requirement goes to an operator
+//! through the decisions that already exist. With no policies nothing is evaluated.
+
+use runwarden_models::ToolCallRequest;
+use runwarden_policy::{Decision, Request, RunFacts, Target, Verdict};
+use runwarden_vault::AuditEvent;
+use runwarden_vault::audit::action;
+use serde_json::{Map, Value};
+
+use super::{Executor, Segment};
+use crate::agent::BoundTool;
+use crate::events::{EventBody, PolicyNote, StepOutcome, ToolExecuted};
+use crate::state::Outcome;
+use crate::time::now_ms;
+
+/// What the policies let a call do.
+pub(super) enum Gate {
+    /// Go on; the note for its step when policies decided it.
+    Pass(Option<PolicyNote>),
+    /// Denied, its step recorded: what the model reads.
+    Denied(String),
+    /// An operator must approve it first; the note, and the decision's message that
+    /// names the policies.
+    Approval(PolicyNote, String),
+}
+
+impl Executor {
+    /// P2: the policies' decision about one call. `Err` when the segment lost the run
+    /// while recording a denial.
+    pub(super) async fn policy_gate(
+        &self,
+        segment: &Segment<'_>,
+        round: u32,
+        call: &ToolCallRequest,
+        tool: &BoundTool,
+        arguments: &Map<String, Value>,
+    ) -> Result<Gate, Outcome> {
+        let Some(policies) = &segment.agent.policy else {
+            return Ok(Gate::Pass(None));
+        };
+        let server = tool.client.server();
+        let request = Request {
+            agent: segment.agent.name.clone(),
+            agent_tags: Vec::new(),
+            token: None,
+            target: Target::Tool {
+                id: tool.spec.name.clone(),
+                server: server.name.clone(),
+                name: tool.remote_name.clone(),
+                effect: tool.effect.as_str().to_string(),
+            },
+            arguments: arguments.clone(),
+            run: RunFacts {
+                id: segment.run.id.clone(),
+                tags: Vec::new(),
+                step: i64::from(round),
+            },
+            host: host_of(&server.url).to_string(),
+        };
+        let verdict = policies.decide(&request);
+        let note = PolicyNote::from(&verdict);
+        match verdict.decision {
+            Decision::Allow => Ok(Gate::Pass(Some(note))),
+            Decision::ApprovalRequired => {
+                let answered = segment
+                    .approvals
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains_key(&call.id);
+                // One row when the question is asked, none again when its answer is read.
+                if !answered {
+                    self.audit_policy(segment, call, tool, &request.host, &verdict)
+                        .await;
+                }
+                Ok(Gate::Approval(note, verdict.summary()))
+            }
+            Decision::Deny => {
+                let text = verdict.summary();
+                self.audit_policy(segment, call, tool, &request.host, &verdict)
+                    .await;
+                let mut step = ToolExecuted::refused(round, call, &text);
+                step.outcome = StepOutcome::Denied;
+                step.remote = Some(tool.remote_name.clone());
+                step.server = Some(server.name.clone());
+                step.effect = Some(tool.effect);
+                step.sent = Some(false);
+                step.policy = Some(note);
+                self.record_soft(segment, EventBody::ToolExecuted(step), None)
+                    .await
+                    .ok_or(Outcome::LeaseLost)?;
+                Ok(Gate::Denied(text))
+            }
+        }
+    }
+
+    /// P3: the audit row of a denial or an approval requirement. Nothing was sent, so a
+    /// row that cannot be written is logged and the call's fate stands.
+    async fn audit_policy(
+        &self,
+        segment: &Segment<'_>,
+        call: &ToolCallRequest,
+        tool: &BoundTool,
+        host: &str,
+        verdict: &Verdict,
+    ) {
+        let event = AuditEvent {
+            time_ms: now_ms(),
+            action: action::POLICY_DECIDED.to_string(),
+            success: verdict.decision != Decision::Deny,
+            secret: None,
+            method: String::new(),
+            host: host.to_string(),
+            path: String::new(),
+            status: 0,
+            duration_ms: 0,
+            error: None,
+            // Ids and reasons come from the policy files, never from the arguments.
+            reason: Some(format!(
+                "{} {}: {}",
+                verdict.decision.as_str(),
+                call.name,
+                verdict.summary()
+            )),
+            actor: "run".to_string(),
+            correlation: Some(segment.run.id.clone()),
+            intent_id: None,
+        };
+        if let Err(error) = tool.client.egress().vault().audit_record(event).await {
+            tracing::error!(run = %segment.run.id, tool = %call.name, %error, "the policy decision stands but its audit row could not be written");
+        }
+    }
+}
+
+/// The host of a server's URL (`files.example` of `https://u@files.example:8443/mcp`);
+/// empty when it has none.
+fn host_of(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    if let Some(bracketed) = host.strip_prefix('[') {
+        return bracketed.split(']').next().unwrap_or("");
+    }
+    host.split(':').next().unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_of;
+
+    #[test]
+    fn the_host_is_the_url_without_user_port_or_path() {
+        assert_eq!(
+            host_of("https://u:p@files.example:8443/mcp?x=1"),
+            "files.example"
+        );
+        assert_eq!(host_of("http://127.0.0.1:9/mcp"), "127.0.0.1");
+        assert_eq!(host_of("http://[::1]:9/mcp"), "::1");
+        assert_eq!(host_of("nonsense"), "nonsense");
+    }
+}

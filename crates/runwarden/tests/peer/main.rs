@@ -15,4 +15,5 @@ mod conformance_suite;
 mod decisions;
 mod fastmcp;
 mod mrtr;
+mod policy;
 mod wire;

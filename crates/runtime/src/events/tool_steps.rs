@@ -68,9 +68,10 @@ pub struct ToolExecuted {
     pub sent: Option<bool>,
     /// What the model reads.
     pub text: String,
-    /// P3: which policies decided the call, when policies are configured.
+    /// P3: which policies decided the call, when policies are configured. Boxed: every
+    /// event body stays small, and most steps have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy: Option<PolicyNote>,
+    pub policy: Option<Box<PolicyNote>>,
 }
 
 /// P3: the policy decision about one call as its step records it: the decision, the ids

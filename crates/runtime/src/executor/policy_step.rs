@@ -86,7 +86,7 @@ impl Executor {
                 step.server = Some(server.name.clone());
                 step.effect = Some(tool.effect);
                 step.sent = Some(false);
-                step.policy = Some(note);
+                step.policy = Some(Box::new(note));
                 self.record_soft(segment, EventBody::ToolExecuted(step), None)
                     .await
                     .ok_or(Outcome::LeaseLost)?;

@@ -322,7 +322,7 @@ fn step_body(
             delivery: Some(result.delivery),
             sent: Some(result.sent()),
             text: format!("{edited_note}{}", result.text),
-            policy,
+            policy: policy.map(Box::new),
         });
     }
     let legs = made

@@ -53,12 +53,25 @@ fn body_line(body: &EventBody) -> String {
         }
         EventBody::ModelFailed(e) => format!("model call failed: {}", text(&e.error)),
         EventBody::ModelCancelled(e) => format!("model call cancelled: {}", text(&e.error)),
-        EventBody::ToolExecuted(e) => format!(
-            "tool {} {}: {}",
-            text(&e.tool),
-            e.outcome.as_str(),
-            text(&e.text)
-        ),
+        EventBody::ToolExecuted(e) => {
+            // A denial's text already names its policies; an allowed call says which did.
+            let decided = match &e.policy {
+                Some(note) if note.decision != "deny" && !note.policies.is_empty() => {
+                    format!(
+                        " ({} by policy {})",
+                        note.decision,
+                        note.policies.join(", ")
+                    )
+                }
+                _ => String::new(),
+            };
+            format!(
+                "tool {} {}: {}{decided}",
+                text(&e.tool),
+                e.outcome.as_str(),
+                text(&e.text)
+            )
+        }
         // The text says that the call may have reached the server and what became of it.
         EventBody::EffectUncertain(e) => format!(
             "tool {} {}: {}",

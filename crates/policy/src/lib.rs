@@ -39,6 +39,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod index;
 mod load;
 mod policies;
 mod request;

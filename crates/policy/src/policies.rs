@@ -5,10 +5,11 @@ use std::str::FromStr as _;
 
 use cedar_policy::{
     Authorizer, Context, Effect, Entities, Entity, EntityId, EntityTypeName, EntityUid,
-    EvaluationError, PolicyId, PolicySet, RestrictedExpression,
+    EvaluationError, PolicyId, RestrictedExpression,
 };
 
 use crate::error::PolicyError;
+use crate::index::Index;
 use crate::load::{APPROVAL, PolicyFile, REASON, load};
 use crate::request::{Request, Target};
 use crate::value::record;
@@ -16,7 +17,8 @@ use crate::verdict::{Decision, NO_PERMIT, Verdict};
 
 /// A validated set of policies. Cheap to ask; build a new one to change it.
 pub struct Policies {
-    set: PolicySet,
+    /// The set, sliced by action and resource: a decision asks only what can apply.
+    index: Index,
     authorizer: Authorizer,
     names: Names,
     /// Each policy's effect, `@reason` and whether it requires approval, by id.
@@ -53,10 +55,15 @@ impl Policies {
                 (p.id().clone(), facts)
             })
             .collect();
+        let names = Names::new()?;
+        let actions: Vec<EntityUid> = ["call_tool", "call_model", "read_secret"]
+            .iter()
+            .filter_map(|a| names.uid("Action", a))
+            .collect();
         Ok(Self {
-            set,
+            index: Index::new(&set, &actions),
             authorizer: Authorizer::new(),
-            names: Names::new()?,
+            names,
             facts,
         })
     }
@@ -97,14 +104,15 @@ impl Policies {
     /// `@approval("required")` among those that allow it makes the call wait for an
     /// operator (any one such permit is enough: the safer reading).
     pub fn decide(&self, request: &Request) -> Verdict {
-        let Some((cedar, entities)) = cedar_request(&self.names, request) else {
+        let Some((cedar, entities, action, resource)) = cedar_request(&self.names, request) else {
             return Verdict {
                 decision: Decision::Deny,
                 policies: Vec::new(),
                 reasons: vec!["the call's arguments could not be read as policy values".into()],
             };
         };
-        let response = self.authorizer.is_authorized(&cedar, &self.set, &entities);
+        let slice = self.index.slice(&action, &resource);
+        let response = self.authorizer.is_authorized(&cedar, slice, &entities);
         let matched: Vec<&PolicyId> = response.diagnostics().reason().collect();
         let mut failed_forbids = Vec::new();
         let mut failed_permits = Vec::new();
@@ -189,8 +197,12 @@ fn safe_text(error: &EvaluationError) -> String {
     }
 }
 
-/// The Cedar request and entities of a call; `None` if the arguments cannot be a record.
-fn cedar_request(names: &Names, request: &Request) -> Option<(cedar_policy::Request, Entities)> {
+/// A call as Cedar asks it.
+type CedarCall = (cedar_policy::Request, Entities, EntityUid, EntityUid);
+
+/// The Cedar request and entities of a call, with its action and resource; `None` if the
+/// arguments cannot be a record.
+fn cedar_request(names: &Names, request: &Request) -> Option<CedarCall> {
     let token = match &request.token {
         Some(t) => Some(names.uid("Token", t)?),
         None => None,
@@ -250,8 +262,9 @@ fn cedar_request(names: &Names, request: &Request) -> Option<(cedar_policy::Requ
     .ok()?;
     let action = names.uid("Action", request.target.action())?;
     // No schema here: the arguments are whatever the tool takes (docs/policy.md).
-    let cedar = cedar_policy::Request::new(agent, action, resource, context, None).ok()?;
-    Some((cedar, entities))
+    let cedar =
+        cedar_policy::Request::new(agent, action.clone(), resource.clone(), context, None).ok()?;
+    Some((cedar, entities, action, resource))
 }
 
 /// The schema's entity type names, parsed once per policy set.

@@ -367,3 +367,71 @@ fn a_template_is_refused() {
 fn the_shipped_schema_loads() {
     assert!(crate::schema::validator().is_ok());
 }
+
+#[test]
+fn the_index_decides_exactly_as_cedar_over_the_whole_set() {
+    let text = format!(
+        "{FILES}\n{PAYMENTS}\n{}",
+        r#"
+        @id("generic-forbid") forbid (principal == Agent::"intern", action, resource);
+        @id("in-list") permit (principal, action in [Action::"call_model", Action::"call_tool"], resource)
+          when { context.arguments has fine };
+        @id("failing") forbid (principal, action, resource is Tool) when { context.arguments.n > 1 };
+        @id("tool-in") permit (principal, action, resource in Tool::"files__read");
+        "#
+    );
+    let files = [file("p.cedar", &text)];
+    let whole = crate::load::load(&files).unwrap();
+    let p = Policies::from_files(&files).unwrap();
+    let authorizer = Authorizer::new();
+    let tools = [
+        ("files__read", "read_only"),
+        ("files__write", "non_idempotent_write"),
+        ("bank__pay", "non_idempotent_write"),
+        ("other__thing", "read_only"),
+    ];
+    let arguments = [
+        json!({}),
+        json!({"path": "/srv/a"}),
+        json!({"path": "/etc"}),
+        json!({"amount": 5000}),
+        json!({"amount": 5, "fine": true, "n": 0}),
+        json!({"n": "x"}),
+    ];
+    let mut compared = 0;
+    for agent in ["helper", "intern"] {
+        for (tool, effect) in tools {
+            for args in &arguments {
+                let mut request = tool_call(agent, tool, effect, args.clone());
+                for target in [
+                    request.target.clone(),
+                    Target::Model("small".into()),
+                    Target::Secret("GH".into()),
+                ] {
+                    request.target = target;
+                    let (cedar, entities, action, resource) =
+                        cedar_request(&p.names, &request).unwrap();
+                    let full = authorizer.is_authorized(&cedar, &whole, &entities);
+                    let sliced = authorizer.is_authorized(
+                        &cedar,
+                        p.index.slice(&action, &resource),
+                        &entities,
+                    );
+                    assert_eq!(full.decision(), sliced.decision(), "{request:?}");
+                    let ids = |r: &cedar_policy::Response| {
+                        let mut ids: Vec<String> =
+                            r.diagnostics().reason().map(ToString::to_string).collect();
+                        ids.sort();
+                        let mut failed: Vec<String> =
+                            r.diagnostics().errors().map(ToString::to_string).collect();
+                        failed.sort();
+                        (ids, failed)
+                    };
+                    assert_eq!(ids(&full), ids(&sliced), "{request:?}");
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(compared, 2 * 4 * 6 * 3);
+}

@@ -62,7 +62,7 @@ impl Executor {
             Callable::Refused(text) => return Ok(answer(text, true)),
         };
         // P2: the policies decide before an approval, the fence or any byte.
-        let (note, asked_by_policy) = match self
+        let (mut note, asked_by_policy) = match self
             .policy_gate(segment, round, call, tool, &arguments)
             .await?
         {
@@ -78,6 +78,18 @@ impl Executor {
             {
                 Approval::Denied(text) => return Ok(answer(text, true)),
                 Approval::Given(Some(edited)) => {
+                    // P2: edited arguments are decided again: an approval never outweighs a
+                    // forbid. The approval itself is given, so it is not asked again.
+                    if note.is_some() {
+                        match self
+                            .policy_gate(segment, round, call, tool, &edited)
+                            .await?
+                        {
+                            Gate::Denied(text) => return Ok(answer(text, true)),
+                            Gate::Pass(again) => note = again,
+                            Gate::Approval(again, _) => note = Some(again),
+                        }
+                    }
                     // The model is told what the operator changed, so it knows what was sent.
                     let shown = Value::Object(edited.clone());
                     edited_note = format!("an operator changed the arguments to {shown}; ");

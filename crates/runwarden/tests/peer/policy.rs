@@ -29,6 +29,10 @@ unless { context.arguments has path && context.arguments.path like "/srv/*" };
 permit (principal, action == Action::"call_tool", resource == Tool::"peer__pay")
 when { context.arguments.amount > 1000 };
 
+@id("no-pay-to-mallory")
+forbid (principal, action == Action::"call_tool", resource == Tool::"peer__pay")
+when { context.arguments.to == "mallory" };
+
 @id("no-intern-tickets")
 @reason("interns do not file tickets")
 forbid (principal == Agent::"intern", action, resource == Tool::"peer__create_ticket");
@@ -237,6 +241,39 @@ async fn a_payment_above_the_limit_waits_for_an_operator_told_which_policy_asked
     assert_eq!(calls(&peer, "pay"), 2, "approved, the payment is sent once");
     let step = &steps(&events(&sandbox, &run_id).await)[0];
     assert_eq!(step["policy"]["decision"], "approval_required");
+    worker.stop_idle().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_s_edit_is_decided_again_and_a_forbid_still_wins() {
+    let peer = Peer::start(&[]);
+    let plan = one_call("peer__pay", json!({"amount": 5000, "to": "acme"}));
+    let sandbox = install(&peer, &[("big", plan)]).await;
+    let mut worker = Child::worker(&sandbox, None);
+    let (run_id, outcome, _) = run(&sandbox, &mut worker, "big").await;
+    assert_eq!(outcome["outcome"], "waiting_for_approval", "{outcome:#}");
+    let listed = runwarden(&sandbox, &["--json", "decisions", "list", "--run", &run_id])
+        .await
+        .ok()
+        .json();
+    let id = listed["decisions"][0]["decision_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let edited = json!({"amount": 5000, "to": "mallory"}).to_string();
+    runwarden(&sandbox, &["approve", &id, "--arguments", &edited])
+        .await
+        .ok();
+    let (outcome, _) = worker.outcome_of(&run_id).await;
+    assert_eq!(outcome["outcome"], "completed", "{outcome:#}");
+    assert_eq!(
+        calls(&peer, "pay"),
+        0,
+        "the edit is forbidden: nothing is paid"
+    );
+    let step = &steps(&events(&sandbox, &run_id).await)[0];
+    assert_eq!(step["outcome"], "denied");
+    assert_eq!(step["policy"]["policies"], json!(["no-pay-to-mallory"]));
     worker.stop_idle().await;
 }
 

@@ -294,6 +294,10 @@ impl Executor {
     }
 }
 
+/// P2: the field of a run's stored request that names the API token (or console user)
+/// that started it: the principal's parent `Token::"NAME"` in its policy decisions.
+pub const REQUEST_STARTED_BY_FIELD: &str = "started_by";
+
 /// The stored request of a run: its prompt, and its budgets when it has any (R13), so a
 /// requeued or resumed run keeps them. Without budgets it is the shape stored before they
 /// existed.

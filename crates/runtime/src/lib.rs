@@ -61,7 +61,10 @@ pub use decision::{
 };
 pub use elicitor::RunElicitor;
 pub use events::{EventBody, usage_of};
-pub use executor::{CancelLatencyObserver, Executor, ExecutorConfig, SegmentOptions, run_request};
+pub use executor::{
+    CancelLatencyObserver, Executor, ExecutorConfig, REQUEST_STARTED_BY_FIELD, SegmentOptions,
+    run_request,
+};
 pub use feed::{Change, ChangeFeed};
 pub use idempotency::IDEMPOTENCY_RETENTION_MS;
 pub use observer::Observer;

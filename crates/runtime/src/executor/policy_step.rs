@@ -44,7 +44,7 @@ impl Executor {
         let request = Request {
             agent: segment.agent.name.clone(),
             agent_tags: Vec::new(),
-            token: None,
+            token: started_by(segment),
             target: Target::Tool {
                 id: tool.spec.name.clone(),
                 server: server.name.clone(),
@@ -131,6 +131,13 @@ impl Executor {
             tracing::error!(run = %segment.run.id, tool = %call.name, %error, "the policy decision stands but its audit row could not be written");
         }
     }
+}
+
+/// P2: the token that started the run, as its stored request names it.
+fn started_by(segment: &Segment<'_>) -> Option<String> {
+    let request = segment.run.request.as_ref()?;
+    let name = request.get(super::REQUEST_STARTED_BY_FIELD)?.as_str()?;
+    Some(name.to_string())
 }
 
 /// The host of a server's URL (`files.example` of `https://u@files.example:8443/mcp`);

@@ -113,11 +113,16 @@ async fn create_queued(
     // R9: the row is the state; the stored request is all a worker needs.
     let id = uuid::Uuid::now_v7().to_string();
     let hash = crate::views::run_request_hash(&body.agent, &body.prompt, "queued", &budgets);
+    let mut request = run_request(&body.prompt, &budgets);
+    if let Some(token) = &token {
+        // Who started the run: its policies see the token as the agent's parent.
+        request[runwarden_runtime::REQUEST_STARTED_BY_FIELD] = json!(token.0.name);
+    }
     let create = RunCreate {
         id: id.clone(),
         agent: body.agent,
         correlation: id,
-        request: Some(run_request(&body.prompt, &budgets)),
+        request: Some(request),
         status: NewRunStatus::Queued,
         now_ms: now_ms(),
     };

@@ -33,6 +33,10 @@ when { context.arguments.amount > 1000 };
 forbid (principal, action == Action::"call_tool", resource == Tool::"peer__pay")
 when { context.arguments.to == "mallory" };
 
+@id("not-for-mallory")
+@reason("runs mallory starts call nothing")
+forbid (principal in Token::"mallory", action, resource);
+
 @id("no-intern-tickets")
 @reason("interns do not file tickets")
 forbid (principal == Agent::"intern", action, resource == Tool::"peer__create_ticket");
@@ -330,4 +334,75 @@ async fn an_argument_value_stays_out_of_the_denial_its_step_and_its_audit_row() 
         assert!(!event.to_string().contains(SIGIL), "{event}");
     }
     worker.stop_idle().await;
+}
+
+/// `POST /v1/runs` for `agent` with `token`: the run's id.
+async fn enqueue_as(url: &str, token: &str, agent: &str) -> String {
+    let response = reqwest::Client::new()
+        .post(format!("{url}/v1/runs"))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(json!({"agent": agent, "prompt": "go"}).to_string())
+        .send()
+        .await
+        .expect("the server answers");
+    assert_eq!(response.status().as_u16(), 202);
+    let body: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    body["run_id"]
+        .as_str()
+        .or(body["id"].as_str())
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_that_started_a_run_is_its_agents_parent() {
+    let peer = Peer::start(&[]);
+    let plan = one_call("peer__create_ticket", json!({"title": "printer"}));
+    let sandbox = install(&peer, &[("senior", plan)]).await;
+    let mut tokens = Vec::new();
+    for name in ["mallory", "alice"] {
+        let created = runwarden(
+            &sandbox,
+            &[
+                "--json", "token", "create", "--role", "operator", "--name", name,
+            ],
+        )
+        .await
+        .ok()
+        .json();
+        tokens.push(created["token"].as_str().unwrap().to_string());
+    }
+    let mut serve = Child::spawn(sandbox.command(&[
+        "--json",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--concurrency",
+        "0",
+    ]));
+    let url = serve.json().await["url"].as_str().unwrap().to_string();
+    let by_mallory = enqueue_as(&url, &tokens[0], "senior").await;
+    let by_alice = enqueue_as(&url, &tokens[1], "senior").await;
+
+    let mut worker = Child::worker(&sandbox, None);
+    let mut ended = Vec::new();
+    while ended.len() < 2 {
+        let line = worker.json().await;
+        if line["run_id"] == by_mallory.as_str() || line["run_id"] == by_alice.as_str() {
+            assert_eq!(line["outcome"], "completed", "{line:#}");
+            ended.push(line);
+        }
+    }
+    assert_eq!(
+        calls(&peer, "create_ticket"),
+        1,
+        "only alice's run files its ticket"
+    );
+    let denied = &steps(&events(&sandbox, &by_mallory).await)[0];
+    assert_eq!(denied["policy"]["policies"], json!(["not-for-mallory"]));
+    let allowed = &steps(&events(&sandbox, &by_alice).await)[0];
+    assert_eq!(allowed["policy"]["decision"], "allow");
+    worker.stop_idle().await;
+    serve.signal("TERM");
 }

@@ -277,3 +277,27 @@ async fn sighup_reloads_the_policies_and_a_bad_file_keeps_those_in_force() {
     assert!(line.contains("previous one stays in force"), "{line}");
     assert!(!serve.has_exited(), "a bad policy file never stops serve");
 }
+
+#[test]
+fn a_model_call_no_policy_permits_is_not_made_and_the_run_fails_saying_why() {
+    let sandbox = with_policies();
+    std::fs::write(
+        sandbox.path().join("plan.json"),
+        json!([{"text": "done"}]).to_string(),
+    )
+    .unwrap();
+    sandbox.append_config("\n[agents.a]\nprovider = \"scripted\"\nscript = \"plan.json\"\n");
+    sandbox
+        .run(&["run", "--agent", "a", "hello"])
+        .fails()
+        .says("the call to model scripted was not made: denied: no policy permits this");
+    std::fs::write(
+        sandbox.path().join("policies/models.cedar"),
+        "@id(\"plans\") permit (principal == Agent::\"a\", action == Action::\"call_model\", resource == Model::\"scripted\");",
+    )
+    .unwrap();
+    sandbox
+        .run(&["run", "--agent", "a", "hello"])
+        .ok()
+        .says("done");
+}

@@ -26,6 +26,8 @@ impl Executor {
         round: u32,
         messages: &[Message],
     ) -> Result<(ModelTurn, RunSignal), Outcome> {
+        // P2: the policies decide the model call before anything leaves.
+        self.model_gate(segment, round).await?;
         let (completed, returned, signal) = self.call_model(segment, round, messages).await;
         match completed {
             Ok(turn) => Ok((self.record_turn(segment, round, turn).await?, signal)),

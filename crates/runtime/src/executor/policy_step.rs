@@ -1,17 +1,19 @@
 //! The policy step (P2, P3): before a tool call's approval, its fence and any byte of it,
-//! the configured policies decide it. A denial is recorded as the call's step and an
-//! audit row and is what the model reads; an approval requirement goes to an operator
-//! through the decisions that already exist. With no policies nothing is evaluated.
+//! and before each model call, the configured policies decide it. A denied tool call is
+//! recorded as the call's step and an audit row and is what the model reads; an approval
+//! requirement goes to an operator through the decisions that already exist. A model call
+//! that is not allowed fails the run (it cannot wait for an operator). With no policies
+//! nothing is evaluated.
 
 use runwarden_models::ToolCallRequest;
 use runwarden_policy::{Decision, Request, RunFacts, Target, Verdict};
-use runwarden_vault::AuditEvent;
 use runwarden_vault::audit::action;
+use runwarden_vault::{AuditEvent, Delivery, EgressClient};
 use serde_json::{Map, Value};
 
 use super::{Executor, Segment};
 use crate::agent::BoundTool;
-use crate::events::{EventBody, PolicyNote, StepOutcome, ToolExecuted};
+use crate::events::{EventBody, ModelFailed, PolicyNote, StepOutcome, ToolExecuted};
 use crate::state::Outcome;
 use crate::time::now_ms;
 
@@ -52,11 +54,7 @@ impl Executor {
                 effect: tool.effect.as_str().to_string(),
             },
             arguments: arguments.clone(),
-            run: RunFacts {
-                id: segment.run.id.clone(),
-                tags: Vec::new(),
-                step: i64::from(round),
-            },
+            run: run_facts(segment, round),
             host: host_of(&server.url).to_string(),
         };
         let verdict = policies.decide(&request);
@@ -71,15 +69,15 @@ impl Executor {
                     .contains_key(&call.id);
                 // One row when the question is asked, none again when its answer is read.
                 if !answered {
-                    self.audit_policy(segment, call, tool, &request.host, &verdict)
-                        .await;
+                    let egress = tool.client.egress();
+                    audit_policy(segment, egress, &call.name, &request.host, &verdict).await;
                 }
                 Ok(Gate::Approval(note, verdict.summary()))
             }
             Decision::Deny => {
                 let text = verdict.summary();
-                self.audit_policy(segment, call, tool, &request.host, &verdict)
-                    .await;
+                let egress = tool.client.egress();
+                audit_policy(segment, egress, &call.name, &request.host, &verdict).await;
                 let mut step = ToolExecuted::refused(round, call, &text);
                 step.outcome = StepOutcome::Denied;
                 step.remote = Some(tool.remote_name.clone());
@@ -95,41 +93,102 @@ impl Executor {
         }
     }
 
-    /// P3: the audit row of a denial or an approval requirement. Nothing was sent, so a
-    /// row that cannot be written is logged and the call's fate stands.
-    async fn audit_policy(
+    /// P2: the policies' decision about the round's model call (`Model::"NAME"`). A model
+    /// call cannot wait for an operator, so one that needs approval is not made either.
+    /// `Err` is the segment's outcome: the run failed, not to be retried (the same call
+    /// would be decided the same way).
+    pub(super) async fn model_gate(
         &self,
         segment: &Segment<'_>,
-        call: &ToolCallRequest,
-        tool: &BoundTool,
-        host: &str,
-        verdict: &Verdict,
-    ) {
-        let event = AuditEvent {
-            time_ms: now_ms(),
-            action: action::POLICY_DECIDED.to_string(),
-            success: verdict.decision != Decision::Deny,
-            secret: None,
-            method: String::new(),
-            host: host.to_string(),
-            path: String::new(),
-            status: 0,
-            duration_ms: 0,
-            error: None,
-            // Ids and reasons come from the policy files, never from the arguments.
-            reason: Some(format!(
-                "{} {}: {}",
-                verdict.decision.as_str(),
-                call.name,
-                verdict.summary()
-            )),
-            actor: "run".to_string(),
-            correlation: Some(segment.run.id.clone()),
-            intent_id: None,
+        round: u32,
+    ) -> Result<(), Outcome> {
+        let Some(policies) = &segment.agent.policy else {
+            return Ok(());
         };
-        if let Err(error) = tool.client.egress().vault().audit_record(event).await {
-            tracing::error!(run = %segment.run.id, tool = %call.name, %error, "the policy decision stands but its audit row could not be written");
+        let provider = &segment.agent.provider;
+        let model = provider
+            .model_name()
+            .unwrap_or_else(|| "unknown".to_string());
+        let request = Request {
+            agent: segment.agent.name.clone(),
+            agent_tags: Vec::new(),
+            token: started_by(segment),
+            target: Target::Model(model.clone()),
+            arguments: Map::new(),
+            run: run_facts(segment, round),
+            host: provider
+                .base_url()
+                .map(|url| host_of(&url).to_string())
+                .unwrap_or_default(),
+        };
+        let verdict = policies.decide(&request);
+        let text = match verdict.decision {
+            Decision::Allow => return Ok(()),
+            Decision::Deny => verdict.summary(),
+            Decision::ApprovalRequired => format!(
+                "{}; a model call cannot wait for an operator",
+                verdict.summary()
+            ),
+        };
+        if let Some(egress) = provider.egress() {
+            let subject = format!("model {model}");
+            audit_policy(segment, &egress, &subject, &request.host, &verdict).await;
         }
+        let body = EventBody::ModelFailed(ModelFailed {
+            round,
+            error: text.clone(),
+            retryable: false,
+            delivery: Delivery::NotSent,
+        });
+        if self.record_soft(segment, body, Some(round)).await.is_none() {
+            return Err(Outcome::LeaseLost);
+        }
+        let reason = format!("the call to model {model} was not made: {text}");
+        Err(self.fail(segment, reason, false).await)
+    }
+}
+
+/// P3: the audit row of a denial or an approval requirement, through `egress`'s vault.
+/// Nothing was sent, so a row that cannot be written is logged and the decision stands.
+async fn audit_policy(
+    segment: &Segment<'_>,
+    egress: &EgressClient,
+    subject: &str,
+    host: &str,
+    verdict: &Verdict,
+) {
+    let event = AuditEvent {
+        time_ms: now_ms(),
+        action: action::POLICY_DECIDED.to_string(),
+        success: verdict.decision != Decision::Deny,
+        secret: None,
+        method: String::new(),
+        host: host.to_string(),
+        path: String::new(),
+        status: 0,
+        duration_ms: 0,
+        error: None,
+        // Ids and reasons come from the policy files, never from the arguments.
+        reason: Some(format!(
+            "{} {subject}: {}",
+            verdict.decision.as_str(),
+            verdict.summary()
+        )),
+        actor: "run".to_string(),
+        correlation: Some(segment.run.id.clone()),
+        intent_id: None,
+    };
+    if let Err(error) = egress.vault().audit_record(event).await {
+        tracing::error!(run = %segment.run.id, subject, %error, "the policy decision stands but its audit row could not be written");
+    }
+}
+
+/// What a policy may read of the run (`context.run`).
+fn run_facts(segment: &Segment<'_>, round: u32) -> RunFacts {
+    RunFacts {
+        id: segment.run.id.clone(),
+        tags: Vec::new(),
+        step: i64::from(round),
     }
 }
 

@@ -53,7 +53,7 @@ pub(super) struct FileConfig {
     /// The web console (`runwarden serve` at `/`).
     #[serde(default)]
     pub(super) console: ConsoleSection,
-    /// Cedar policies over every tool call. Without this section no policy is evaluated.
+    /// Cedar policies over every tool call and model call. Without this section no policy is evaluated.
     pub(super) policy: Option<PolicySection>,
 }
 

@@ -119,8 +119,8 @@ max_requeues = 3            # retries of retryable failures and stale reclaims, 
 # [console]
 # session_hours = 12               # how long a sign-in lasts (1 to 720)
 
-# Cedar policies over every tool call: allow, deny, or wait for an operator's approval
-# (docs/policy.md). Without this section no policy is evaluated.
+# Cedar policies over every tool call and model call: allow, deny, or wait for an
+# operator's approval (docs/policy.md). Without this section no policy is evaluated.
 # [policy]
 # files = ["policies/*.cedar"]      # checked at start and on SIGHUP: `runwarden policy validate`
 

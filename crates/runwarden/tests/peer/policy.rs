@@ -14,6 +14,9 @@ use crate::support::workers::{config_with_short_leases, enqueue, events};
 use crate::support::{Sandbox, runwarden};
 
 const POLICIES: &str = r#"
+@id("models")
+permit (principal, action == Action::"call_model", resource);
+
 @id("peer-tools")
 permit (principal, action == Action::"call_tool", resource)
 when { resource.server == "peer" };
@@ -35,7 +38,7 @@ when { context.arguments.to == "mallory" };
 
 @id("not-for-mallory")
 @reason("runs mallory starts call nothing")
-forbid (principal in Token::"mallory", action, resource);
+forbid (principal in Token::"mallory", action == Action::"call_tool", resource);
 
 @id("no-intern-tickets")
 @reason("interns do not file tickets")

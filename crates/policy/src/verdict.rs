@@ -66,6 +66,40 @@ impl Verdict {
     }
 }
 
+impl Verdict {
+    /// Two decisions a call needs both of (the call, and the secret its server uses):
+    /// deny wins, and its policies are the ones named; else approval if either needs it;
+    /// else allow. The policies and reasons of both are kept, without repeats.
+    pub fn and(self, other: Verdict) -> Verdict {
+        let (first, second) = match (self.decision, other.decision) {
+            (Decision::Deny, Decision::Deny) => (self, other),
+            (Decision::Deny, _) => return self,
+            (_, Decision::Deny) => return other,
+            _ => (self, other),
+        };
+        let decision = if first.decision == Decision::Allow {
+            second.decision
+        } else {
+            first.decision
+        };
+        let mut policies = first.policies;
+        policies.extend(second.policies);
+        policies.sort();
+        policies.dedup();
+        let mut reasons = first.reasons;
+        for reason in second.reasons {
+            if !reasons.contains(&reason) {
+                reasons.push(reason);
+            }
+        }
+        Verdict {
+            decision,
+            policies,
+            reasons,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,5 +123,29 @@ mod tests {
             assert_eq!(Decision::parse(d.as_str()), Some(d));
         }
         assert_eq!(Decision::parse("maybe"), None);
+    }
+
+    fn verdict(decision: Decision, id: &str) -> Verdict {
+        Verdict {
+            decision,
+            policies: vec![id.into()],
+            reasons: vec![format!("because {id}")],
+        }
+    }
+
+    #[test]
+    fn of_two_decisions_deny_wins_then_approval() {
+        use Decision::*;
+        let both = verdict(Allow, "a").and(verdict(Deny, "d"));
+        assert_eq!(both, verdict(Deny, "d"));
+        let both = verdict(Deny, "d").and(verdict(ApprovalRequired, "q"));
+        assert_eq!(both, verdict(Deny, "d"));
+        let both = verdict(Allow, "a").and(verdict(ApprovalRequired, "q"));
+        assert_eq!(both.decision, ApprovalRequired);
+        assert_eq!(both.policies, vec!["a", "q"]);
+        let both = verdict(Allow, "a").and(verdict(Allow, "a"));
+        assert_eq!(both, verdict(Allow, "a"));
+        let both = verdict(Deny, "x").and(verdict(Deny, "d"));
+        assert_eq!(both.policies, vec!["d", "x"]);
     }
 }

@@ -301,3 +301,47 @@ fn a_model_call_no_policy_permits_is_not_made_and_the_run_fails_saying_why() {
         .ok()
         .says("done");
 }
+
+/// How many `tools/call` requests the MCP server has seen since the last look.
+fn tool_calls(mcp: &mut runwarden_testkit::TestServer) -> usize {
+    mcp.drain_requests()
+        .iter()
+        .filter(|r| String::from_utf8_lossy(&r.body).contains("\"tools/call\""))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_secret_a_server_s_credential_uses_must_be_permitted_too() {
+    use runwarden_testkit::{TestServer, mcp_handler, tool};
+    let mut mcp = TestServer::start(mcp_handler(vec![tool("create")], &[])).await;
+    let plan = json!([
+        {"tool_calls": [{"name": "srv__create", "arguments": {"q": "x"}}]},
+        {"text": "done"}
+    ]);
+    let sandbox = crate::support::serve::install(&mcp, plan).await;
+    std::fs::create_dir(sandbox.path().join("policies")).unwrap();
+    std::fs::write(
+        sandbox.path().join("policies/base.cedar"),
+        "@id(\"models\") permit (principal, action == Action::\"call_model\", resource);\n@id(\"srv\") permit (principal, action == Action::\"call_tool\", resource) when { resource.server == \"srv\" };\n",
+    )
+    .unwrap();
+    sandbox.append_config("\n[policy]\nfiles = [\"policies/*.cedar\"]\n");
+    let _ = tool_calls(&mut mcp);
+
+    let out = crate::support::runwarden(&sandbox, &["--json", "run", "--agent", "a", "go"]).await;
+    assert!(
+        out.all().contains("denied: no policy permits this"),
+        "the secret is not permitted: {out:#?}"
+    );
+    assert_eq!(tool_calls(&mut mcp), 0, "nothing reached the server");
+
+    std::fs::write(
+        sandbox.path().join("policies/secrets.cedar"),
+        "@id(\"srv-token\") permit (principal, action == Action::\"read_secret\", resource == Secret::\"srv-token\");\n",
+    )
+    .unwrap();
+    crate::support::runwarden(&sandbox, &["--json", "run", "--agent", "a", "go"])
+        .await
+        .ok();
+    assert_eq!(tool_calls(&mut mcp), 1, "permitted, the call is made once");
+}

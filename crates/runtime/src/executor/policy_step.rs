@@ -57,7 +57,16 @@ impl Executor {
             run: run_facts(segment, round),
             host: host_of(&server.url).to_string(),
         };
-        let verdict = policies.decide(&request);
+        let mut verdict = policies.decide(&request);
+        if let Some(credential) = &server.auth {
+            // P2: the secret the server's credential uses is decided too (`read_secret`);
+            // the call goes only if both are allowed.
+            let secret = Request {
+                target: Target::Secret(credential.secret.as_str().to_string()),
+                ..request.clone()
+            };
+            verdict = verdict.and(policies.decide(&secret));
+        }
         let note = PolicyNote::from(&verdict);
         match verdict.decision {
             Decision::Allow => Ok(Gate::Pass(Some(note))),

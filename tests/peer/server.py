@@ -108,6 +108,20 @@ def create_ticket(title: str) -> str:
 
 
 @mcp.tool()
+def write_file(path: str, content: str) -> str:
+    """A write to a path (nothing is written): for rules on a call's arguments."""
+    _count("write_file")
+    return f"wrote {len(content)} bytes to {path}"
+
+
+@mcp.tool()
+def pay(amount: int, to: str) -> str:
+    """A payment (nothing is paid): for rules on an amount."""
+    _count("pay")
+    return f"paid {amount} to {to}"
+
+
+@mcp.tool()
 def stats() -> str:
     """The server's counters as JSON text."""
     _count("stats")

@@ -219,6 +219,8 @@ fn agent(plan: &Value, tools: Vec<BoundTool>) -> AgentSpec {
         tools,
         max_tokens: None,
         budgets: runwarden_runtime::Budgets::default(),
+        policy: None,
+        tags: Vec::new(),
     }
 }
 

@@ -71,6 +71,8 @@ impl AgentSource for Agents {
             }],
             max_tokens: None,
             budgets: Default::default(),
+            policy: None,
+            tags: Vec::new(),
         })
     }
 }

@@ -235,6 +235,18 @@ fn parse_turn(answer: &Value) -> Result<ModelTurn, ModelError> {
 
 #[async_trait]
 impl ModelProvider for Anthropic {
+    fn model_name(&self) -> Option<String> {
+        Some(self.model.clone())
+    }
+
+    fn base_url(&self) -> Option<String> {
+        Some(self.base_url.clone())
+    }
+
+    fn egress(&self) -> Option<Arc<EgressClient>> {
+        Some(self.egress.clone())
+    }
+
     async fn complete(
         &self,
         request: &ModelRequest,

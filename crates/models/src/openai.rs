@@ -227,6 +227,18 @@ fn parse_tool_call(n: usize, call: &Value) -> Result<ToolCallRequest, ModelError
 
 #[async_trait]
 impl ModelProvider for OpenAiCompatible {
+    fn model_name(&self) -> Option<String> {
+        Some(self.model.clone())
+    }
+
+    fn base_url(&self) -> Option<String> {
+        Some(self.base_url.clone())
+    }
+
+    fn egress(&self) -> Option<Arc<EgressClient>> {
+        Some(self.egress.clone())
+    }
+
     async fn complete(
         &self,
         request: &ModelRequest,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use runwarden_vault::CancellationSignal;
+use runwarden_vault::{CancellationSignal, EgressClient};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -246,4 +246,21 @@ pub trait ModelProvider: Send + Sync {
         request: &ModelRequest,
         signal: Option<&dyn CancellationSignal>,
     ) -> Result<ModelTurn, ModelError>;
+
+    /// The model's name, as a policy names it (`Model::"NAME"`); `None` when it has none.
+    fn model_name(&self) -> Option<String> {
+        None
+    }
+
+    /// The API root calls go to, whose host a policy reads (`context.host`); `None` when
+    /// nothing leaves.
+    fn base_url(&self) -> Option<String> {
+        None
+    }
+
+    /// The egress client its calls leave through (and whose vault keeps their audit rows),
+    /// when it has one.
+    fn egress(&self) -> Option<Arc<EgressClient>> {
+        None
+    }
 }

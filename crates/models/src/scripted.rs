@@ -153,6 +153,15 @@ fn parse_call(turn: usize, n: usize, call: &Value) -> Result<PlannedCall, String
 
 #[async_trait]
 impl ModelProvider for Scripted {
+    /// A plan has no model: policies name it `Model::"scripted"`.
+    fn model_name(&self) -> Option<String> {
+        Some("scripted".to_string())
+    }
+
+    fn egress(&self) -> Option<Arc<EgressClient>> {
+        self.egress.clone()
+    }
+
     async fn complete(
         &self,
         request: &ModelRequest,

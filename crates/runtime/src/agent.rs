@@ -58,6 +58,11 @@ pub struct AgentSpec {
     pub max_tokens: Option<u32>,
     /// The agent's budgets per run (R13); a run's request may only lower them.
     pub budgets: Budgets,
+    /// P1: the policies every tool call of the run is decided by; `None` when none are
+    /// configured, and then nothing is evaluated.
+    pub policy: Option<Arc<runwarden_policy::Policies>>,
+    /// P1: the agent's tags, `principal.tags` in its policy decisions.
+    pub tags: Vec<String>,
 }
 
 impl std::fmt::Debug for AgentSpec {

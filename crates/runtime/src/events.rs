@@ -26,7 +26,7 @@ pub use lifecycle::{
 };
 pub use model_steps::{ModelCancelled, ModelFailed, ModelResponse};
 pub use reports::{LimitWait, LimitWaited, ModelProgress, ToolLog, ToolProgress};
-pub use tool_steps::{EffectUncertain, Leg, StepOutcome, ToolExecuted};
+pub use tool_steps::{EffectUncertain, Leg, PolicyNote, StepOutcome, ToolExecuted};
 
 /// The payload version this binary writes and reads.
 pub const EVENT_VERSION: u32 = 1;

@@ -36,6 +36,7 @@ mod fence;
 mod lease;
 mod limit_step;
 mod model_step;
+mod policy_step;
 mod record;
 mod replay;
 mod spending;

@@ -245,6 +245,8 @@ async fn trial(
         }],
         max_tokens: None,
         budgets: runwarden_runtime::Budgets::default(),
+        policy: None,
+        tags: Vec::new(),
     };
     let id = uuid::Uuid::now_v7().to_string();
     inner

@@ -313,6 +313,8 @@ async fn a_worker_claims_every_queued_run_exactly_once_and_completes_them() {
         tools: vec![tool.clone()],
         max_tokens: None,
         budgets: runwarden_runtime::Budgets::default(),
+        policy: None,
+        tags: Vec::new(),
     };
     let agents = Arc::new(Agents {
         fixture_agent: std::sync::Mutex::new(Some(Box::new(build))),

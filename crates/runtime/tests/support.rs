@@ -191,6 +191,8 @@ impl Fixture {
             tools,
             max_tokens: None,
             budgets: runwarden_runtime::Budgets::default(),
+            policy: None,
+            tags: Vec::new(),
         }
     }
 

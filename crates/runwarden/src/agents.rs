@@ -150,6 +150,8 @@ impl AgentBuilder {
             tools,
             max_tokens: config.provider.max_tokens(),
             budgets: config.budgets,
+            policy: registry.config.policy.as_ref().map(|p| p.policies.clone()),
+            tags: config.tags.clone(),
         })
     }
 }

@@ -28,7 +28,26 @@ pub(crate) fn changes(old: &Config, new: &Config) -> Vec<String> {
             lines.push(format!("mcp server {name} approval policy changed"));
         }
     }
+    lines.extend(policy_change(old, new));
     lines
+}
+
+/// The policies in force after a reload: read again from their files whenever the
+/// section is there, so the line says so every time.
+fn policy_change(old: &Config, new: &Config) -> Option<String> {
+    let count = |p: &crate::config::PolicyConfig| {
+        format!(
+            "{} from {}",
+            crate::output::count(p.policies.len() as u64, "policy", "policies"),
+            p.files.join(", ")
+        )
+    };
+    match (&old.policy, &new.policy) {
+        (None, None) => None,
+        (Some(_), None) => Some("policies off: no [policy] section".to_string()),
+        (None, Some(p)) => Some(format!("policies on: {}", count(p))),
+        (Some(_), Some(p)) => Some(format!("policies reloaded: {}", count(p))),
+    }
 }
 
 /// Added, removed and changed entries of two maps, compared by their `Debug` text (every

@@ -31,6 +31,7 @@ mod oauth;
 mod oauth_assertion;
 mod oauth_dpop;
 mod operator_cli;
+mod policy;
 mod queueing;
 mod readiness;
 mod reload;

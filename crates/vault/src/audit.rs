@@ -39,6 +39,11 @@ pub mod action {
     pub const OAUTH_TOKEN: &str = "oauth_token";
     /// The outcome of a dynamic client registration request (RFC 7591, M18).
     pub const OAUTH_REGISTRATION: &str = "oauth_registration";
+    /// A policy denied a run's call, or held it for an operator's approval (P3). Nothing
+    /// was sent: the method and path are empty, the host is the call's target, the
+    /// reason names the decision, the tool, the policies and their reasons (never an
+    /// argument's value), the actor is `run` and the correlation the run.
+    pub const POLICY_DECIDED: &str = "policy_decided";
 }
 
 /// What the vault records about one outbound call; the store adds the id and the links.

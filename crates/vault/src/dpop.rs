@@ -96,7 +96,8 @@ impl DpopKey {
     /// The JWK SHA-256 thumbprint (RFC 7638): the `cnf.jkt` a server binds the token to.
     /// Public; `mcp auth status` shows it.
     pub fn thumbprint(&self) -> String {
-        // serde_json keeps object members sorted, which is RFC 7638's required order.
+        // `public_jwk` writes its members in RFC 7638's required (lexicographic) order, and
+        // serde_json keeps it whether or not its `preserve_order` is on.
         let canonical = self.public_jwk().to_string();
         URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes()))
     }

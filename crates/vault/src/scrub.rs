@@ -109,7 +109,10 @@ impl Scrubber {
         {
             self.value(&mut value);
             // Written out again (keys in order), a secret that spanned two strings is
-            // usually gone; should it still be there, the raw cut below is kept.
+            // usually gone; should it still be there, the raw cut below is kept. The keys
+            // are sorted here: serde_json keeps insertion order when a dependency turns
+            // its `preserve_order` on, and this must not depend on that.
+            sort_keys(&mut value);
             let again = Zeroizing::new(serde_json::to_vec(&value).unwrap_or_default());
             if self.ranges(&again).is_empty() {
                 return Some(again.to_vec());
@@ -334,6 +337,23 @@ impl StreamScrub {
         out.extend_from_slice(settled);
         out.extend_from_slice(rest_clean.as_deref().unwrap_or(rest));
         Cow::Owned(out)
+    }
+}
+
+/// Every object of `value` with its keys in sorted order, whatever serde_json's map keeps.
+fn sort_keys(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<(String, serde_json::Value)> =
+                std::mem::take(map).into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            for (key, mut item) in entries {
+                sort_keys(&mut item);
+                map.insert(key, item);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(sort_keys),
+        _ => {}
     }
 }
 

@@ -207,6 +207,11 @@ impl McpClient {
         &self.server
     }
 
+    /// The egress client its calls leave through (and whose vault keeps their audit rows).
+    pub fn egress(&self) -> &Arc<EgressClient> {
+        &self.egress
+    }
+
     fn operation<'a>(
         &'a self,
         signal: Option<&'a dyn CancellationSignal>,

@@ -99,6 +99,7 @@ fn tool_steps() -> Vec<EventBody> {
             delivery: None,
             sent: None,
             text: "no tool".into(),
+            policy: None,
         }),
         EventBody::EffectUncertain(EffectUncertain {
             round: 1,

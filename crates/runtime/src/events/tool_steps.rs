@@ -20,7 +20,8 @@ pub enum StepOutcome {
     /// The runtime refused the call before anything was sent (no such tool, arguments
     /// that are not an object).
     Refused,
-    /// An operator denied the call (or its approval expired); nothing was sent (R12).
+    /// An operator denied the call (or its approval expired), or a policy denied it;
+    /// nothing was sent (R12, P3).
     Denied,
 }
 
@@ -67,6 +68,32 @@ pub struct ToolExecuted {
     pub sent: Option<bool>,
     /// What the model reads.
     pub text: String,
+    /// P3: which policies decided the call, when policies are configured. Boxed: every
+    /// event body stays small, and most steps have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Box<PolicyNote>>,
+}
+
+/// P3: the policy decision about one call as its step records it: the decision, the ids
+/// of the policies that determined it and their reasons; never an argument's value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyNote {
+    /// `allow`, `deny` or `approval_required`.
+    pub decision: String,
+    /// The determining policies' ids; empty when nothing permitted the call.
+    pub policies: Vec<String>,
+    /// Their reasons.
+    pub reasons: Vec<String>,
+}
+
+impl From<&runwarden_policy::Verdict> for PolicyNote {
+    fn from(verdict: &runwarden_policy::Verdict) -> Self {
+        Self {
+            decision: verdict.decision.as_str().to_string(),
+            policies: verdict.policies.clone(),
+            reasons: verdict.reasons.clone(),
+        }
+    }
 }
 
 impl ToolExecuted {
@@ -83,6 +110,7 @@ impl ToolExecuted {
             delivery: None,
             sent: None,
             text: text.to_string(),
+            policy: None,
         }
     }
 }

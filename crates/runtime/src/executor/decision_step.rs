@@ -49,12 +49,14 @@ pub(super) enum Approval {
 impl Executor {
     /// R12: the call waits for an operator; the answer is in the log once given. `Err` is
     /// the segment's outcome: the run parked on an approval, or the segment lost the run.
+    /// `message` is the question's text for people (the policy that asked, P2).
     pub(super) async fn approval(
         &self,
         segment: &Segment<'_>,
         round: u32,
         call: &ToolCallRequest,
         tool: &BoundTool,
+        message: Option<String>,
     ) -> Result<Approval, Outcome> {
         let answered = segment
             .approvals
@@ -63,7 +65,11 @@ impl Executor {
             .get(&call.id)
             .cloned();
         let Some(answered) = answered else {
-            let question = Question::default();
+            // P2: a policy that asks says which one it is.
+            let question = Question {
+                message,
+                ..Question::default()
+            };
             return Err(self
                 .ask(segment, DecisionKind::Approval, round, call, question)
                 .await);

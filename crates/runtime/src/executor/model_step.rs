@@ -26,6 +26,8 @@ impl Executor {
         round: u32,
         messages: &[Message],
     ) -> Result<(ModelTurn, RunSignal), Outcome> {
+        // P2: the policies decide the model call before anything leaves.
+        self.model_gate(segment, round).await?;
         // R14: the call's limits, before its first byte.
         let hold = self.model_limits(segment, round).await?;
         let (completed, returned, signal) = self.call_model(segment, round, messages).await;

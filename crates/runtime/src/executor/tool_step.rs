@@ -12,13 +12,14 @@ use serde_json::{Map, Value};
 use tracing::Instrument as _;
 
 use super::decision_step::{Approval, Question};
+use super::policy_step::Gate;
 use super::record::Recorded;
 use super::replay::uncertain_reason;
 use super::{Executor, Segment};
 use crate::agent::BoundTool;
 use crate::decision::DecisionKind;
 use crate::elicitor::RunElicitor;
-use crate::events::{EffectUncertain, EventBody, Leg, StepOutcome, ToolExecuted};
+use crate::events::{EffectUncertain, EventBody, Leg, PolicyNote, StepOutcome, ToolExecuted};
 use crate::signal::RunSignal;
 use crate::state::Outcome;
 use crate::tool_notices::{CallLabel, ToolNotices};
@@ -38,6 +39,8 @@ struct Made {
     /// The call's signal, kept until its step is recorded: while it lives, the hub keeps
     /// when a cancel woke the call, which the cancel's latency is measured from.
     _signal: RunSignal,
+    /// P3: which policies allowed it, for its step.
+    policy: Option<PolicyNote>,
 }
 
 impl Executor {
@@ -58,11 +61,35 @@ impl Executor {
             Callable::Ready(tool, arguments) => (tool, arguments),
             Callable::Refused(text) => return Ok(answer(text, true)),
         };
+        // P2: the policies decide before an approval, the fence or any byte.
+        let (mut note, asked_by_policy) = match self
+            .policy_gate(segment, round, call, tool, &arguments)
+            .await?
+        {
+            Gate::Pass(note) => (note, None),
+            Gate::Denied(text) => return Ok(answer(text, true)),
+            Gate::Approval(note, message) => (Some(note), Some(message)),
+        };
         let mut edited_note = String::new();
-        if tool.approval.is_some() {
-            match self.approval(segment, round, call, tool).await? {
+        if tool.approval.is_some() || asked_by_policy.is_some() {
+            match self
+                .approval(segment, round, call, tool, asked_by_policy)
+                .await?
+            {
                 Approval::Denied(text) => return Ok(answer(text, true)),
                 Approval::Given(Some(edited)) => {
+                    // P2: edited arguments are decided again: an approval never outweighs a
+                    // forbid. The approval itself is given, so it is not asked again.
+                    if note.is_some() {
+                        match self
+                            .policy_gate(segment, round, call, tool, &edited)
+                            .await?
+                        {
+                            Gate::Denied(text) => return Ok(answer(text, true)),
+                            Gate::Pass(again) => note = again,
+                            Gate::Approval(again, _) => note = Some(again),
+                        }
+                    }
                     // The model is told what the operator changed, so it knows what was sent.
                     let shown = Value::Object(edited.clone());
                     edited_note = format!("an operator changed the arguments to {shown}; ");
@@ -85,7 +112,8 @@ impl Executor {
             .make_call(segment, round, call, tool, arguments, resume)
             .await;
         hold.release().await;
-        let made = made?;
+        let mut made = made?;
+        made.policy = note;
         let (text, is_error) = self
             .record_result(segment, round, call, tool, made, &edited_note)
             .await?;
@@ -199,6 +227,7 @@ impl Executor {
             call: outcome,
             returned,
             _signal: signal,
+            policy: None,
         })
     }
 
@@ -238,6 +267,7 @@ impl Executor {
             call: made,
             returned,
             _signal,
+            policy: note,
         } = made;
         if let Some(asked) = made.input_required {
             return Err(self.input_required(segment, round, call, tool, asked).await);
@@ -247,7 +277,7 @@ impl Executor {
         // R11: a write that may have reached the server without an answer keeps its fence
         // and its step says so; nothing guesses that it did not run.
         let uncertain = is_write && result.delivery == Delivery::MaybeDelivered;
-        let body = step_body(round, call, tool, &made, uncertain, edited_note);
+        let body = step_body(round, call, tool, &made, uncertain, edited_note, note);
         // R7: recording an answered (or unsent) write clears the fence in the same update.
         let clear_fence = is_write && !uncertain;
         match self.record(segment, body, clear_fence, None).await {
@@ -290,6 +320,7 @@ fn step_body(
     made: &ToolCall,
     uncertain: bool,
     edited_note: &str,
+    policy: Option<PolicyNote>,
 ) -> EventBody {
     let result = &made.result;
     let label = match result.outcome {
@@ -310,6 +341,7 @@ fn step_body(
             delivery: Some(result.delivery),
             sent: Some(result.sent()),
             text: format!("{edited_note}{}", result.text),
+            policy: policy.map(Box::new),
         });
     }
     let legs = made

@@ -12,6 +12,7 @@ mod mcp_auth;
 mod mcp_edit;
 mod mcp_refusal;
 mod new_key;
+mod policy;
 pub(crate) mod run;
 mod run_remote;
 mod runs;
@@ -131,6 +132,10 @@ enum Command {
     Backup(backup::BackupArgs),
     /// Print a shell completion script: `runwarden completions bash > /etc/bash_completion.d/runwarden`.
     Completions(completions::CompletionsArgs),
+    /// Cedar policies over every tool call: check them, ask them about one call, or run
+    /// a table of expected decisions.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
 }
 
 impl Command {
@@ -149,6 +154,7 @@ impl Command {
             Self::Token(_) => Some("token"),
             Self::Doctor => Some("doctor"),
             Self::Backup(_) => Some("backup"),
+            Self::Policy(_) => Some("policy"),
             _ => None,
         }
     }
@@ -267,6 +273,12 @@ async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
         .into());
     }
     let path = Config::locate(cli.config.as_deref());
+    // The policy commands read the policy files alone: they must work when the policies
+    // would refuse the start.
+    let command = match command {
+        Command::Policy(command) => return policy::run(cli.json, &path, command),
+        command => command,
+    };
     let config = Config::load(&path)?;
     let server = match cli.server.as_deref().or(config.client_server.as_deref()) {
         Some(url) => Some(crate::client::ApiClient::new(url, config.client_token()?)?),
@@ -310,5 +322,6 @@ async fn dispatch(cx: &Context, command: Command) -> anyhow::Result<ExitCode> {
         Command::Backup(args) => backup::run(cx, args).await,
         // Dispatched above, before any configuration is read.
         Command::Completions(args) => completions::print(args),
+        Command::Policy(command) => policy::run(cx.json, &cx.config.path, command),
     }
 }

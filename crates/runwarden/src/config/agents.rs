@@ -55,6 +55,8 @@ pub(crate) struct AgentConfig {
     pub(crate) approve: Vec<String>,
     /// How long this agent's approvals wait, when it says.
     pub(crate) approval_timeout: Option<Duration>,
+    /// P1: what its policies read as `principal.tags`.
+    pub(crate) tags: Vec<String>,
 }
 
 impl ProviderConfig {
@@ -163,8 +165,11 @@ pub(super) fn agent(
         .approval_timeout_seconds
         .map(|s| seconds(&format!("{at} approval_timeout_seconds"), s))
         .transpose()?;
+    runwarden_runtime::rules::check_tags(&section.tags)
+        .map_err(|e| anyhow::anyhow!("{at} tags: {e}"))?;
     Ok(AgentConfig {
         name: name.to_string(),
+        tags: section.tags,
         approve: section.approve,
         approval_timeout,
         provider,

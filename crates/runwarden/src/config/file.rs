@@ -56,6 +56,8 @@ pub(super) struct FileConfig {
     /// Concurrency and rate limits on calls, shared by every process on the store.
     #[serde(default)]
     pub(super) limits: LimitsSection,
+    /// Cedar policies over every tool call and model call. Without this section no policy is evaluated.
+    pub(super) policy: Option<PolicySection>,
 }
 
 /// `[limits]`: a call waits while a limit it is subject to is full; without limits nothing is read and nothing waits.
@@ -95,6 +97,15 @@ pub(super) struct LimitSection {
     pub(super) burst: Option<u32>,
     /// How long a call waits for the limit before it fails unsent, 0 to 3600 (`0`: never wait). When several limits apply, the least wins. Default `30`.
     pub(super) max_wait_seconds: Option<f64>,
+}
+
+/// `[policy]`.
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PolicySection {
+    /// Cedar policy files, relative to this file; `*` and `?` match within the last part of a path (`["policies/*.cedar"]`). Each is checked against the built-in schema when runwarden starts and on SIGHUP; a file that does not check refuses the start (a reload keeps the policies in force). A pattern that matches no file is an error. With the section present, a call no policy permits is denied.
+    pub(crate) files: Vec<String>,
 }
 
 /// `[console]`.
@@ -233,6 +244,9 @@ pub(super) struct AgentSection {
     pub(super) approve: Vec<String>,
     /// How long this agent's approvals wait before they are denied as expired. Default `86400`.
     pub(super) approval_timeout_seconds: Option<f64>,
+    /// Tags a policy reads of this agent (`principal.tags`): at most 16, each 1 to 64 letters, digits or `_ - . : / =`. Default: none.
+    #[serde(default)]
+    pub(super) tags: Vec<String>,
 }
 
 /// `[mcp]`.

@@ -228,13 +228,9 @@ impl Config {
                 .collect::<anyhow::Result<_>>()?,
             worker: worker_settings(file.worker)?,
             serve: serve_settings(file.serve, &resolve)?,
-            client_server: match file.client.server {
-                Some(url) => {
-                    http_url("client.server", &url)?;
-                    Some(url)
-                }
-                None => None,
-            },
+            client_server: (file.client.server)
+                .map(|url| http_url("client.server", &url).map(|()| url))
+                .transpose()?,
             client_token_file: file.client.token_file.map(&resolve),
             metrics: MetricsSettings {
                 require_token: file.metrics.require_token.unwrap_or(true),
@@ -242,6 +238,9 @@ impl Config {
             },
             record_arguments: file.telemetry.record_arguments.unwrap_or(false),
             console: console_settings(file.console)?,
+            policy: (file.policy.as_ref())
+                .map(|section| super::policy::policy(section, &base))
+                .transpose()?,
             limits: Default::default(),
         };
         // Limits name the servers and agents above.

@@ -12,6 +12,7 @@ mod limits;
 mod load;
 mod mcp;
 mod oauth;
+mod policy;
 #[cfg(test)]
 mod reference;
 mod settings;
@@ -30,6 +31,7 @@ use runwarden_vault::{Algorithm, EgressConfig, EgressPolicy, MAX_TICK, MasterKey
 
 pub(crate) use agents::{AgentConfig, ProviderConfig};
 pub(crate) use mcp::ServerApproval;
+pub(crate) use policy::{PolicyConfig, policy_files, read_files};
 pub(crate) use settings::{
     ConsoleSettings, LogFormat, MetricsSettings, ServeSettings, TlsFiles, WorkerSettings,
     peek_otlp_endpoint,
@@ -86,6 +88,8 @@ pub(crate) struct Config {
     pub(crate) console: ConsoleSettings,
     /// `[limits]`: the limits on calls (R14); empty: none.
     pub(crate) limits: runwarden_runtime::limits::Limits,
+    /// `[policy]`: the policies every call is decided by; `None` decides nothing.
+    pub(crate) policy: Option<PolicyConfig>,
 }
 
 /// True when `$RUNWARDEN_MASTER_KEY` supplies the key. An empty value does not count, the

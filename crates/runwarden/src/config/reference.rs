@@ -141,7 +141,11 @@ fn section(
         }
     };
     let mut rows = Vec::new();
-    for (key, field) in properties {
+    // Keys in name order: serde_json keeps insertion order when a dependency (cedar-policy)
+    // turns its `preserve_order` on, and the reference must not depend on that.
+    let mut keys: Vec<(&String, &Value)> = properties.iter().collect();
+    keys.sort_by(|a, b| a.0.cmp(b.0));
+    for (key, field) in keys {
         let target = resolve(defs, field);
         let doc = field
             .get("description")

@@ -119,6 +119,11 @@ max_requeues = 3            # retries of retryable failures and stale reclaims, 
 # [console]
 # session_hours = 12               # how long a sign-in lasts (1 to 720)
 
+# Cedar policies over every tool call and model call: allow, deny, or wait for an
+# operator's approval (docs/policy.md). Without this section no policy is evaluated.
+# [policy]
+# files = ["policies/*.cedar"]      # checked at start and on SIGHUP: `runwarden policy validate`
+
 # Log lines on stderr; the level comes from RUNWARDEN_LOG (default warn).
 # [log]
 # format = "text"                  # or "json": one object per line (--log-format overrides)

@@ -235,6 +235,8 @@ async fn agent(at: &Installation, name: &str) -> anyhow::Result<AgentSpec> {
         tools,
         max_tokens: None,
         budgets: runwarden_runtime::Budgets::default(),
+        policy: None,
+        tags: Vec::new(),
     })
 }
 

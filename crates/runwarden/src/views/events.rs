@@ -2,7 +2,7 @@
 //! console's timeline, the demo) or one JSON object each (`--json`, the API's stream).
 
 use runwarden_runtime::RunEvent;
-use runwarden_runtime::events::{DecisionAnswered, EventBody, EventDecodeError};
+use runwarden_runtime::events::{DecisionAnswered, EventBody, EventDecodeError, ToolExecuted};
 use serde_json::{Value, json};
 
 use crate::output;
@@ -53,12 +53,7 @@ fn body_line(body: &EventBody) -> String {
         }
         EventBody::ModelFailed(e) => format!("model call failed: {}", text(&e.error)),
         EventBody::ModelCancelled(e) => format!("model call cancelled: {}", text(&e.error)),
-        EventBody::ToolExecuted(e) => format!(
-            "tool {} {}: {}",
-            text(&e.tool),
-            e.outcome.as_str(),
-            text(&e.text)
-        ),
+        EventBody::ToolExecuted(e) => tool_line(e),
         // The text says that the call may have reached the server and what became of it.
         EventBody::EffectUncertain(e) => format!(
             "tool {} {}: {}",
@@ -120,6 +115,27 @@ fn body_line(body: &EventBody) -> String {
             e.outcome.replace('_', " ")
         ),
     }
+}
+
+/// A tool step: its outcome and text, and which policies allowed it. A denial's text
+/// already names its policies.
+fn tool_line(e: &ToolExecuted) -> String {
+    let decided = match &e.policy {
+        Some(note) if note.decision != "deny" && !note.policies.is_empty() => {
+            format!(
+                " ({} by policy {})",
+                note.decision,
+                note.policies.join(", ")
+            )
+        }
+        _ => String::new(),
+    };
+    format!(
+        "tool {} {}: {}{decided}",
+        text(&e.tool),
+        e.outcome.as_str(),
+        text(&e.text)
+    )
 }
 
 /// The call a limit held back: `tool NAME`, or `model call`.

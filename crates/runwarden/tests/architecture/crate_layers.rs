@@ -9,13 +9,15 @@ use serde_json::Value;
 
 /// The layers, lowest first, exactly as ARCHITECTURE.md's "Layers" section draws them
 /// (the test below compares the two). A crate may depend on crates of lower layers only.
-const LAYERS: [&[&str]; 10] = [
+const LAYERS: [&[&str]; 11] = [
     // The store error, the clock, one-line text: what every crate shares.
     &["base"],
     &["vault"],
     // The OAuth client of MCP servers: above the vault's egress, below the MCP client.
     &["oauth"],
     &["mcp", "models"],
+    // Cedar policy over every call: depends on none of ours; the runtime asks it.
+    &["policy"],
     &["runtime"],
     // The conformance suite runs the runtime's store traits; the stores' tests run it.
     &["storetest"],

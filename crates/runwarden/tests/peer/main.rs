@@ -16,4 +16,5 @@ mod decisions;
 mod fastmcp;
 mod limits;
 mod mrtr;
+mod policy;
 mod wire;

@@ -174,6 +174,9 @@ pub(crate) fn event_item(event: &RunEvent) -> Markup {
                 span.seq { "#" (event.seq) }
                 span.kind { (event.kind) }
                 span.time { (output::time(event.time_ms)) }
+                @if let Some(decided) = policy_of(event) {
+                    span.policy title="the policies that decided this call" { (decided) }
+                }
             }
             p.summary { (event_line(event)) }
             details open[is_final_kind(&event.kind) || event.kind == "effect_uncertain"] {
@@ -184,7 +187,73 @@ pub(crate) fn event_item(event: &RunEvent) -> Markup {
     }
 }
 
+/// Which policies decided a tool call (`allow by peer-tools`), when policies did; the
+/// default deny reads `deny: no policy permits this`.
+fn policy_of(event: &RunEvent) -> Option<String> {
+    let note = event.payload.get("policy")?;
+    let decision = note.get("decision")?.as_str()?;
+    let ids: Vec<&str> = note
+        .get("policies")?
+        .as_array()?
+        .iter()
+        .filter_map(|id| id.as_str())
+        .collect();
+    Some(if ids.is_empty() {
+        format!("policy {decision}: {}", runwarden_policy::NO_PERMIT)
+    } else {
+        format!("policy {decision} by {}", ids.join(", "))
+    })
+}
+
 /// JSON shown as indented text.
 pub(crate) fn json_text(value: &Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn step(payload: Value) -> RunEvent {
+        RunEvent {
+            run_id: "r".into(),
+            seq: 3,
+            kind: "tool_executed".into(),
+            payload,
+            time_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_tool_step_shows_the_policies_that_decided_it() {
+        let allowed = step(json!({
+            "round": 1, "call_id": "c", "tool": "peer__pay", "outcome": "succeeded", "text": "ok",
+            "policy": {"decision": "allow", "policies": ["peer-tools", "small-payments"], "reasons": []}
+        }));
+        let page = event_item(&allowed).into_string();
+        assert!(
+            page.contains("policy allow by peer-tools, small-payments"),
+            "{page}"
+        );
+        let denied = step(json!({
+            "round": 1, "call_id": "c", "tool": "peer__pay", "outcome": "denied",
+            "text": "denied: no policy permits this",
+            "policy": {"decision": "deny", "policies": [], "reasons": ["no policy permits this"]}
+        }));
+        let page = event_item(&denied).into_string();
+        assert!(
+            page.contains("policy deny: no policy permits this"),
+            "{page}"
+        );
+        let unpoliced = step(json!({
+            "round": 1, "call_id": "c", "tool": "peer__pay", "outcome": "succeeded", "text": "ok"
+        }));
+        assert!(
+            !event_item(&unpoliced)
+                .into_string()
+                .contains("span class=\"policy\"")
+        );
+    }
 }

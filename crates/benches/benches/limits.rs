@@ -5,6 +5,9 @@
 //!   (a take and a release per call: two write transactions), and under a rate limit that
 //!   never runs dry (a take: one write transaction). The runs take turns, twice each, so a
 //!   burst of load on the shared machine lands on all of them alike.
+//! - The same calls with 100 Cedar policies decided before each (allowed: the executor
+//!   then writes nothing more), alone and with the rate limit: what policy and limits on
+//!   every call cost side by side with them off.
 //! - A limit check alone: checks per second from 64 concurrent callers, and sequential
 //!   p50 and p99 (the take and release of a concurrency limit, the take of a rate limit).
 //! - How fast a cancel ends a call's wait for a full limit (the signal woken in-process),
@@ -17,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use runwarden_mcp::{McpCall, McpClient, ServerConfig};
+use runwarden_policy::{Decision, Policies, PolicyFile, Request, RunFacts, Target};
 use runwarden_runtime::limits::{
     Limit, LimitKey, LimitKind, LimitPlan, LimitStop, LimitStore, LimitTake, Limiter, Limits,
     TakeAttempt,
@@ -58,6 +62,48 @@ const FAST: LimitRule = LimitRule {
     rate_per_second: Some(1e9),
     burst: 1_000_000,
 };
+
+/// 100 policies of the kinds operators write, over 50 tools: per tool a permit with a rule
+/// on an argument and a forbid on a path prefix; the asked tool (`bench__echo`) is allowed.
+fn policies() -> Arc<Policies> {
+    let mut text = String::new();
+    for i in 0..50 {
+        let tool = if i == 0 {
+            "bench__echo".to_string()
+        } else {
+            format!("srv{i}__tool")
+        };
+        text.push_str(&format!(
+            "@id(\"permit{i}\")\npermit (principal, action == Action::\"call_tool\", resource == Tool::\"{tool}\")\nwhen {{ context.arguments has text }};\n\
+             @id(\"forbid{i}\")\nforbid (principal, action == Action::\"call_tool\", resource == Tool::\"{tool}\")\nwhen {{ context.arguments has path && !(context.arguments.path like \"/srv/*\") }};\n"
+        ));
+    }
+    let file = PolicyFile {
+        name: "bench.cedar".into(),
+        text,
+    };
+    Arc::new(Policies::from_files(&[file]).expect("the bench's policies validate"))
+}
+
+/// Decides one call as the executor does (the request built from the call), and checks
+/// that it is allowed.
+fn decide(policies: &Policies, call: &McpCall) {
+    let request = Request {
+        agent: "agent".into(),
+        agent_tags: Vec::new(),
+        token: None,
+        target: Target::Tool {
+            id: "bench__echo".into(),
+            server: "bench".into(),
+            name: call.tool.clone(),
+            effect: "read_only".into(),
+        },
+        arguments: call.arguments.clone(),
+        run: RunFacts::default(),
+        host: "127.0.0.1".into(),
+    };
+    assert_eq!(policies.decide(&request).decision, Decision::Allow);
+}
 
 /// Calls per second of `CONCURRENT_CALLS` calls from `CONCURRENT` tasks.
 async fn throughput<F, Fut>(call: F) -> f64
@@ -116,6 +162,8 @@ async fn main() {
     }
 
     let (mut off, mut slots, mut rate) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut decided, mut both) = (Vec::new(), Vec::new());
+    let set = policies();
     for _ in 0..2 {
         let c = client.clone();
         off.push(
@@ -140,6 +188,33 @@ async fn main() {
                 .await,
             );
         }
+        let (c, p) = (client.clone(), set.clone());
+        decided.push(
+            throughput(move || {
+                let (c, p) = (c.clone(), p.clone());
+                async move {
+                    let call = call();
+                    decide(&p, &call);
+                    assert!(c.call_tool(call, None).await.result.is_success());
+                }
+            })
+            .await,
+        );
+        let (c, p, l) = (client.clone(), set.clone(), limiter(&store, FAST));
+        let plan = l.for_tool("agent", None, "bench", "bench__echo");
+        both.push(
+            throughput(move || {
+                let (c, p, l, plan) = (c.clone(), p.clone(), l.clone(), plan.clone());
+                async move {
+                    let call = call();
+                    decide(&p, &call);
+                    let hold = taken(&l, &plan).await;
+                    assert!(c.call_tool(call, None).await.result.is_success());
+                    hold.release().await;
+                }
+            })
+            .await,
+        );
     }
     let best = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
     println!("tools/call, {CONCURRENT} concurrent callers, {CONCURRENT_CALLS} calls, best of 2:");
@@ -148,6 +223,8 @@ async fn main() {
         ("no limit", &off),
         ("a concurrency limit that never fills", &slots),
         ("a rate limit that never runs dry", &rate),
+        ("100 policies decided (allowed)", &decided),
+        ("100 policies and the rate limit", &both),
     ] {
         let b = best(figures);
         println!(

@@ -29,6 +29,12 @@ pub(crate) fn changes(old: &Config, new: &Config) -> Vec<String> {
         }
     }
     lines.extend(policy_change(old, new));
+    // R14: the limiter is built once per process; a reload says so rather than pretend.
+    if old.limits != new.limits {
+        lines.push(
+            "limits changed in the file: they take effect when the process restarts".to_string(),
+        );
+    }
     lines
 }
 
@@ -176,5 +182,17 @@ mod tests {
             ]
         );
         assert!(changes(&new, &new).is_empty());
+    }
+
+    #[test]
+    fn a_changed_limit_is_said_to_wait_for_a_restart() {
+        let server = "[mcp.servers.s]\nurl = \"http://127.0.0.1:1/mcp\"\n";
+        let old = config(&format!("{server}\n[limits.servers.s]\nconcurrency = 2\n"));
+        let new = config(&format!("{server}\n[limits.servers.s]\nconcurrency = 4\n"));
+        assert_eq!(
+            changes(&old, &new),
+            ["limits changed in the file: they take effect when the process restarts"]
+        );
+        assert!(changes(&old, &old).is_empty());
     }
 }

@@ -511,3 +511,32 @@ async fn a_tokens_limit_holds_the_runs_it_started_and_no_other() {
     );
     assert_eq!(made["outcome"], "succeeded", "{made}");
 }
+
+#[tokio::test]
+async fn limits_put_in_force_by_a_reload_hold_the_calls_that_plan_after_it() {
+    let f = fixture().await;
+    let (_, limiter) = limited(&f, Limits::default());
+    let plan = || limiter.for_tool("helper", None, "srv", "srv__create");
+    assert!(
+        plan().is_empty(),
+        "no limit configured: the call plans nothing"
+    );
+
+    limiter.set_limits(server_limit(slots(1, Duration::ZERO)));
+    let first = match limiter.try_take(&plan()).await.unwrap() {
+        TakeAttempt::Taken(hold) => hold,
+        TakeAttempt::Full(full) => panic!("the only slot is free: {full:?}"),
+    };
+    assert!(
+        matches!(
+            limiter.try_take(&plan()).await.unwrap(),
+            TakeAttempt::Full(_)
+        ),
+        "the reloaded limit of one holds the second call"
+    );
+
+    // Lifted again: a new call plans nothing, the held slot is released as usual.
+    limiter.set_limits(Limits::default());
+    assert!(plan().is_empty());
+    first.release().await;
+}

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use runwarden_mcp::McpClient;
+use runwarden_runtime::limits::Limiter;
 
 use crate::agents::{AgentBuilder, Registry};
 use crate::config::Config;
@@ -29,11 +30,9 @@ pub(crate) fn changes(old: &Config, new: &Config) -> Vec<String> {
         }
     }
     lines.extend(policy_change(old, new));
-    // R14: the limiter is built once per process; a reload says so rather than pretend.
+    // R14: new limits hold for the calls that plan from now on.
     if old.limits != new.limits {
-        lines.push(
-            "limits changed in the file: they take effect when the process restarts".to_string(),
-        );
+        lines.push("limits changed: in force for calls from now on".to_string());
     }
     lines
 }
@@ -82,11 +81,15 @@ fn named_changes<T: std::fmt::Debug>(
     lines
 }
 
-/// Reads the configuration file again and puts its agents and MCP servers in force. An
-/// MCP server whose settings did not change keeps its client (and session); a new or
-/// changed one gets a new client. Returns the changes, or the error that kept the old
-/// configuration in force.
-pub(crate) fn reload(agents: &AgentBuilder, path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+/// Reads the configuration file again and puts its agents, MCP servers, policies and
+/// limits in force. An MCP server whose settings did not change keeps its client (and
+/// session); a new or changed one gets a new client. Returns the changes, or the error
+/// that kept the old configuration in force.
+pub(crate) fn reload(
+    agents: &AgentBuilder,
+    limiter: &Limiter,
+    path: &std::path::Path,
+) -> anyhow::Result<Vec<String>> {
     let new = Config::load(path)?;
     let current = agents.registry();
     let lines = changes(&current.config, &new);
@@ -110,6 +113,7 @@ pub(crate) fn reload(agents: &AgentBuilder, path: &std::path::Path) -> anyhow::R
             (server.name.clone(), client)
         })
         .collect();
+    limiter.set_limits(new.limits.clone());
     agents.swap(Registry {
         config: Arc::new(new),
         clients: Arc::new(clients),
@@ -119,7 +123,11 @@ pub(crate) fn reload(agents: &AgentBuilder, path: &std::path::Path) -> anyhow::R
 
 /// Reloads on every SIGHUP until the process ends, logging each change, or the error
 /// that kept the old configuration.
-pub(crate) fn on_hangup(agents: Arc<AgentBuilder>, path: std::path::PathBuf) {
+pub(crate) fn on_hangup(
+    agents: Arc<AgentBuilder>,
+    limiter: Arc<Limiter>,
+    path: std::path::PathBuf,
+) {
     #[cfg(unix)]
     {
         let Ok(mut hangups) =
@@ -132,7 +140,7 @@ pub(crate) fn on_hangup(agents: Arc<AgentBuilder>, path: std::path::PathBuf) {
         };
         tokio::spawn(async move {
             while hangups.recv().await.is_some() {
-                match reload(&agents, &path) {
+                match reload(&agents, &limiter, &path) {
                     Ok(lines) if lines.is_empty() => {
                         tracing::info!(file = %path.display(), "configuration reloaded: no agent or MCP server changed");
                     }
@@ -185,13 +193,13 @@ mod tests {
     }
 
     #[test]
-    fn a_changed_limit_is_said_to_wait_for_a_restart() {
+    fn a_changed_limit_is_named() {
         let server = "[mcp.servers.s]\nurl = \"http://127.0.0.1:1/mcp\"\n";
         let old = config(&format!("{server}\n[limits.servers.s]\nconcurrency = 2\n"));
         let new = config(&format!("{server}\n[limits.servers.s]\nconcurrency = 4\n"));
         assert_eq!(
             changes(&old, &new),
-            ["limits changed in the file: they take effect when the process restarts"]
+            ["limits changed: in force for calls from now on"]
         );
         assert!(changes(&old, &old).is_empty());
     }

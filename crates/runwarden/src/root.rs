@@ -137,7 +137,7 @@ pub(crate) struct Root {
     mcp: OnceCell<McpClients>,
     /// R14: one limiter per process (its waiters wake on this process's releases);
     /// `None` without limits.
-    limiter: OnceCell<Option<Arc<Limiter>>>,
+    limiter: OnceCell<Arc<Limiter>>,
     /// How an authorization code grant asks the operator; set only by interactive
     /// CLI commands, before their first MCP client is built.
     prompt: std::sync::OnceLock<Arc<dyn runwarden_oauth::AuthorizationPrompt>>,
@@ -362,24 +362,19 @@ impl Root {
         if let Some(observer) = cancel_latency {
             executor = executor.with_cancel_latency(observer);
         }
-        if let Some(limiter) = self.limiter().await? {
-            executor = executor.with_limiter(limiter);
-        }
+        executor = executor.with_limiter(self.limiter().await?);
         Ok(Arc::new(executor))
     }
 
-    /// R14: the process's limiter over the store, or `None` when `[limits]` configures
-    /// none (then no call reads anything for them).
-    async fn limiter(&self) -> anyhow::Result<Option<Arc<Limiter>>> {
+    /// R14: the process's limiter over the store. With no `[limits]` a call's plan is
+    /// empty and it reads nothing; a reload (SIGHUP) may put limits in force later.
+    pub(crate) async fn limiter(&self) -> anyhow::Result<Arc<Limiter>> {
         self.limiter
             .get_or_try_init(|| async {
-                if self.config.limits.is_empty() {
-                    return anyhow::Ok(None);
-                }
                 let store: Arc<dyn LimitStore> = self.store().await?;
                 let limiter = Limiter::new(self.config.limits.clone(), store)
                     .with_observer(self.metrics.limit_observer());
-                anyhow::Ok(Some(Arc::new(limiter)))
+                anyhow::Ok(Arc::new(limiter))
             })
             .await
             .cloned()

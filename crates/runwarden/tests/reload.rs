@@ -1,4 +1,4 @@
-//! `serve` reloads its agents and MCP servers on SIGHUP and logs what changed; a file
+//! `serve` reloads its agents, MCP servers and limits on SIGHUP and logs what changed; a file
 //! that does not load keeps the previous configuration in force. Waits are on the log
 //! lines the server writes, never on a guessed sleep.
 
@@ -68,6 +68,11 @@ async fn sighup_puts_an_added_agent_in_force_and_a_bad_file_keeps_the_old_one() 
     let (code, run) = enqueue(&url, &operator, "late").await;
     assert_eq!(code, 202, "the reloaded agent is enqueued: {run}");
     assert_eq!(run["agent"], "late");
+
+    // Limits reload with the rest, and the log says they hold from now on.
+    sandbox.append_config("\n[limits.agents.late]\nconcurrency = 2\n");
+    serve.signal("HUP");
+    until_logged(&mut serve, "limits changed: in force for calls from now on").await;
 
     // A file that does not parse: logged, and the configuration in force stays.
     std::fs::write(sandbox.config(), format!("{good}\n[agents.broken\n")).unwrap();

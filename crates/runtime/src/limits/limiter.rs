@@ -129,7 +129,8 @@ pub enum LimitStop {
 
 /// Takes calls' limits through the store, shared by every run of the process.
 pub struct Limiter {
-    limits: Limits,
+    /// The limits in force; a reload swaps them, and a call plans with those it reads.
+    limits: std::sync::RwLock<Arc<Limits>>,
     store: Arc<dyn LimitStore>,
     /// Woken when a hold of this process is released.
     released: Arc<Notify>,
@@ -140,7 +141,7 @@ pub struct Limiter {
 impl std::fmt::Debug for Limiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Limiter")
-            .field("limits", &self.limits)
+            .field("limits", &self.limits())
             .finish_non_exhaustive()
     }
 }
@@ -149,7 +150,7 @@ impl Limiter {
     /// A limiter over `limits`, kept in `store`.
     pub fn new(limits: Limits, store: Arc<dyn LimitStore>) -> Self {
         Self {
-            limits,
+            limits: std::sync::RwLock::new(Arc::new(limits)),
             store,
             released: Arc::new(Notify::new()),
             poll: DEFAULT_POLL,
@@ -170,8 +171,20 @@ impl Limiter {
     }
 
     /// The limits in force.
-    pub fn limits(&self) -> &Limits {
-        &self.limits
+    pub fn limits(&self) -> Arc<Limits> {
+        self.limits
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Puts `limits` in force for the calls that plan from now on (a reload). A call that
+    /// already holds its limits keeps them until it releases them.
+    pub fn set_limits(&self, limits: Limits) {
+        *self
+            .limits
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(limits);
     }
 
     /// The plan of a tool call (see [`Limits::for_tool`]).
@@ -183,14 +196,14 @@ impl Limiter {
         tool: &str,
     ) -> LimitPlan {
         LimitPlan {
-            limits: self.limits.for_tool(agent, token, server, tool),
+            limits: self.limits().for_tool(agent, token, server, tool),
         }
     }
 
     /// The plan of a model call (see [`Limits::for_model`]).
     pub fn for_model(&self, agent: &str, token: Option<&str>) -> LimitPlan {
         LimitPlan {
-            limits: self.limits.for_model(agent, token),
+            limits: self.limits().for_model(agent, token),
         }
     }
 
@@ -202,7 +215,7 @@ impl Limiter {
         }
         let holder = uuid::Uuid::now_v7().to_string();
         let now = now_ms();
-        let lease = self.limits.hold_lease();
+        let lease = self.limits().hold_lease();
         let params = LimitTake {
             holder: holder.clone(),
             limits: plan

@@ -157,9 +157,10 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
     }
     // One root, one backend: the API and the workers below share its store and feed.
     let state = AppState::new(cx.root.clone(), stop.clone()).await?;
-    // SIGHUP reloads the agents and MCP servers (and says what changed); runs in flight
-    // keep what they were built with.
-    crate::reload::on_hangup(state.agents.clone(), cx.config.path.clone());
+    // SIGHUP reloads the agents, MCP servers, policies and limits (and says what
+    // changed); runs in flight keep what they were built with.
+    let limiter = cx.root.limiter().await?;
+    crate::reload::on_hangup(state.agents.clone(), limiter, cx.config.path.clone());
     // O6: changes other processes make on a shared SQLite file reach this one's feed.
     cx.root.watch_other_writers().await?;
     let workers = if concurrency > 0 {

@@ -109,8 +109,18 @@ fn parse(file: &PolicyFile, problems: &mut Vec<Problem>) -> Option<Vec<(Policy, 
     Some(policies)
 }
 
-/// `@approval` takes only "required", and only on a permit.
+/// Only `@id`, `@reason` and `@approval` are read (a misspelt `@aproval` would turn an
+/// approval into a plain allow, so it is refused); `@approval` takes only "required", and
+/// only on a permit.
 fn check_annotations(policy: &Policy, file: &PolicyFile, line: usize, out: &mut Vec<Problem>) {
+    for (key, _) in policy.annotations() {
+        if ![ID, REASON, APPROVAL].contains(&key) {
+            let message = format!(
+                "unknown annotation @{key}: runwarden reads @{ID}, @{REASON} and @{APPROVAL}"
+            );
+            out.push(problem(file, line, message));
+        }
+    }
     let Some(value) = policy.annotation(APPROVAL) else {
         return;
     };

@@ -369,9 +369,53 @@ fn an_agents_configured_tags_are_what_its_policies_read_as_principal_tags() {
     sandbox.append_config(
         "\n[agents.bad]\nprovider = \"scripted\"\nscript = \"plan.json\"\ntags = [\"two words\"]\n",
     );
-    sandbox.run(&["policy", "validate"]).ok();
+    sandbox
+        .run(&["policy", "validate"])
+        .fails()
+        .says("is not a tag");
     sandbox
         .run(&["serve", "--listen", "127.0.0.1:0"])
         .fails()
         .says("[agents.bad] tags: tag \"two words\" is not a tag");
+}
+
+#[test]
+fn the_checks_refuse_what_run_would_refuse_and_name_an_unknown_agent() {
+    let sandbox = with_policies();
+    // An agent the configuration lacks is said, so a typo is not taken for a decision.
+    sandbox
+        .run(&[
+            "policy",
+            "eval",
+            "--agent",
+            "nobody",
+            "--tool",
+            "files__write",
+            "--args",
+            "{}",
+        ])
+        .ok()
+        .says("no agent named \"nobody\"");
+    // A configuration `run` refuses is refused by the checks too.
+    sandbox.append_config(
+        "\n[agents.bad]\nprovider = \"scripted\"\nscript = \"plan.json\"\ntags = [\"two words\"]\n",
+    );
+    sandbox
+        .run(&["policy", "validate"])
+        .fails()
+        .says("does not load")
+        .says("is not a tag");
+}
+
+#[test]
+fn a_failed_case_shows_why_the_policies_decided_otherwise() {
+    let sandbox = with_policies();
+    let cases = "[[case]]\nagent = \"helper\"\ntool = \"files__write\"\nargs = { path = \"/etc/passwd\" }\nexpect = \"allow\"\n";
+    std::fs::write(sandbox.path().join("cases.toml"), cases).unwrap();
+    let cases = sandbox.path().join("cases.toml");
+    sandbox
+        .run(&["policy", "test", cases.to_str().unwrap()])
+        .fails()
+        .says("FAIL")
+        .says("reason: writes stay under /srv");
 }

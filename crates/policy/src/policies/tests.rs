@@ -435,3 +435,17 @@ fn the_index_decides_exactly_as_cedar_over_the_whole_set() {
     }
     assert_eq!(compared, 2 * 4 * 6 * 3);
 }
+
+#[test]
+fn a_misspelt_annotation_is_refused_so_an_approval_never_becomes_a_plain_allow() {
+    let text = "@id(\"pay\")\n@aproval(\"required\")\npermit (principal, action, resource);\n";
+    let found = problems(text);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].line, 1);
+    assert!(
+        found[0]
+            .message
+            .contains("unknown annotation @aproval: runwarden reads @id, @reason and @approval"),
+        "{found:?}"
+    );
+}

@@ -89,6 +89,18 @@ fn files(config: &Path, arg: &FilesArg) -> anyhow::Result<Vec<PolicyFile>> {
     }
 }
 
+/// The configuration, when its file exists: an error in it is reported, never skipped,
+/// so a check here never passes what `run` and `serve` refuse. `None` without a file
+/// (policies checked with `--files` alone).
+fn configuration(config: &Path) -> anyhow::Result<Option<Config>> {
+    if !config.exists() {
+        return Ok(None);
+    }
+    Config::load(config)
+        .map(Some)
+        .with_context(|| format!("{} does not load; fix it first", config.display()))
+}
+
 fn load(config: &Path, arg: &FilesArg) -> anyhow::Result<Policies> {
     let files = files(config, arg)?;
     Policies::from_files(&files).map_err(|e| anyhow::anyhow!(e.problems().join("\n")))
@@ -99,6 +111,8 @@ fn validate(json: bool, config: &Path, arg: &FilesArg) -> anyhow::Result<ExitCod
     let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
     match Policies::from_files(&files) {
         Ok(policies) => {
+            // Valid policies in a file `run` would refuse are not valid to an operator.
+            configuration(config)?;
             let value =
                 json!({"valid": true, "files": names, "policies": policies.ids(), "problems": []});
             output::emit(json, &value, || {
@@ -173,7 +187,16 @@ fn request(
     let Value::Object(arguments) = arguments else {
         bail!("the arguments must be a JSON object, like '{{\"path\": \"/srv/a\"}}'");
     };
-    let configured = Config::load(config).ok();
+    let configured = configuration(config)?;
+    if let Some(configured) = &configured
+        && !configured.agents.contains_key(agent)
+    {
+        // Said, so a misspelt agent is not mistaken for what the policies decide.
+        eprintln!(
+            "note: no agent named {agent:?} in {}: deciding for an agent with no tags",
+            config.display()
+        );
+    }
     let server_config = configured.as_ref().and_then(|c| c.mcp_servers.get(server));
     let effect = match effect {
         Some(word) => runwarden_mcp::Effect::parse(&word).with_context(|| {
@@ -279,6 +302,7 @@ fn test(json: bool, config: &Path, args: TestArgs) -> anyhow::Result<ExitCode> {
             "expected": expected.as_str(),
             "decision": verdict.decision.as_str(),
             "policies": verdict.policies,
+            "reasons": verdict.reasons,
         })).collect::<Vec<_>>(),
     });
     output::emit(json, &value, || table(&rows, failed));
@@ -306,6 +330,9 @@ fn table(rows: &[Row], failed: usize) -> String {
                 None => expected.as_str().to_string(),
             };
             lines.push(format!("FAIL  {name}: expected {want}, got {got}"));
+            for reason in &verdict.reasons {
+                lines.push(format!("      reason: {reason}"));
+            }
         }
     }
     lines.push(format!("{} passed, {} failed", rows.len() - failed, failed));

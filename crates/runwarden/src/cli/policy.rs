@@ -200,7 +200,7 @@ fn request(
     let server_config = configured.as_ref().and_then(|c| c.mcp_servers.get(server));
     let effect = match effect {
         Some(word) => runwarden_mcp::Effect::parse(&word).with_context(|| {
-            format!("--effect {word:?} is not an effect: use read_only, idempotent_write or non_idempotent_write")
+            format!("effect {word:?} is not an effect: use read_only, idempotent_write or non_idempotent_write")
         })?,
         None => server_config.map_or_else(runwarden_mcp::Effect::default, |s| s.effect_of(name)),
     };

@@ -98,7 +98,7 @@ fn check_name(
             match server {
                 Some(server) if servers.contains(&server) => Ok(()),
                 Some(server) => bail!(
-                    "{at}: the tool's server {server:?} is not configured: name a tool as SERVER__TOOL, its local name"
+                    "{at}: the tool's server {server:?} is not configured: add [mcp.servers.{server}], or name a tool of a configured server as SERVER__TOOL"
                 ),
                 None => bail!(
                     "{at}: name a tool as SERVER__TOOL, its local name (like \"tickets__create_ticket\")"

@@ -123,7 +123,7 @@ fn egress_allow(configured: Vec<String>) -> Vec<String> {
 
 pub(super) fn seconds(name: &str, value: f64) -> anyhow::Result<Duration> {
     if !(value.is_finite() && value > 0.0 && value <= 3600.0) {
-        bail!("{name} must be a number of seconds between 0 and 3600, not {value}");
+        bail!("{name} must be a number of seconds above 0 and at most 3600, not {value}");
     }
     Ok(Duration::from_secs_f64(value))
 }

@@ -637,6 +637,29 @@ async fn a_run_records_the_token_that_started_it_and_its_tags_on_every_surface()
             .contains("letters, digits"),
         "{body}"
     );
+    // A field of the wrong type is said in our words, not the framework's.
+    let wrong = json!({"agent": "b", "prompt": "hi", "tags": "x"});
+    let (status, body) = api
+        .call("POST", "/v1/runs", Some(&operator), Some(wrong.to_string()))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("the body does not fit the request: tags"),
+        "{body}"
+    );
+    assert!(!message.contains("Failed to deserialize"), "{body}");
+    // Two live tokens never share a name: policies and limits name a token by it.
+    let again = runwarden(
+        &sandbox,
+        &["token", "create", "--role", "viewer", "--name", "ci-bot"],
+    )
+    .await;
+    assert_ne!(again.code, Some(0), "{again:?}");
+    assert!(
+        again.stderr.contains("a token named \"ci-bot\" exists"),
+        "{again:?}"
+    );
 
     // The command line: tags, and no token started it.
     let queued = runwarden(

@@ -419,3 +419,14 @@ fn a_failed_case_shows_why_the_policies_decided_otherwise() {
         .says("FAIL")
         .says("reason: writes stay under /srv");
 }
+
+#[test]
+fn an_empty_set_of_policies_is_valid_but_said_to_deny_every_call() {
+    let sandbox = Sandbox::initialised();
+    sandbox.append_config("\n[policy]\nfiles = []\n");
+    sandbox
+        .run(&["policy", "validate"])
+        .ok()
+        .says("valid: 0 policies")
+        .says("every call will be denied");
+}

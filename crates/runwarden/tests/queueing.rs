@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::support::serve::{Serve, token};
+use crate::support::serve::{Serve, named_token};
 use crate::support::workers::{
     Install, WORKER_SETTINGS, call_then_answer, events, install_in, kinds, status,
 };
@@ -59,8 +59,8 @@ async fn runs_of_a(serve: &Serve, token: &str) -> usize {
 async fn an_idempotency_key_makes_one_run_per_body_and_refuses_another_body() {
     let sandbox = answering();
     let (ci, other) = (
-        token(&sandbox, "operator").await,
-        token(&sandbox, "operator").await,
+        named_token(&sandbox, "operator", "ci").await,
+        named_token(&sandbox, "operator", "other").await,
     );
     let serve = Serve::start(&sandbox, 0).await;
     let body = json!({"agent": "a", "prompt": "file a ticket"});

@@ -113,6 +113,9 @@ fn validate(json: bool, config: &Path, arg: &FilesArg) -> anyhow::Result<ExitCod
         Ok(policies) => {
             // Valid policies in a file `run` would refuse are not valid to an operator.
             configuration(config)?;
+            if policies.is_empty() {
+                eprintln!("note: no policies: every call will be denied (no policy permits it)");
+            }
             let value =
                 json!({"valid": true, "files": names, "policies": policies.ids(), "problems": []});
             output::emit(json, &value, || {

@@ -57,6 +57,15 @@ pub(crate) async fn run(cx: &Context, command: TokenCommand) -> anyhow::Result<E
             if name.trim().is_empty() || name.chars().any(char::is_control) {
                 bail!("a token's name must be non-empty printable text");
             }
+            // Policies (`Token::"NAME"`) and limits (`[limits.tokens.NAME]`) name a token
+            // by its name, so two live tokens never share one.
+            if let Some(same) = store.token_list().await?.iter().find(|t| t.name == name) {
+                bail!(
+                    "a token named {name:?} exists ({}): choose another --name, or revoke it first with `runwarden token revoke {}`",
+                    same.id,
+                    same.id
+                );
+            }
             let now = chrono::Utc::now().timestamp_millis();
             let (value, record) = token_create(&*store, &name, role, now)
                 .await

@@ -229,7 +229,29 @@ impl From<runwarden_vault::VaultError> for ApiError {
 
 /// serde's "unknown field `x`, expected ..." is our `unknown_field`; any other shape
 /// problem is `invalid_request`.
+/// axum's words for a body it could not read, in ours: what did not fit, without the
+/// framework's phrasing ("Failed to deserialize the JSON body into the target type").
+fn our_words(message: String) -> String {
+    const PREFIXES: [(&str, &str); 2] = [
+        (
+            "Failed to deserialize the JSON body into the target type: ",
+            "the body does not fit the request: ",
+        ),
+        (
+            "Failed to parse the request body as JSON: ",
+            "the body is not JSON: ",
+        ),
+    ];
+    for (theirs, ours) in PREFIXES {
+        if let Some(rest) = message.strip_prefix(theirs) {
+            return format!("{ours}{rest}");
+        }
+    }
+    message
+}
+
 fn shape_error(message: String) -> ApiError {
+    let message = our_words(message);
     if message.contains("unknown field") {
         ApiError::UnknownField(message)
     } else {
@@ -241,7 +263,7 @@ impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
         match rejection {
             JsonRejection::JsonDataError(e) => shape_error(e.body_text()),
-            JsonRejection::JsonSyntaxError(e) => Self::InvalidJson(e.body_text()),
+            JsonRejection::JsonSyntaxError(e) => Self::InvalidJson(our_words(e.body_text())),
             JsonRejection::MissingJsonContentType(_) => {
                 Self::InvalidRequest("send the body with Content-Type: application/json".into())
             }

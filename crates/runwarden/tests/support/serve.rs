@@ -37,10 +37,18 @@ pub(crate) async fn install(mcp: &TestServer, plan: Value) -> Arc<Sandbox> {
 
 /// A token of `role`, from `token create --json`.
 pub(crate) async fn token(sandbox: &Arc<Sandbox>, role: &str) -> String {
-    let created = runwarden(sandbox, &["--json", "token", "create", "--role", role])
-        .await
-        .ok()
-        .json();
+    named_token(sandbox, role, role).await
+}
+
+/// A new token of `role` called `name` (two live tokens never share a name).
+pub(crate) async fn named_token(sandbox: &Arc<Sandbox>, role: &str, name: &str) -> String {
+    let created = runwarden(
+        sandbox,
+        &["--json", "token", "create", "--role", role, "--name", name],
+    )
+    .await
+    .ok()
+    .json();
     assert_eq!(created["role"], role);
     created["token"].as_str().unwrap().to_string()
 }

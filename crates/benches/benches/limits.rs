@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use runwarden_mcp::{McpCall, McpClient, ServerConfig};
 use runwarden_policy::{Decision, Policies, PolicyFile, Request, RunFacts, Target};
 use runwarden_runtime::limits::{
-    Limit, LimitKey, LimitKind, LimitPlan, LimitStop, LimitStore, LimitTake, Limiter, Limits,
-    TakeAttempt,
+    Limit, LimitKey, LimitKind, LimitObserver, LimitPlan, LimitStop, LimitStore, LimitTake,
+    Limiter, Limits, TakeAttempt, WaitEnd,
 };
 use runwarden_runtime::rules::limits::LimitRule;
 use runwarden_store_sqlite::SqliteStore;
@@ -103,6 +103,16 @@ fn decide(policies: &Policies, call: &McpCall) {
         host: "127.0.0.1".into(),
     };
     assert_eq!(policies.decide(&request).decision, Decision::Allow);
+}
+
+/// Says when a wait begins.
+struct Began(tokio::sync::mpsc::UnboundedSender<()>);
+
+impl LimitObserver for Began {
+    fn wait_began(&self) {
+        let _ = self.0.send(());
+    }
+    fn wait_ended(&self, _: WaitEnd, _: Duration) {}
 }
 
 /// Calls per second of `CONCURRENT_CALLS` calls from `CONCURRENT` tasks.
@@ -280,7 +290,17 @@ async fn main() {
         })
         .await
         .unwrap();
-    let l = limiter(&store, one);
+    // Told when a wait begins, so the cancel is sent to a waiting call, never guessed.
+    let (began, mut waiting) = tokio::sync::mpsc::unbounded_channel();
+    let mut limits = Limits::default();
+    limits.limits.insert(
+        LimitKey::new(LimitKind::Server, "bench"),
+        Limit {
+            rule: one,
+            max_wait: Duration::from_secs(30),
+        },
+    );
+    let l = Arc::new(Limiter::new(limits, store.clone()).with_observer(Arc::new(Began(began))));
     let plan = l.for_tool("agent", None, "bench", "bench__echo");
     let mut samples = Vec::with_capacity(CANCELS);
     for _ in 0..CANCELS {
@@ -291,8 +311,7 @@ async fn main() {
         let (waiter, signal) = (l.clone(), flag.clone());
         let plan = plan.clone();
         let wait = tokio::spawn(async move { waiter.wait(&plan, full, &signal).await });
-        // Let the waiter reach its wait (its first nap is the 250 ms poll).
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        waiting.recv().await.expect("the wait began");
         let started = Instant::now();
         flag.cancel();
         let stopped = wait.await.unwrap();

@@ -151,6 +151,8 @@ pub struct ServerConfig {
     /// M5: the most of one response that is read; a longer one is refused with an error
     /// that names its size and this setting.
     pub max_response_bytes: usize,
+    /// A local server spoken to over its stdin and stdout instead of `url`.
+    pub stdio: Option<crate::stdio::StdioConfig>,
 }
 
 impl ServerConfig {
@@ -168,7 +170,22 @@ impl ServerConfig {
             progress_extends_deadline: false,
             protocol: ProtocolPolicy::Auto,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            stdio: None,
         }
+    }
+
+    /// A local server started from `stdio`'s command and spoken to over its stdin and
+    /// stdout; its `url` names the transport (`stdio:NAME`) for lists and audit rows.
+    pub fn local(name: impl Into<String>, stdio: crate::stdio::StdioConfig) -> Self {
+        let name = name.into();
+        let mut server = Self::new(name.clone(), format!("stdio:{name}"));
+        server.stdio = Some(stdio);
+        server
+    }
+
+    /// The transport as `mcp list` shows it: `http` or `stdio`.
+    pub fn transport(&self) -> &'static str {
+        if self.stdio.is_some() { "stdio" } else { "http" }
     }
 
     /// The same server with another protocol policy (M19).

@@ -37,6 +37,7 @@ mod result;
 mod schema;
 mod sse;
 mod stateless;
+pub mod stdio;
 mod stream;
 mod versions;
 

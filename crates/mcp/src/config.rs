@@ -180,12 +180,18 @@ impl ServerConfig {
         let name = name.into();
         let mut server = Self::new(name.clone(), format!("stdio:{name}"));
         server.stdio = Some(stdio);
+        // The stateless revision is an HTTP one: a local server gets the handshake.
+        server.protocol = ProtocolPolicy::Handshake;
         server
     }
 
     /// The transport as `mcp list` shows it: `http` or `stdio`.
     pub fn transport(&self) -> &'static str {
-        if self.stdio.is_some() { "stdio" } else { "http" }
+        if self.stdio.is_some() {
+            "stdio"
+        } else {
+            "http"
+        }
     }
 
     /// The same server with another protocol policy (M19).

@@ -163,6 +163,19 @@ pub enum McpError {
         /// Where the capabilities came from: `initialize` or `server/discover`.
         via: &'static str,
     },
+    /// A local (stdio) server could not take the message: its process could not start,
+    /// has ended, did not read it, or did not answer in time.
+    #[error("{method} to local server {server}: {problem}")]
+    Local {
+        /// The server.
+        server: String,
+        /// The leg.
+        method: String,
+        /// What went wrong, in words a person reads.
+        problem: String,
+        /// True when the message (or part of it) reached the server.
+        sent: bool,
+    },
     /// The caller's gate refused the call after the session was ready; `tools/call` was
     /// not sent (the runtime's write fence could not be stamped, R7).
     #[error("tools/call to server {server} not sent: {reason}")]
@@ -294,6 +307,13 @@ impl McpError {
                 }
             }
             Self::Egress { source, .. } => source.delivery(),
+            Self::Local { sent, .. } => {
+                if *sent {
+                    Delivery::MaybeDelivered
+                } else {
+                    Delivery::NotSent
+                }
+            }
             // M5: an answer too large to keep is still the server's answer.
             Self::TooLarge { complete: true, .. } => Delivery::Answered,
             Self::Status { .. }

@@ -177,6 +177,12 @@ impl Watch {
             // A priming event has empty data; anything else unreadable is skipped (M1).
             return false;
         };
+        self.message(message)
+    }
+
+    /// One message the server sent while our request is open, read from a stream event
+    /// or a local server's line; true when it is our response.
+    pub(crate) fn message(&mut self, message: Value) -> bool {
         if sse::is_response_to(&message, self.our_id) {
             return self.completes;
         }

@@ -44,6 +44,13 @@ pub mod action {
     /// reason names the decision, the tool, the policies and their reasons (never an
     /// argument's value), the actor is `run` and the correlation the run.
     pub const POLICY_DECIDED: &str = "policy_decided";
+    /// The intent of one message to a local (stdio) MCP server, committed before it is
+    /// written to the server's stdin. The method is `STDIO`, the host `stdio:SERVER`, the
+    /// path the JSON-RPC method. Its completion row (`stdio_call`) names it.
+    pub const STDIO_CALL_STARTED: &str = "stdio_call_started";
+    /// A message to a local server was written; `success` says whether it was answered
+    /// (or, for a notification, written whole).
+    pub const STDIO_CALL: &str = "stdio_call";
 }
 
 /// What the vault records about one outbound call; the store adds the id and the links.

@@ -28,6 +28,7 @@ use crate::stateless::{HeaderParam, HeaderRefusal};
 mod calls;
 mod interpret;
 mod listen;
+mod local;
 mod operation;
 mod requests;
 mod resume;
@@ -69,6 +70,8 @@ pub struct McpClient {
     oauth: Option<Arc<OAuthClient>>,
     /// How the last request operation went.
     last: Mutex<Option<RequestTrail>>,
+    /// A local server's process, when the server is spoken to over stdio.
+    local: Option<Arc<crate::stdio::LocalServer>>,
 }
 
 impl std::fmt::Debug for McpClient {
@@ -93,8 +96,17 @@ impl McpClient {
                 }
             }
         });
+        let local = server.stdio.clone().map(|stdio| {
+            Arc::new(crate::stdio::LocalServer::new(
+                &server.name,
+                stdio,
+                egress.clone(),
+                server.max_response_bytes,
+            ))
+        });
         Self {
             oauth,
+            local,
             server,
             egress,
             clock: Arc::new(SystemClock::default()),

@@ -41,12 +41,20 @@ pub(super) struct Session {
     /// The server answered a standalone GET with 405: it offers no standalone stream for
     /// this session, so none is asked for again.
     pub(super) no_standalone: AtomicBool,
+    /// A local server's process the session was made with (0 over HTTP).
+    pub(super) generation: u64,
 }
 
 impl McpClient {
     /// The negotiated session, running the handshake under this operation if there is none.
     pub(super) async fn session(&self, op: &Operation<'_>) -> Result<Arc<Session>, McpError> {
         let mut slot = self.session.lock().await;
+        // A local server's session lives as long as the process it was made with.
+        if let (Some(local), Some(session)) = (&self.local, slot.as_ref())
+            && local.current(session.generation).is_none()
+        {
+            *slot = None;
+        }
         let session = match slot.as_ref() {
             Some(session) => session.clone(),
             None => {
@@ -86,6 +94,7 @@ impl McpClient {
                     remembered: true,
                     correlation: op.correlation.clone(),
                     no_standalone: AtomicBool::new(false),
+                    generation: 0,
                 });
             }
             Some(_) => {
@@ -155,6 +164,7 @@ impl McpClient {
             remembered: false,
             correlation: op.correlation.clone(),
             no_standalone: AtomicBool::new(false),
+            generation: self.local.as_ref().map_or(0, |l| l.generation()),
         };
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
         self.leg(
@@ -195,7 +205,13 @@ impl McpClient {
     /// session id has nothing to end; 404 (already gone) and 405 (the server does not let
     /// clients end sessions) count as ended. The next operation starts a new session.
     pub async fn close(&self) -> Result<(), McpError> {
-        let Some(session) = self.session.lock().await.take() else {
+        let session = self.session.lock().await.take();
+        // A local server is stopped: stdin closed, then SIGTERM, then SIGKILL.
+        if let Some(local) = &self.local {
+            local.stop().await;
+            return Ok(());
+        }
+        let Some(session) = session else {
             return Ok(());
         };
         if session.id.is_none() {

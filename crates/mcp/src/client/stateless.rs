@@ -51,6 +51,7 @@ impl McpClient {
                 remembered: false,
                 correlation: None,
                 no_standalone: AtomicBool::new(false),
+                generation: 0,
             };
             let id = self.next_id();
             let message = json!({
@@ -109,6 +110,7 @@ impl McpClient {
                 remembered: false,
                 correlation: op.correlation.clone(),
                 no_standalone: AtomicBool::new(false),
+                generation: 0,
             };
             return Ok(Some((session, crate::known::discover_ttl(&result))));
         }

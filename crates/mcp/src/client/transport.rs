@@ -97,6 +97,9 @@ impl McpClient {
         op: &Operation<'_>,
         mut spec: LegSpec<'_>,
     ) -> Result<LegAnswer, McpError> {
+        if let Some(local) = &self.local {
+            return self.local_leg(op, local, spec).await;
+        }
         let mut step_ups = 0;
         let mut renewed = false;
         let mut nonces_tried = Vec::new();

@@ -87,16 +87,6 @@ impl Default for ChildLimits {
     }
 }
 
-/// How long a local server lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Lifetime {
-    /// One process per runwarden process, started on first use and reused.
-    #[default]
-    Shared,
-    /// One process per run, stopped when the run's client is dropped.
-    PerRun,
-}
-
 /// `[mcp.servers.NAME]` with `command`: a server spoken to over its stdin and stdout.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StdioConfig {
@@ -114,8 +104,6 @@ pub struct StdioConfig {
     pub limits: ChildLimits,
     /// How long a cancelled call's handler gets before the process group is killed.
     pub cancel_grace: Duration,
-    /// One process for all runs, or one per run.
-    pub lifetime: Lifetime,
 }
 
 impl StdioConfig {
@@ -129,7 +117,6 @@ impl StdioConfig {
             sandbox: SandboxMode::default(),
             limits: ChildLimits::default(),
             cancel_grace: DEFAULT_CANCEL_GRACE,
-            lifetime: Lifetime::default(),
         }
     }
 

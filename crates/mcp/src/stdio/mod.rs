@@ -4,6 +4,13 @@
 mod config;
 
 pub use config::{
-    ChildLimits, DEFAULT_CANCEL_GRACE, DEFAULT_MEMORY_MB, DEFAULT_OPEN_FILES, EnvValue, Lifetime,
+    ChildLimits, DEFAULT_CANCEL_GRACE, DEFAULT_MEMORY_MB, DEFAULT_OPEN_FILES, EnvValue,
     SandboxMode, StdioConfig,
 };
+
+mod link;
+mod process;
+mod sandbox;
+
+pub use process::EGRESS_PROXY_PORT;
+pub(crate) use process::{LocalServer, Process};

@@ -11,4 +11,5 @@ mod peer;
 mod servers;
 mod shape;
 mod stateless;
+mod stdio;
 mod wire;

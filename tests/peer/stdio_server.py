@@ -120,4 +120,5 @@ async def hog(megabytes: int, seconds: float) -> str:
 
 if __name__ == "__main__":
     print("stdio peer starting", file=sys.stderr, flush=True)
+    _event(f"pid {os.getpid()}")
     mcp.run("stdio")

@@ -55,7 +55,11 @@ impl Executor {
             },
             arguments: arguments.clone(),
             run: run_facts(segment, round),
-            host: host_of(&server.url).to_string(),
+            // A local server has no host; it is named as its audit rows name it.
+            host: match &server.stdio {
+                Some(_) => server.url.clone(),
+                None => host_of(&server.url).to_string(),
+            },
         };
         let mut verdict = policies.decide(&request);
         if let Some(credential) = &server.auth {

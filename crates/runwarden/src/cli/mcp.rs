@@ -223,14 +223,21 @@ fn contact_line(health: Option<&ServerHealth>) -> String {
 /// The servers for people, from their JSON (so the store's and the API's print the same).
 fn servers_text(servers: &[Value]) -> String {
     if servers.is_empty() {
-        return "no MCP servers configured: add one with `runwarden mcp add NAME URL`".into();
+        return "no MCP servers configured: add one with `runwarden mcp add NAME URL` (or `runwarden mcp add NAME -- COMMAND` for a local one)".into();
     }
     let mut text = String::new();
     for s in servers {
         let name = s["name"].as_str().unwrap_or_default();
+        // A local server shows its command and sandbox where another shows its URL.
+        let target = match s["command"].as_str() {
+            Some(command) => format!(
+                "stdio `{command}`, sandbox {}",
+                s["sandbox"].as_str().unwrap_or_default()
+            ),
+            None => s["url"].as_str().unwrap_or_default().to_string(),
+        };
         text.push_str(&format!(
-            "{name} {} (default effect {}, {} s budget): {}\n",
-            s["url"].as_str().unwrap_or_default(),
+            "{name} {target} (default effect {}, {} s budget): {}\n",
             s["effect"].as_str().unwrap_or_default(),
             s["timeout_seconds"],
             contact_text(s)

@@ -19,8 +19,23 @@ use crate::output;
 pub(crate) struct AddArgs {
     /// The server's name: its tools become NAME__TOOL.
     name: String,
-    /// Its Streamable HTTP endpoint, like https://mcp.example.com/mcp.
-    url: String,
+    /// Its Streamable HTTP endpoint, like https://mcp.example.com/mcp (or, for a local
+    /// server, the command after `--`).
+    url: Option<String>,
+    /// A local server: the program and its arguments, after `--`
+    /// (`runwarden mcp add files -- npx -y @modelcontextprotocol/server-filesystem /srv`).
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
+    /// A local server's environment variable, NAME=VALUE (repeatable).
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    env: Vec<String>,
+    /// A local server's environment variable from a vault secret, NAME=SECRET (repeatable).
+    #[arg(long = "env-secret", value_name = "NAME=SECRET")]
+    env_secret: Vec<String>,
+    /// A local server's sandbox: namespace [default] or none (the host's network,
+    /// unaudited).
+    #[arg(long, value_name = "MODE")]
+    sandbox: Option<String>,
     /// A vault secret placed on every request to it (`runwarden secret put S` first).
     #[arg(long, value_name = "S", requires = "placement")]
     auth_secret: Option<String>,
@@ -199,7 +214,23 @@ pub(crate) fn add(cx: &Context, args: AddArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let mut server = Table::new();
-    server["url"] = value(args.url.clone());
+    match (&args.url, args.command.split_first()) {
+        (Some(url), None) => {
+            server["url"] = value(url.clone());
+            if !args.env.is_empty() || !args.env_secret.is_empty() || args.sandbox.is_some() {
+                bail!(
+                    "--env, --env-secret and --sandbox are for a local server, given as a command after --"
+                );
+            }
+        }
+        (None, Some((program, rest))) => local_server(&mut server, program, rest, &args)?,
+        (Some(_), Some(_)) => bail!(
+            "give either a URL (a server reached over HTTP) or a command after -- (a local server), not both"
+        ),
+        (None, None) => bail!(
+            "give the server's URL (`runwarden mcp add NAME https://...`) or, for a local server, its command after -- (`runwarden mcp add NAME -- program args`)"
+        ),
+    }
     if let (Some(secret), Some(kind)) = (&args.auth_secret, args.placement) {
         let mut auth = InlineTable::new();
         auth.insert("secret", secret.as_str().into());
@@ -251,7 +282,10 @@ pub(crate) fn add(cx: &Context, args: AddArgs) -> anyhow::Result<ExitCode> {
             path.display()
         )
     })?;
-    let report = serde_json::json!({ "added": name, "url": args.url, "config": path });
+    let report = match &args.url {
+        Some(url) => serde_json::json!({ "added": name, "url": url, "config": path }),
+        None => serde_json::json!({ "added": name, "command": args.command, "config": path }),
+    };
     output::emit(cx.json, &report, || {
         format!(
             "added MCP server {name} to {}; import its tools with `runwarden mcp import {name}`",
@@ -259,6 +293,43 @@ pub(crate) fn add(cx: &Context, args: AddArgs) -> anyhow::Result<ExitCode> {
         )
     });
     Ok(ExitCode::SUCCESS)
+}
+
+/// The keys of a local server: its command, arguments, environment and sandbox.
+fn local_server(
+    server: &mut Table,
+    program: &str,
+    rest: &[String],
+    args: &AddArgs,
+) -> anyhow::Result<()> {
+    server["command"] = value(program);
+    if !rest.is_empty() {
+        let mut list = toml_edit::Array::new();
+        list.extend(rest.iter().map(String::as_str));
+        server["args"] = value(list);
+    }
+    let mut env = InlineTable::new();
+    for entry in &args.env {
+        let (name, text) = entry
+            .split_once('=')
+            .with_context(|| format!("--env {entry:?}: write it as NAME=VALUE"))?;
+        env.insert(name, text.into());
+    }
+    for entry in &args.env_secret {
+        let (name, secret) = entry
+            .split_once('=')
+            .with_context(|| format!("--env-secret {entry:?}: write it as NAME=SECRET"))?;
+        let mut reference = InlineTable::new();
+        reference.insert("secret", secret.into());
+        env.insert(name, toml_edit::Value::InlineTable(reference));
+    }
+    if !env.is_empty() {
+        server["env"] = value(env);
+    }
+    if let Some(sandbox) = &args.sandbox {
+        server["sandbox"] = value(sandbox.as_str());
+    }
+    Ok(())
 }
 
 pub(crate) fn remove(cx: &Context, name: &str) -> anyhow::Result<ExitCode> {

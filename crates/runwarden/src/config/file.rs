@@ -264,8 +264,28 @@ pub(super) struct McpSection {
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub(super) struct ServerSection {
-    /// The server's Streamable HTTP endpoint.
-    pub(super) url: String,
+    /// The server's Streamable HTTP endpoint. A server has either `url` or `command`.
+    pub(super) url: Option<String>,
+    /// A local server: the program runwarden starts and speaks to over its stdin and stdout (found on `PATH` when it has no slash).
+    pub(super) command: Option<String>,
+    /// A local server's arguments.
+    #[serde(default)]
+    pub(super) args: Vec<String>,
+    /// A local server's whole environment besides `PATH`: each value a string or `{ secret = "NAME" }` from the vault.
+    #[serde(default)]
+    pub(super) env: BTreeMap<String, EnvEntry>,
+    /// A local server's working directory, relative to this file. Default: runwarden's.
+    pub(super) cwd: Option<PathBuf>,
+    /// A local server's sandbox: `namespace` (the default: its own network namespace whose only way out is runwarden's egress proxy) or `none` (the host's network, unaudited).
+    pub(super) sandbox: Option<String>,
+    /// A local server's memory limit in MiB (resident, its whole process group). Default `1024`.
+    pub(super) memory_mb: Option<u64>,
+    /// A local server's CPU time limit in seconds, per process. Default: none.
+    pub(super) cpu_seconds: Option<u64>,
+    /// A local server's limit on open files, per process. Default `1024`.
+    pub(super) open_files: Option<u64>,
+    /// How long a local server's cancelled call gets to end after `notifications/cancelled` before its process group is killed. Default `2`.
+    pub(super) cancel_grace_seconds: Option<f64>,
     /// The credential placed on every request to it.
     pub(super) auth: Option<AuthSection>,
     /// The default effect of its tools: `read_only`, `idempotent_write` or `non_idempotent_write` (the default).
@@ -287,6 +307,20 @@ pub(super) struct ServerSection {
     /// Per-tool settings by the tool's name on the server.
     #[serde(default)]
     pub(super) tools: BTreeMap<String, ToolSection>,
+}
+
+/// One variable of a local server's `env`: a value, or a vault secret.
+#[derive(Debug, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(untagged)]
+pub(super) enum EnvEntry {
+    /// The value as written.
+    Literal(String),
+    /// `{ secret = "NAME" }`: the vault secret's value, read when the server starts.
+    Secret {
+        /// The vault secret.
+        secret: String,
+    },
 }
 
 /// `auth = { ... }`: a vault secret and its placement, or `oauth = { ... }`.

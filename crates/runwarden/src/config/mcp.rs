@@ -11,6 +11,7 @@ use runwarden_vault::{Credential, Placement, SecretName};
 
 use super::file::{AuthSection, ServerSection, ToolSection};
 use super::load::{http_url, seconds};
+use super::local::{local_server, stray_local_setting};
 use super::oauth::oauth_settings;
 
 /// The approval policy of one server and its tools, from `[mcp.servers.X]` and
@@ -43,7 +44,7 @@ fn effect(text: &str, at: &str) -> anyhow::Result<Effect> {
 /// stay unique (`<name>__<tool>`) and its effects are the operator's.
 pub(super) fn server(
     name: &str,
-    section: ServerSection,
+    mut section: ServerSection,
     resolve: &dyn Fn(PathBuf) -> PathBuf,
 ) -> anyhow::Result<(ServerConfig, ServerApproval)> {
     let at = format!("[mcp.servers.{name}]");
@@ -58,15 +59,36 @@ pub(super) fn server(
             "{at}: a server name is 1 to 32 characters of A-Z a-z 0-9 _ - without \"__\" (it prefixes tool names)"
         );
     }
-    if section.url.trim().is_empty() {
-        bail!("mcp.servers.{name}.url is empty: give the server's Streamable HTTP endpoint");
+    let (url, local) = match (section.url.take(), section.command.is_some()) {
+        (Some(_), true) => bail!(
+            "{at}: a server has either url (reached over HTTP) or command (started by runwarden), not both"
+        ),
+        (None, false) => bail!(
+            "{at}: give url = \"https://...\" for a server reached over HTTP, or command = \"program\" for a local one"
+        ),
+        (None, true) => (None, Some(local_server(name, &mut section, resolve)?)),
+        (Some(url), false) => (Some(url), None),
+    };
+    if let Some(url) = &url {
+        if url.trim().is_empty() {
+            bail!("mcp.servers.{name}.url is empty: give the server's Streamable HTTP endpoint");
+        }
+        http_url(&format!("mcp.servers.{name}.url"), url)?;
+        if let Some(key) = stray_local_setting(&section) {
+            bail!(
+                "{at}: {key} is for a local server (one with command); this one is reached by url"
+            );
+        }
     }
-    http_url(&format!("mcp.servers.{name}.url"), &section.url)?;
     let (auth, oauth) = match section.auth {
         None => (None, None),
         Some(auth) => credential(auth, &at, resolve)?,
     };
-    let mut server = ServerConfig::new(name, section.url);
+    // Exactly one of the two is set, as checked above.
+    let mut server = match local {
+        Some(local) => ServerConfig::local(name, local),
+        None => ServerConfig::new(name, url.unwrap_or_default()),
+    };
     if oauth.is_some() && url::Url::parse(&server.url).is_err() {
         bail!("{at}: url is not a URL, and OAuth needs one to find the authorization server");
     }

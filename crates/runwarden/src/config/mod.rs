@@ -10,6 +10,7 @@ mod agents;
 mod file;
 mod limits;
 mod load;
+mod local;
 mod mcp;
 mod oauth;
 mod policy;

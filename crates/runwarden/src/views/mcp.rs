@@ -48,6 +48,12 @@ impl<'a> ToolView<'a> {
 pub(crate) struct ServerView<'a> {
     name: &'a str,
     url: &'a str,
+    /// `http` or `stdio`.
+    transport: &'static str,
+    /// A local server's command line.
+    command: Option<String>,
+    /// A local server's sandbox: `namespace` or `none`.
+    sandbox: Option<&'static str>,
     effect: &'static str,
     timeout_seconds: u64,
     last_success: Option<String>,
@@ -72,6 +78,9 @@ pub(crate) fn server_views<'a>(
             ServerView {
                 name: &s.name,
                 url: &s.url,
+                transport: s.transport(),
+                command: s.stdio.as_ref().map(|l| l.command_line()),
+                sandbox: s.stdio.as_ref().map(|l| l.sandbox.as_str()),
                 effect: s.effect.as_str(),
                 timeout_seconds: s.timeout.as_secs(),
                 last_success: h.and_then(|h| h.last_success_ms).map(output::time),

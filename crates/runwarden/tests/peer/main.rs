@@ -17,4 +17,5 @@ mod fastmcp;
 mod limits;
 mod mrtr;
 mod policy;
+mod stdio;
 mod wire;

@@ -1,0 +1,101 @@
+//! `[mcp.servers.NAME]` with `command`: a local server started by runwarden and spoken
+//! to over stdio, its environment, sandbox and limits.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use runwarden_mcp::stdio::{EnvValue, SandboxMode, StdioConfig};
+use runwarden_vault::SecretName;
+
+use super::file::{EnvEntry, ServerSection};
+use super::load::seconds;
+
+/// The local server a section declares with `command`.
+pub(super) fn local_server(
+    name: &str,
+    section: &mut ServerSection,
+    resolve: &dyn Fn(PathBuf) -> PathBuf,
+) -> anyhow::Result<StdioConfig> {
+    let at = format!("[mcp.servers.{name}]");
+    let command = section.command.take().unwrap_or_default();
+    if command.trim().is_empty() {
+        bail!("{at}: command is empty: give the program that serves MCP on its stdin and stdout");
+    }
+    if section.auth.is_some() {
+        bail!(
+            "{at}: auth is for servers reached by url; give a local server its credentials in env, e.g. env = {{ API_TOKEN = {{ secret = \"NAME\" }} }}"
+        );
+    }
+    if section.protocol.is_some() {
+        bail!(
+            "{at}: protocol is for servers reached by url; a local server always gets the 2025-11-25 handshake"
+        );
+    }
+    let mut stdio = StdioConfig::new(command, std::mem::take(&mut section.args));
+    for (variable, entry) in std::mem::take(&mut section.env) {
+        if variable.is_empty() || variable.contains('=') || variable.contains('\0') {
+            bail!(
+                "{at}: env has a variable named {variable:?}; a name is not empty and has no = or NUL"
+            );
+        }
+        let value = match entry {
+            EnvEntry::Literal(text) if text.contains('\0') => {
+                bail!("{at}: env.{variable} has a NUL character, which no environment can hold")
+            }
+            EnvEntry::Literal(text) => EnvValue::Literal(text),
+            EnvEntry::Secret { secret } => EnvValue::Secret(
+                SecretName::new(secret).with_context(|| format!("{at}: env.{variable} secret"))?,
+            ),
+        };
+        stdio.env.insert(variable, value);
+    }
+    stdio.cwd = section.cwd.take().map(|cwd| resolve(cwd));
+    if let Some(text) = section.sandbox.take() {
+        stdio.sandbox = SandboxMode::parse(&text).with_context(|| {
+            format!("{at}: unknown sandbox {text:?}: use \"namespace\" (the default) or \"none\"")
+        })?;
+    }
+    if let Some(mb) = section.memory_mb.take() {
+        if mb < 16 {
+            bail!("{at}: memory_mb = {mb} is too small for any server: give at least 16");
+        }
+        stdio.limits.memory_mb = mb;
+    }
+    if let Some(cpu) = section.cpu_seconds.take() {
+        if cpu == 0 {
+            bail!(
+                "{at}: cpu_seconds = 0 would stop the server at once: give at least 1, or leave it out for no limit"
+            );
+        }
+        stdio.limits.cpu_seconds = Some(cpu);
+    }
+    if let Some(files) = section.open_files.take() {
+        if files < 16 {
+            bail!("{at}: open_files = {files} is too small to start a program: give at least 16");
+        }
+        stdio.limits.open_files = files;
+    }
+    if let Some(grace) = section.cancel_grace_seconds.take() {
+        stdio.cancel_grace = seconds(&format!("{at} cancel_grace_seconds"), grace)?;
+    }
+    Ok(stdio)
+}
+
+/// The settings only a local server has, when a server reached by `url` sets one.
+pub(super) fn stray_local_setting(section: &ServerSection) -> Option<&'static str> {
+    [
+        ("args", !section.args.is_empty()),
+        ("env", !section.env.is_empty()),
+        ("cwd", section.cwd.is_some()),
+        ("sandbox", section.sandbox.is_some()),
+        ("memory_mb", section.memory_mb.is_some()),
+        ("cpu_seconds", section.cpu_seconds.is_some()),
+        ("open_files", section.open_files.is_some()),
+        (
+            "cancel_grace_seconds",
+            section.cancel_grace_seconds.is_some(),
+        ),
+    ]
+    .into_iter()
+    .find_map(|(key, set)| set.then_some(key))
+}

@@ -1,0 +1,173 @@
+//! Local servers through the binary: the official Python SDK's stdio server added with
+//! `mcp add NAME -- COMMAND`, listed with its transport and sandbox, imported, called, and
+//! gone with runwarden when runwarden is killed.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::support::{Live, Sandbox, runwarden};
+
+/// How long a test waits for an event before failing.
+const WAIT: Duration = Duration::from_secs(20);
+
+fn python() -> String {
+    std::env::var("RUNWARDEN_PEER_PYTHON").expect(
+        "RUNWARDEN_PEER_PYTHON is not set: run scripts/peer-venv.sh and set it to the path it prints last",
+    )
+}
+
+fn script() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/peer/stdio_server.py")
+        .canonicalize()
+        .unwrap()
+        .display()
+        .to_string()
+}
+
+/// The events the peer wrote to `path` (one word or `pid N` per line).
+fn events(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits (polling every 20 ms, at most `WAIT`) for an event that `matches`.
+async fn wait_for(path: &Path, matches: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(event) = events(path).into_iter().find(|e| matches(e)) {
+            return event;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no such event within {WAIT:?}: {:?}",
+            events(path)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A sandbox with the local server `local` added through `mcp add`, its events at the
+/// returned path.
+async fn added(sandbox: &std::sync::Arc<Sandbox>) -> PathBuf {
+    let events = sandbox.path().join("peer-events");
+    let env = format!("PEER_EVENTS={}", events.display());
+    runwarden(
+        sandbox,
+        &[
+            "mcp",
+            "add",
+            "local",
+            "--env",
+            &env,
+            "--",
+            &python(),
+            &script(),
+        ],
+    )
+    .await
+    .ok()
+    .says("added MCP server local");
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_server_is_added_listed_imported_and_called() {
+    let sandbox = std::sync::Arc::new(Sandbox::initialised());
+    added(&sandbox).await;
+    let config = std::fs::read_to_string(sandbox.config()).unwrap();
+    assert!(
+        config.contains("[mcp.servers.local]\ncommand = "),
+        "{config}"
+    );
+    let listed = runwarden(&sandbox, &["--json", "mcp", "list", "local"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(listed[0]["transport"], "stdio", "{listed}");
+    assert_eq!(listed[0]["sandbox"], "namespace", "{listed}");
+    runwarden(&sandbox, &["mcp", "list", "local"])
+        .await
+        .ok()
+        .says("local stdio `")
+        .says(", sandbox namespace (default effect");
+    runwarden(&sandbox, &["mcp", "import", "local"])
+        .await
+        .ok()
+        .says("imported 10 tools from local (0 refused)");
+    let called = runwarden(
+        &sandbox,
+        &[
+            "--json",
+            "mcp",
+            "call",
+            "local",
+            "local__echo",
+            "--args",
+            r#"{"text":"hi"}"#,
+        ],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(called["outcome"], "succeeded", "{called}");
+    assert_eq!(called["text"], "hi", "{called}");
+    let health = runwarden(&sandbox, &["--json", "mcp", "health"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(health[0]["up"], true, "{health}");
+    let audit = runwarden(&sandbox, &["--json", "audit", "list"])
+        .await
+        .ok()
+        .json();
+    let hosts = audit.to_string();
+    assert!(hosts.contains("\"stdio:local\""), "{audit}");
+    runwarden(&sandbox, &["audit", "verify"]).await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_runwarden_kills_its_local_server() {
+    let sandbox = std::sync::Arc::new(Sandbox::initialised());
+    let events = added(&sandbox).await;
+    let mut live = Live::start(
+        &sandbox,
+        &[
+            "mcp",
+            "call",
+            "local",
+            "stubborn",
+            "--args",
+            r#"{"seconds":60}"#,
+        ],
+    );
+    let pid = wait_for(&events, |e| e.starts_with("pid ")).await;
+    let pid: u32 = pid["pid ".len()..].parse().unwrap();
+    wait_for(&events, |e| e == "stubborn_started").await;
+    assert!(Path::new(&format!("/proc/{pid}")).exists());
+    let killed = Instant::now();
+    live.signal("KILL");
+    let deadline = Instant::now() + WAIT;
+    while Path::new(&format!("/proc/{pid}/stat")).exists() && !zombie(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the local server {pid} outlived runwarden"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(killed.elapsed() < WAIT);
+}
+
+/// True when `pid` is dead but not yet reaped.
+fn zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
+}

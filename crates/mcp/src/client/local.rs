@@ -175,10 +175,16 @@ impl McpClient {
         loop {
             tokio::select! {
                 biased;
-                answer = &mut pending.answer => return match answer {
-                    Ok(message) => Ok(Some(message)),
-                    Err(_) => Err(self.ended_error(method, &mut exit).await),
-                },
+                answer = &mut pending.answer => {
+                    // What the server sent before its answer is read first, in order.
+                    while let Ok(event) = pending.events.try_recv() {
+                        watch.message(event);
+                    }
+                    return match answer {
+                        Ok(message) => Ok(Some(message)),
+                        Err(_) => Err(self.ended_error(method, &mut exit).await),
+                    };
+                }
                 Some(event) = pending.events.recv() => {
                     watch.message(event);
                 }

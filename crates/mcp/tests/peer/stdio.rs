@@ -252,3 +252,95 @@ async fn the_server_sees_only_its_configured_environment_and_no_secret_leaks_bac
     );
     client.close().await.unwrap();
 }
+
+/// The TypeScript "everything" server over stdio, from `RUNWARDEN_CONFORMANCE_DIR`
+/// (`scripts/conformance.sh` installs it beside Node 22), unsandboxed.
+fn everything() -> StdioConfig {
+    let dir = PathBuf::from(std::env::var_os("RUNWARDEN_CONFORMANCE_DIR").expect(
+        "RUNWARDEN_CONFORMANCE_DIR is not set: run scripts/conformance.sh and set it to the path it prints last",
+    ));
+    let node = dir.join("node/bin/node").display().to_string();
+    let server = dir
+        .join("everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+        .display()
+        .to_string();
+    let mut stdio = StdioConfig::new(node, vec![server, "stdio".into()]);
+    stdio.sandbox = SandboxMode::Unsandboxed;
+    stdio.cancel_grace = Duration::from_millis(300);
+    stdio
+}
+
+#[tokio::test]
+async fn the_typescript_everything_server_lists_calls_reports_progress_and_is_cancelled() {
+    let f = fixture().await;
+    let client = Arc::new(client(&f, everything()));
+    let Reply::Tools(tools) = client.send_request(Request::ListTools, None).await.unwrap() else {
+        panic!("tools expected");
+    };
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    assert!(
+        names.contains(&"echo") && names.contains(&"get-sum"),
+        "{names:?}"
+    );
+    let echoed = client
+        .call_tool(call("echo", json!({"message": "hi"})), None)
+        .await;
+    assert!(echoed.result.text.contains("hi"), "{}", echoed.result.text);
+    let summed = client
+        .call_tool(
+            call("get-structured-content", json!({"location": "Chicago"})),
+            None,
+        )
+        .await;
+    assert!(summed.result.structured.is_some(), "{}", summed.result.text);
+
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink_seen = seen.clone();
+    let mut long = call(
+        "trigger-long-running-operation",
+        json!({"duration": 1, "steps": 4}),
+    );
+    long.notices = Some(NoticeSink::new(move |n| sink_seen.lock().unwrap().push(n)));
+    let done = client.call_tool(long, None).await;
+    assert!(done.result.error.is_none(), "{}", done.result.text);
+    let progress = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|n| matches!(n, Notice::Progress { .. }))
+        .count();
+    assert_eq!(progress, 4, "{:?}", seen.lock().unwrap());
+
+    // A cancel: the call ends at once, uncertain; the server (which does not answer a
+    // cancelled call) is stopped after the grace, and the next call starts it again.
+    let stop = Arc::new(CancelFlag::new());
+    let (first, mut progressed) = tokio::sync::mpsc::unbounded_channel();
+    let calling = {
+        let (client, stop) = (client.clone(), stop.clone());
+        let mut long = call(
+            "trigger-long-running-operation",
+            json!({"duration": 30, "steps": 30}),
+        );
+        long.notices = Some(NoticeSink::new(move |n| {
+            let _ = first.send(n);
+        }));
+        tokio::spawn(async move { client.call_tool(long, Some(&*stop)).await })
+    };
+    // Cancel once the handler has reported progress: it is running.
+    tokio::time::timeout(WAIT, progressed.recv()).await.unwrap();
+    let cancelled_at = Instant::now();
+    stop.cancel();
+    let outcome = tokio::time::timeout(WAIT, calling).await.unwrap().unwrap();
+    assert!(cancelled_at.elapsed() < Duration::from_secs(1));
+    assert_eq!(
+        outcome.result.delivery,
+        Delivery::MaybeDelivered,
+        "{}",
+        outcome.result.text
+    );
+    let again = client
+        .call_tool(call("echo", json!({"message": "again"})), None)
+        .await;
+    assert!(again.result.text.contains("again"), "{}", again.result.text);
+    client.close().await.unwrap();
+}

@@ -99,3 +99,86 @@ pub(super) fn stray_local_setting(section: &ServerSection) -> Option<&'static st
     .into_iter()
     .find_map(|(key, set)| set.then_some(key))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use runwarden_mcp::stdio::{EnvValue, SandboxMode};
+
+    use crate::config::{Config, TEMPLATE};
+
+    fn load(section: &str) -> anyhow::Result<Config> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.toml");
+        std::fs::write(&path, format!("{TEMPLATE}\n{section}")).unwrap();
+        Config::load(&path)
+    }
+
+    #[test]
+    fn a_local_server_gets_its_command_environment_sandbox_and_limits() {
+        let config = load(
+            "[mcp.servers.files]\ncommand = \"npx\"\nargs = [\"-y\", \"server-filesystem\", \"/srv\"]\nenv = { TOKEN = { secret = \"files-token\" }, LEVEL = \"info\" }\ncwd = \"work\"\nsandbox = \"none\"\nmemory_mb = 256\ncpu_seconds = 60\nopen_files = 64\ncancel_grace_seconds = 0.5\n",
+        )
+        .unwrap();
+        let server = config.mcp_server("files").unwrap();
+        assert_eq!(server.transport(), "stdio");
+        assert_eq!(server.url, "stdio:files");
+        let stdio = server.stdio.as_ref().unwrap();
+        assert_eq!(stdio.command_line(), "npx -y server-filesystem /srv");
+        assert_eq!(stdio.env["LEVEL"], EnvValue::Literal("info".into()));
+        assert!(matches!(&stdio.env["TOKEN"], EnvValue::Secret(s) if s.as_str() == "files-token"));
+        assert!(stdio.cwd.as_ref().unwrap().ends_with("work"));
+        assert!(stdio.cwd.as_ref().unwrap().is_absolute());
+        assert_eq!(stdio.sandbox, SandboxMode::Unsandboxed);
+        assert_eq!(
+            (
+                stdio.limits.memory_mb,
+                stdio.limits.cpu_seconds,
+                stdio.limits.open_files
+            ),
+            (256, Some(60), 64)
+        );
+        assert_eq!(stdio.cancel_grace, Duration::from_millis(500));
+        // Sandboxed unless the operator says otherwise.
+        let config =
+            load("[mcp.servers.git]\ncommand = \"uvx\"\nargs = [\"mcp-server-git\"]\n").unwrap();
+        let stdio = config.mcp_server("git").unwrap().stdio.clone().unwrap();
+        assert_eq!(stdio.sandbox, SandboxMode::Namespace);
+    }
+
+    #[test]
+    fn a_server_is_either_reached_by_url_or_started_by_command() {
+        for (section, says) in [
+            (
+                "[mcp.servers.x]\nurl = \"http://127.0.0.1:1/mcp\"\ncommand = \"srv\"\n",
+                "either url",
+            ),
+            ("[mcp.servers.x]\neffect = \"read_only\"\n", "give url = "),
+            (
+                "[mcp.servers.x]\nurl = \"http://127.0.0.1:1/mcp\"\nsandbox = \"none\"\n",
+                "sandbox is for a local server",
+            ),
+            ("[mcp.servers.x]\ncommand = \" \"\n", "command is empty"),
+            (
+                "[mcp.servers.x]\ncommand = \"srv\"\nsandbox = \"docker\"\n",
+                "unknown sandbox \"docker\"",
+            ),
+            (
+                "[mcp.servers.x]\ncommand = \"srv\"\nauth = { secret = \"s\", placement = \"bearer\" }\n",
+                "env = {",
+            ),
+            (
+                "[mcp.servers.x]\ncommand = \"srv\"\nmemory_mb = 1\n",
+                "memory_mb = 1 is too small",
+            ),
+            (
+                "[mcp.servers.x]\ncommand = \"srv\"\nenv = { \"A=B\" = \"c\" }\n",
+                "no = or NUL",
+            ),
+        ] {
+            let error = format!("{:#}", load(section).unwrap_err());
+            assert!(error.contains(says), "{section}: {error}");
+        }
+    }
+}

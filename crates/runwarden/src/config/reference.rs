@@ -118,6 +118,7 @@ fn kind(schema: &Value) -> String {
             schema.get("items").map(kind).unwrap_or_default()
         ),
         ["integer"] => "integer".into(),
+        ["object"] => "table".into(),
         [one] => (*one).to_string(),
         _ => "table".into(),
     }
@@ -161,7 +162,10 @@ fn section(
                 obj.insert("description".into(), Value::from(doc.clone()));
             }
             queue.push_back((child(key), described));
-        } else if let Some(values) = target.get("additionalProperties").filter(|v| v.is_object()) {
+        } else if let Some(values) = target
+            .get("additionalProperties")
+            .filter(|v| resolve(defs, v).get("properties").is_some())
+        {
             let name = if key == "tools" { "TOOL" } else { "NAME" };
             let mut described = resolve(defs, values);
             if let Some(obj) = described.as_object_mut() {

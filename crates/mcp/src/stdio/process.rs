@@ -355,7 +355,7 @@ impl LocalServer {
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .get_or_insert(format!(
-                            "it used {} MiB, over its memory limit of {} MiB (limits.memory_mb)",
+                            "it used {} MiB, over its memory limit of {} MiB (memory_mb)",
                             used / (1024 * 1024),
                             limit / (1024 * 1024)
                         ));

@@ -171,3 +171,43 @@ fn zombie(pid: u32) -> bool {
         })
         .unwrap_or(true)
 }
+
+/// A run of a scripted agent that calls the local server's `slow` and is cancelled by an
+/// operator: the handler sees the cancel, the run ends cancelled, the call uncertain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_cancel_of_a_run_reaches_the_local_servers_handler() {
+    use crate::support::workers::{config_with_short_leases, enqueue, status};
+
+    let sandbox = Sandbox::initialised();
+    let events_at = sandbox.path().join("peer-events");
+    let mut text = config_with_short_leases(&sandbox);
+    text.push_str(&format!(
+        "\n[mcp.servers.local]\ncommand = {:?}\nargs = [{:?}]\nenv = {{ PEER_EVENTS = {:?} }}\neffect = \"read_only\"\n\n[agents.helper]\nprovider = \"scripted\"\nscript = \"helper.json\"\ntools = [\"local__echo\", \"local__slow\"]\n",
+        python(),
+        script(),
+        events_at.display().to_string()
+    ));
+    std::fs::write(sandbox.config(), text).unwrap();
+    let plan = serde_json::json!([
+        {"tool_calls": [{"name": "local__echo", "arguments": {"text": "first"}}]},
+        {"tool_calls": [{"name": "local__slow", "arguments": {"seconds": 60}}]},
+        {"text": "done"}
+    ]);
+    std::fs::write(sandbox.path().join("helper.json"), plan.to_string()).unwrap();
+    let sandbox = std::sync::Arc::new(sandbox);
+    runwarden(&sandbox, &["mcp", "import", "local"]).await.ok();
+    let mut worker = Live::worker(&sandbox, None);
+    let run_id = enqueue(&sandbox, "helper", "go slowly").await;
+    wait_for(&events_at, |e| e == "slow_started").await;
+    let cancelled = Instant::now();
+    runwarden(&sandbox, &["cancel", &run_id]).await.ok();
+    wait_for(&events_at, |e| e == "slow_cancelled").await;
+    let seen = cancelled.elapsed();
+    let (outcome, _) = worker.outcome_of(&run_id).await;
+    assert_eq!(outcome["outcome"], "cancelled", "{outcome:#}");
+    assert!(
+        seen < Duration::from_secs(5),
+        "the handler saw the cancel {seen:?} later"
+    );
+    assert_eq!(status(&sandbox, &run_id).await["status"], "cancelled");
+}

@@ -383,12 +383,15 @@ pub(super) async fn mcp(
         .collect();
     let body = html! {
         h1 { "MCP servers" }
-        @if views.is_empty() { p.empty { "No MCP servers configured: add [mcp.servers.NAME] with a url to runwarden.toml." } }
+        @if views.is_empty() { p.empty { "No MCP servers configured: add [mcp.servers.NAME] with a url (or a command, for a local server) to runwarden.toml." } }
         @for s in &views {
             @let name = s["name"].as_str().unwrap_or_default();
             @let approval = state.config.approvals.get(name);
             article.server data-server=(name) {
                 h2 { (name) }
+                @if let Some(command) = s["command"].as_str() {
+                    p { "Local (stdio) " code { (command) } " · sandbox " (s["sandbox"].as_str().unwrap_or("")) }
+                }
                 p { code { (s["url"].as_str().unwrap_or("")) } " · default effect " (s["effect"].as_str().unwrap_or("")) " · " (s["timeout_seconds"]) " s budget" }
                 p.health {
                     "Last success: " (s["last_success"].as_str().unwrap_or("never"))

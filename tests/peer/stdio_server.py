@@ -87,6 +87,13 @@ def env_value(name: str) -> str:
 
 
 @mcp.tool()
+def shout(name: str) -> str:
+    """Writes one environment variable's value to stderr (a leaky server)."""
+    print(f"the value of {name} is {os.environ.get(name, '(unset)')}", file=sys.stderr, flush=True)
+    return "shouted"
+
+
+@mcp.tool()
 def connect(host: str, port: int) -> str:
     """Opens a TCP connection directly (no proxy) and says how it went."""
     try:

@@ -97,7 +97,7 @@ async fn a_local_server_is_added_listed_imported_and_called() {
     runwarden(&sandbox, &["mcp", "import", "local"])
         .await
         .ok()
-        .says("imported 10 tools from local (0 refused)");
+        .says("imported 11 tools from local (0 refused)");
     let called = runwarden(
         &sandbox,
         &[
@@ -210,4 +210,63 @@ async fn an_operators_cancel_of_a_run_reaches_the_local_servers_handler() {
         "the handler saw the cancel {seen:?} later"
     );
     assert_eq!(status(&sandbox, &run_id).await["status"], "cancelled");
+}
+
+/// A local server that writes its secret to stderr and into its answer: runwarden's log
+/// and the call's output hold `[redacted]`, never the value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_a_local_server_writes_back_never_reaches_the_log_or_the_output() {
+    let sandbox = std::sync::Arc::new(Sandbox::initialised());
+    let sigil = "sigil-stdio-stderr-7d3e90";
+    sandbox.put("local-token", sigil).ok();
+    runwarden(
+        &sandbox,
+        &[
+            "mcp",
+            "add",
+            "local",
+            "--env-secret",
+            "LOCAL_TOKEN=local-token",
+            "--",
+            &python(),
+            &script(),
+        ],
+    )
+    .await
+    .ok();
+    let mut command = sandbox.command(&[
+        "--json",
+        "mcp",
+        "call",
+        "local",
+        "shout",
+        "--args",
+        r#"{"name":"LOCAL_TOKEN"}"#,
+    ]);
+    command.env("RUNWARDEN_LOG", "info");
+    let shouted = sandbox.run_command(command).ok();
+    assert!(!shouted.stderr.contains(sigil), "{}", shouted.stderr);
+    assert!(
+        shouted
+            .stderr
+            .contains("the value of LOCAL_TOKEN is [redacted]"),
+        "{}",
+        shouted.stderr
+    );
+    let echoed = runwarden(
+        &sandbox,
+        &[
+            "--json",
+            "mcp",
+            "call",
+            "local",
+            "env_value",
+            "--args",
+            r#"{"name":"LOCAL_TOKEN"}"#,
+        ],
+    )
+    .await
+    .ok();
+    assert!(!echoed.stdout.contains(sigil), "{}", echoed.stdout);
+    assert!(echoed.stdout.contains("[redacted]"), "{}", echoed.stdout);
 }

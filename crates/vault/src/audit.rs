@@ -51,6 +51,9 @@ pub mod action {
     /// A message to a local server was written; `success` says whether it was answered
     /// (or, for a notification, written whole).
     pub const STDIO_CALL: &str = "stdio_call";
+    /// Secrets were read to be set in a local program's environment at its start (a
+    /// local MCP server). `secret` names them, comma-separated; no value is recorded.
+    pub const ENVIRONMENT_PLACED: &str = "environment_placed";
 }
 
 /// What the vault records about one outbound call; the store adds the id and the links.

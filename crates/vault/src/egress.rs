@@ -25,6 +25,8 @@ use crate::vault::Vault;
 
 mod config;
 mod drive;
+mod environment;
+pub use environment::EnvironmentFor;
 mod exfiltration;
 mod outcome;
 mod record;

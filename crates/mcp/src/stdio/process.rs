@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use runwarden_vault::{EgressClient, Redactor};
+use runwarden_vault::{EgressClient, EnvironmentFor, Redactor};
 use tokio::sync::watch;
 
 use super::config::{EnvValue, SandboxMode, StdioConfig};
@@ -311,20 +311,28 @@ impl LocalServer {
         {
             env.push(("PATH".to_string(), path));
         }
+        let mut secrets = Vec::new();
         for (name, value) in &self.config.env {
-            let value = match value {
-                EnvValue::Literal(text) => text.clone(),
-                EnvValue::Secret(secret) => {
-                    let value =
-                        self.egress.vault().secret_use(secret).await.map_err(|e| {
-                            format!("could not read secret {secret} for {name}: {e}")
-                        })?;
-                    String::from_utf8(value.expose().to_vec()).map_err(|_| {
-                        format!("secret {secret} for {name} is not UTF-8 text, so it cannot be an environment variable")
-                    })?
-                }
-            };
-            env.push((name.clone(), value));
+            match value {
+                EnvValue::Literal(text) => env.push((name.clone(), text.clone())),
+                EnvValue::Secret(secret) => secrets.push((name.clone(), secret.clone())),
+            }
+        }
+        let asking = EnvironmentFor {
+            actor: "mcp".into(),
+            target: format!("stdio:{}", self.name),
+            reason: format!("start local server {}", self.name),
+        };
+        let values = self
+            .egress
+            .environment(&secrets, &asking)
+            .await
+            .map_err(|e| format!("could not read the secrets of its environment: {e}"))?;
+        for (name, value) in values {
+            let text = String::from_utf8(value.expose().to_vec()).map_err(|_| {
+                format!("the secret for {name} is not UTF-8 text, so it cannot be an environment variable")
+            })?;
+            env.push((name, text));
         }
         if self.config.sandbox == SandboxMode::Namespace {
             let proxy = format!("http://127.0.0.1:{EGRESS_PROXY_PORT}");

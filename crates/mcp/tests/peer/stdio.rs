@@ -250,6 +250,16 @@ async fn the_server_sees_only_its_configured_environment_and_no_secret_leaks_bac
         "{}",
         value.result.text
     );
+    // One row says which secrets went into its environment, never their values.
+    let rows = f.vault.audit_list(Default::default()).await.unwrap();
+    let placed: Vec<_> = rows
+        .iter()
+        .filter(|r| r.event.action == "environment_placed")
+        .collect();
+    assert_eq!(placed.len(), 1, "{rows:#?}");
+    assert_eq!(placed[0].event.secret.as_deref(), Some("local-token"));
+    assert_eq!(placed[0].event.host, "stdio:local");
+    assert!(!format!("{rows:?}").contains(sigil));
     client.close().await.unwrap();
 }
 

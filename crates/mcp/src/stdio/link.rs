@@ -8,9 +8,14 @@ use std::sync::{Arc, Mutex};
 
 use runwarden_vault::Redactor;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, watch};
+
+/// The server's stdin, as the sandbox hands it over.
+pub(crate) type Input = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// The server's stdout or stderr, as the sandbox hands it over.
+pub(crate) type Output = Box<dyn AsyncRead + Send + Unpin>;
 
 /// The longest stderr line logged whole; the rest of a longer one is cut.
 const STDERR_LINE: usize = 4096;
@@ -47,7 +52,7 @@ pub(crate) struct WriteFailed {
 /// The link to one running local server.
 pub(crate) struct Link {
     server: String,
-    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    stdin: tokio::sync::Mutex<Option<Input>>,
     waiters: Mutex<BTreeMap<i64, Waiter>>,
     /// Calls given up on, waiting to learn whether the server still answers them.
     late: Mutex<BTreeMap<i64, oneshot::Sender<()>>>,
@@ -61,9 +66,9 @@ impl Link {
     /// pipes close. `max_line` bounds one message (the server's `max_response_bytes`).
     pub(crate) fn start(
         server: &str,
-        stdin: ChildStdin,
-        stdout: ChildStdout,
-        stderr: ChildStderr,
+        stdin: Input,
+        stdout: Output,
+        stderr: Output,
         max_line: usize,
         redactor: Redactor,
     ) -> Arc<Self> {
@@ -268,7 +273,7 @@ impl Link {
     }
 }
 
-async fn flush(pipe: &mut ChildStdin) -> Result<(), WriteFailed> {
+async fn flush(pipe: &mut Input) -> Result<(), WriteFailed> {
     pipe.flush().await.map_err(|error| WriteFailed {
         partly: true,
         detail: error.to_string(),
@@ -276,7 +281,7 @@ async fn flush(pipe: &mut ChildStdin) -> Result<(), WriteFailed> {
 }
 
 /// Reads the server's stdout, one message per line, until it ends.
-async fn read_stdout(link: Arc<Link>, mut stdout: BufReader<ChildStdout>, max_line: usize) {
+async fn read_stdout(link: Arc<Link>, mut stdout: BufReader<Output>, max_line: usize) {
     let mut line = Vec::new();
     let reason = loop {
         line.clear();
@@ -349,7 +354,7 @@ async fn read_line_capped<R: AsyncBufRead + Unpin>(
 }
 
 /// Logs the server's stderr line by line with its name, each line scrubbed.
-async fn log_stderr(server: String, mut stderr: BufReader<ChildStderr>, redactor: Redactor) {
+async fn log_stderr(server: String, mut stderr: BufReader<Output>, redactor: Redactor) {
     let mut line = Vec::new();
     loop {
         line.clear();

@@ -256,9 +256,9 @@ impl LocalServer {
         });
         let link = Link::start(
             &self.name,
-            spawned.stdin,
-            spawned.stdout,
-            spawned.stderr,
+            Box::new(spawned.stdin),
+            Box::new(spawned.stdout),
+            Box::new(spawned.stderr),
             self.max_line,
             redactor,
         );

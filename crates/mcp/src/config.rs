@@ -185,7 +185,11 @@ impl ServerConfig {
 
     /// The transport as `mcp list` shows it: `http` or `stdio`.
     pub fn transport(&self) -> &'static str {
-        if self.stdio.is_some() { "stdio" } else { "http" }
+        if self.stdio.is_some() {
+            "stdio"
+        } else {
+            "http"
+        }
     }
 
     /// The same server with another protocol policy (M19).

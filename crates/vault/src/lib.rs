@@ -62,7 +62,9 @@ mod witness;
 
 pub use audit::{AuditEvent, AuditRow, VerifyReport};
 pub use delivery::Delivery;
-pub use egress::{CallObserver, DEFAULT_BACKSTOP_TICK, EgressClient, EgressConfig, MAX_TICK};
+pub use egress::{
+    CallObserver, DEFAULT_BACKSTOP_TICK, EgressClient, EgressConfig, MAX_TICK, ProxyLabel,
+};
 pub use envelope::Algorithm;
 pub use error::{EgressError, VaultError};
 pub use exfiltration::Redactor;

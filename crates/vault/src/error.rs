@@ -187,6 +187,13 @@ pub enum EgressError {
         /// Whether the request may have reached the server (a connect timeout did not).
         delivery: Delivery,
     },
+    /// The sandbox's egress proxy does not forward this request (an absolute `https://`
+    /// URL, another scheme); nothing was sent.
+    #[error("not sent: {reason}")]
+    NotProxied {
+        /// Why, and what to send instead.
+        reason: String,
+    },
     /// The sandbox's egress proxy was stopped while a connection it made was open; the
     /// connection was dropped.
     #[error("runwarden stopped the proxy while the connection to {host} was open")]
@@ -291,6 +298,7 @@ impl EgressError {
             | Self::AuditUnavailable { .. }
             | Self::Held { .. }
             | Self::SecretExfiltration { .. }
+            | Self::NotProxied { .. }
             | Self::Store(_) => Delivery::NotSent,
             Self::CancelledInFlight { .. } | Self::Backstop { .. } | Self::ProxyStopped { .. } => {
                 Delivery::MaybeDelivered

@@ -337,10 +337,6 @@ async fn garbage_and_an_oversized_head_are_rejected_without_a_row() {
     let cases = [
         ("hello there\r\n\r\n", "400 Bad Request"),
         ("GET / HTTP/1.1\r\nHost: x\r\n\r\n", "400 Bad Request"),
-        (
-            "GET https://example.com/ HTTP/1.1\r\n\r\n",
-            "400 Bad Request",
-        ),
         ("CONNECT example.com HTTP/1.1\r\n\r\n", "400 Bad Request"),
     ];
     for (head, status) in cases {
@@ -497,4 +493,71 @@ async fn verify_counts_a_proxy_intent_without_its_outcome_as_incomplete() {
     p.row_written(action::PROXY_CONNECT).await;
     let report = p.f.vault.audit_verify().await.unwrap();
     assert_eq!(report.incomplete_calls, 0);
+}
+
+#[tokio::test]
+async fn bytes_sent_right_after_the_connect_head_reach_the_target() {
+    let mut p = loopback_proxy().await;
+    let target = echo_server().await;
+    let mut stream = ask(
+        p.addr,
+        &format!("CONNECT {target} HTTP/1.1\r\n\r\nearly bytes"),
+    )
+    .await;
+    assert!(read_head(&mut stream).await.starts_with("HTTP/1.1 200 "));
+    stream.shutdown().await.unwrap();
+    let mut echoed = Vec::new();
+    stream.read_to_end(&mut echoed).await.unwrap();
+    assert_eq!(echoed, b"early bytes");
+    p.row_written(action::PROXY_CONNECT).await;
+}
+
+/// A resolver whose lookups never end, and that says when it is asked.
+struct Hanging(mpsc::UnboundedSender<()>);
+
+#[async_trait::async_trait]
+impl Resolver for Hanging {
+    async fn resolve(&self, _: &str) -> std::io::Result<Vec<std::net::IpAddr>> {
+        let _ = self.0.send(());
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn stop_during_a_slow_lookup_ends_the_connection_and_leaves_no_row() {
+    let (asked, mut lookups) = mpsc::unbounded_channel();
+    let mut p = proxy(&[], Arc::new(Hanging(asked))).await;
+    let stream = ask(p.addr, "CONNECT slow.test:443 HTTP/1.1\r\n\r\n").await;
+    tokio::time::timeout(WAIT, lookups.recv()).await.unwrap();
+    p.stop.cancel();
+    tokio::time::timeout(WAIT, &mut p.served)
+        .await
+        .expect("the proxy ended in time")
+        .unwrap();
+    assert_eq!(answer_of(stream).await, "", "closed without an answer");
+    assert!(p.audit().await.is_empty());
+}
+
+#[tokio::test]
+async fn an_absolute_https_url_is_refused_with_400_and_a_row_naming_its_target() {
+    let p = loopback_proxy().await;
+    let target = silent_target();
+    let host = target.local_addr().unwrap();
+    let head = format!("GET https://{host}/a?k=v HTTP/1.1\r\n\r\n");
+    let answer = proxy_answer(p.addr, &head).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+        "{answer}"
+    );
+    let line = "send https through CONNECT host:443, not as an absolute https:// URL";
+    assert!(answer.ends_with(&format!("\r\n\r\n{line}\n")), "{answer}");
+    let row = p.f.only_audit_row().await.event;
+    assert_eq!(row.action, action::PROXY_REQUEST_REFUSED);
+    assert_eq!(
+        (row.method.as_str(), row.path.as_str(), row.status),
+        ("GET", "/a", 400)
+    );
+    assert_eq!(row.host, host.to_string());
+    assert_eq!(row.error, Some(format!("not sent: {line}")));
+    assert!(saw_no_connection(&target));
 }

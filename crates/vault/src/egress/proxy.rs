@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use super::EgressClient;
 use crate::delivery::Delivery;
 use crate::error::EgressError;
-use crate::guard::{self, VettedTarget};
+use crate::guard::{self, GuardRefusal, VettedTarget};
 use crate::scrub::Scrubber;
 use crate::signal::CancellationSignal;
 
@@ -61,8 +61,9 @@ impl EgressClient {
         let mut connections = JoinSet::new();
         loop {
             let accepted = tokio::select! {
-                accepted = listener.accept() => accepted,
+                biased;
                 () = self.stopped(&*stop) => break,
+                accepted = listener.accept() => accepted,
                 Some(_) = connections.join_next() => continue,
             };
             match accepted {
@@ -113,8 +114,9 @@ impl EgressClient {
         stop: Arc<dyn CancellationSignal>,
     ) {
         let head = tokio::select! {
-            head = head::read_head(&mut client) => head,
+            biased;
             () = self.stopped(&*stop) => return,
+            head = head::read_head(&mut client) => head,
         };
         let head = match head {
             Ok(head) => head,
@@ -132,12 +134,32 @@ impl EgressClient {
                 return answer(&mut client, 503, line).await;
             }
         };
-        let Some((record, target)) = self.admit(&mut client, &head, &label, &scrubber).await else {
+        if let Ask::Forward(forward) = &head.ask
+            && let Some(line) = forward.not_http()
+        {
+            // Not forwarded, but it names a target: the row says who tried what.
+            let (written, path) = written_target(&forward.url);
+            let record = ProxyRecord::new(Kind::Request, &forward.method, written, path, &label);
+            let error = EgressError::NotProxied {
+                reason: line.into(),
+            };
+            self.proxy_refused(&record, 400, error, &scrubber).await;
+            return answer(&mut client, 400, line).await;
+        }
+        // A lookup can be slow; a stop before the guard has decided leaves nothing behind.
+        let (record, vetted) = tokio::select! {
+            biased;
+            () = self.stopped(&*stop) => return,
+            vetted = self.vet(&head, &label) => vetted,
+        };
+        let Some((record, target)) = self.admit(&mut client, record, vetted, &scrubber).await
+        else {
             return;
         };
         let opened = tokio::select! {
-            opened = self.open(&target) => opened,
+            biased;
             () = self.stopped(&*stop) => Err(EgressError::ProxyStopped { host: record.host.clone() }),
+            opened = self.open(&target) => opened,
         };
         let upstream = match opened {
             Ok(upstream) => upstream,
@@ -159,36 +181,40 @@ impl EgressClient {
         self.proxy_ended(&record, ending, &scrubber).await;
     }
 
-    /// The guard and the intent row: the record and the vetted target of a connection
-    /// that may be made, or `None` once the client has its refusal and the row is written.
-    async fn admit(
+    /// V4: the guard's decision on the head's target, and the record of its rows.
+    async fn vet(
         &self,
-        client: &mut TcpStream,
         head: &Head,
         label: &ProxyLabel,
-        scrubber: &Scrubber,
-    ) -> Option<(ProxyRecord, VettedTarget)> {
+    ) -> (ProxyRecord, Result<VettedTarget, GuardRefusal>) {
         let policy = &self.config.policy;
         let resolver = &*self.resolver;
-        let (mut record, vetted) = match &head.ask {
+        match &head.ask {
             Ask::Tunnel { host, port } => {
                 let written = host_port(host, *port);
                 let record =
                     ProxyRecord::new(Kind::Tunnel, "CONNECT", written, String::new(), label);
-                (
-                    record,
-                    guard::vet_authority(policy, resolver, host, *port).await,
-                )
+                let vetted = guard::vet_authority(policy, resolver, host, *port).await;
+                (record, vetted)
             }
             Ask::Forward(forward) => {
                 let (written, path) = written_target(&forward.url);
                 let record = ProxyRecord::new(Kind::Request, &forward.method, written, path, label);
-                (
-                    record,
-                    guard::vet_target(policy, resolver, &forward.url).await,
-                )
+                let vetted = guard::vet_target(policy, resolver, &forward.url).await;
+                (record, vetted)
             }
-        };
+        }
+    }
+
+    /// The refusal or the intent row: the record and the vetted target of a connection
+    /// that may be made, or `None` once the client has its refusal and the row is written.
+    async fn admit(
+        &self,
+        client: &mut TcpStream,
+        mut record: ProxyRecord,
+        vetted: Result<VettedTarget, GuardRefusal>,
+        scrubber: &Scrubber,
+    ) -> Option<(ProxyRecord, VettedTarget)> {
         let target = match vetted {
             Ok(target) => target,
             Err(refusal) => {
@@ -249,12 +275,13 @@ impl EgressClient {
             tokio::io::copy_bidirectional(&mut client, &mut upstream).await
         };
         let error = tokio::select! {
+            biased;
+            () = self.stopped(stop) => Some(EgressError::ProxyStopped { host: host.to_string() }),
             copied = copied => copied.err().map(|error| EgressError::Transport {
                 host: host.to_string(),
                 detail: error.to_string(),
                 delivery: Delivery::MaybeDelivered,
             }),
-            () = self.stopped(stop) => Some(EgressError::ProxyStopped { host: host.to_string() }),
         };
         Ending {
             status: status.or(upstream.answered_status()).unwrap_or(0),

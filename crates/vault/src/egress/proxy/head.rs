@@ -156,7 +156,7 @@ fn parse(buf: &[u8]) -> Result<Option<(Ask, usize)>, HeadError> {
             .collect();
         Ask::Forward(Forward {
             method: method.to_string(),
-            url: absolute_http(target)?.to_string(),
+            url: absolute(target)?.to_string(),
             minor,
             fields,
         })
@@ -184,23 +184,31 @@ fn split_authority(target: &str) -> Option<(String, u16)> {
     Some((host.to_string(), port))
 }
 
-/// The target of a request to forward: an absolute `http://` URL, nothing else.
-fn absolute_http(target: &str) -> Result<&str, HeadError> {
-    let scheme = target
-        .split_once("://")
-        .map(|(s, _)| s.to_ascii_lowercase());
-    match scheme.as_deref() {
-        Some("http") => Ok(target),
-        Some("https") => Err(rejected(
-            400,
-            "send https through CONNECT host:443, not as an absolute https:// URL",
-        )),
-        Some(_) => Err(rejected(
-            400,
-            "runwarden's proxy forwards only http:// URLs; use CONNECT host:port for anything else",
-        )),
-        None if target.starts_with('/') => Err(rejected(400, format!("{TAKES}, not a path alone"))),
-        None => Err(rejected(400, TAKES)),
+/// The target of a request to forward: an absolute URL (`scheme://...`), of any scheme
+/// so that a refusal can name its target ([`Forward::not_http`]).
+fn absolute(target: &str) -> Result<&str, HeadError> {
+    let scheme = target.split_once("://").map(|(scheme, _)| scheme);
+    let plain = |b: u8| b.is_ascii_alphanumeric() || b"+-.".contains(&b);
+    match scheme {
+        Some(scheme) if !scheme.is_empty() && scheme.bytes().all(plain) => Ok(target),
+        _ if target.starts_with('/') => Err(rejected(400, format!("{TAKES}, not a path alone"))),
+        _ => Err(rejected(400, TAKES)),
+    }
+}
+
+impl Forward {
+    /// Why this request is not forwarded, when its URL is not `http://`: one line.
+    pub(super) fn not_http(&self) -> Option<&'static str> {
+        let (scheme, _) = self.url.split_once("://")?;
+        if scheme.eq_ignore_ascii_case("http") {
+            None
+        } else if scheme.eq_ignore_ascii_case("https") {
+            Some("send https through CONNECT host:443, not as an absolute https:// URL")
+        } else {
+            Some(
+                "runwarden's proxy forwards only http:// URLs; use CONNECT host:port for anything else",
+            )
+        }
     }
 }
 
@@ -313,17 +321,26 @@ mod tests {
     }
 
     #[test]
-    fn only_an_absolute_http_url_is_forwarded() {
+    fn only_an_absolute_url_is_read_and_only_http_is_forwarded() {
         let text = "GET http://example.com/a?b=1 HTTP/1.1\r\nAccept: */*\r\n\r\n";
         let (Ask::Forward(forward), _) = ask(text).unwrap().unwrap() else {
             panic!("not a forward");
         };
         assert_eq!(forward.url, "http://example.com/a?b=1");
         assert_eq!((forward.method.as_str(), forward.minor), ("GET", 1));
+        assert_eq!(forward.not_http(), None);
         for text in [
-            "GET / HTTP/1.1\r\n\r\n",
             "GET https://example.com/ HTTP/1.1\r\n\r\n",
             "GET ftp://example.com/ HTTP/1.1\r\n\r\n",
+        ] {
+            let (Ask::Forward(forward), _) = ask(text).unwrap().unwrap() else {
+                panic!("not a forward");
+            };
+            assert!(forward.not_http().is_some(), "{text:?}");
+        }
+        for text in [
+            "GET / HTTP/1.1\r\n\r\n",
+            "GET /a://b HTTP/1.1\r\n\r\n",
             "GET example.com HTTP/1.1\r\n\r\n",
             "\u{16}\u{3}\u{1}garbage\r\n\r\n",
             "hello there\r\n\r\n",

@@ -349,6 +349,45 @@ mod tests {
         }
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_head_that_does_not_end_within_the_timeout_is_rejected_with_408() {
+        let (mut near, mut far) = tokio::io::duplex(1024);
+        tokio::io::AsyncWriteExt::write_all(&mut far, b"CONNECT example.com:443 HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        let started = tokio::time::Instant::now();
+        let rejected = read_head(&mut near).await.unwrap_err();
+        assert_eq!(
+            rejected,
+            HeadError::Rejected {
+                status: 408,
+                line: "the request head did not arrive within 10 s".into()
+            }
+        );
+        assert_eq!(started.elapsed(), HEAD_TIMEOUT);
+    }
+
+    #[tokio::test]
+    async fn a_head_over_16_kib_is_rejected_with_431_and_a_closed_client_is_gone() {
+        let (mut near, mut far) = tokio::io::duplex(64 * 1024);
+        let big = format!(
+            "GET http://a/ HTTP/1.1\r\nX: {}\r\n\r\n",
+            "a".repeat(MAX_HEAD)
+        );
+        tokio::io::AsyncWriteExt::write_all(&mut far, big.as_bytes())
+            .await
+            .unwrap();
+        let rejected = read_head(&mut near).await.unwrap_err();
+        assert!(
+            matches!(rejected, HeadError::Rejected { status: 431, .. }),
+            "{rejected:?}"
+        );
+        drop(far);
+        let (mut near, far) = tokio::io::duplex(64);
+        drop(far);
+        assert_eq!(read_head(&mut near).await.unwrap_err(), HeadError::Gone);
+    }
+
     #[test]
     fn too_many_fields_are_rejected() {
         let mut text = String::from("GET http://example.com/ HTTP/1.1\r\n");

@@ -561,3 +561,49 @@ async fn an_absolute_https_url_is_refused_with_400_and_a_row_naming_its_target()
     assert_eq!(row.error, Some(format!("not sent: {line}")));
     assert!(saw_no_connection(&target));
 }
+
+#[tokio::test]
+async fn a_real_http_client_posts_through_the_proxy_with_its_body() {
+    use runwarden_testkit::{HttpReply, TestServer};
+    let mut p = loopback_proxy().await;
+    let mut server = TestServer::start(|request| {
+        HttpReply::text(200, &format!("got {} bytes", request.body.len()))
+    })
+    .await;
+    let proxied = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(format!("http://{}", p.addr)).unwrap())
+        .build()
+        .unwrap();
+    for n in 1..=2 {
+        let answer = proxied
+            .post(server.url("/tools/call"))
+            .body(vec![b'x'; 3000 * n])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        assert_eq!(
+            answer.text().await.unwrap(),
+            format!("got {} bytes", 3000 * n)
+        );
+        let seen = server.next_request(WAIT).await;
+        assert_eq!(
+            (seen.method.as_str(), seen.target.as_str()),
+            ("POST", "/tools/call")
+        );
+        assert_eq!(seen.header("connection"), Some("close"));
+        p.row_written(action::PROXY_REQUEST).await;
+    }
+    let outcomes: Vec<_> = p
+        .audit()
+        .await
+        .into_iter()
+        .filter(|r| r.event.action == action::PROXY_REQUEST)
+        .collect();
+    assert_eq!(outcomes.len(), 2);
+    assert!(
+        outcomes
+            .iter()
+            .all(|r| r.event.success && r.event.method == "POST")
+    );
+}

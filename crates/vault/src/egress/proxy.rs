@@ -21,10 +21,12 @@ use crate::guard::{self, GuardRefusal, VettedTarget};
 use crate::scrub::Scrubber;
 use crate::signal::CancellationSignal;
 
+mod closing;
 mod counted;
 mod head;
 mod record;
 
+use closing::ClosingAnswer;
 use counted::Counted;
 use head::{Ask, Head, HeadError};
 use record::{Ending, Kind, ProxyRecord, host_port};
@@ -268,7 +270,10 @@ impl EgressClient {
                 Ask::Forward(forward) => {
                     upstream
                         .write_all(&head::origin_form(forward, &target.url))
-                        .await?
+                        .await?;
+                    upstream.write_all(&rest).await?;
+                    let mut answer = ClosingAnswer::new(&mut upstream);
+                    return tokio::io::copy_bidirectional(&mut client, &mut answer).await;
                 }
             }
             upstream.write_all(&rest).await?;

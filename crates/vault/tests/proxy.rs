@@ -14,7 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::support::{Fixture, SIGIL, ScriptedResolver, fixture_with};
+use crate::support::{Captured, Fixture, SIGIL, ScriptedResolver, fixture_with};
 
 /// How long a test waits for an event before it fails.
 const WAIT: Duration = Duration::from_secs(10);
@@ -606,4 +606,48 @@ async fn a_real_http_client_posts_through_the_proxy_with_its_body() {
             .iter()
             .all(|r| r.event.success && r.event.method == "POST")
     );
+}
+
+#[tokio::test]
+async fn a_secret_in_a_target_the_proxy_reaches_stays_out_of_its_rows_and_logs() {
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let name = format!("{SIGIL}.test");
+    let resolver = ScriptedResolver::default().with(&name, &["127.0.0.1"], &["127.0.0.1"]);
+    let mut p = proxy(&["127.0.0.1"], Arc::new(resolver)).await;
+    p.f.put_sigil("files-token").await;
+    let target = echo_server().await;
+    let head = format!("CONNECT {name}:{} HTTP/1.1\r\n\r\n", target.port());
+    let mut stream = ask(p.addr, &head).await;
+    assert!(read_head(&mut stream).await.starts_with("HTTP/1.1 200 "));
+    stream.shutdown().await.unwrap();
+    stream.read_to_end(&mut Vec::new()).await.unwrap();
+    p.row_written(action::PROXY_CONNECT).await;
+
+    // The same target while the log cannot be written: the failure is logged.
+    p.f.store
+        .fail_next
+        .store(usize::MAX, std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        proxy_answer(p.addr, &head)
+            .await
+            .starts_with("HTTP/1.1 503 ")
+    );
+    p.f.store
+        .fail_next
+        .store(0, std::sync::atomic::Ordering::SeqCst);
+
+    let rows = format!("{:?}", p.audit().await);
+    assert!(!rows.contains(SIGIL), "{rows}");
+    assert!(rows.contains("[redacted].test:"), "{rows}");
+    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("could not write an intent row"), "{logs}");
+    assert!(!logs.contains(SIGIL), "{logs}");
 }

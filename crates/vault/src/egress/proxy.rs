@@ -230,7 +230,8 @@ impl EgressClient {
         record.vetted(&target);
         // V7: no connection without its intent row on disk.
         if let Err(error) = self.proxy_intent(&mut record, scrubber).await {
-            tracing::error!(%error, host = %record.host, "the egress proxy could not write an intent row");
+            let host = scrubber.text(&record.host);
+            tracing::error!(%error, %host, "the egress proxy could not write an intent row");
             self.proxy_refused(&record, 503, error, scrubber).await;
             let line = format!(
                 "runwarden could not write its audit log, so it did not connect to {}: try again later",

@@ -43,7 +43,8 @@ pub enum GuardRefusal {
     },
     /// The host resolves to (or is) an address in a forbidden range.
     #[error(
-        "host {host:?} resolves to {addr} in {range}; add it to [egress] allow if this is intended"
+        "{}; add it to [egress] allow if this is intended",
+        forbidden(host, addr, range)
     )]
     ForbiddenAddress {
         /// The normalised host.
@@ -59,6 +60,15 @@ pub enum GuardRefusal {
         /// The normalised host.
         host: String,
     },
+}
+
+/// Where a refused address lies: an address written as such "is in" its range, a name
+/// "resolves to" it.
+fn forbidden(host: &str, addr: &IpAddr, range: &str) -> String {
+    match host == addr.to_string() {
+        true => format!("{addr} is in {range}"),
+        false => format!("host {host:?} resolves to {addr} in {range}"),
+    }
 }
 
 /// A target that passed the guard: where the connection may go, and nowhere else.
@@ -533,6 +543,24 @@ mod tests {
             let _ = vet_target(&empty, &resolver, url).await;
             assert_eq!(resolver.calls(), i + 1, "{url}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_refused_address_is_in_its_range_and_a_refused_name_resolves_to_it() {
+        let literal = vet(&[], "http://169.254.169.254/")
+            .await
+            .expect_err("literal");
+        assert_eq!(
+            literal.to_string(),
+            "169.254.169.254 is in link-local 169.254.0.0/16 (cloud metadata); add it to \
+             [egress] allow if this is intended"
+        );
+        let name = vet(&[], "http://metadata.test/").await.expect_err("name");
+        assert!(
+            name.to_string()
+                .starts_with("host \"metadata.test\" resolves to 169.254.169.254 in link-local"),
+            "{name}"
+        );
     }
 
     #[tokio::test]

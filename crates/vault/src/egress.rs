@@ -36,7 +36,7 @@ mod wire;
 use crate::message::{EgressRequest, EgressResponse};
 use config::MAX_BACKSTOP_TICK;
 pub use config::{DEFAULT_BACKSTOP_TICK, EgressConfig, MAX_TICK};
-pub use proxy::ProxyLabel;
+pub use proxy::{PROXY_MAX_CONNECTIONS, ProxyLabel};
 use record::CallRecord;
 use wire::PinTable;
 

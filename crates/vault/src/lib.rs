@@ -65,7 +65,8 @@ mod witness;
 pub use audit::{AuditEvent, AuditRow, VerifyReport};
 pub use delivery::Delivery;
 pub use egress::{
-    CallObserver, DEFAULT_BACKSTOP_TICK, EgressClient, EgressConfig, MAX_TICK, ProxyLabel,
+    CallObserver, DEFAULT_BACKSTOP_TICK, EgressClient, EgressConfig, MAX_TICK,
+    PROXY_MAX_CONNECTIONS, ProxyLabel,
 };
 pub use envelope::Algorithm;
 pub use error::{EgressError, VaultError};

@@ -651,3 +651,44 @@ async fn a_secret_in_a_target_the_proxy_reaches_stays_out_of_its_rows_and_logs()
     assert!(logs.contains("could not write an intent row"), "{logs}");
     assert!(!logs.contains(SIGIL), "{logs}");
 }
+
+#[tokio::test]
+async fn past_its_cap_the_proxy_takes_the_next_connection_only_when_one_has_ended() {
+    let mut p = loopback_proxy().await;
+    let mut idle = Vec::new();
+    for _ in 0..runwarden_vault::PROXY_MAX_CONNECTIONS {
+        idle.push(TcpStream::connect(p.addr).await.unwrap());
+    }
+    // One more asks for a tunnel while every slot is taken.
+    let held_target = echo_server().await;
+    let mut held = ask(p.addr, &format!("CONNECT {held_target} HTTP/1.1\r\n\r\n")).await;
+    // One of the first ends its own tunnel, which frees its slot.
+    let first_target = echo_server().await;
+    let mut first = idle.pop().unwrap();
+    first
+        .write_all(format!("CONNECT {first_target} HTTP/1.1\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    assert!(read_head(&mut first).await.starts_with("HTTP/1.1 200 "));
+    first.shutdown().await.unwrap();
+    first.read_to_end(&mut Vec::new()).await.unwrap();
+    p.row_written(action::PROXY_CONNECT).await;
+    // Only now is the held connection taken: its intent follows the first's outcome.
+    assert!(read_head(&mut held).await.starts_with("HTTP/1.1 200 "));
+    let rows = p.audit().await;
+    let hosts: Vec<(&str, String)> = rows
+        .iter()
+        .map(|r| (r.event.action.as_str(), r.event.host.clone()))
+        .collect();
+    let first_host = first_target.to_string();
+    let held_host = held_target.to_string();
+    assert_eq!(
+        hosts[..3],
+        [
+            (action::PROXY_CONNECT_STARTED, first_host.clone()),
+            (action::PROXY_CONNECT, first_host),
+            (action::PROXY_CONNECT_STARTED, held_host),
+        ],
+        "{rows:#?}"
+    );
+}

@@ -41,6 +41,11 @@ pub struct ProxyLabel {
     pub reason: String,
 }
 
+/// The most connections the proxy holds open at once. Past it, it accepts the next only
+/// when one has ended (the kernel's backlog holds the rest), so a child cannot spend the
+/// process's tasks, sockets and audit log without bound.
+pub const PROXY_MAX_CONNECTIONS: usize = 256;
+
 /// The pause after a failed accept (out of file descriptors, say) before the next one.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
@@ -48,7 +53,7 @@ impl EgressClient {
     /// Serves HTTP proxy requests on `listener` until `stop` says cancelled: `CONNECT
     /// host:port` tunnels and plain HTTP requests in absolute form, each connection on
     /// its own task, each target vetted by the guard and audited like the vault's own
-    /// calls. When `stop` fires it stops accepting, ends every open connection (writing
+    /// calls; at most [`PROXY_MAX_CONNECTIONS`] at once. When `stop` fires it stops accepting, ends every open connection (writing
     /// its outcome row) and returns once all have ended.
     ///
     /// `stop` is asked whenever it wakes, and at the client's tick (a signal that cannot
@@ -62,10 +67,11 @@ impl EgressClient {
         let label = Arc::new(label);
         let mut connections = JoinSet::new();
         loop {
+            let full = connections.len() >= PROXY_MAX_CONNECTIONS;
             let accepted = tokio::select! {
                 biased;
                 () = self.stopped(&*stop) => break,
-                accepted = listener.accept() => accepted,
+                accepted = listener.accept(), if !full => accepted,
                 Some(_) = connections.join_next() => continue,
             };
             match accepted {

@@ -272,19 +272,20 @@ impl EgressClient {
                 Ask::Tunnel { .. } => {
                     client
                         .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                        .await?
+                        .await?;
+                    upstream.write_all(&rest).await?;
+                    tokio::io::copy_bidirectional(&mut client, &mut upstream).await
                 }
                 Ask::Forward(forward) => {
                     upstream
                         .write_all(&head::origin_form(forward, &target.url))
                         .await?;
                     upstream.write_all(&rest).await?;
+                    // The answer's head tells the client the connection ends with it.
                     let mut answer = ClosingAnswer::new(&mut upstream);
-                    return tokio::io::copy_bidirectional(&mut client, &mut answer).await;
+                    tokio::io::copy_bidirectional(&mut client, &mut answer).await
                 }
             }
-            upstream.write_all(&rest).await?;
-            tokio::io::copy_bidirectional(&mut client, &mut upstream).await
         };
         let error = tokio::select! {
             biased;

@@ -54,6 +54,34 @@ pub mod action {
     /// Secrets were read to be set in a local program's environment at its start (a
     /// local MCP server). `secret` names them, comma-separated; no value is recorded.
     pub const ENVIRONMENT_PLACED: &str = "environment_placed";
+    /// The intent of a tunnel the sandbox's egress proxy is about to open for a `CONNECT`
+    /// (V10), committed before it connects. Its outcome row (`proxy_connect`) names it.
+    /// The host is `host:port`, the method `CONNECT`, the actor whom the proxy serves.
+    pub const PROXY_CONNECT_STARTED: &str = "proxy_connect_started";
+    /// A proxied tunnel ended (V10), or could not be opened (status 502). Status 200 is
+    /// the proxy's own answer; the reason ends with the bytes sent each way.
+    pub const PROXY_CONNECT: &str = "proxy_connect";
+    /// The proxy refused a `CONNECT` before connecting (V10): the guard refused the target
+    /// (status 403) or the intent row could not be written (status 503).
+    pub const PROXY_CONNECT_REFUSED: &str = "proxy_connect_refused";
+    /// The intent of a plain HTTP request the sandbox's egress proxy is about to forward
+    /// (V10), committed before it connects. Its outcome row (`proxy_request`) names it.
+    pub const PROXY_REQUEST_STARTED: &str = "proxy_request_started";
+    /// A forwarded plain HTTP request ended (V10): the status is the target's, 0 when it
+    /// answered nothing, 502 when it could not be reached.
+    pub const PROXY_REQUEST: &str = "proxy_request";
+    /// The proxy refused a plain HTTP request before connecting (V10), as
+    /// `proxy_connect_refused` does a tunnel.
+    pub const PROXY_REQUEST_REFUSED: &str = "proxy_request_refused";
+
+    /// True for an intent row: written before bytes leave, its outcome is a later row that
+    /// names it in `intent_id`.
+    pub fn is_intent(action: &str) -> bool {
+        matches!(
+            action,
+            HTTP_CALL_STARTED | PROXY_CONNECT_STARTED | PROXY_REQUEST_STARTED | STDIO_CALL_STARTED
+        )
+    }
 }
 
 /// What the vault records about one outbound call; the store adds the id and the links.
@@ -216,8 +244,9 @@ pub struct VerifyReport {
     pub first_bad_row: Option<i64>,
     /// What is wrong, when broken.
     pub problem: Option<String>,
-    /// How many intent rows (`http_call_started`) have no completion row: calls whose
-    /// process stopped, or that are still waiting, before their outcome was written.
+    /// How many intent rows (`http_call_started`, and the proxy's `proxy_*_started`) have no
+    /// completion row: calls whose process stopped, or that are still waiting, before
+    /// their outcome was written.
     pub incomplete_calls: u64,
     /// How many rows the anchor file outside the database records, when one was read.
     pub anchored_rows: Option<i64>,

@@ -26,7 +26,7 @@ impl AuditChain {
                 if let Some(broken) = self.row_break(&row, expected_id, &prev_hash) {
                     return Ok(broken);
                 }
-                if row.event.action == action::HTTP_CALL_STARTED {
+                if action::is_intent(&row.event.action) {
                     open_intents.insert(row.id);
                 }
                 if let Some(intent) = row.event.intent_id {

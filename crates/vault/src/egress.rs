@@ -5,7 +5,9 @@
 //! exfiltration check, the placement, the audit intent, the send, and the scrub and
 //! outcome row. The steps live beside it: the settings (`config`), the wire request and
 //! transfer (`wire`), cancel in flight (`drive`), the audit rows (`record`), what an ended
-//! transfer means (`outcome`), and the exfiltration refusals (`exfiltration`).
+//! transfer means (`outcome`), and the exfiltration refusals (`exfiltration`). The
+//! sandbox's egress proxy (`proxy`, [`EgressClient::serve_proxy`]) puts the connections
+//! of a local MCP server under the same guard and audit.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,12 +31,14 @@ mod environment;
 pub use environment::EnvironmentFor;
 mod exfiltration;
 mod outcome;
+mod proxy;
 mod record;
 mod wire;
 
 use crate::message::{EgressRequest, EgressResponse};
 use config::MAX_BACKSTOP_TICK;
 pub use config::{DEFAULT_BACKSTOP_TICK, EgressConfig, MAX_TICK};
+pub use proxy::{PROXY_MAX_CONNECTIONS, ProxyLabel};
 use record::CallRecord;
 use wire::PinTable;
 

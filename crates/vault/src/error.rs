@@ -187,6 +187,20 @@ pub enum EgressError {
         /// Whether the request may have reached the server (a connect timeout did not).
         delivery: Delivery,
     },
+    /// The sandbox's egress proxy does not forward this request (an absolute `https://`
+    /// URL, another scheme); nothing was sent.
+    #[error("not sent: {reason}")]
+    NotProxied {
+        /// Why, and what to send instead.
+        reason: String,
+    },
+    /// The sandbox's egress proxy was stopped while a connection it made was open; the
+    /// connection was dropped.
+    #[error("runwarden stopped the proxy while the connection to {host} was open")]
+    ProxyStopped {
+        /// The target, `host:port`.
+        host: String,
+    },
     /// The wall-clock backstop ended a transfer that its own timeout failed to end.
     #[error("the wall-clock backstop of {:.1} s ended the call to {host}", after.as_secs_f64())]
     Backstop {
@@ -284,8 +298,11 @@ impl EgressError {
             | Self::AuditUnavailable { .. }
             | Self::Held { .. }
             | Self::SecretExfiltration { .. }
+            | Self::NotProxied { .. }
             | Self::Store(_) => Delivery::NotSent,
-            Self::CancelledInFlight { .. } | Self::Backstop { .. } => Delivery::MaybeDelivered,
+            Self::CancelledInFlight { .. } | Self::Backstop { .. } | Self::ProxyStopped { .. } => {
+                Delivery::MaybeDelivered
+            }
             Self::Timeout { delivery, .. }
             | Self::Transport { delivery, .. }
             | Self::SignalPanicked { delivery, .. } => *delivery,

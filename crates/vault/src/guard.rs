@@ -43,7 +43,8 @@ pub enum GuardRefusal {
     },
     /// The host resolves to (or is) an address in a forbidden range.
     #[error(
-        "host {host:?} resolves to {addr} in {range}; add it to [egress] allow if this is intended"
+        "{}; add it to [egress] allow if this is intended",
+        forbidden(host, addr, range)
     )]
     ForbiddenAddress {
         /// The normalised host.
@@ -59,6 +60,15 @@ pub enum GuardRefusal {
         /// The normalised host.
         host: String,
     },
+}
+
+/// Where a refused address lies: an address written as such "is in" its range, a name
+/// "resolves to" it.
+fn forbidden(host: &str, addr: &IpAddr, range: &str) -> String {
+    match host == addr.to_string() {
+        true => format!("{addr} is in {range}"),
+        false => format!("host {host:?} resolves to {addr} in {range}"),
+    }
 }
 
 /// A target that passed the guard: where the connection may go, and nowhere else.
@@ -186,6 +196,26 @@ pub(crate) async fn vet_target(
         addrs,
         ip_literal: literal.is_some(),
     })
+}
+
+/// Decides whether `host` on `port` (the target of a proxy's `CONNECT`) may be reached
+/// under `policy`: the very rules of [`vet_target`], on the URL `http://host:port/`. A
+/// host with a character that would change what that URL means is refused as written.
+pub(crate) async fn vet_authority(
+    policy: &EgressPolicy,
+    resolver: &dyn Resolver,
+    host: &str,
+    port: u16,
+) -> Result<VettedTarget, GuardRefusal> {
+    let plain = |b: u8| b.is_ascii_alphanumeric() || b"-._:".contains(&b);
+    if host.is_empty() || !host.bytes().all(plain) {
+        return Err(invalid("the target is not host:port"));
+    }
+    let url = match host.contains(':') {
+        true => format!("http://[{host}]:{port}/"),
+        false => format!("http://{host}:{port}/"),
+    };
+    vet_target(policy, resolver, &url).await
 }
 
 fn invalid(reason: &str) -> GuardRefusal {
@@ -513,6 +543,56 @@ mod tests {
             let _ = vet_target(&empty, &resolver, url).await;
             assert_eq!(resolver.calls(), i + 1, "{url}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_refused_address_is_in_its_range_and_a_refused_name_resolves_to_it() {
+        let literal = vet(&[], "http://169.254.169.254/")
+            .await
+            .expect_err("literal");
+        assert_eq!(
+            literal.to_string(),
+            "169.254.169.254 is in link-local 169.254.0.0/16 (cloud metadata); add it to \
+             [egress] allow if this is intended"
+        );
+        let name = vet(&[], "http://metadata.test/").await.expect_err("name");
+        assert!(
+            name.to_string()
+                .starts_with("host \"metadata.test\" resolves to 169.254.169.254 in link-local"),
+            "{name}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_authority_is_vetted_by_the_rules_of_a_url() {
+        let empty = EgressPolicy::default();
+        let resolver = TestResolver::new();
+        let vet = |host: &'static str, port| vet_authority(&empty, &resolver, host, port);
+        let target = vet("public.test", 443).await.expect("public name");
+        assert_eq!(
+            (target.port, target.addrs.clone()),
+            (443, vec![ip("93.184.216.34")])
+        );
+        vet("2606:4700:4700::1111", 443).await.expect("public v6");
+        for (host, expected) in [
+            ("169.254.169.254", Kind::Forbidden),
+            ("::1", Kind::Forbidden),
+            ("metadata.test", Kind::Forbidden),
+            ("2130706433", Kind::Legacy),
+            ("0x7f.1", Kind::Legacy),
+            ("nowhere.test", Kind::Unresolvable),
+            ("user@public.test", Kind::Invalid),
+            ("public.test/x", Kind::Invalid),
+            ("", Kind::Invalid),
+        ] {
+            let refusal = vet(host, 80).await.expect_err(host);
+            assert_eq!(kind(&refusal), expected, "{host:?}: {refusal}");
+        }
+        let allowed = policy(&["127.0.0.1"]);
+        let target = vet_authority(&allowed, &resolver, "127.0.0.1", 8080)
+            .await
+            .expect("allowed");
+        assert_eq!(target.port, 8080);
     }
 
     #[tokio::test]

@@ -15,6 +15,8 @@
 //!   [`Resolver`]), places the credential, bounds and cancels the transfer, and audits
 //!   the call: an intent row committed before any byte leaves (nothing is sent if it
 //!   cannot be), then the outcome row naming it.
+//! - [`EgressClient::serve_proxy`] serves the egress proxy of a local MCP server's sandbox
+//!   (`CONNECT` and plain HTTP), each connection under the same guard and audit.
 //! - [`store::VaultStore`] is the storage seam a backend implements.
 //!
 //! ```no_run
@@ -64,6 +66,7 @@ pub use audit::{AuditEvent, AuditRow, VerifyReport};
 pub use delivery::Delivery;
 pub use egress::{
     CallObserver, DEFAULT_BACKSTOP_TICK, EgressClient, EgressConfig, EnvironmentFor, MAX_TICK,
+    PROXY_MAX_CONNECTIONS, ProxyLabel,
 };
 pub use envelope::Algorithm;
 pub use error::{EgressError, VaultError};

@@ -1,27 +1,11 @@
 //! V2: a sigil secret never appears in logs, error text, `Debug` output or audit rows.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use runwarden_vault::{CancelFlag, Credential, EgressRequest, Method, Placement};
 
-use crate::support::{SIGIL, fixture};
+use crate::support::{Captured, SIGIL, fixture};
 use runwarden_testkit::{HttpReply, TestServer};
-
-/// Collects everything the tracing subscriber writes.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[tokio::test]
 async fn a_sigil_never_leaks_into_logs_errors_debug_or_audit_rows() {

@@ -10,4 +10,5 @@ mod exfiltration;
 mod failures;
 mod hostile;
 mod placement;
+mod proxy;
 mod secrecy;

@@ -43,7 +43,7 @@ impl<'a> RowView<'a> {
     pub(crate) async fn all(vault: &Vault, rows: &'a [AuditRow]) -> anyhow::Result<Vec<Self>> {
         let intents: Vec<i64> = rows
             .iter()
-            .filter(|r| r.event.action == action::HTTP_CALL_STARTED)
+            .filter(|r| action::is_intent(&r.event.action))
             .map(|r| r.id)
             .collect();
         let incomplete = vault.audit_incomplete(intents).await?;
@@ -51,7 +51,7 @@ impl<'a> RowView<'a> {
             .iter()
             .map(|row| {
                 let mut view = Self::new(row);
-                if row.event.action == action::HTTP_CALL_STARTED {
+                if action::is_intent(&row.event.action) {
                     let open = incomplete.binary_search(&row.id).is_ok();
                     view.incomplete = Some(open);
                     view.outcome = open.then_some(NO_OUTCOME);
@@ -105,4 +105,34 @@ pub(crate) fn row_line(row: &Value) -> String {
         line.push_str(&format!(" INCOMPLETE: {outcome}"));
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::row_line;
+
+    #[test]
+    fn an_intent_of_the_sandbox_proxy_prints_as_an_intent_not_a_failure() {
+        for action in ["proxy_connect_started", "proxy_request_started"] {
+            let row = json!({
+                "id": 7, "time": "2026-12-05 04:00:00", "action": action, "success": false,
+                "method": "CONNECT", "host": "example.com:443", "path": "", "status": 0,
+                "duration_ms": 0, "incomplete": true,
+                "outcome": super::NO_OUTCOME,
+            });
+            let line = row_line(&row);
+            assert!(
+                line.contains(&format!("{action} intent CONNECT example.com:443")),
+                "{line}"
+            );
+            assert!(
+                line.ends_with(
+                    "INCOMPLETE: no outcome recorded: the process stopped or is still waiting"
+                ),
+                "{line}"
+            );
+        }
+    }
 }

@@ -73,5 +73,7 @@ pub(crate) fn run_request_hash(
 /// Whether an audit row (as JSON) is an intent: written before a call is sent, its outcome
 /// is a later row. The CLI and the console count it as an intent, never as a failure.
 pub(crate) fn is_intent(row: &Value) -> bool {
-    row["action"] == runwarden_vault::audit::action::HTTP_CALL_STARTED
+    row["action"]
+        .as_str()
+        .is_some_and(runwarden_vault::audit::action::is_intent)
 }

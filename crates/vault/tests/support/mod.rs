@@ -314,3 +314,17 @@ impl Fixture {
         rows.into_iter().next().unwrap()
     }
 }
+
+/// Collects everything the tracing subscriber writes.
+#[derive(Clone, Default)]
+pub struct Captured(pub Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use runwarden_vault::{EgressClient, EnvironmentFor, Redactor};
+use runwarden_vault::{CancelFlag, EgressClient, EnvironmentFor, ProxyLabel, Redactor};
 use tokio::sync::watch;
 
 use super::config::{EnvValue, SandboxMode, StdioConfig};
@@ -374,9 +374,19 @@ impl LocalServer {
         });
     }
 
+    /// Serves the vault's egress proxy on the sandbox's listener until the process ends.
     fn serve_proxy(&self, listener: tokio::net::TcpListener, process: &Process) {
-        // Wired to the vault's egress proxy once it lands; until then nothing answers.
-        let _ = (listener, process);
+        let label = ProxyLabel {
+            actor: format!("mcp:{}", self.name),
+            reason: format!("sandbox egress of mcp server {}", self.name),
+        };
+        let stop = Arc::new(CancelFlag::new());
+        let (done, flag) = (process.done.clone(), stop.clone());
+        tokio::spawn(async move {
+            done.wait().await;
+            flag.cancel();
+        });
+        tokio::spawn(self.egress.clone().serve_proxy(listener, label, stop));
     }
 }
 

@@ -8,6 +8,7 @@
 mod support;
 
 mod peer;
+mod sandbox;
 mod servers;
 mod shape;
 mod stateless;

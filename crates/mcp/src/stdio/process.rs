@@ -91,11 +91,11 @@ impl Process {
         let answered = self.link.answered_late(id);
         let process = self.clone();
         tokio::spawn(async move {
-            if matches!(tokio::time::timeout(grace, answered).await, Ok(Ok(()))) {
-                return;
-            }
-            if process.exit.borrow().is_some() {
-                return;
+            match tokio::time::timeout(grace, answered).await {
+                // It answered (the call ended), or its stdout closed (it is ending).
+                Ok(_) => return,
+                Err(_) if process.exit.borrow().is_some() => return,
+                Err(_) => {}
             }
             process.retired.store(true, Ordering::Release);
             loop {
@@ -211,7 +211,11 @@ impl LocalServer {
         if let Some(old) = old {
             let young = old.started.elapsed() < YOUNG && old.exit.borrow().is_some();
             backoff.young_deaths = if young { backoff.young_deaths + 1 } else { 0 };
-            old.stop(self.config.cancel_grace).await;
+            // A process given up after an ignored cancel finishes its other calls first;
+            // its watch kills it once they are done.
+            if old.in_flight.load(Ordering::Acquire) == 0 {
+                old.stop(self.config.cancel_grace).await;
+            }
         }
         if backoff.young_deaths > 0 {
             let wait = Duration::from_millis(100) * 2u32.saturating_pow(backoff.young_deaths - 1);

@@ -49,7 +49,7 @@ pub(super) fn local_server(
         };
         stdio.env.insert(variable, value);
     }
-    stdio.cwd = section.cwd.take().map(|cwd| resolve(cwd));
+    stdio.cwd = section.cwd.take().map(resolve);
     if let Some(text) = section.sandbox.take() {
         stdio.sandbox = SandboxMode::parse(&text).with_context(|| {
             format!("{at}: unknown sandbox {text:?}: use \"namespace\" (the default) or \"none\"")

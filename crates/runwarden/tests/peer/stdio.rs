@@ -133,7 +133,7 @@ async fn a_local_server_is_added_listed_imported_and_called() {
 async fn killing_runwarden_kills_its_local_server() {
     let sandbox = std::sync::Arc::new(Sandbox::initialised());
     let events = added(&sandbox).await;
-    let mut live = Live::start(
+    let live = Live::start(
         &sandbox,
         &[
             "mcp",

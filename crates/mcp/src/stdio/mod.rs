@@ -5,7 +5,11 @@ mod config;
 // The process a local server runs as; the stdio process (process.rs) starts it through here.
 #[cfg_attr(
     not(test),
-    expect(dead_code, unused_imports, reason = "used by the stdio process, which is not written yet")
+    expect(
+        dead_code,
+        unused_imports,
+        reason = "used by the stdio process, which is not written yet"
+    )
 )]
 mod sandbox;
 

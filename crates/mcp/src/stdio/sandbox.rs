@@ -208,8 +208,13 @@ impl Job {
         let wants_listener = namespace.is_some();
         let mut command = self.command();
         let limits = self.limits;
-        ChildSetup::new(namespace, limits.open_files, limits.cpu_seconds, theirs.as_raw_fd())
-            .install(&mut command);
+        ChildSetup::new(
+            namespace,
+            limits.open_files,
+            limits.cpu_seconds,
+            theirs.as_raw_fd(),
+        )
+        .install(&mut command);
         let spawned = command.spawn();
         drop(command);
         drop(theirs);
@@ -228,14 +233,19 @@ impl Job {
         let pid = child.id() as i32;
         let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
         let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
-            return Err(abandon(pid, "taking the server's pipes", io::ErrorKind::Other.into()));
+            return Err(abandon(
+                pid,
+                "taking the server's pipes",
+                io::ErrorKind::Other.into(),
+            ));
         };
         if wants_listener && reports.listener.is_none() {
             let missing = io::Error::other("the sandbox sent no listening socket");
             return Err(abandon(pid, "receiving the egress proxy's socket", missing));
         }
-        let exited = watch_exit(pid, limits.cpu_seconds)
-            .map_err(|source| abandon(pid, "starting the thread that waits for the server", source))?;
+        let exited = watch_exit(pid, limits.cpu_seconds).map_err(|source| {
+            abandon(pid, "starting the thread that waits for the server", source)
+        })?;
         Ok(Started {
             pid,
             stdin,

@@ -69,7 +69,10 @@ pub(crate) enum SandboxError {
         errno: i32,
     },
     /// The program could not be started.
-    #[error("could not start {program}: {}; check the command and the PATH it is looked up in", os_text_of(source))]
+    #[error(
+        "could not start {program}: {}; check the command and the PATH it is looked up in",
+        os_text_of(source)
+    )]
     Start {
         /// The program as configured.
         program: String,
@@ -172,7 +175,10 @@ mod tests {
              under (ulimit -Hn)"
         );
         let error = SandboxError::from_step((Step::CpuTime, libc::EPERM), 0, 64, Some(30));
-        assert!(error.to_string().contains("CPU time in seconds to 30"), "{error}");
+        assert!(
+            error.to_string().contains("CPU time in seconds to 30"),
+            "{error}"
+        );
     }
 
     #[test]

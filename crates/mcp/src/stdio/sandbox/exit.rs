@@ -83,7 +83,10 @@ mod tests {
     #[test]
     fn an_end_reads_as_plain_words() {
         assert_eq!(ExitReason::Exited(3).to_string(), "exited with status 3");
-        assert_eq!(ExitReason::Signalled(9).to_string(), "killed by signal 9 (SIGKILL)");
+        assert_eq!(
+            ExitReason::Signalled(9).to_string(),
+            "killed by signal 9 (SIGKILL)"
+        );
         assert_eq!(ExitReason::Signalled(63).to_string(), "killed by signal 63");
         assert_eq!(
             ExitReason::CpuLimit(5).to_string(),
@@ -100,14 +103,32 @@ mod tests {
         let used = |s| Duration::from_millis(s);
         let xcpu = Ended::Signalled(libc::SIGXCPU);
         let kill = Ended::Signalled(libc::SIGKILL);
-        assert_eq!(ExitReason::from_wait(xcpu, used(1000), Some(1)), ExitReason::CpuLimit(1));
-        assert_eq!(ExitReason::from_wait(kill, used(2000), Some(1)), ExitReason::CpuLimit(1));
+        assert_eq!(
+            ExitReason::from_wait(xcpu, used(1000), Some(1)),
+            ExitReason::CpuLimit(1)
+        );
+        assert_eq!(
+            ExitReason::from_wait(kill, used(2000), Some(1)),
+            ExitReason::CpuLimit(1)
+        );
         // A SIGKILL before the limit was reached is someone else's (a cancel, the memory
         // watch, an operator).
-        assert_eq!(ExitReason::from_wait(kill, used(300), Some(1)), ExitReason::Signalled(9));
-        assert_eq!(ExitReason::from_wait(kill, used(9000), None), ExitReason::Signalled(9));
+        assert_eq!(
+            ExitReason::from_wait(kill, used(300), Some(1)),
+            ExitReason::Signalled(9)
+        );
+        assert_eq!(
+            ExitReason::from_wait(kill, used(9000), None),
+            ExitReason::Signalled(9)
+        );
         // Without a limit SIGXCPU is just a signal.
-        assert_eq!(ExitReason::from_wait(xcpu, used(0), None), ExitReason::Signalled(24));
-        assert_eq!(ExitReason::from_wait(Ended::Exited(0), used(5000), Some(1)), ExitReason::Exited(0));
+        assert_eq!(
+            ExitReason::from_wait(xcpu, used(0), None),
+            ExitReason::Signalled(24)
+        );
+        assert_eq!(
+            ExitReason::from_wait(Ended::Exited(0), used(5000), Some(1)),
+            ExitReason::Exited(0)
+        );
     }
 }

@@ -133,7 +133,10 @@ impl NamespaceSetup {
         // could not write its id maps. The program run next is dumpable anyway: exec
         // resets the flag.
         // SAFETY: prctl with integer arguments touches no memory.
-        check(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) }, Step::Dumpable)?;
+        check(
+            unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) },
+            Step::Dumpable,
+        )?;
         // Always a user namespace, also when root: the child then holds no capability in
         // the host's namespaces, so it cannot configure the host's network or setns back.
         // SAFETY: unshare takes flags only.
@@ -207,7 +210,10 @@ impl ChildSetup {
         // SAFETY: prctl with integer arguments; getppid and _exit cannot fail.
         unsafe {
             let signal = libc::SIGKILL as libc::c_ulong;
-            check(libc::prctl(libc::PR_SET_PDEATHSIG, signal, 0, 0, 0), Step::DeathSignal)?;
+            check(
+                libc::prctl(libc::PR_SET_PDEATHSIG, signal, 0, 0, 0),
+                Step::DeathSignal,
+            )?;
             if libc::getppid() != self.parent {
                 libc::_exit(127);
             }
@@ -462,7 +468,14 @@ fn report_failure(report: RawFd, step: Step, errno: i32) {
     let e = errno.to_ne_bytes();
     let message = [step as u8, e[0], e[1], e[2], e[3]];
     // SAFETY: send reads the message on this stack frame.
-    unsafe { libc::send(report, message.as_ptr().cast(), message.len(), libc::MSG_NOSIGNAL) };
+    unsafe {
+        libc::send(
+            report,
+            message.as_ptr().cast(),
+            message.len(),
+            libc::MSG_NOSIGNAL,
+        )
+    };
 }
 
 /// Receives one message without waiting: its first bytes and the descriptor attached to
@@ -544,7 +557,10 @@ mod tests {
         let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = socket.local_addr().unwrap().port();
         // SAFETY: both descriptors are open for the length of the call.
-        assert_eq!(unsafe { send_fd(theirs.as_raw_fd(), socket.as_raw_fd()) }, 1);
+        assert_eq!(
+            unsafe { send_fd(theirs.as_raw_fd(), socket.as_raw_fd()) },
+            1
+        );
         let listener = read_reports(&ours).listener.expect("a descriptor");
         assert_ne!(listener.as_raw_fd(), socket.as_raw_fd());
         let received = std::net::TcpListener::from(listener);

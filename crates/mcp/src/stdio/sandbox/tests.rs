@@ -87,7 +87,9 @@ fn gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => {
-            let state = stat[stat.rfind(')').unwrap() + 1..].split_whitespace().next();
+            let state = stat[stat.rfind(')').unwrap() + 1..]
+                .split_whitespace()
+                .next();
             matches!(state, Some("Z" | "X"))
         }
     }
@@ -116,7 +118,13 @@ fn group_of(pid: i32) -> Option<i32> {
 fn helper_command(name: &str) -> (String, Vec<String>) {
     let exe = std::env::current_exe().unwrap();
     let test = format!("stdio::sandbox::tests::{name}");
-    let args = ["--exact", &test, "--ignored", "--nocapture", "--test-threads=1"];
+    let args = [
+        "--exact",
+        &test,
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ];
     (exe.to_str().unwrap().to_owned(), strings(&args))
 }
 
@@ -127,13 +135,18 @@ fn helper_role() -> Option<String> {
 #[tokio::test]
 async fn the_child_leads_its_own_group_and_one_signal_ends_every_descendant() {
     let args = strings(&["-c", "sleep 600 & echo $!; wait"]);
-    let spawned = spawn(plan("sh", &args, SandboxMode::Namespace)).await.unwrap();
+    let spawned = spawn(plan("sh", &args, SandboxMode::Namespace))
+        .await
+        .unwrap();
     let mut lines = BufReader::new(spawned.stdout).lines();
     let grandchild: i32 = line_after(&mut lines, "").await.parse().unwrap();
     assert_eq!(group_of(spawned.pid), Some(spawned.pid));
     assert_eq!(group_of(grandchild), Some(spawned.pid));
     kill_group(spawned.pid, Signal::Term);
-    assert_eq!(ended(spawned.exited).await, ExitReason::Signalled(libc::SIGTERM));
+    assert_eq!(
+        ended(spawned.exited).await,
+        ExitReason::Signalled(libc::SIGTERM)
+    );
     wait_gone(grandchild).await;
 }
 
@@ -146,8 +159,12 @@ async fn helper_parent() {
         return;
     }
     let args = strings(&["600"]);
-    let inside = spawn(plan("sleep", &args, SandboxMode::Namespace)).await.unwrap();
-    let outside = spawn(plan("sleep", &args, SandboxMode::Unsandboxed)).await.unwrap();
+    let inside = spawn(plan("sleep", &args, SandboxMode::Namespace))
+        .await
+        .unwrap();
+    let outside = spawn(plan("sleep", &args, SandboxMode::Unsandboxed))
+        .await
+        .unwrap();
     println!("PIDS {} {}", inside.pid, outside.pid);
     std::future::pending::<()>().await;
 }
@@ -189,6 +206,23 @@ async fn a_child_dies_with_runwarden_even_by_kill_9() {
 }
 
 #[tokio::test]
+async fn the_pipes_carry_standard_input_output_and_error() {
+    let args = strings(&[
+        "-c",
+        "read line; echo \"out $line\"; echo \"err $line\" >&2; exit 3",
+    ]);
+    let mut spawned = spawn(plan("sh", &args, SandboxMode::Namespace))
+        .await
+        .unwrap();
+    spawned.stdin.write_all(b"hello\n").await.unwrap();
+    assert_eq!(all_of(spawned.stdout).await, "out hello\n");
+    assert_eq!(all_of(spawned.stderr).await, "err hello\n");
+    let reason = ended(spawned.exited).await;
+    assert_eq!(reason, ExitReason::Exited(3));
+    assert_eq!(reason.to_string(), "exited with status 3");
+}
+
+#[tokio::test]
 async fn open_files_and_cpu_time_are_limited_soft_and_hard() {
     let args = strings(&["-c", "ulimit -Sn; ulimit -Hn; ulimit -St; ulimit -Ht"]);
     let mut plan = plan("sh", &args, SandboxMode::Namespace);
@@ -217,14 +251,19 @@ async fn the_memory_of_every_process_in_the_group_is_counted() {
     // The shell stays as the group's leader; python, its child, holds the memory.
     let script = "import sys; b = b'x' * (100 << 20); print('ready', flush=True); sys.stdin.read()";
     let args = strings(&["-c", "\"$0\" -c \"$1\"; :", python(), script]);
-    let spawned = spawn(plan("sh", &args, SandboxMode::Namespace)).await.unwrap();
+    let spawned = spawn(plan("sh", &args, SandboxMode::Namespace))
+        .await
+        .unwrap();
     let mut lines = BufReader::new(spawned.stdout).lines();
     line_after(&mut lines, "ready").await;
     let bytes = group_rss_bytes(spawned.pid);
     println!("group resident memory: {} MiB", bytes >> 20);
     assert!(bytes > 90 << 20, "{bytes}");
     kill_group(spawned.pid, Signal::Kill);
-    assert_eq!(ended(spawned.exited).await, ExitReason::Signalled(libc::SIGKILL));
+    assert_eq!(
+        ended(spawned.exited).await,
+        ExitReason::Signalled(libc::SIGKILL)
+    );
 }
 
 #[tokio::test]
@@ -233,7 +272,11 @@ async fn the_child_sees_only_the_environment_it_is_given() {
         let mut plan = plan("env", &[], sandbox);
         plan.env.push(("ONLY".into(), "this".into()));
         let spawned = spawn(plan).await.unwrap();
-        let mut seen: Vec<String> = all_of(spawned.stdout).await.lines().map(Into::into).collect();
+        let mut seen: Vec<String> = all_of(spawned.stdout)
+            .await
+            .lines()
+            .map(Into::into)
+            .collect();
         seen.sort();
         assert_eq!(seen, ["ONLY=this", "PATH=/usr/bin:/bin"], "{sandbox:?}");
         assert_eq!(ended(spawned.exited).await, ExitReason::Exited(0));
@@ -270,9 +313,14 @@ async fn in_a_namespace_only_the_proxy_port_on_loopback_is_reachable() {
     host.set_nonblocking(true).unwrap();
     let host_port = host.local_addr().unwrap().port().to_string();
     let args = strings(&["-u", "-c", NETWORK_SCRIPT, &host_port, "3128"]);
-    let spawned = spawn(plan(python(), &args, SandboxMode::Namespace)).await.unwrap();
+    let spawned = spawn(plan(python(), &args, SandboxMode::Namespace))
+        .await
+        .unwrap();
     let listener = spawned.listener.expect("a listener in a namespace");
-    assert_eq!(listener.local_addr().unwrap(), (Ipv4Addr::LOCALHOST, 3128).into());
+    assert_eq!(
+        listener.local_addr().unwrap(),
+        (Ipv4Addr::LOCALHOST, 3128).into()
+    );
     let mut lines = BufReader::new(spawned.stdout).lines();
     assert_eq!(line_after(&mut lines, "HOST ").await, "ECONNREFUSED");
     assert_eq!(line_after(&mut lines, "PRIVATE ").await, "ENETUNREACH");
@@ -290,7 +338,11 @@ async fn in_a_namespace_only_the_proxy_port_on_loopback_is_reachable() {
     assert_eq!(line_after(&mut lines, "INTERFACES ").await, "lo");
     assert_eq!(ended(spawned.exited).await, ExitReason::Exited(0));
     let refused = host.accept().map(|_| ()).unwrap_err();
-    assert_eq!(refused.kind(), io::ErrorKind::WouldBlock, "the host's port saw a connection");
+    assert_eq!(
+        refused.kind(),
+        io::ErrorKind::WouldBlock,
+        "the host's port saw a connection"
+    );
 }
 
 #[tokio::test]
@@ -298,7 +350,9 @@ async fn without_a_namespace_the_child_has_the_hosts_network_and_no_listener() {
     let host = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let host_port = host.local_addr().unwrap().port().to_string();
     let args = strings(&["-u", "-c", NETWORK_SCRIPT, &host_port, "none"]);
-    let spawned = spawn(plan(python(), &args, SandboxMode::Unsandboxed)).await.unwrap();
+    let spawned = spawn(plan(python(), &args, SandboxMode::Unsandboxed))
+        .await
+        .unwrap();
     assert!(spawned.listener.is_none());
     let mut lines = BufReader::new(spawned.stdout).lines();
     assert_eq!(line_after(&mut lines, "HOST ").await, "connected");
@@ -326,9 +380,19 @@ async fn helper_refused() {
     let args = strings(&["-c", "exit 4"]);
     match spawn(plan("sh", &args, SandboxMode::Namespace)).await {
         Ok(_) => println!("SPAWN started"),
-        Err(error) => println!("SPAWN {error}"),
+        Err(error) => {
+            let step = Step::Unshare;
+            let refused = SandboxError::Namespace {
+                step,
+                errno: libc::ENOSPC,
+            };
+            assert_eq!(format!("{error:?}"), format!("{refused:?}"));
+            println!("SPAWN {error}");
+        }
     }
-    let spawned = spawn(plan("sh", &args, SandboxMode::Unsandboxed)).await.unwrap();
+    let spawned = spawn(plan("sh", &args, SandboxMode::Unsandboxed))
+        .await
+        .unwrap();
     println!("NONE {}", ended(spawned.exited).await);
 }
 
@@ -336,7 +400,8 @@ async fn helper_refused() {
 async fn a_kernel_that_refuses_namespaces_is_named_with_the_way_out() {
     let (exe, args) = helper_command("helper_refused");
     let mut plan = plan(&exe, &args, SandboxMode::Namespace);
-    plan.env.push(("RUNWARDEN_SANDBOX_HELPER".into(), "refused".into()));
+    plan.env
+        .push(("RUNWARDEN_SANDBOX_HELPER".into(), "refused".into()));
     let spawned = spawn(plan).await.unwrap();
     let mut lines = BufReader::new(spawned.stdout).lines();
     let refused = "the kernel refused a network namespace (unshare: No space left on device): \
@@ -345,7 +410,10 @@ async fn a_kernel_that_refuses_namespaces_is_named_with_the_way_out() {
                    set sandbox = \"none\" for this server to run it without one";
     assert_eq!(line_after(&mut lines, "PROBE ").await, refused);
     assert_eq!(line_after(&mut lines, "SPAWN ").await, refused);
-    assert_eq!(line_after(&mut lines, "NONE ").await, "exited with status 4");
+    assert_eq!(
+        line_after(&mut lines, "NONE ").await,
+        "exited with status 4"
+    );
     assert_eq!(ended(spawned.exited).await, ExitReason::Exited(0));
 }
 
@@ -380,11 +448,21 @@ async fn no_error_or_debug_text_carries_the_environment() {
     assert!(!format!("{too_many_files:?}").contains(SIGIL));
     let error = spawn(too_many_files).await.unwrap_err();
     assert!(matches!(error, SandboxError::Limit { .. }), "{error:?}");
-    assert!(error.to_string().starts_with("could not limit the server's open files"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .starts_with("could not limit the server's open files"),
+        "{error}"
+    );
     let mut nul = plan("env", &[], SandboxMode::Unsandboxed);
     nul.env.push(("TOKEN".into(), format!("{SIGIL}\0")));
     let nul_error = spawn(nul).await.unwrap_err();
-    for text in [error.to_string(), format!("{error:?}"), nul_error.to_string(), format!("{nul_error:?}")] {
+    for text in [
+        error.to_string(),
+        format!("{error:?}"),
+        nul_error.to_string(),
+        format!("{nul_error:?}"),
+    ] {
         assert!(!text.contains(SIGIL), "{text}");
     }
 }
@@ -416,5 +494,8 @@ fn unsafe_code_lives_only_in_the_sandboxs_system_calls() {
             }
         }
     }
-    assert!(offenders.is_empty(), "unsafe code outside sandbox/sys.rs: {offenders:?}");
+    assert!(
+        offenders.is_empty(),
+        "unsafe code outside sandbox/sys.rs: {offenders:?}"
+    );
 }

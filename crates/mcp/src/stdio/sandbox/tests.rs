@@ -417,6 +417,81 @@ async fn a_kernel_that_refuses_namespaces_is_named_with_the_way_out() {
     assert_eq!(ended(spawned.exited).await, ExitReason::Exited(0));
 }
 
+/// The helper of `an_unprivileged_non_dumpable_process_gets_its_namespace`: made
+/// non-dumpable as runwarden makes itself, it probes and starts a child in a namespace.
+#[tokio::test]
+#[ignore = "a helper the sandbox tests run as a subprocess"]
+async fn helper_unprivileged() {
+    if helper_role().as_deref() != Some("unprivileged") {
+        return;
+    }
+    sys::make_not_dumpable();
+    probe().unwrap();
+    let args = strings(&["-c", "id -u; cat /proc/self/uid_map; ulimit -n"]);
+    let spawned = spawn(plan("sh", &args, SandboxMode::Namespace))
+        .await
+        .unwrap();
+    assert!(spawned.listener.is_some());
+    let seen = all_of(spawned.stdout).await;
+    let seen: Vec<&str> = seen.split_whitespace().collect();
+    println!("SEEN {}", seen.join(" "));
+    assert_eq!(ended(spawned.exited).await, ExitReason::Exited(0));
+}
+
+/// This process's effective user id, from /proc.
+fn effective_uid() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status
+        .lines()
+        .find(|line| line.starts_with("Uid:"))
+        .unwrap();
+    line.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn an_unprivileged_non_dumpable_process_gets_its_namespace() {
+    let (exe, args) = helper_command("helper_unprivileged");
+    // As root, the helper runs as nobody (setpriv, of util-linux) from a copy of this
+    // binary that nobody may read.
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = if effective_uid() == 0 {
+        use std::os::unix::fs::PermissionsExt;
+        let copy = dir.path().join("helper");
+        std::fs::copy(&exe, &copy).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut command = std::process::Command::new("setpriv");
+        command.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+        command.arg(copy).args(&args);
+        command
+    } else {
+        let mut command = std::process::Command::new(exe);
+        command.args(&args);
+        command
+    };
+    let mut helper = KilledOnDrop(
+        command
+            .current_dir(dir.path())
+            .env("RUNWARDEN_SANDBOX_HELPER", "unprivileged")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("as root this test needs setpriv (util-linux) on PATH"),
+    );
+    let stdout = pipe::Receiver::from_owned_fd(helper.0.stdout.take().unwrap().into()).unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let uid = if effective_uid() == 0 {
+        65534
+    } else {
+        effective_uid()
+    };
+    let expected = format!("{uid} {uid} {uid} 1 1024");
+    assert_eq!(line_after(&mut lines, "SEEN ").await, expected);
+    let status = tokio::task::spawn_blocking(move || helper.0.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status}");
+}
+
 #[tokio::test]
 async fn a_missing_program_or_directory_is_named() {
     let error = spawn(plan("no-such-mcp-server", &[], SandboxMode::Namespace))

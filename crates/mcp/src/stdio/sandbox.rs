@@ -188,14 +188,18 @@ impl Job {
         }
     }
 
+    /// Starts the process; on failure nothing of it is left running.
     fn start(&self) -> Result<Started, SandboxError> {
-        if let Some(cwd) = &self.cwd
-            && let Err(source) = std::fs::read_dir(cwd)
-        {
-            return Err(SandboxError::Directory {
-                path: cwd.clone(),
-                source,
+        // Checked here because a failed chdir in the child would read as a missing program.
+        if let Some(cwd) = &self.cwd {
+            let directory = std::fs::metadata(cwd).and_then(|found| match found.is_dir() {
+                true => Ok(()),
+                false => Err(io::Error::from_raw_os_error(libc::ENOTDIR)),
             });
+            if let Err(source) = directory {
+                let path = cwd.clone();
+                return Err(SandboxError::Directory { path, source });
+            }
         }
         let (ours, theirs) = sys::report_pair().map_err(|source| SandboxError::System {
             what: "making the channel the sandbox reports on",

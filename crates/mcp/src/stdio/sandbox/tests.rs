@@ -494,6 +494,7 @@ async fn an_unprivileged_non_dumpable_process_gets_its_namespace() {
 
 #[tokio::test]
 async fn a_missing_program_or_directory_is_named() {
+    let file = tempfile::NamedTempFile::new().unwrap();
     let error = spawn(plan("no-such-mcp-server", &[], SandboxMode::Namespace))
         .await
         .unwrap_err();
@@ -502,14 +503,23 @@ async fn a_missing_program_or_directory_is_named() {
         "could not start no-such-mcp-server: No such file or directory; check the command \
          and the PATH it is looked up in"
     );
-    let mut plan = plan("true", &[], SandboxMode::Unsandboxed);
-    plan.cwd = Some(Path::new("/no/such/dir"));
-    let error = spawn(plan).await.unwrap_err();
+    let in_dir = |dir| SpawnPlan {
+        cwd: Some(dir),
+        ..plan("pwd", &[], SandboxMode::Unsandboxed)
+    };
+    let error = spawn(in_dir(Path::new("/no/such/dir"))).await.unwrap_err();
     assert_eq!(
         error.to_string(),
         "could not enter the server's working directory /no/such/dir: No such file or \
          directory; check cwd"
     );
+    let error = spawn(in_dir(file.path())).await.unwrap_err();
+    assert!(
+        error.to_string().ends_with(": Not a directory; check cwd"),
+        "{error}"
+    );
+    let spawned = spawn(in_dir(Path::new("/usr"))).await.unwrap();
+    assert_eq!(all_of(spawned.stdout).await, "/usr\n");
 }
 
 /// A value no text may carry.

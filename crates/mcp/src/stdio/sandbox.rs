@@ -34,6 +34,8 @@ use super::{ChildLimits, SandboxMode};
 pub(crate) use error::SandboxError;
 pub(crate) use exit::ExitReason;
 pub(crate) use group::{Signal, group_rss_bytes, kill_group};
+#[cfg(test)]
+pub(crate) use sys::Step;
 use sys::{ChildSetup, NamespaceSetup};
 
 /// What the sandbox needs to know to start one local server's process.

@@ -75,6 +75,7 @@ pub(crate) async fn run(cx: &Context) -> anyhow::Result<ExitCode> {
     }
     checks.push(free_space(&config.data_dir));
     checks.push(modes(config));
+    checks.extend(sandbox(config));
     checks.extend(store_checks(cx).await);
     let problems = checks
         .iter()
@@ -108,6 +109,28 @@ pub(crate) async fn run(cx: &Context) -> anyhow::Result<ExitCode> {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    })
+}
+
+/// Whether the local servers that run in a sandbox can get one on this kernel; nothing to
+/// say when none does.
+fn sandbox(config: &crate::config::Config) -> Option<Check> {
+    let sandboxed = crate::config::sandboxed_servers(config);
+    if sandboxed.is_empty() {
+        return None;
+    }
+    let names = sandboxed.join(", ");
+    Some(match runwarden_mcp::stdio::sandbox_available() {
+        Ok(()) => Check::ok(
+            "sandbox",
+            format!("the kernel gives local servers their namespaces ({names})"),
+        ),
+        Err(error) => Check::bad(
+            "sandbox",
+            Verdict::Problem,
+            format!("local servers {names} cannot start: {error}"),
+            "allow unprivileged user namespaces, or set sandbox = \"none\" for each of them",
+        ),
     })
 }
 

@@ -155,6 +155,14 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
         }
         front = Front::Waiting(server, live);
     }
+    // A local server whose sandbox this kernel refuses is said at start; it is refused
+    // again, with the same words, at each call.
+    let sandboxed = crate::config::sandboxed_servers(&cx.config);
+    if !sandboxed.is_empty()
+        && let Err(error) = runwarden_mcp::stdio::sandbox_available()
+    {
+        tracing::error!(servers = %sandboxed.join(", "), "these local servers cannot start: {error}");
+    }
     // One root, one backend: the API and the workers below share its store and feed.
     let state = AppState::new(cx.root.clone(), stop.clone()).await?;
     // SIGHUP reloads the agents, MCP servers, policies and limits (and says what

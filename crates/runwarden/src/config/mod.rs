@@ -231,3 +231,17 @@ impl Config {
         })
     }
 }
+
+/// The local servers that run in a sandbox, by name.
+pub(crate) fn sandboxed_servers(config: &Config) -> Vec<&str> {
+    config
+        .mcp_servers
+        .values()
+        .filter(|s| {
+            s.stdio
+                .as_ref()
+                .is_some_and(|l| l.sandbox == runwarden_mcp::stdio::SandboxMode::Namespace)
+        })
+        .map(|s| s.name.as_str())
+        .collect()
+}

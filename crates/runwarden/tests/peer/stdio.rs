@@ -127,6 +127,13 @@ async fn a_local_server_is_added_listed_imported_and_called() {
     let hosts = audit.to_string();
     assert!(hosts.contains("\"stdio:local\""), "{audit}");
     runwarden(&sandbox, &["audit", "verify"]).await.ok();
+    let doctor = runwarden(&sandbox, &["doctor"]).await;
+    assert!(
+        doctor
+            .stdout
+            .contains("sandbox: the kernel gives local servers their namespaces (local)"),
+        "{doctor:#?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -177,6 +177,9 @@ async def main() -> int:
     app = wire_tools.wrap(modern_tools.wrap(app))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit it: uvicorn writes an answer's head and body apart, and
+    # with Nagle on, a client that keeps its connection waits out its delayed ACK (40 ms).
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind(("127.0.0.1", args.port))
     except OSError as e:

@@ -222,6 +222,55 @@ async fn the_pipes_carry_standard_input_output_and_error() {
     assert_eq!(reason.to_string(), "exited with status 3");
 }
 
+/// Whether a process runs whose command line holds `argument`.
+fn running_with(argument: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        cmdline
+            .split(|byte| *byte == 0)
+            .any(|arg| arg == argument.as_bytes())
+    })
+}
+
+#[tokio::test]
+async fn a_process_started_for_a_caller_that_has_gone_is_killed() {
+    // A duration no other test sleeps, to find this process by.
+    let marker = format!("600.{}", std::process::id());
+    let args = strings(&[&marker]);
+    // The first poll hands the job to the spawner; then the deadline drops the future,
+    // unless the spawner answered before that first poll ended (on a busy machine): then
+    // that process is ours to kill, and we try again.
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let job = spawn(plan("sleep", &args, SandboxMode::Namespace));
+        match tokio::time::timeout(Duration::ZERO, job).await {
+            Err(_) => break,
+            Ok(started) => kill_group(started.unwrap().pid, Signal::Kill),
+        }
+        assert!(
+            attempts < 100,
+            "the spawner always answered within the first poll"
+        );
+    }
+    // The spawner takes jobs in order: once a later one is done, the first one is too.
+    let later = spawn(plan("true", &[], SandboxMode::Unsandboxed))
+        .await
+        .unwrap();
+    assert_eq!(ended(later.exited).await, ExitReason::Exited(0));
+    let start = Instant::now();
+    while running_with(&marker) {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the abandoned process still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn open_files_and_cpu_time_are_limited_soft_and_hard() {
     let args = strings(&["-c", "ulimit -Sn; ulimit -Hn; ulimit -St; ulimit -Ht"]);

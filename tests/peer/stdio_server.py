@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
 import sys
 import time
 import urllib.error
@@ -60,8 +61,11 @@ async def slow(ctx: Context, seconds: float) -> str:
 
 
 @mcp.tool()
-def stubborn(seconds: float) -> str:
-    """Ignores cancellation: blocks the whole server for `seconds`."""
+def stubborn(seconds: float, with_child: bool = False) -> str:
+    """Ignores cancellation: blocks the whole server for `seconds`; with `with_child`,
+    first starts a program of its own in a session of its own (as npx starts node)."""
+    if with_child:
+        subprocess.Popen(["sleep", "600"], start_new_session=True)
     _event("stubborn_started")
     time.sleep(seconds)
     return "done"

@@ -349,6 +349,7 @@ impl LocalServer {
     /// Stops the process group when it uses more memory than its limit.
     fn watch_memory(&self, process: &Process) {
         let limit = self.config.limits.memory_mb * 1024 * 1024;
+        let sandboxed = self.config.sandbox == SandboxMode::Namespace;
         let (pid, done, because) = (
             process.pid,
             process.done.clone(),
@@ -361,7 +362,7 @@ impl LocalServer {
                     () = done.wait() => return,
                     _ = tick.tick() => {}
                 }
-                let used = sandbox::group_rss_bytes(pid);
+                let used = sandbox::group_rss_bytes(pid, sandboxed);
                 if used > limit {
                     because
                         .lock()

@@ -113,13 +113,13 @@ async fn a_sandboxed_server_reaches_only_what_the_proxy_allows_and_each_try_is_a
 async fn a_sandboxed_server_over_its_memory_limit_is_stopped_with_the_reason() {
     let f = fixture().await;
     let dir = tempfile::tempdir().unwrap();
-    let client = sandboxed(&f, &dir.path().join("events"), Some(64));
+    let client = sandboxed(&f, &dir.path().join("events"), Some(160));
     let outcome = client
-        .call_tool(call("hog", json!({"megabytes": 256, "seconds": 30})), None)
+        .call_tool(call("hog", json!({"megabytes": 512, "seconds": 30})), None)
         .await;
     let text = outcome.result.text;
     assert!(outcome.result.error.is_some(), "{text}");
-    assert!(text.contains("over its memory limit of 64 MiB"), "{text}");
+    assert!(text.contains("over its memory limit of 160 MiB"), "{text}");
     // It starts again for the next call.
     assert_eq!(
         self::text(&client, "echo", json!({"text": "back"})).await,

@@ -137,7 +137,7 @@ async fn a_local_server_is_added_listed_imported_and_called() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_runwarden_kills_its_local_server() {
+async fn killing_runwarden_kills_its_local_server_and_what_it_started() {
     let sandbox = std::sync::Arc::new(Sandbox::initialised());
     let events = added(&sandbox).await;
     let live = Live::start(
@@ -148,24 +148,44 @@ async fn killing_runwarden_kills_its_local_server() {
             "local",
             "stubborn",
             "--args",
-            r#"{"seconds":60}"#,
+            r#"{"seconds":60,"with_child":true}"#,
         ],
     );
-    let pid = wait_for(&events, |e| e.starts_with("pid ")).await;
-    let pid: u32 = pid["pid ".len()..].parse().unwrap();
     wait_for(&events, |e| e == "stubborn_started").await;
-    assert!(Path::new(&format!("/proc/{pid}")).exists());
+    // The server and the program it started in a session of its own, by the host's pids
+    // (inside its sandbox the server is pid 1).
+    let marker = format!("PEER_EVENTS={}", events.display());
+    let started = running_with(&marker);
+    assert!(started.len() >= 2, "{started:?}");
     let killed = Instant::now();
     live.signal("KILL");
     let deadline = Instant::now() + WAIT;
-    while Path::new(&format!("/proc/{pid}/stat")).exists() && !zombie(pid) {
+    loop {
+        let left = running_with(&marker);
+        if left.is_empty() {
+            break;
+        }
         assert!(
             Instant::now() < deadline,
-            "the local server {pid} outlived runwarden"
+            "{left:?} outlived runwarden (of {started:?})"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(killed.elapsed() < WAIT);
+}
+
+/// The live (not zombie) processes whose environment holds `variable` (NAME=VALUE).
+fn running_with(variable: &str) -> Vec<u32> {
+    let wanted = variable.as_bytes();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == wanted))
+        })
+        .filter(|pid| !zombie(*pid))
+        .collect()
 }
 
 /// True when `pid` is dead but not yet reaped.

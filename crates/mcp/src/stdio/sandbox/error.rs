@@ -125,7 +125,7 @@ impl SandboxError {
                 value: cpu_seconds.unwrap_or(0),
                 errno,
             },
-            Step::DeathSignal => Self::DeathSignal { step, errno },
+            Step::DeathSignal | Step::Fork => Self::DeathSignal { step, errno },
             Step::Unshare
             | Step::Dumpable
             | Step::Setgroups

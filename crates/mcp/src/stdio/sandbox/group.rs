@@ -32,8 +32,9 @@ pub(crate) fn kill_group(pid: i32, signal: Signal) {
 /// The resident memory, in bytes, of every process in the group led by `pid`: the sum of
 /// their VmRSS read from /proc (0 when the group is gone). Memory is watched this way, not
 /// with an rlimit, because runtimes such as Node reserve far more address space than they
-/// use.
-pub(crate) fn group_rss_bytes(pid: i32) -> u64 {
+/// use. In a sandbox the leader is runwarden's own process that waits outside the
+/// server's PID namespace (a fork of runwarden, sharing its pages): it is not counted.
+pub(crate) fn group_rss_bytes(pid: i32, sandboxed: bool) -> u64 {
     let Ok(entries) = fs::read_dir("/proc") else {
         return 0;
     };
@@ -45,6 +46,7 @@ pub(crate) fn group_rss_bytes(pid: i32) -> u64 {
                 .ok()
                 .and_then(|stat| process_group(&stat))
                 == Some(pid)
+                && !(sandboxed && *member == pid)
         })
         .filter_map(|member| fs::read_to_string(format!("/proc/{member}/status")).ok())
         .filter_map(|status| resident_bytes(&status))
@@ -92,7 +94,7 @@ mod tests {
     #[test]
     fn a_group_that_does_not_exist_holds_no_memory_and_takes_no_signal() {
         // Above the kernel's largest pid (4194304), so no process can lead such a group.
-        assert_eq!(group_rss_bytes(5_000_000), 0);
+        assert_eq!(group_rss_bytes(5_000_000, false), 0);
         kill_group(5_000_000, Signal::Kill);
         kill_group(0, Signal::Kill);
     }

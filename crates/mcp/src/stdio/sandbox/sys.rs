@@ -48,10 +48,12 @@ pub(crate) enum Step {
     CpuTime,
     /// PR_SET_PDEATHSIG.
     DeathSignal,
+    /// The fork that makes the server the first process of its own PID namespace.
+    Fork,
 }
 
 impl Step {
-    const ALL: [Step; 11] = [
+    const ALL: [Step; 12] = [
         Step::Unshare,
         Step::Dumpable,
         Step::Setgroups,
@@ -63,6 +65,7 @@ impl Step {
         Step::OpenFiles,
         Step::CpuTime,
         Step::DeathSignal,
+        Step::Fork,
     ];
 
     fn from_byte(byte: u8) -> Option<Step> {
@@ -83,6 +86,7 @@ impl Step {
             Step::OpenFiles => "setrlimit RLIMIT_NOFILE",
             Step::CpuTime => "setrlimit RLIMIT_CPU",
             Step::DeathSignal => "prctl PR_SET_PDEATHSIG",
+            Step::Fork => "fork",
         }
     }
 }
@@ -140,7 +144,9 @@ impl NamespaceSetup {
         // Always a user namespace, also when root: the child then holds no capability in
         // the host's namespaces, so it cannot configure the host's network or setns back.
         // SAFETY: unshare takes flags only.
-        let flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNET;
+        // A PID namespace too: the server becomes its first process (see `run_as_init`),
+        // so whatever it starts dies with it.
+        let flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNET | libc::CLONE_NEWPID;
         check(unsafe { libc::unshare(flags) }, Step::Unshare)?;
         // setgroups must be denied before an unprivileged process may write its gid_map.
         write_file(c"/proc/self/setgroups", b"deny", Step::Setgroups)?;
@@ -218,7 +224,68 @@ impl ChildSetup {
                 libc::_exit(127);
             }
         }
+        if self.namespace.is_some() {
+            run_as_init()?;
+        }
         Ok(())
+    }
+}
+
+/// Splits the child in two, after `unshare(CLONE_NEWPID)`: the new process is the first
+/// of the new PID namespace and goes on to exec the server; this one stays outside as its
+/// parent, waits for it and ends the way it ended. When the first process of a PID
+/// namespace dies, the kernel kills every other process in it, so a server's own children
+/// (`node` under `npx`) die with it, and it dies with this process, which dies with
+/// runwarden: nothing is left after `kill -9` of runwarden.
+fn run_as_init() -> Result<(), Failure> {
+    // SAFETY: fork in a child that makes raw system calls only from here on.
+    let server = unsafe { libc::fork() };
+    if server < 0 {
+        return Err((Step::Fork, last_errno()));
+    }
+    if server == 0 {
+        // SAFETY: prctl with integer arguments. The death signal is not inherited by a
+        // fork, so the server sets its own: it dies with the process outside.
+        unsafe {
+            let signal = libc::SIGKILL as libc::c_ulong;
+            check(
+                libc::prctl(libc::PR_SET_PDEATHSIG, signal, 0, 0, 0),
+                Step::DeathSignal,
+            )?;
+        }
+        return Ok(());
+    }
+    // The process outside needs no descriptor: closing them all leaves the pipes, the
+    // report channel and std's exec-status channel to the server alone, so each ends
+    // when the server's ends.
+    // SAFETY: close_range and close take integers; waitpid writes only `status`.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) < 0 {
+            for fd in 0..1024 {
+                libc::close(fd);
+            }
+        }
+        // A polite signal to the group is the server's to answer: this process waits.
+        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::signal(signal, libc::SIG_IGN);
+        }
+        let mut status = 0;
+        loop {
+            if libc::waitpid(server, &mut status, 0) == server {
+                break;
+            }
+            if last_errno() != libc::EINTR {
+                libc::_exit(127);
+            }
+        }
+        if libc::WIFSIGNALED(status) {
+            // Ends by the same signal, so runwarden reads the same reason.
+            let signal = libc::WTERMSIG(status);
+            libc::signal(signal, libc::SIG_DFL);
+            libc::kill(libc::getpid(), signal);
+            libc::_exit(128 + signal);
+        }
+        libc::_exit(libc::WEXITSTATUS(status));
     }
 }
 

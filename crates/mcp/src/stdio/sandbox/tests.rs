@@ -134,8 +134,10 @@ fn helper_role() -> Option<String> {
 
 #[tokio::test]
 async fn the_child_leads_its_own_group_and_one_signal_ends_every_descendant() {
+    // Unsandboxed, so the pid the shell prints is the host's (in a sandbox it is the one
+    // of the server's own PID namespace).
     let args = strings(&["-c", "sleep 600 & echo $!; wait"]);
-    let spawned = spawn(plan("sh", &args, SandboxMode::Namespace))
+    let spawned = spawn(plan("sh", &args, SandboxMode::Unsandboxed))
         .await
         .unwrap();
     let mut lines = BufReader::new(spawned.stdout).lines();
@@ -148,6 +150,49 @@ async fn the_child_leads_its_own_group_and_one_signal_ends_every_descendant() {
         ExitReason::Signalled(libc::SIGTERM)
     );
     wait_gone(grandchild).await;
+}
+
+/// The host pids of the processes whose command line is exactly `words`.
+fn pids_running(words: &[&str]) -> Vec<i32> {
+    let wanted: Vec<u8> = words
+        .iter()
+        .flat_map(|w| [w.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == wanted))
+        .collect()
+}
+
+#[tokio::test]
+async fn in_a_sandbox_what_the_server_starts_dies_with_the_process_runwarden_started() {
+    // A descendant that leaves the process group (setsid) is still in the server's PID
+    // namespace: when the process runwarden started dies (as it does when runwarden
+    // dies), the server dies, and the kernel kills everything else in the namespace.
+    let marker = "6017";
+    let args = strings(&["-c", &format!("setsid sleep {marker} & echo started; wait")]);
+    let spawned = spawn(plan("sh", &args, SandboxMode::Namespace))
+        .await
+        .unwrap();
+    let mut lines = BufReader::new(spawned.stdout).lines();
+    line_after(&mut lines, "").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let sleeper = loop {
+        if let [pid] = pids_running(&["sleep", marker])[..] {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the sleeper never showed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_ne!(group_of(sleeper), Some(spawned.pid), "it left the group");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &spawned.pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    wait_gone(sleeper).await;
+    let _ = ended(spawned.exited).await;
 }
 
 /// The helper of `a_child_dies_with_runwarden_even_by_kill_9`: starts one child in a
@@ -305,9 +350,12 @@ async fn the_memory_of_every_process_in_the_group_is_counted() {
         .unwrap();
     let mut lines = BufReader::new(spawned.stdout).lines();
     line_after(&mut lines, "ready").await;
-    let bytes = group_rss_bytes(spawned.pid);
+    let bytes = group_rss_bytes(spawned.pid, true);
     println!("group resident memory: {} MiB", bytes >> 20);
     assert!(bytes > 90 << 20, "{bytes}");
+    // The leader outside the namespace is a fork of this test process: not the server's.
+    let with_leader = group_rss_bytes(spawned.pid, false);
+    assert!(with_leader > bytes, "{with_leader} against {bytes}");
     kill_group(spawned.pid, Signal::Kill);
     assert_eq!(
         ended(spawned.exited).await,

@@ -116,6 +116,9 @@ impl Process {
 
     /// Kills the process group at once, remembering why.
     fn kill(&self, reason: String) {
+        if self.exit.borrow().is_some() {
+            return;
+        }
         self.stopped_because
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -138,8 +141,11 @@ impl Process {
                 break;
             }
         }
-        // Whatever the leader did, nothing of its group outlives it.
-        sandbox::kill_group(self.pid, Signal::Kill);
+        // Whatever the leader did, nothing of its group outlives it. Once it is reaped its
+        // pid may be another process's, so a group that has ended gets no signal.
+        if self.exit.borrow().is_none() {
+            sandbox::kill_group(self.pid, Signal::Kill);
+        }
         self.done.set();
     }
 }
@@ -399,7 +405,9 @@ impl Drop for LocalServer {
     fn drop(&mut self) {
         // Nothing of a server outlives the client that started it.
         if let Some(process) = self.slot().take() {
-            sandbox::kill_group(process.pid, Signal::Kill);
+            if process.exit.borrow().is_none() {
+                sandbox::kill_group(process.pid, Signal::Kill);
+            }
             process.done.set();
         }
     }

@@ -193,6 +193,13 @@ mod tests {
     }
 
     #[test]
+    fn a_local_server_whose_environment_changed_is_named() {
+        let old = config("[mcp.servers.l]\ncommand = \"srv\"\nenv = { LEVEL = \"info\" }\n");
+        let new = config("[mcp.servers.l]\ncommand = \"srv\"\nenv = { LEVEL = \"debug\" }\n");
+        assert_eq!(changes(&old, &new), ["mcp server l changed"]);
+    }
+
+    #[test]
     fn a_changed_limit_is_named() {
         let server = "[mcp.servers.s]\nurl = \"http://127.0.0.1:1/mcp\"\n";
         let old = config(&format!("{server}\n[limits.servers.s]\nconcurrency = 2\n"));

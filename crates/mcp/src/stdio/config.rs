@@ -18,23 +18,15 @@ pub const DEFAULT_MEMORY_MB: u64 = 1024;
 /// The default limit on a local server's open files.
 pub const DEFAULT_OPEN_FILES: u64 = 1024;
 
-/// One environment variable of a local server.
-#[derive(Clone, PartialEq, Eq)]
+/// One environment variable of a local server. A literal is configuration, shown like
+/// the server's arguments (a reload compares it); a credential goes in a vault secret,
+/// of which only the name is ever shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EnvValue {
     /// A value written in the configuration.
     Literal(String),
-    /// A secret from the vault, read when the server starts; never logged.
+    /// A secret from the vault, read when the server starts.
     Secret(SecretName),
-}
-
-impl std::fmt::Debug for EnvValue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            // A literal may be anything the operator wrote; it is not shown either.
-            Self::Literal(_) => f.write_str("Literal(..)"),
-            Self::Secret(name) => write!(f, "Secret({name})"),
-        }
-    }
 }
 
 /// Where a local server runs.

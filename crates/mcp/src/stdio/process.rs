@@ -403,12 +403,23 @@ impl LocalServer {
 
 impl Drop for LocalServer {
     fn drop(&mut self) {
-        // Nothing of a server outlives the client that started it.
-        if let Some(process) = self.slot().take() {
-            if process.exit.borrow().is_none() {
-                sandbox::kill_group(process.pid, Signal::Kill);
+        // Nothing of a server outlives the client that started it (a reload that changed
+        // it, the end of the process): it is stopped politely where a runtime can wait
+        // for it, at once otherwise.
+        let Some(process) = self.slot().take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let grace = self.config.cancel_grace;
+                runtime.spawn(async move { process.stop(grace).await });
             }
-            process.done.set();
+            Err(_) => {
+                if process.exit.borrow().is_none() {
+                    sandbox::kill_group(process.pid, Signal::Kill);
+                }
+                process.done.set();
+            }
         }
     }
 }

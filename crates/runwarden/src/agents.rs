@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use runwarden_mcp::stdio::Lifetime;
 use runwarden_mcp::{CatalogueStore, McpClient};
 use runwarden_models::{Anthropic, ModelProvider, OpenAiCompatible, Scripted};
 use runwarden_runtime::{AgentError, AgentSource, AgentSpec, bind_tools, clamp_rounds};
@@ -128,8 +129,31 @@ impl AgentBuilder {
         let registry = self.registry();
         let config = registry.config.agent(name)?;
         let catalogue = self.catalogue.catalogue_list(None).await?;
+        // A local server that lives one run gets a client (and so a process) of this
+        // run's own, shared by its tools, stopped when the run lets go of it.
+        let own = std::cell::RefCell::new(HashMap::new());
         let mut tools = bind_tools(&config.tools, &catalogue, |server| {
-            registry.clients.get(server).cloned()
+            let shared = registry.clients.get(server)?;
+            let per_run = shared
+                .server()
+                .stdio
+                .as_ref()
+                .is_some_and(|s| s.lifetime == Lifetime::Run);
+            if !per_run {
+                return Some(shared.clone());
+            }
+            let client = own
+                .borrow_mut()
+                .entry(server.to_string())
+                .or_insert_with(|| {
+                    Arc::new(
+                        McpClient::new(shared.server().clone(), self.egress.clone())
+                            .with_actor("run")
+                            .with_health(self.catalogue.clone()),
+                    )
+                })
+                .clone();
+            Some(client)
         })
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("while binding the tools of agent {name}"))?;

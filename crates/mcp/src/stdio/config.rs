@@ -79,6 +79,34 @@ impl Default for ChildLimits {
     }
 }
 
+/// How long a local server's process lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lifetime {
+    /// One process for every run of the runwarden process, started on first use.
+    #[default]
+    Process,
+    /// One process for each run (each stretch a worker runs it), stopped when it ends:
+    /// no state of one run's server reaches another run.
+    Run,
+}
+
+impl Lifetime {
+    /// The stable name used in configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Process => "process",
+            Self::Run => "run",
+        }
+    }
+
+    /// Parses a configured name.
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Process, Self::Run]
+            .into_iter()
+            .find(|l| l.as_str() == text)
+    }
+}
+
 /// `[mcp.servers.NAME]` with `command`: a server spoken to over its stdin and stdout.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StdioConfig {
@@ -96,6 +124,8 @@ pub struct StdioConfig {
     pub limits: ChildLimits,
     /// How long a cancelled call's handler gets before the process group is killed.
     pub cancel_grace: Duration,
+    /// One process for all runs, or one per run.
+    pub lifetime: Lifetime,
 }
 
 impl StdioConfig {
@@ -109,6 +139,7 @@ impl StdioConfig {
             sandbox: SandboxMode::default(),
             limits: ChildLimits::default(),
             cancel_grace: DEFAULT_CANCEL_GRACE,
+            lifetime: Lifetime::default(),
         }
     }
 

@@ -7,7 +7,7 @@ mod process;
 mod sandbox;
 
 pub use config::{
-    ChildLimits, DEFAULT_CANCEL_GRACE, DEFAULT_MEMORY_MB, DEFAULT_OPEN_FILES, EnvValue,
+    ChildLimits, DEFAULT_CANCEL_GRACE, DEFAULT_MEMORY_MB, DEFAULT_OPEN_FILES, EnvValue, Lifetime,
     SandboxMode, StdioConfig,
 };
 pub use process::EGRESS_PROXY_PORT;

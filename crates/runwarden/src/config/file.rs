@@ -284,6 +284,8 @@ pub(super) struct ServerSection {
     pub(super) cpu_seconds: Option<u64>,
     /// A local server's limit on open files, per process. Default `1024`.
     pub(super) open_files: Option<u64>,
+    /// How long a local server's process lives: `process` (the default: one for every run of this runwarden process) or `run` (one per run, stopped when the run stops or waits).
+    pub(super) lifetime: Option<String>,
     /// How long a local server's cancelled call gets to end after `notifications/cancelled` before its process group is killed. Default `2`.
     pub(super) cancel_grace_seconds: Option<f64>,
     /// The credential placed on every request to it.

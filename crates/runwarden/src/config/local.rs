@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use runwarden_mcp::stdio::{EnvValue, SandboxMode, StdioConfig};
+use runwarden_mcp::stdio::{EnvValue, Lifetime, SandboxMode, StdioConfig};
 use runwarden_vault::SecretName;
 
 use super::file::{EnvEntry, ServerSection};
@@ -75,6 +75,11 @@ pub(super) fn local_server(
         }
         stdio.limits.open_files = files;
     }
+    if let Some(text) = section.lifetime.take() {
+        stdio.lifetime = Lifetime::parse(&text).with_context(|| {
+            format!("{at}: unknown lifetime {text:?}: use \"process\" (the default) or \"run\"")
+        })?;
+    }
     if let Some(grace) = section.cancel_grace_seconds.take() {
         stdio.cancel_grace = seconds(&format!("{at} cancel_grace_seconds"), grace)?;
     }
@@ -95,6 +100,7 @@ pub(super) fn stray_local_setting(section: &ServerSection) -> Option<&'static st
             "cancel_grace_seconds",
             section.cancel_grace_seconds.is_some(),
         ),
+        ("lifetime", section.lifetime.is_some()),
     ]
     .into_iter()
     .find_map(|(key, set)| set.then_some(key))
@@ -104,7 +110,7 @@ pub(super) fn stray_local_setting(section: &ServerSection) -> Option<&'static st
 mod tests {
     use std::time::Duration;
 
-    use runwarden_mcp::stdio::{EnvValue, SandboxMode};
+    use runwarden_mcp::stdio::{EnvValue, Lifetime, SandboxMode};
 
     use crate::config::{Config, TEMPLATE};
 
@@ -118,7 +124,7 @@ mod tests {
     #[test]
     fn a_local_server_gets_its_command_environment_sandbox_and_limits() {
         let config = load(
-            "[mcp.servers.files]\ncommand = \"npx\"\nargs = [\"-y\", \"server-filesystem\", \"/srv\"]\nenv = { TOKEN = { secret = \"files-token\" }, LEVEL = \"info\" }\ncwd = \"work\"\nsandbox = \"none\"\nmemory_mb = 256\ncpu_seconds = 60\nopen_files = 64\ncancel_grace_seconds = 0.5\n",
+            "[mcp.servers.files]\ncommand = \"npx\"\nargs = [\"-y\", \"server-filesystem\", \"/srv\"]\nenv = { TOKEN = { secret = \"files-token\" }, LEVEL = \"info\" }\ncwd = \"work\"\nsandbox = \"none\"\nmemory_mb = 256\ncpu_seconds = 60\nopen_files = 64\ncancel_grace_seconds = 0.5\nlifetime = \"run\"\n",
         )
         .unwrap();
         let server = config.mcp_server("files").unwrap();
@@ -140,6 +146,7 @@ mod tests {
             (256, Some(60), 64)
         );
         assert_eq!(stdio.cancel_grace, Duration::from_millis(500));
+        assert_eq!(stdio.lifetime, Lifetime::Run);
         // Sandboxed unless the operator says otherwise.
         let config =
             load("[mcp.servers.git]\ncommand = \"uvx\"\nargs = [\"mcp-server-git\"]\n").unwrap();
@@ -171,6 +178,10 @@ mod tests {
             (
                 "[mcp.servers.x]\ncommand = \"srv\"\nmemory_mb = 1\n",
                 "memory_mb = 1 is too small",
+            ),
+            (
+                "[mcp.servers.x]\ncommand = \"srv\"\nlifetime = \"call\"\n",
+                "unknown lifetime \"call\"",
             ),
             (
                 "[mcp.servers.x]\ncommand = \"srv\"\nenv = { \"A=B\" = \"c\" }\n",

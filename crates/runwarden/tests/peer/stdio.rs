@@ -297,3 +297,49 @@ async fn a_secret_a_local_server_writes_back_never_reaches_the_log_or_the_output
     assert!(!echoed.stdout.contains(sigil), "{}", echoed.stdout);
     assert!(echoed.stdout.contains("[redacted]"), "{}", echoed.stdout);
 }
+
+/// With `lifetime = "run"` each run gets a process of its own, stopped when the run ends
+/// while the worker goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_server_that_lives_one_run_starts_and_stops_with_each_run() {
+    use crate::support::workers::{config_with_short_leases, enqueue};
+
+    let sandbox = Sandbox::initialised();
+    let events_at = sandbox.path().join("peer-events");
+    let mut text = config_with_short_leases(&sandbox);
+    text.push_str(&format!(
+        "\n[mcp.servers.local]\ncommand = {:?}\nargs = [{:?}]\nenv = {{ PEER_EVENTS = {:?} }}\nlifetime = \"run\"\neffect = \"read_only\"\n\n[agents.helper]\nprovider = \"scripted\"\nscript = \"helper.json\"\ntools = [\"local__echo\"]\n",
+        python(),
+        script(),
+        events_at.display().to_string()
+    ));
+    std::fs::write(sandbox.config(), text).unwrap();
+    let plan = serde_json::json!([
+        {"tool_calls": [{"name": "local__echo", "arguments": {"text": "hello"}}]},
+        {"text": "done"}
+    ]);
+    std::fs::write(sandbox.path().join("helper.json"), plan.to_string()).unwrap();
+    let sandbox = std::sync::Arc::new(sandbox);
+    runwarden(&sandbox, &["mcp", "import", "local"]).await.ok();
+    let starts = || {
+        events(&events_at)
+            .iter()
+            .filter(|e| e.starts_with("pid "))
+            .count()
+    };
+    assert_eq!(starts(), 1, "the import's");
+    let marker = format!("PEER_EVENTS={}", events_at.display());
+    let mut worker = Live::worker(&sandbox, None);
+    for run in 1..=2 {
+        let run_id = enqueue(&sandbox, "helper", "say hello").await;
+        let (outcome, _) = worker.outcome_of(&run_id).await;
+        assert_eq!(outcome["outcome"], "completed", "{outcome:#}");
+        assert_eq!(starts(), 1 + run, "one process per run");
+        // The worker lives on; the run's process does not.
+        let deadline = Instant::now() + WAIT;
+        while !running_with(&marker).is_empty() {
+            assert!(Instant::now() < deadline, "run {run}'s server outlived it");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

@@ -135,27 +135,36 @@ async fn group_gone(client: Arc<McpClient>, events_at: PathBuf) -> Duration {
         tokio::spawn(async move { client.call_tool(stubborn, Some(&*stop)).await })
     };
     until(|| events(&events_at).matches("stubborn_started").count() > started).await;
-    let pid: u32 = events(&events_at)
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("pid ")?.parse().ok())
-        .unwrap();
+    // The host's pids of the server (inside its sandbox it is pid 1), by its environment.
+    let marker = format!("PEER_EVENTS={}", events_at.display());
+    assert!(!running_with(&marker).is_empty());
     let cancelled = Instant::now();
     stop.cancel();
     calling.await.unwrap();
-    let gone = until(|| !alive(pid)).await;
+    let gone = until(|| running_with(&marker).is_empty()).await;
     gone - cancelled
 }
 
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z')
-    })
+/// The live processes whose environment holds `variable` (NAME=VALUE).
+fn running_with(variable: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == variable.as_bytes()))
+        })
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                !stat
+                    .rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        })
+        .collect()
 }
 
 fn ms(d: Duration) -> String {

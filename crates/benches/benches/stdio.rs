@@ -32,14 +32,8 @@ fn echo() -> McpCall {
 }
 
 fn local(f: &LoopbackVault, events: &Path, sandbox: SandboxMode, grace: Duration) -> McpClient {
-    let python = std::env::var("RUNWARDEN_PEER_PYTHON").expect(
-        "RUNWARDEN_PEER_PYTHON is not set: run scripts/peer-venv.sh and set it to the path it prints last",
-    );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/peer/stdio_server.py")
-        .display()
-        .to_string();
-    let mut stdio = StdioConfig::new(python, vec![script]);
+    let (python, script) = runwarden_testkit::stdio_peer();
+    let mut stdio = StdioConfig::new(python, script);
     stdio.sandbox = sandbox;
     stdio.cancel_grace = grace;
     stdio.env.insert(
@@ -137,34 +131,12 @@ async fn group_gone(client: Arc<McpClient>, events_at: PathBuf) -> Duration {
     until(|| events(&events_at).matches("stubborn_started").count() > started).await;
     // The host's pids of the server (inside its sandbox it is pid 1), by its environment.
     let marker = format!("PEER_EVENTS={}", events_at.display());
-    assert!(!running_with(&marker).is_empty());
+    assert!(!runwarden_testkit::pids_with_env(&marker).is_empty());
     let cancelled = Instant::now();
     stop.cancel();
     calling.await.unwrap();
-    let gone = until(|| running_with(&marker).is_empty()).await;
+    let gone = until(|| runwarden_testkit::pids_with_env(&marker).is_empty()).await;
     gone - cancelled
-}
-
-/// The live processes whose environment holds `variable` (NAME=VALUE).
-fn running_with(variable: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == variable.as_bytes()))
-        })
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-                !stat
-                    .rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
-        })
-        .collect()
 }
 
 fn ms(d: Duration) -> String {

@@ -156,3 +156,41 @@ impl Peer {
             .unwrap_or_default()
     }
 }
+
+/// The stdio peer (`tests/peer/stdio_server.py`, the official Python SDK over stdio): the
+/// program and arguments that start it, for a local server's `command` and `args`.
+pub fn stdio_peer() -> (String, Vec<String>) {
+    let script = repo_root()
+        .join("tests/peer/stdio_server.py")
+        .canonicalize()
+        .expect("tests/peer/stdio_server.py exists");
+    (
+        python().display().to_string(),
+        vec![script.display().to_string()],
+    )
+}
+
+/// The live (not zombie) processes whose environment holds `variable` (`NAME=VALUE`): how
+/// a test finds a local server by the host's pids (in its sandbox it is pid 1).
+pub fn pids_with_env(variable: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == variable.as_bytes()))
+        })
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                !stat
+                    .rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        })
+        .collect()
+}

@@ -14,14 +14,8 @@ use serde_json::json;
 use crate::support::{Fixture, call, fixture};
 
 fn sandboxed(f: &Fixture, events: &Path, memory_mb: Option<u64>) -> McpClient {
-    let python = std::env::var("RUNWARDEN_PEER_PYTHON").expect(
-        "RUNWARDEN_PEER_PYTHON is not set: run scripts/peer-venv.sh and set it to the path it prints last",
-    );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/peer/stdio_server.py")
-        .display()
-        .to_string();
-    let mut stdio = StdioConfig::new(python, vec![script]);
+    let (python, script) = runwarden_testkit::stdio_peer();
+    let mut stdio = StdioConfig::new(python, script);
     assert_eq!(
         stdio.sandbox,
         SandboxMode::Namespace,

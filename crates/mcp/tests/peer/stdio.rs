@@ -12,24 +12,10 @@ use serde_json::json;
 
 use crate::support::{Fixture, WAIT, call, fixture};
 
-fn python() -> PathBuf {
-    PathBuf::from(std::env::var_os("RUNWARDEN_PEER_PYTHON").expect(
-        "RUNWARDEN_PEER_PYTHON is not set: run scripts/peer-venv.sh and set it to the path it prints last",
-    ))
-}
-
-fn script() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/peer/stdio_server.py")
-        .canonicalize()
-        .unwrap()
-        .display()
-        .to_string()
-}
-
 /// The stdio peer, unsandboxed, its events written to `events`.
 fn peer(events: &Path) -> StdioConfig {
-    let mut stdio = StdioConfig::new(python().display().to_string(), vec![script()]);
+    let (python, script) = runwarden_testkit::stdio_peer();
+    let mut stdio = StdioConfig::new(python, script);
     stdio.sandbox = SandboxMode::Unsandboxed;
     stdio.cancel_grace = Duration::from_millis(500);
     stdio.env.insert(

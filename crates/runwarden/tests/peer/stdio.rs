@@ -7,23 +7,14 @@ use std::time::{Duration, Instant};
 
 use crate::support::{Live, Sandbox, runwarden};
 
+/// The stdio peer's program and its script.
+fn peer() -> (String, String) {
+    let (python, mut args) = runwarden_testkit::stdio_peer();
+    (python, args.remove(0))
+}
+
 /// How long a test waits for an event before failing.
 const WAIT: Duration = Duration::from_secs(20);
-
-fn python() -> String {
-    std::env::var("RUNWARDEN_PEER_PYTHON").expect(
-        "RUNWARDEN_PEER_PYTHON is not set: run scripts/peer-venv.sh and set it to the path it prints last",
-    )
-}
-
-fn script() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/peer/stdio_server.py")
-        .canonicalize()
-        .unwrap()
-        .display()
-        .to_string()
-}
 
 /// The events the peer wrote to `path` (one word or `pid N` per line).
 fn events(path: &Path) -> Vec<String> {
@@ -64,8 +55,8 @@ async fn added(sandbox: &std::sync::Arc<Sandbox>) -> PathBuf {
             "--env",
             &env,
             "--",
-            &python(),
-            &script(),
+            &peer().0,
+            &peer().1,
         ],
     )
     .await
@@ -155,13 +146,13 @@ async fn killing_runwarden_kills_its_local_server_and_what_it_started() {
     // The server and the program it started in a session of its own, by the host's pids
     // (inside its sandbox the server is pid 1).
     let marker = format!("PEER_EVENTS={}", events.display());
-    let started = running_with(&marker);
+    let started = runwarden_testkit::pids_with_env(&marker);
     assert!(started.len() >= 2, "{started:?}");
     let killed = Instant::now();
     live.signal("KILL");
     let deadline = Instant::now() + WAIT;
     loop {
-        let left = running_with(&marker);
+        let left = runwarden_testkit::pids_with_env(&marker);
         if left.is_empty() {
             break;
         }
@@ -172,31 +163,6 @@ async fn killing_runwarden_kills_its_local_server_and_what_it_started() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(killed.elapsed() < WAIT);
-}
-
-/// The live (not zombie) processes whose environment holds `variable` (NAME=VALUE).
-fn running_with(variable: &str) -> Vec<u32> {
-    let wanted = variable.as_bytes();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == wanted))
-        })
-        .filter(|pid| !zombie(*pid))
-        .collect()
-}
-
-/// True when `pid` is dead but not yet reaped.
-fn zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| {
-            stat.rsplit(')')
-                .next()
-                .is_some_and(|rest| rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(true)
 }
 
 /// A run of a scripted agent that calls the local server's `slow` and is cancelled by an
@@ -210,8 +176,8 @@ async fn an_operators_cancel_of_a_run_reaches_the_local_servers_handler() {
     let mut text = config_with_short_leases(&sandbox);
     text.push_str(&format!(
         "\n[mcp.servers.local]\ncommand = {:?}\nargs = [{:?}]\nenv = {{ PEER_EVENTS = {:?} }}\neffect = \"read_only\"\n\n[agents.helper]\nprovider = \"scripted\"\nscript = \"helper.json\"\ntools = [\"local__echo\", \"local__slow\"]\n",
-        python(),
-        script(),
+        peer().0,
+        peer().1,
         events_at.display().to_string()
     ));
     std::fs::write(sandbox.config(), text).unwrap();
@@ -255,8 +221,8 @@ async fn a_secret_a_local_server_writes_back_never_reaches_the_log_or_the_output
             "--env-secret",
             "LOCAL_TOKEN=local-token",
             "--",
-            &python(),
-            &script(),
+            &peer().0,
+            &peer().1,
         ],
     )
     .await
@@ -309,8 +275,8 @@ async fn a_local_server_that_lives_one_run_starts_and_stops_with_each_run() {
     let mut text = config_with_short_leases(&sandbox);
     text.push_str(&format!(
         "\n[mcp.servers.local]\ncommand = {:?}\nargs = [{:?}]\nenv = {{ PEER_EVENTS = {:?} }}\nlifetime = \"run\"\neffect = \"read_only\"\n\n[agents.helper]\nprovider = \"scripted\"\nscript = \"helper.json\"\ntools = [\"local__echo\"]\n",
-        python(),
-        script(),
+        peer().0,
+        peer().1,
         events_at.display().to_string()
     ));
     std::fs::write(sandbox.config(), text).unwrap();
@@ -337,7 +303,7 @@ async fn a_local_server_that_lives_one_run_starts_and_stops_with_each_run() {
         assert_eq!(starts(), 1 + run, "one process per run");
         // The worker lives on; the run's process does not.
         let deadline = Instant::now() + WAIT;
-        while !running_with(&marker).is_empty() {
+        while !runwarden_testkit::pids_with_env(&marker).is_empty() {
             assert!(Instant::now() < deadline, "run {run}'s server outlived it");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -203,6 +203,9 @@ pub struct Decision {
     /// M19: the call ended with the server's `input_required`; how to re-issue it once
     /// answered (the run is parked meanwhile). `None` for an elicitation during a call.
     pub reissue: Option<Reissue>,
+    /// G1: the asker waits within its call (a gateway client): the run stays running and
+    /// keeps its lease, and the answer goes to the waiting call, never to a resumed run.
+    pub in_call: bool,
 }
 
 /// M19: what a parked `input` decision keeps so that any worker, on any node, days later,
@@ -236,7 +239,7 @@ impl Decision {
     /// True when the run waits parked (no lease, no slot) until this is answered: an
     /// approval, an uncertain effect, or an input asked by an `input_required` result.
     pub fn parks_the_run(&self) -> bool {
-        self.kind.parks_the_run() || self.reissue.is_some()
+        !self.in_call && (self.kind.parks_the_run() || self.reissue.is_some())
     }
 
     /// M19: the answer as the server reads it in `inputResponses` (an elicitation's

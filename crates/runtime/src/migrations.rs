@@ -44,6 +44,7 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration::new(16, "0016_secrets_version"),
     Migration::new(17, "0017_run_origin"),
     Migration::new(18, "0018_limits"),
+    Migration::new(19, "0019_decisions_in_call"),
 ];
 
 /// The latest schema version this build knows.

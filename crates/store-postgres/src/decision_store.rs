@@ -25,7 +25,7 @@ use crate::failure::{Failure, finish};
 
 const DECISION_COLUMNS: &str = "id, run_id, kind, round, call_id, tool, arguments, arguments_hash, message, \
      requested_schema, asked_ms, expires_ms, status, answer, reason, answer_arguments, content, \
-     actor, answered_ms, input_key, request_state";
+     actor, answered_ms, input_key, request_state, in_call";
 
 impl PgStore {
     pub(crate) async fn ask(&self, params: DecisionAsk) -> Result<Option<i64>, StoreError> {
@@ -121,7 +121,7 @@ async fn ask(tx: &impl GenericClient, params: &DecisionAsk) -> Result<Option<i64
     .await?;
     tx.execute(
         &format!(
-            "INSERT INTO decisions ({DECISION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', NULL, NULL, NULL, NULL, NULL, NULL, $13, $14)"
+            "INSERT INTO decisions ({DECISION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', NULL, NULL, NULL, NULL, NULL, NULL, $13, $14, $15)"
         ),
         &[
             &d.id,
@@ -138,6 +138,7 @@ async fn ask(tx: &impl GenericClient, params: &DecisionAsk) -> Result<Option<i64
             &d.expires_ms,
             &d.reissue.as_ref().map(|r| r.input_key.clone()),
             &d.reissue.as_ref().and_then(|r| r.request_state.clone()),
+            &d.in_call,
         ],
     )
     .await?;
@@ -315,6 +316,7 @@ fn decode(row: &Row) -> Result<Decision, Failure> {
         answered_ms: row.try_get(18)?,
         input_key: row.try_get(19)?,
         request_state: row.try_get(20)?,
+        in_call: row.try_get(21)?,
     };
     rows::decision(stored).map_err(Failure::Corrupt)
 }

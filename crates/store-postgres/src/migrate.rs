@@ -62,6 +62,10 @@ const SQL: &[(&str, &str)] = &[
         include_str!("../migrations/0017_run_origin.sql"),
     ),
     ("0018_limits", include_str!("../migrations/0018_limits.sql")),
+    (
+        "0019_decisions_in_call",
+        include_str!("../migrations/0019_decisions_in_call.sql"),
+    ),
 ];
 
 const _: () = assert!(

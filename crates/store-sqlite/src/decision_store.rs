@@ -23,7 +23,7 @@ use crate::publish::publish_status;
 
 const DECISION_COLUMNS: &str = "id, run_id, kind, round, call_id, tool, arguments, arguments_hash, message, \
      requested_schema, asked_ms, expires_ms, status, answer, reason, answer_arguments, content, \
-     actor, answered_ms, input_key, request_state";
+     actor, answered_ms, input_key, request_state, in_call";
 
 impl SqliteStore {
     pub(crate) async fn ask(&self, params: DecisionAsk) -> Result<Option<i64>, StoreError> {
@@ -133,7 +133,7 @@ fn ask(conn: &mut Connection, params: &DecisionAsk) -> Result<Option<i64>, Failu
         d.asked_ms,
     )?;
     tx.execute(
-        &format!("INSERT INTO decisions ({DECISION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 'pending', NULL, NULL, NULL, NULL, NULL, NULL, ?13, ?14)"),
+        &format!("INSERT INTO decisions ({DECISION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 'pending', NULL, NULL, NULL, NULL, NULL, NULL, ?13, ?14, ?15)"),
         params![
             d.id,
             d.run_id,
@@ -149,6 +149,7 @@ fn ask(conn: &mut Connection, params: &DecisionAsk) -> Result<Option<i64>, Failu
             d.expires_ms,
             d.reissue.as_ref().map(|r| r.input_key.clone()),
             d.reissue.as_ref().and_then(|r| r.request_state.clone()),
+            d.in_call,
         ],
     )?;
     tx.commit()?;
@@ -318,6 +319,7 @@ fn columns(row: &Row<'_>) -> rusqlite::Result<StoredDecision> {
         answered_ms: row.get(18)?,
         input_key: row.get(19)?,
         request_state: row.get(20)?,
+        in_call: row.get(21)?,
     })
 }
 

@@ -36,6 +36,7 @@ pub async fn exercise_decision_store(store: Arc<dyn QueueStore>) {
     an_operator_answer_after_the_expiry_is_refused_and_the_expiry_denies(s).await;
     an_uncertain_write_keeps_its_fence_until_answered_and_a_cancel_answer_cancels(s).await;
     an_input_leaves_the_run_running_and_is_refused_once_the_run_finished(s).await;
+    an_approval_asked_in_call_leaves_the_run_running_and_its_answer_reaches_the_call(s).await;
     an_input_required_parks_the_run_clears_its_fence_and_keeps_the_request_state_exactly(s).await;
     the_list_filters_by_run_and_status(s).await;
 }
@@ -84,6 +85,7 @@ fn decision(id: &str, run_id: &str, kind: DecisionKind) -> Decision {
         actor: None,
         answered_ms: None,
         reissue: None,
+        in_call: false,
     }
 }
 
@@ -513,6 +515,42 @@ async fn an_input_required_parks_the_run_clears_its_fence_and_keeps_the_request_
     assert!(
         matches!(plain, None | Some(None)),
         "other decisions have none"
+    );
+}
+
+/// G2: a gateway call's approval is asked `in_call`: the run keeps running with its lease
+/// and its request, the flag is kept, and the answer is taken while the run runs.
+async fn an_approval_asked_in_call_leaves_the_run_running_and_its_answer_reaches_the_call(
+    store: &dyn QueueStore,
+) {
+    running_run(store, "dr-ic").await;
+    let mut asked = decision("d-ic", "dr-ic", DecisionKind::Approval);
+    asked.in_call = true;
+    ask(store, asked, OWNER).await;
+    let run = store.run_get("dr-ic").await.unwrap().unwrap();
+    assert_eq!(
+        run.status,
+        RunState::Running,
+        "an approval in a call does not park"
+    );
+    assert_eq!(run.lease_expires_ms, Some(T0 + LEASE));
+    let read = store.decision_get("d-ic").await.unwrap().unwrap();
+    assert!(read.in_call, "the flag is kept");
+    let AnswerOutcome::Answered(d) =
+        answered(store, answer("d-ic", Answer::Approve, T0 + 50)).await
+    else {
+        panic!("an approval in a call takes an answer while the run runs");
+    };
+    assert_eq!(d.answer, Some(Answer::Approve));
+    assert_eq!(
+        status(store, "dr-ic").await,
+        RunState::Running,
+        "nothing requeues it"
+    );
+    assert!(
+        kinds(store, "dr-ic")
+            .await
+            .contains(&"decision_answered".to_string())
     );
 }
 

@@ -296,5 +296,6 @@ fn decision(run_id: &str) -> Decision {
         actor: None,
         answered_ms: None,
         reissue: None,
+        in_call: false,
     }
 }

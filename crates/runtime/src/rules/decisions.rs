@@ -145,6 +145,7 @@ mod tests {
             actor: None,
             answered_ms: None,
             reissue: None,
+            in_call: false,
         }
     }
 
@@ -153,6 +154,18 @@ mod tests {
     }
 
     const PARKED: Option<RunState> = Some(RunState::WaitingForApproval);
+
+    #[test]
+    fn an_approval_asked_in_a_call_never_parks_the_run_and_its_answer_leaves_it_running() {
+        let mut d = pending(DecisionKind::Approval);
+        assert!(d.parks_the_run());
+        d.in_call = true;
+        assert!(!d.parks_the_run());
+        assert_eq!(run_waits_in(&d), RunState::Running);
+        assert_eq!(run_after_answer(&d, Answer::Approve), RunAfterAnswer::Stays);
+        assert_eq!(run_after_answer(&d, Answer::Cancel), RunAfterAnswer::Stays);
+        assert!(!ask_clears_fence(&d));
+    }
 
     #[test]
     fn only_a_pending_decision_takes_an_answer() {

@@ -136,6 +136,8 @@ pub struct StoredDecision {
     pub input_key: Option<String>,
     /// `request_state`.
     pub request_state: Option<String>,
+    /// `in_call`.
+    pub in_call: bool,
 }
 
 /// A decision read back from its columns.
@@ -180,6 +182,7 @@ pub fn decision(c: StoredDecision) -> Result<Decision, String> {
             input_key,
             request_state: c.request_state,
         }),
+        in_call: c.in_call,
     })
 }
 
@@ -276,6 +279,7 @@ mod tests {
             answered_ms: Some(2),
             input_key: Some("confirm".into()),
             request_state: None,
+            in_call: false,
         }
     }
 

@@ -40,14 +40,34 @@ pub enum Notice {
 #[derive(Clone)]
 pub struct NoticeSink(Arc<dyn Fn(Notice) + Send + Sync>);
 
+impl Notice {
+    /// A progress notice made on this side (a gateway call waiting for an operator).
+    pub fn progress(progress: f64, total: Option<f64>, message: Option<String>) -> Self {
+        Self::Progress {
+            progress,
+            total,
+            message,
+        }
+    }
+}
+
 impl NoticeSink {
     /// A sink from a function that must not block.
     pub fn new(sink: impl Fn(Notice) + Send + Sync + 'static) -> Self {
         Self(Arc::new(sink))
     }
 
-    pub(crate) fn send(&self, notice: Notice) {
+    /// Hands `notice` to the sink.
+    pub fn send(&self, notice: Notice) {
         (self.0)(notice);
+    }
+
+    /// A sink that hands every notice to this one, then to `other`.
+    pub fn and(self, other: NoticeSink) -> Self {
+        Self::new(move |notice: Notice| {
+            (self.0)(notice.clone());
+            (other.0)(notice);
+        })
     }
 }
 

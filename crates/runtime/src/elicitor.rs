@@ -82,7 +82,8 @@ impl RunElicitor {
             return ElicitationAnswer::Decline;
         }
         let deadline = tokio::time::Instant::now() + request.timeout;
-        if let Some(answered) = self.answered(&id, &mut feed, deadline).await {
+        if let Some(answered) = answered(&*self.store, &self.run_id, &id, &mut feed, deadline).await
+        {
             return reply(&answered);
         }
         // M14: nobody answered in time; the server hears "decline", the decision says
@@ -113,6 +114,7 @@ impl RunElicitor {
             actor: None,
             answered_ms: None,
             reissue: None,
+            in_call: false,
         }
     }
 
@@ -144,40 +146,6 @@ impl RunElicitor {
         }
     }
 
-    /// The decision once answered, read again each time the run's log grows; `None` at
-    /// the deadline.
-    async fn answered(
-        &self,
-        id: &str,
-        feed: &mut broadcast::Receiver<Change>,
-        deadline: tokio::time::Instant,
-    ) -> Option<Decision> {
-        loop {
-            match self.store.decision_get(id).await {
-                Ok(Some(d)) if d.status != DecisionStatus::Pending => return Some(d),
-                Ok(_) => {}
-                Err(error) => {
-                    tracing::warn!(run = %self.run_id, %error, "could not read the operator's answer")
-                }
-            }
-            let woken = tokio::time::timeout_at(deadline, async {
-                loop {
-                    match feed.recv().await {
-                        Ok(Change::Appended { run_id: r, .. }) if r == self.run_id => return,
-                        Ok(Change::Resync) | Err(RecvError::Lagged(_)) => return,
-                        Ok(_) => {}
-                        // A closed feed wakes nothing more: wait out the deadline.
-                        Err(RecvError::Closed) => std::future::pending::<()>().await,
-                    }
-                }
-            })
-            .await;
-            if woken.is_err() {
-                return None;
-            }
-        }
-    }
-
     /// Records the decision as expired, no earlier than `due_ms`; an answer that won the
     /// race goes back to the server instead.
     async fn expire(&self, id: &str, due_ms: i64) -> ElicitationAnswer {
@@ -193,6 +161,42 @@ impl RunElicitor {
         match self.store.decision_answer(expiry).await {
             Ok(AnswerOutcome::Refused(d, _)) if d.status == DecisionStatus::Answered => reply(&d),
             _ => ElicitationAnswer::Decline,
+        }
+    }
+}
+
+/// The decision `id` of run `run_id` once answered, read again each time the run's log
+/// grows; `None` at the deadline. Subscribe to the feed before asking, so an answer that
+/// comes at once is not missed.
+pub(crate) async fn answered(
+    store: &dyn RunStore,
+    run_id: &str,
+    id: &str,
+    feed: &mut broadcast::Receiver<Change>,
+    deadline: tokio::time::Instant,
+) -> Option<Decision> {
+    loop {
+        match store.decision_get(id).await {
+            Ok(Some(d)) if d.status != DecisionStatus::Pending => return Some(d),
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(run = %run_id, %error, "could not read the operator's answer")
+            }
+        }
+        let woken = tokio::time::timeout_at(deadline, async {
+            loop {
+                match feed.recv().await {
+                    Ok(Change::Appended { run_id: r, .. }) if r == run_id => return,
+                    Ok(Change::Resync) | Err(RecvError::Lagged(_)) => return,
+                    Ok(_) => {}
+                    // A closed feed wakes nothing more: wait out the deadline.
+                    Err(RecvError::Closed) => std::future::pending::<()>().await,
+                }
+            }
+        })
+        .await;
+        if woken.is_err() {
+            return None;
         }
     }
 }

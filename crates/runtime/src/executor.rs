@@ -33,6 +33,8 @@ use crate::watcher::StatusWatcher;
 mod decision_step;
 mod ending;
 mod fence;
+mod gateway;
+mod gateway_approval;
 mod lease;
 mod limit_step;
 mod model_step;

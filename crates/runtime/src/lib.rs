@@ -32,6 +32,7 @@ mod elicitor;
 pub mod events;
 mod executor;
 pub mod feed;
+pub mod gateway;
 pub mod idempotency;
 pub mod limits;
 pub mod migrations;

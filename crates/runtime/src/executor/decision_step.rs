@@ -240,7 +240,7 @@ impl Executor {
 /// The pending decision about one call, asked at `now`. Approvals expire after the tool's
 /// timeout; an uncertain effect waits for a person however long it takes (nothing else
 /// may say what it did).
-fn decision_for(
+pub(super) fn decision_for(
     segment: &Segment<'_>,
     kind: DecisionKind,
     round: u32,
@@ -285,5 +285,6 @@ fn decision_for(
         actor: None,
         answered_ms: None,
         reissue,
+        in_call: false,
     }
 }

@@ -2,10 +2,13 @@
 //! arguments an object, did an operator approve), made through the MCP client with the
 //! run's signal and the write fence, and recorded before the model reads its result.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use runwarden_mcp::{Effect, ElicitorHandle, InputResume, McpCall, ToolCall, ToolOutcome};
+use runwarden_mcp::{
+    Effect, ElicitorHandle, InputResume, McpCall, NoticeSink, ToolCall, ToolOutcome,
+};
 use runwarden_models::{Message, ToolCallRequest};
 use runwarden_vault::Delivery;
 use serde_json::{Map, Value};
@@ -25,22 +28,45 @@ use crate::state::Outcome;
 use crate::tool_notices::{CallLabel, ToolNotices};
 
 /// Whether a call the model asked for can be made.
-enum Callable<'t> {
+pub(super) enum Callable<'t> {
     /// The tool it names, and the arguments to send.
     Ready(&'t BoundTool, Map<String, Value>),
     /// Refused unsent, its step recorded: what the model reads.
     Refused(String),
 }
 
+/// How one call is made beyond what every call shares.
+pub(super) struct CallOptions {
+    /// M19: the operator's answer to re-issue the call with.
+    pub(super) resume: Option<InputResume>,
+    /// Stops this call alone (a gateway client's cancel); whoever sets it wakes the run.
+    pub(super) stop: Option<Arc<AtomicBool>>,
+    /// Also receives the call's progress and logs (a gateway client).
+    pub(super) forward: Option<NoticeSink>,
+    /// M19, R12: a server's `input_required` parks the run on an `input` decision.
+    pub(super) park_on_input: bool,
+}
+
+impl Default for CallOptions {
+    fn default() -> Self {
+        Self {
+            resume: None,
+            stop: None,
+            forward: None,
+            park_on_input: true,
+        }
+    }
+}
+
 /// A call that was made: what came back, and when.
-struct Made {
-    call: ToolCall,
-    returned: Instant,
+pub(super) struct Made {
+    pub(super) call: ToolCall,
+    pub(super) returned: Instant,
     /// The call's signal, kept until its step is recorded: while it lives, the hub keeps
     /// when a cancel woke the call, which the cancel's latency is measured from.
-    _signal: RunSignal,
+    pub(super) _signal: RunSignal,
     /// P3: which policies allowed it, for its step.
-    policy: Option<PolicyNote>,
+    pub(super) policy: Option<PolicyNote>,
 }
 
 impl Executor {
@@ -108,8 +134,12 @@ impl Executor {
             // R13: counted before the call; the budget's stop settles the run.
             return Err(self.must_stop(segment).await.unwrap_or(Outcome::Failed));
         }
+        let options = CallOptions {
+            resume,
+            ..CallOptions::default()
+        };
         let made = self
-            .make_call(segment, round, call, tool, arguments, resume)
+            .make_call(segment, round, call, tool, arguments, options)
             .await;
         hold.release().await;
         let mut made = made?;
@@ -122,7 +152,7 @@ impl Executor {
 
     /// The tool the call names and its arguments, or the refusal the model reads (its
     /// step recorded). `Err` when the segment lost the run.
-    async fn callable<'t>(
+    pub(super) async fn callable<'t>(
         &self,
         segment: &Segment<'t>,
         round: u32,
@@ -156,17 +186,20 @@ impl Executor {
     /// Makes the call on the wire, carrying the run's signal; a write is fenced right
     /// before it leaves. `Err` is the segment's outcome when the call was refused unsent
     /// (the fence could not be stamped, this side's store failed).
-    async fn make_call(
+    pub(super) async fn make_call(
         &self,
         segment: &Segment<'_>,
         round: u32,
         call: &ToolCallRequest,
         tool: &BoundTool,
         arguments: Map<String, Value>,
-        resume: Option<InputResume>,
+        options: CallOptions,
     ) -> Result<Made, Outcome> {
         let fence_failure = Arc::new(Mutex::new(None));
-        let signal = self.signal(segment).await;
+        let mut signal = self.signal(segment).await;
+        if let Some(stop) = options.stop {
+            signal = signal.with_stop(stop);
+        }
         // M15: the server's progress and logs become throttled, bounded run events.
         let label = CallLabel {
             round,
@@ -175,6 +208,10 @@ impl Executor {
         };
         let target = self.progress_target(segment);
         let notices = ToolNotices::start(target, self.config.progress_interval, label);
+        let sink = match options.forward {
+            Some(forward) => notices.sink().and(forward),
+            None => notices.sink(),
+        };
         let mcp_call = McpCall {
             tool: tool.remote_name.clone(),
             arguments,
@@ -186,10 +223,10 @@ impl Executor {
             elicitor: Some(self.elicitor(segment, round, call)),
             // M7 (amended): the structured result is checked against what the tool declared.
             output_schema: tool.output_schema.clone(),
-            notices: Some(notices.sink()),
+            notices: Some(sink),
             // M19, R12: a server's `input_required` parks the run on an `input` decision.
-            park_on_input: true,
-            resume,
+            park_on_input: options.park_on_input,
+            resume: options.resume,
             forced: false,
         };
         let span = tracing::info_span!(
@@ -313,7 +350,7 @@ impl Executor {
 
 /// The step that records a call that was made: `effect_uncertain` for a write that may
 /// have reached the server with no answer, `tool_executed` otherwise.
-fn step_body(
+pub(super) fn step_body(
     round: u32,
     call: &ToolCallRequest,
     tool: &BoundTool,

@@ -14,6 +14,9 @@ use runwarden_vault::EgressClient;
 
 use crate::config::{AgentConfig, Config, ProviderConfig};
 
+/// The model of a gateway run, which is never asked: its client makes the calls.
+const GATEWAY_PLAN: &str = r#"[{"text": "a gateway session has no model"}]"#;
+
 /// One MCP client per configured server, by name, shared by every run of the process.
 pub(crate) type McpClients = Arc<HashMap<String, Arc<McpClient>>>;
 
@@ -128,11 +131,71 @@ impl AgentBuilder {
     pub(crate) async fn build(&self, name: &str) -> anyhow::Result<AgentSpec> {
         let registry = self.registry();
         let config = registry.config.agent(name)?;
+        let mut tools = self
+            .bind(&registry, &config.tools)
+            .await
+            .with_context(|| format!("while binding the tools of agent {name}"))?;
+        // R12: the approval policy in force, like the effects (M10 amended).
+        for tool in &mut tools {
+            tool.approval = registry.config.approval_of(
+                config,
+                &tool.client.server().name,
+                &tool.remote_name,
+                &tool.spec.name,
+            );
+        }
+        Ok(AgentSpec {
+            name: name.to_string(),
+            system: config.system.clone(),
+            max_rounds: clamp_rounds(config.max_rounds),
+            provider: provider(config, &self.egress)?,
+            tools,
+            max_tokens: config.provider.max_tokens(),
+            budgets: config.budgets,
+            policy: registry.config.policy.as_ref().map(|p| p.policies.clone()),
+            tags: config.tags.clone(),
+        })
+    }
+
+    /// G1: what a gateway session of `token` may call: the tools its `[gateway.tokens]`
+    /// entry names, with the servers' approval policies and the policies in force. The
+    /// session's run has no model; its client makes the calls.
+    pub(crate) async fn build_gateway(&self, token: &str) -> anyhow::Result<AgentSpec> {
+        let registry = self.registry();
+        let patterns = registry.config.gateway.tools_of(token)?;
+        let mut tools = self
+            .bind(&registry, patterns)
+            .await
+            .with_context(|| format!("while binding the gateway tools of token {token}"))?;
+        for tool in &mut tools {
+            tool.approval = registry
+                .config
+                .server_approval(&tool.client.server().name, &tool.remote_name);
+        }
+        Ok(AgentSpec {
+            name: runwarden_runtime::gateway::GATEWAY_AGENT.to_string(),
+            system: None,
+            max_rounds: 1,
+            provider: Arc::new(Scripted::from_json(GATEWAY_PLAN)?),
+            tools,
+            max_tokens: None,
+            budgets: runwarden_runtime::Budgets::default(),
+            policy: registry.config.policy.as_ref().map(|p| p.policies.clone()),
+            tags: vec![runwarden_runtime::gateway::GATEWAY_TAG.to_string()],
+        })
+    }
+
+    /// Binds tool patterns to the imported catalogue. A local server that lives one run
+    /// gets a client (and so a process) of this run's own, shared by its tools, stopped
+    /// when the run lets go of it.
+    async fn bind(
+        &self,
+        registry: &Registry,
+        patterns: &[String],
+    ) -> anyhow::Result<Vec<runwarden_runtime::BoundTool>> {
         let catalogue = self.catalogue.catalogue_list(None).await?;
-        // A local server that lives one run gets a client (and so a process) of this
-        // run's own, shared by its tools, stopped when the run lets go of it.
         let own = std::cell::RefCell::new(HashMap::new());
-        let mut tools = bind_tools(&config.tools, &catalogue, |server| {
+        bind_tools(patterns, &catalogue, |server| {
             let shared = registry.clients.get(server)?;
             let per_run = shared
                 .server()
@@ -156,27 +219,6 @@ impl AgentBuilder {
             Some(client)
         })
         .map_err(anyhow::Error::msg)
-        .with_context(|| format!("while binding the tools of agent {name}"))?;
-        // R12: the approval policy in force, like the effects (M10 amended).
-        for tool in &mut tools {
-            tool.approval = registry.config.approval_of(
-                config,
-                &tool.client.server().name,
-                &tool.remote_name,
-                &tool.spec.name,
-            );
-        }
-        Ok(AgentSpec {
-            name: name.to_string(),
-            system: config.system.clone(),
-            max_rounds: clamp_rounds(config.max_rounds),
-            provider: provider(config, &self.egress)?,
-            tools,
-            max_tokens: config.provider.max_tokens(),
-            budgets: config.budgets,
-            policy: registry.config.policy.as_ref().map(|p| p.policies.clone()),
-            tags: config.tags.clone(),
-        })
     }
 }
 

@@ -122,6 +122,7 @@ pub(crate) fn decision_json(d: &Decision) -> Value {
         "decision_id": d.id,
         "run_id": d.run_id,
         "kind": d.kind.as_str(),
+        "waits_in_call": d.in_call,
         "status": d.status.as_str(),
         "round": d.round,
         "call_id": d.call_id,

@@ -400,3 +400,75 @@ async fn credentials_echoed_by_the_mcp_server_and_the_model_reach_no_output_api_
     );
     drop(serve);
 }
+
+/// G1: a gateway client reads what the server answered, scrubbed like a run's step: a
+/// credential the server echoes, in any spelling, never reaches the client's answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_echoed_by_the_mcp_server_never_reach_a_gateway_client() {
+    let channel = Arc::new(Mutex::new(Channel::Body));
+    let spelling = Arc::new(Mutex::new(Spelling::Raw));
+    let mcp = runwarden_testkit::TestServer::start(echo_handler_spelt(
+        channel.clone(),
+        spelling.clone(),
+        vec![tool("create")],
+    ))
+    .await;
+    let sandbox = Sandbox::initialised();
+    sandbox.allow_loopback();
+    sandbox.append_config(&format!(
+        "\n[mcp.servers.srv]\nurl = \"{}\"\nauth = {{ secret = \"srv-login\", placement = \"basic\" }}\n\n[gateway.tokens.operator]\ntools = [\"srv__*\"]\n",
+        mcp.url("/mcp"),
+    ));
+    let sandbox = Arc::new(sandbox);
+    sandbox.put("srv-login", &format!("svc:{SIGIL}"));
+    runwarden(&sandbox, &["mcp", "import", "srv"]).await.ok();
+    let token = token(&sandbox, "operator").await;
+    let serve = Serve::start(&sandbox, 1).await;
+    let http = reqwest::Client::new();
+    let post = |session: Option<String>, body: Value| {
+        let mut request = http
+            .post(format!("{}/mcp", serve.url()))
+            .bearer_auth(&token)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send()
+    };
+    let forms = forms_of(&format!("svc:{SIGIL}"));
+    let mut answers = Vec::new();
+    for (at, spelt) in [
+        (Channel::Body, Spelling::Raw),
+        (Channel::Body, Spelling::OneEscape),
+        (Channel::JsonRpcError, Spelling::AllEscape),
+        (Channel::Header, Spelling::Raw),
+    ] {
+        *channel.lock().unwrap() = at;
+        *spelling.lock().unwrap() = spelt;
+        let initialize = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "sigil", "version": "1"}}});
+        let opened = post(None, initialize).await.unwrap();
+        let session = opened.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        answers.push(opened.text().await.unwrap());
+        let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "srv__create", "arguments": {}}});
+        let called = post(Some(session), call).await.unwrap();
+        let headers = format!("{:?}", called.headers());
+        answers.push(format!("{headers}\n{}", called.text().await.unwrap()));
+    }
+    // The echo reached the client, redacted, so the check below is not vacuous.
+    assert!(answers[1].contains("[redacted]"), "{}", answers[1]);
+    for answer in &answers {
+        assert_eq!(
+            find_decoded_form(answer, &forms),
+            None,
+            "a gateway answer holds the secret: {answer}"
+        );
+    }
+}

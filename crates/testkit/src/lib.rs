@@ -51,7 +51,7 @@ pub use oauth::{
 };
 pub use otlp::{ExportedSpan, OtlpReceiver};
 pub use outside::required_path;
-pub use peer::{Peer, pids_with_env, stdio_peer};
+pub use peer::{Peer, peer_command, pids_with_env, stdio_peer};
 pub use postgres::TempCluster;
 pub use server::{HttpReply, HttpRequest, Seen, TestServer, closed_port};
 pub use stats::Dist;

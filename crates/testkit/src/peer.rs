@@ -170,6 +170,19 @@ pub fn stdio_peer() -> (String, Vec<String>) {
     )
 }
 
+/// The venv's Python ready to run `tests/peer/<script>`: a client of the official SDK
+/// that a test drives (`gateway_client.py`).
+pub fn peer_command(script: &str) -> Command {
+    let script = repo_root()
+        .join("tests/peer")
+        .join(script)
+        .canonicalize()
+        .unwrap_or_else(|e| panic!("tests/peer/{script} exists: {e}"));
+    let mut command = Command::new(python());
+    command.arg(script);
+    command
+}
+
 /// The live (not zombie) processes whose environment holds `variable` (`NAME=VALUE`): how
 /// a test finds a local server by the host's pids (in its sandbox it is pid 1).
 pub fn pids_with_env(variable: &str) -> Vec<u32> {

@@ -175,7 +175,9 @@ async fn reply(cx: &Context, id: &str, request: AnswerRequest) -> anyhow::Result
             view["run_id"].as_str().unwrap_or("?"),
             match view["answer"].as_str() {
                 Some("cancel") if view["kind"] != "input" => "is cancelled",
-                _ if view["kind"] == "input" => "goes on with its call",
+                _ if view["kind"] == "input" || view["waits_in_call"] == true => {
+                    "goes on with its call"
+                }
                 _ => "is queued for a worker",
             }
         )

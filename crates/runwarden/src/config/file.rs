@@ -58,6 +58,29 @@ pub(super) struct FileConfig {
     pub(super) limits: LimitsSection,
     /// Cedar policies over every tool call and model call. Without this section no policy is evaluated.
     pub(super) policy: Option<PolicySection>,
+    /// The MCP gateway `runwarden serve` offers at `/mcp`: other agents' tool calls through runwarden.
+    #[serde(default)]
+    pub(super) gateway: GatewaySection,
+}
+
+/// `[gateway]`: which API tokens may use the MCP endpoint at `/mcp`, and what they see there.
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub(super) struct GatewaySection {
+    /// By API token name (`runwarden token create NAME`): what that token's MCP clients may see and call. A token not listed here cannot use `/mcp`.
+    #[serde(default)]
+    pub(super) tokens: BTreeMap<String, GatewayTokenSection>,
+}
+
+/// `[gateway.tokens.NAME]`: one token's view of the tools.
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub(super) struct GatewayTokenSection {
+    /// The tools its clients see and may call, as an agent's `tools`: local names `SERVER__TOOL`, or prefixes ending in `*` (`github__*`).
+    #[serde(default)]
+    pub(super) tools: Vec<String>,
 }
 
 /// `[limits]`: a call waits while a limit it is subject to is full; without limits nothing is read and nothing waits.

@@ -236,6 +236,7 @@ impl Config {
                 require_token: file.metrics.require_token.unwrap_or(true),
                 listen: file.metrics.listen,
             },
+            gateway: gateway_settings(file.gateway),
             record_arguments: file.telemetry.record_arguments.unwrap_or(false),
             console: console_settings(file.console)?,
             policy: (file.policy.as_ref())
@@ -246,5 +247,14 @@ impl Config {
         // Limits name the servers and agents above.
         config.limits = super::limits::limits(limits, &config)?;
         Ok(config)
+    }
+}
+
+/// `[gateway]`: each token's tool patterns, by the token's name.
+fn gateway_settings(section: super::file::GatewaySection) -> super::settings::GatewaySettings {
+    super::settings::GatewaySettings {
+        tokens: (section.tokens.into_iter())
+            .map(|(name, token)| (name, token.tools))
+            .collect(),
     }
 }

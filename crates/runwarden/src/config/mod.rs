@@ -83,6 +83,8 @@ pub(crate) struct Config {
     pub(crate) client_token_file: Option<PathBuf>,
     /// `[metrics]`.
     pub(crate) metrics: MetricsSettings,
+    /// `[gateway]`: who may use the MCP endpoint, and what each token sees there.
+    pub(crate) gateway: settings::GatewaySettings,
     /// `[telemetry] record_arguments`: tool call arguments on their spans.
     pub(crate) record_arguments: bool,
     /// `[console]`.
@@ -192,6 +194,18 @@ impl Config {
                 .or(policy.timeout)
                 .unwrap_or(runwarden_runtime::decision::DEFAULT_APPROVAL_TIMEOUT),
         )
+    }
+
+    /// G1: the approval a server's configuration asks for a tool (`remote`) called through
+    /// the gateway, which has no agent of its own to add to it.
+    pub(crate) fn server_approval(&self, server: &str, remote: &str) -> Option<Duration> {
+        let policy = self.approvals.get(server).cloned().unwrap_or_default();
+        let (required, timeout) = policy.tools.get(remote).copied().unwrap_or_default();
+        required.unwrap_or(policy.required).then(|| {
+            timeout
+                .or(policy.timeout)
+                .unwrap_or(runwarden_runtime::decision::DEFAULT_APPROVAL_TIMEOUT)
+        })
     }
 
     /// One configured MCP server, or an error listing the configured ones.

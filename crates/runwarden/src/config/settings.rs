@@ -64,6 +64,25 @@ pub(crate) struct MetricsSettings {
     pub(crate) listen: Option<String>,
 }
 
+/// `[gateway]`: the tools each API token's MCP clients may see and call at `/mcp`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct GatewaySettings {
+    /// Tool patterns by token name; a token not listed may not use the gateway.
+    pub(crate) tokens: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+impl GatewaySettings {
+    /// The tool patterns of `token`, or why it may not use the gateway.
+    pub(crate) fn tools_of(&self, token: &str) -> anyhow::Result<&[String]> {
+        match self.tokens.get(token) {
+            Some(tools) if !tools.is_empty() => Ok(tools),
+            _ => anyhow::bail!(
+                "token {token} may not use the MCP gateway: list the tools it may call under [gateway.tokens.{token}] tools = [...] in the configuration"
+            ),
+        }
+    }
+}
+
 /// How log lines are written: for people, or one JSON object per line for machines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub(crate) enum LogFormat {

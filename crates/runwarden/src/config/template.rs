@@ -105,6 +105,11 @@ max_requeues = 3            # retries of retryable failures and stale reclaims, 
 # tls_cert = "tls/cert.pem"        # HTTPS: the certificate chain (PEM, leaf first) ...
 # tls_key = "tls/key.pem"          # ... and its private key (PEM); both or neither
 
+# The MCP gateway at /mcp: other agents call these tools through runwarden with an API
+# token (docs/gateway.md). A token not listed here cannot use it.
+# [gateway.tokens.ide]
+# tools = ["github__*"]            # what that token's clients see and may call
+
 # Who may read /metrics (Prometheus/OpenMetrics text).
 # [metrics]
 # require_token = true             # false: /metrics on the API port needs no token

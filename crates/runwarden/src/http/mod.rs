@@ -14,6 +14,7 @@ mod console;
 mod decisions;
 mod error;
 mod events;
+mod gateway;
 mod health;
 mod intake;
 pub(crate) mod listener;
@@ -75,6 +76,8 @@ pub(crate) struct AppState {
     pub(crate) metrics: Arc<Metrics>,
     /// The server's stop level: live event streams end when it drains.
     pub(crate) stop: watch::Receiver<StopLevel>,
+    /// G1: the MCP gateway's live sessions.
+    pub(crate) gateway: Arc<gateway::Sessions>,
 }
 
 impl AppState {
@@ -102,6 +105,7 @@ impl AppState {
             metrics,
             stop,
             root,
+            gateway: Arc::default(),
         })
     }
 }
@@ -234,6 +238,9 @@ pub(crate) fn router(state: AppState) -> Router {
     // O4: the web console's pages, streams and assets beside the API.
     router
         .merge(console::router(state.clone()))
+        // G1: the MCP gateway at `/mcp`, with its own token check (an MCP client needs the
+        // `WWW-Authenticate` that points at the resource metadata).
+        .merge(gateway::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(error::BODY_LIMIT))

@@ -14,6 +14,7 @@ mod api_description;
 mod conformance_suite;
 mod decisions;
 mod fastmcp;
+mod gateway;
 mod limits;
 mod mrtr;
 mod policy;

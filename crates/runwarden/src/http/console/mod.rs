@@ -43,7 +43,12 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
         .route("/runs/{id}", get(pages::run))
         .route("/decisions", get(pages::decisions))
         .route("/audit", get(pages::audit))
-        .route("/mcp", get(pages::mcp))
+        // The console's page of MCP servers shares its path with the MCP gateway: an MCP
+        // client's GET (it asks for an event stream) is the gateway's to answer.
+        .route(
+            "/mcp",
+            get(pages::mcp).route_layer(axum::middleware::from_fn(super::gateway::no_stream)),
+        )
         .route("/charts", get(pages::charts))
         // The sign-in form is read only up to its own limit; the listener enforces it on
         // the wire too, within the body-read timeout.

@@ -1,0 +1,199 @@
+//! One client's MCP session: its run, its tools, its calls in flight, and the task that
+//! holds the run while the session lasts.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use runwarden_runtime::gateway::{GATEWAY_TAG, GatewayCall, GatewayReply, GatewayRequest};
+use runwarden_runtime::{AgentSpec, Executor, RunOrigin};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+/// How many calls may wait for the session's segment at once.
+const QUEUE: usize = 256;
+
+/// A live session.
+pub(crate) struct Session {
+    /// The session's run (also its `Mcp-Session-Id`).
+    pub(crate) run_id: String,
+    /// The hash of the token that opened it: only that token may use it.
+    pub(crate) token: [u8; 32],
+    /// The token's name, for the run and the log.
+    pub(crate) token_name: String,
+    /// The version the session speaks.
+    pub(crate) version: &'static str,
+    /// What the client may call.
+    pub(crate) agent: Arc<AgentSpec>,
+    calls: mpsc::Sender<GatewayRequest>,
+    /// The stop of each call in flight, by the client's request id (as JSON text).
+    open: Mutex<HashMap<String, Arc<AtomicBool>>>,
+    /// When the client last sent anything.
+    last_seen: Mutex<Instant>,
+    executor: Arc<Executor>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("run_id", &self.run_id)
+            .field("token_name", &self.token_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// Opens the session's run and starts the task that holds it; `ended` is called with
+    /// the run's id once the run is over.
+    pub(crate) async fn open(
+        executor: Arc<Executor>,
+        agent: AgentSpec,
+        (token, token_name): ([u8; 32], &str),
+        client: &str,
+        version: &'static str,
+        ended: impl FnOnce(&str) + Send + 'static,
+    ) -> anyhow::Result<Arc<Self>> {
+        let origin = RunOrigin {
+            started_by: Some(token_name.to_string()),
+            tags: vec![GATEWAY_TAG.to_string()],
+        };
+        let run = executor.open_gateway(origin).await?;
+        let agent = Arc::new(agent);
+        let (calls, requests) = mpsc::channel(QUEUE);
+        let about = format!("MCP session of {client} with token {token_name}");
+        let session = Arc::new(Self {
+            run_id: run.id.clone(),
+            token,
+            token_name: token_name.to_string(),
+            version,
+            agent: agent.clone(),
+            calls,
+            open: Mutex::default(),
+            last_seen: Mutex::new(Instant::now()),
+            executor: executor.clone(),
+        });
+        tokio::spawn(async move {
+            let outcome = executor.serve_gateway(&run, &agent, &about, requests).await;
+            tracing::info!(run = %run.id, outcome = outcome.as_str(), "gateway session ended");
+            ended(&run.id);
+        });
+        Ok(session)
+    }
+
+    /// Notes that the client is still there.
+    pub(crate) fn seen(&self) {
+        *self.last_seen.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    /// True when the client sent nothing for `idle` and no call is open.
+    pub(crate) fn idle_for(&self, idle: Duration) -> bool {
+        let quiet = self
+            .last_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed()
+            >= idle;
+        quiet
+            && self
+                .open
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty()
+    }
+
+    /// Makes one call and waits for its answer. The call is stopped when the returned
+    /// future is dropped (the client went away) or [`cancel`](Self::cancel) names it.
+    pub(crate) async fn call(
+        &self,
+        request_id: &Value,
+        tool: String,
+        arguments: Value,
+        notices: Option<runwarden_mcp::NoticeSink>,
+    ) -> GatewayReply {
+        let key = request_id.to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        self.open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), stop.clone());
+        let guard = Open {
+            session: self,
+            key,
+            stop: stop.clone(),
+            done: false,
+        };
+        let (reply, answer) = oneshot::channel();
+        let call = GatewayCall {
+            call_id: format!("gw-{}", request_id_text(request_id)),
+            tool,
+            arguments,
+            stop,
+            notices,
+        };
+        let ended = GatewayReply::Ended {
+            outcome: runwarden_runtime::Outcome::Cancelled,
+            uncertain: false,
+        };
+        let answer = match self.calls.send(GatewayRequest { call, reply }).await {
+            Ok(()) => answer.await.unwrap_or(ended),
+            Err(_) => ended,
+        };
+        guard.finish();
+        answer
+    }
+
+    /// The client's `notifications/cancelled` for one of its requests: stops that call.
+    pub(crate) fn cancel(&self, request_id: &Value) {
+        let stop = self
+            .open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&request_id.to_string())
+            .cloned();
+        if let Some(stop) = stop {
+            self.stop(&stop);
+        }
+    }
+
+    /// Stops one call: its flag, then a wake-up so its signal asks at once.
+    fn stop(&self, stop: &AtomicBool) {
+        stop.store(true, Ordering::SeqCst);
+        self.executor.watcher().hub().wake(&self.run_id);
+    }
+}
+
+/// A call in flight; dropped before it finished (the client went away), it stops the call.
+struct Open<'s> {
+    session: &'s Session,
+    key: String,
+    stop: Arc<AtomicBool>,
+    done: bool,
+}
+
+impl Open<'_> {
+    fn finish(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.session.stop(&self.stop);
+        }
+        self.session
+            .open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.key);
+    }
+}
+
+/// A request id as a call id's suffix: a string as is, a number as digits.
+fn request_id_text(id: &Value) -> String {
+    match id {
+        Value::String(s) => s.chars().take(64).collect(),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,463 @@
+//! The MCP gateway as another agent meets it: the official Python SDK's client
+//! (`tests/peer/gateway_client.py`) against `runwarden serve` at `/mcp`, with the real
+//! Python peer (`tests/peer/server.py`) behind it, whose own counters say what reached it.
+//! A session is a run; its calls go through the policies, approvals and the fence; a
+//! client's cancel and an operator's cancel both reach the upstream handler.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use runwarden_testkit::Peer;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+
+use crate::support::serve::{Serve, named_token};
+use crate::support::workers::{events, status};
+use crate::support::{Sandbox, runwarden};
+
+/// How long a test waits for an event before failing.
+const WAIT: Duration = Duration::from_secs(30);
+
+const POLICIES: &str = r#"
+@id("tools")
+permit (principal, action == Action::"call_tool", resource);
+
+@id("no-payments-from-the-ide")
+@reason("the IDE does not pay")
+forbid (principal in Token::"ide", action == Action::"call_tool", resource == Tool::"peer__pay");
+"#;
+
+/// An installation with the peer imported as `peer` (`add` and `echo` read-only,
+/// `create_ticket` needing an approval), the policies above, the gateway open to token
+/// `ide` (every tool), `narrow` (only `peer__add`) and `watcher` (a viewer), and `serve`
+/// running. Returns the sandbox, the server and the `ide` token.
+async fn install(peer: &Peer) -> (Arc<Sandbox>, Serve, String) {
+    let sandbox = Sandbox::initialised();
+    sandbox.allow_loopback();
+    sandbox.append_config(&format!(
+        r#"
+[policy]
+files = ["policies/*.cedar"]
+
+[mcp.servers.peer]
+url = "{}"
+
+[mcp.servers.peer.tools.add]
+effect = "read_only"
+
+[mcp.servers.peer.tools.echo]
+effect = "read_only"
+
+[mcp.servers.peer.tools.create_ticket]
+approval = "required"
+
+[gateway.tokens.ide]
+tools = ["peer__*"]
+
+[gateway.tokens.narrow]
+tools = ["peer__add"]
+
+[gateway.tokens.watcher]
+tools = ["peer__*"]
+"#,
+        peer.url()
+    ));
+    std::fs::create_dir(sandbox.path().join("policies")).unwrap();
+    std::fs::write(sandbox.path().join("policies/gateway.cedar"), POLICIES).unwrap();
+    let sandbox = Arc::new(sandbox);
+    runwarden(&sandbox, &["mcp", "import", "peer"]).await.ok();
+    let token = named_token(&sandbox, "operator", "ide").await;
+    let serve = Serve::start(&sandbox, 1).await;
+    (sandbox, serve, token)
+}
+
+/// The SDK client running one scenario of `gateway_client.py`.
+struct Client {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl Client {
+    fn start(serve: &Serve, token: &str, args: &[&str]) -> Self {
+        let mut command =
+            tokio::process::Command::from(runwarden_testkit::peer_command("gateway_client.py"));
+        command
+            .arg(format!("{}/mcp", serve.url()))
+            .args(args)
+            .env("GATEWAY_TOKEN", token)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        let mut child = command.spawn().expect("the client starts");
+        let stdin = child.stdin.take().expect("stdin is piped");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        Self {
+            child,
+            stdin,
+            lines: BufReader::new(stdout).lines(),
+        }
+    }
+
+    /// The client's next finding.
+    async fn next(&mut self) -> Value {
+        let line = tokio::time::timeout(WAIT, self.lines.next_line())
+            .await
+            .expect("the client's next finding in time")
+            .expect("the client's stdout reads")
+            .expect("the client printed another finding before it exited");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    }
+
+    /// Every finding left, once the client exits.
+    async fn rest(mut self) -> Vec<Value> {
+        let mut found = Vec::new();
+        while let Ok(Some(line)) = tokio::time::timeout(WAIT, self.lines.next_line())
+            .await
+            .expect("the client ends in time")
+        {
+            found.push(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")));
+        }
+        let status = tokio::time::timeout(WAIT, self.child.wait())
+            .await
+            .expect("the client exits in time")
+            .expect("the client is waited for");
+        assert!(status.success(), "the client failed: {status}");
+        found
+    }
+
+    /// Tells a waiting scenario to go on (`cancel`).
+    async fn go_on(&mut self) {
+        self.stdin.write_all(b"go\n").await.unwrap();
+        self.stdin.flush().await.unwrap();
+    }
+}
+
+/// One scenario run to its end.
+async fn scenario(serve: &Serve, token: &str, args: &[&str]) -> Vec<Value> {
+    Client::start(serve, token, args).rest().await
+}
+
+/// The finding about `tool`'s call.
+fn call_of<'f>(found: &'f [Value], tool: &str) -> &'f Value {
+    found
+        .iter()
+        .find(|f| f["tool"] == tool)
+        .unwrap_or_else(|| panic!("no call of {tool}: {found:#?}"))
+}
+
+/// Waits until the peer's counters satisfy `ready`.
+async fn until_peer(peer: &Peer, ready: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let stats = peer.stats_json();
+        if ready(&stats) {
+            return stats;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the peer never got there: {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The gateway runs, newest first.
+async fn gateway_runs(sandbox: &Arc<Sandbox>) -> Vec<Value> {
+    let listed = runwarden(sandbox, &["--json", "runs", "list"])
+        .await
+        .ok()
+        .json();
+    listed
+        .as_array()
+        .expect("a list of runs")
+        .iter()
+        .filter(|r| r["agent"] == "gateway")
+        .cloned()
+        .collect()
+}
+
+/// Waits until the newest gateway run has `status`.
+async fn until_run(sandbox: &Arc<Sandbox>, status: &str) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let runs = gateway_runs(sandbox).await;
+        if let Some(run) = runs.first().filter(|r| r["status"] == status) {
+            return run.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no gateway run {status}: {runs:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_lists_and_calls_tools_and_its_session_is_a_run() {
+    let peer = Peer::start(&[]);
+    let (sandbox, serve, token) = install(&peer).await;
+    let found = scenario(&serve, &token, &["list"]).await;
+    assert_eq!(found[0]["server"], "runwarden", "{found:#?}");
+    let tools = found[1]["tools"].as_array().expect("the tools");
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(
+        names.contains(&"peer__add") && names.contains(&"peer__create_ticket"),
+        "{names:?}"
+    );
+    let add = tools.iter().find(|t| t["name"] == "peer__add").unwrap();
+    assert_eq!(
+        add["annotations"]["read_only_hint"], true,
+        "the effect as a hint"
+    );
+    let ticket = tools
+        .iter()
+        .find(|t| t["name"] == "peer__create_ticket")
+        .unwrap();
+    assert_eq!(ticket["annotations"]["idempotent_hint"], false);
+    let sum = call_of(&found, "peer__add");
+    assert_eq!(sum["text"], "5", "{sum}");
+    assert_eq!(
+        sum["structured"],
+        json!({"result": 5}),
+        "structured results pass through"
+    );
+    assert_eq!(call_of(&found, "peer__echo")["text"], "hello");
+
+    // The session was a run of its own, started by the token, settled when it closed.
+    let run = until_run(&sandbox, "completed").await;
+    assert_eq!(run["started_by"], "ide", "{run:#}");
+    assert_eq!(run["tags"], json!(["gateway"]));
+    let run_id = run["run_id"].as_str().unwrap();
+    let log = events(&sandbox, run_id).await;
+    let steps: Vec<&Value> = log
+        .iter()
+        .filter(|e| e["kind"] == "tool_executed")
+        .collect();
+    assert_eq!(steps.len(), 2, "{log:#?}");
+    assert_eq!(steps[0]["payload"]["tool"], "peer__add");
+    assert_eq!(steps[0]["payload"]["server"], "peer");
+    runwarden(&sandbox, &["audit", "verify"]).await.ok();
+    assert_eq!(peer.stats_json()["calls"]["add"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_sees_only_its_tools_and_one_not_listed_cannot_start() {
+    let peer = Peer::start(&[]);
+    let (sandbox, serve, _) = install(&peer).await;
+    let narrow = named_token(&sandbox, "operator", "narrow").await;
+    let found = scenario(&serve, &narrow, &["list"]).await;
+    let names: Vec<&str> = found[1]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names, ["peer__add"], "only its own tools");
+    let echo = call_of(&found, "peer__echo");
+    assert_eq!(echo["is_error"], true, "{echo}");
+    assert!(
+        echo["text"].as_str().unwrap().contains("no tool named"),
+        "{echo}"
+    );
+    assert_eq!(
+        peer.stats_json()["calls"]["echo"],
+        Value::Null,
+        "nothing reached the peer"
+    );
+
+    let stranger = named_token(&sandbox, "operator", "stranger").await;
+    let found = scenario(&serve, &stranger, &["list"]).await;
+    let refused = found.last().unwrap();
+    let said = refused["session_error"].as_str().unwrap_or_default();
+    assert!(said.contains("[gateway.tokens.stranger]"), "{found:#?}");
+
+    let viewer = named_token(&sandbox, "viewer", "watcher").await;
+    let found = scenario(&serve, &viewer, &["list"]).await;
+    let add = call_of(&found, "peer__add");
+    assert!(
+        add["error"].as_str().unwrap().contains("operator role"),
+        "{add}"
+    );
+    assert_eq!(
+        peer.stats_json()["calls"]["add"],
+        1,
+        "only the narrow token's call"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_progress_reaches_the_client() {
+    let peer = Peer::start(&[]);
+    let (_sandbox, serve, token) = install(&peer).await;
+    let found = scenario(&serve, &token, &["progress"]).await;
+    assert_eq!(
+        call_of(&found, "peer__progress")["text"],
+        "done after 3 steps"
+    );
+    let progress = found.last().unwrap()["progress"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(progress.len(), 3, "{progress:#?}");
+    assert_eq!(progress[2]["message"], "step 3 of 3");
+    assert_eq!(progress[2]["total"], 3.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_cancel_reaches_the_upstream_handler_and_the_write_stays_fenced() {
+    let peer = Peer::start(&[]);
+    let (sandbox, serve, token) = install(&peer).await;
+    let mut client = Client::start(&serve, &token, &["cancel"]);
+    client.next().await;
+    assert_eq!(client.next().await["calling"], "peer__slow");
+    until_peer(&peer, |s| s["slow_started"] == 1).await;
+    client.go_on().await;
+    let stats = until_peer(&peer, |s| s["slow_cancelled"] == 1).await;
+    assert_eq!(
+        stats["slow_completed"], 0,
+        "the handler was cancelled: {stats}"
+    );
+    let found = client.rest().await;
+    assert_eq!(found[0]["cancelled"], "peer__slow");
+    assert_eq!(
+        call_of(&found, "peer__add")["text"],
+        "42",
+        "the session goes on"
+    );
+    // `slow` is a non-idempotent write (the default) that may have run: its step says
+    // so, the fence stays, and the run ends saying why.
+    let run = until_run(&sandbox, "failed").await;
+    assert!(
+        run["termination_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("FENCED_WRITE"),
+        "{run:#}"
+    );
+    assert_eq!(run["pending_effect"], "non_idempotent_write");
+    let log = events(&sandbox, run["run_id"].as_str().unwrap()).await;
+    assert!(
+        log.iter().any(|e| e["kind"] == "effect_uncertain"),
+        "{log:#?}"
+    );
+    assert_eq!(peer.stats_json()["calls"]["slow"], 1, "never sent again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_cancel_reaches_the_upstream_handler_and_the_client() {
+    let peer = Peer::start(&[]);
+    let (sandbox, serve, token) = install(&peer).await;
+    let mut client = Client::start(&serve, &token, &["wait"]);
+    client.next().await;
+    assert_eq!(client.next().await["calling"], "peer__slow");
+    until_peer(&peer, |s| s["slow_started"] == 1).await;
+    let run = until_run(&sandbox, "running").await;
+    let run_id = run["run_id"].as_str().unwrap();
+    runwarden(&sandbox, &["cancel", run_id]).await.ok();
+    let answer = client.next().await;
+    assert_eq!(answer["error_code"], -32800, "{answer}");
+    let said = answer["error"].as_str().unwrap();
+    assert!(said.contains("cancelled by an operator"), "{said}");
+    assert!(
+        said.contains("outcome is unknown"),
+        "a write is never called safe: {said}"
+    );
+    until_peer(&peer, |s| s["slow_cancelled"] == 1).await;
+    let after = client.rest().await;
+    assert!(
+        call_of(&after, "peer__add")["error"]
+            .as_str()
+            .unwrap()
+            .contains("no such session"),
+        "{after:#?}"
+    );
+    assert_eq!(status(&sandbox, run_id).await["status"], "cancelled");
+    assert_eq!(peer.stats_json()["calls"]["add"], Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_gated_write_waits_for_a_person_and_runs_once() {
+    let peer = Peer::start(&[]);
+    let (sandbox, serve, token) = install(&peer).await;
+    let arguments = json!({"title": "printer on fire"}).to_string();
+    for (answer, expected) in [
+        (&["approve"][..], Some("ticket-1")),
+        (&["deny", "--reason", "not today"], None),
+    ] {
+        let client = Client::start(&serve, &token, &["call", "peer__create_ticket", &arguments]);
+        let decision = pending_decision(&sandbox).await;
+        assert_eq!(decision["waits_in_call"], true, "{decision:#}");
+        assert_eq!(decision["tool"], "peer__create_ticket");
+        let before = u64::from(answer[0] == "deny");
+        assert_eq!(
+            peer.stats_json()["create_ticket_calls"],
+            before,
+            "nothing sent yet"
+        );
+        let id = decision["decision_id"].as_str().unwrap();
+        runwarden(&sandbox, &[answer, &[id]].concat())
+            .await
+            .ok()
+            .says("goes on with its call");
+        let found = client.rest().await;
+        let ticket = call_of(&found, "peer__create_ticket");
+        match expected {
+            Some(text) => assert_eq!(ticket["text"], text, "{ticket}"),
+            None => {
+                assert_eq!(ticket["is_error"], true, "{ticket}");
+                let text = ticket["text"].as_str().unwrap();
+                assert!(text.contains("denied by an operator: not today"), "{text}");
+            }
+        }
+    }
+    assert_eq!(
+        peer.stats_json()["create_ticket_calls"],
+        1,
+        "approved once, denied never sent"
+    );
+}
+
+/// Waits for the one pending decision.
+async fn pending_decision(sandbox: &Arc<Sandbox>) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let listed = runwarden(
+            sandbox,
+            &["--json", "decisions", "list", "--status", "pending"],
+        )
+        .await
+        .ok()
+        .json();
+        if let Some(first) = listed["decisions"].as_array().and_then(|d| d.first()) {
+            return first.clone();
+        }
+        assert!(Instant::now() < deadline, "no pending decision: {listed:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_a_policy_denies_never_reaches_the_upstream_server() {
+    let peer = Peer::start(&[]);
+    let (_sandbox, serve, token) = install(&peer).await;
+    let arguments = json!({"amount": 5, "to": "bob"}).to_string();
+    let found = scenario(&serve, &token, &["call", "peer__pay", &arguments]).await;
+    let paid = call_of(&found, "peer__pay");
+    assert_eq!(paid["is_error"], true, "{paid}");
+    assert!(
+        paid["text"]
+            .as_str()
+            .unwrap()
+            .contains("the IDE does not pay"),
+        "{paid}"
+    );
+    assert_eq!(
+        peer.stats_json()["calls"]["pay"],
+        Value::Null,
+        "nothing reached the peer"
+    );
+}

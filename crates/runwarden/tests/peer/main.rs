@@ -15,6 +15,7 @@ mod conformance_suite;
 mod decisions;
 mod fastmcp;
 mod gateway;
+mod gateway_conformance;
 mod limits;
 mod mrtr;
 mod policy;

@@ -12,6 +12,7 @@ import { createInterface } from "node:readline";
 const sdk = process.env.MCP_TS_SDK;
 const { Client } = await import(`${sdk}/dist/esm/client/index.js`);
 const { StreamableHTTPClientTransport } = await import(`${sdk}/dist/esm/client/streamableHttp.js`);
+const { ElicitRequestSchema } = await import(`${sdk}/dist/esm/types.js`);
 
 const say = (finding) => console.log(JSON.stringify(finding));
 const snake = (name) => name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
@@ -69,6 +70,10 @@ const scenarios = {
     say({ cancelled: "peer__slow" });
     await call(client, "peer__add", { a: 20, b: 22 });
   },
+  async ask(client) {
+    await call(client, "peer__ask_name", {});
+    say({ questions });
+  },
   async call(client) {
     await call(client, process.argv[4], JSON.parse(process.argv[5]));
   },
@@ -78,7 +83,15 @@ const [url, scenario] = process.argv.slice(2);
 const transport = new StreamableHTTPClientTransport(new URL(url), {
   requestInit: { headers: { Authorization: `Bearer ${process.env.GATEWAY_TOKEN}` } },
 });
-const client = new Client({ name: "runwarden-gateway-test", version: "1" });
+const questions = [];
+const capabilities = scenario === "ask" ? { elicitation: {} } : {};
+const client = new Client({ name: "runwarden-gateway-test", version: "1" }, { capabilities });
+if (scenario === "ask") {
+  client.setRequestHandler(ElicitRequestSchema, async (request) => {
+    questions.push(request.params.message);
+    return { action: "accept", content: { name: "Ada" } };
+  });
+}
 try {
   await client.connect(transport);
   say({ version: transport.protocolVersion ?? null, server: client.getServerVersion()?.name ?? null });

@@ -10,6 +10,7 @@ GATEWAY_TOKEN. Scenarios:
   cancel    call peer__slow for 60 s, cancel it when a line arrives on stdin, then call
             peer__add on the same session
   call T A  call tool T with the JSON arguments A
+  ask       declare elicitation, call peer__ask_name, answer the server's question "Ada"
 """
 
 import json
@@ -18,6 +19,7 @@ import sys
 
 import anyio
 import httpx2
+import mcp_types
 from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -76,7 +78,20 @@ async def one(client) -> None:
     await call(client, sys.argv[3], json.loads(sys.argv[4]))
 
 
-SCENARIOS = {"list": listed, "progress": progress, "wait": wait, "cancel": cancel, "call": one}
+QUESTIONS = []
+
+
+async def answer_question(context, params):
+    QUESTIONS.append(params.message)
+    return mcp_types.ElicitResult(action="accept", content={"name": "Ada"})
+
+
+async def ask(client) -> None:
+    await call(client, "peer__ask_name", {})
+    say(questions=QUESTIONS)
+
+
+SCENARIOS = {"list": listed, "progress": progress, "wait": wait, "cancel": cancel, "call": one, "ask": ask}
 
 
 async def main() -> int:
@@ -84,7 +99,8 @@ async def main() -> int:
     headers = {"Authorization": f"Bearer {os.environ['GATEWAY_TOKEN']}"}
     http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120))
     try:
-        async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
+        options = {"elicitation_callback": answer_question} if scenario == "ask" else {}
+        async with Client(streamable_http_client(url, http_client=http), mode="legacy", **options) as client:
             say(version=client.protocol_version, server=client.server_info.name if client.server_info else None)
             await SCENARIOS[scenario](client)
     except* MCPError as group:

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use runwarden_mcp::NoticeSink;
+use runwarden_mcp::{ElicitorHandle, NoticeSink};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
@@ -35,6 +35,9 @@ pub struct GatewayCall {
     pub stop: Arc<AtomicBool>,
     /// Receives the call's progress and logs, for the client.
     pub notices: Option<NoticeSink>,
+    /// G2: asks the client the server's questions during the call (a client that declared
+    /// it can answer them); `None`: they go to an operator, as for an agent's call.
+    pub elicitor: Option<ElicitorHandle>,
 }
 
 impl std::fmt::Debug for GatewayCall {

@@ -249,6 +249,7 @@ impl Executor {
             resume: None,
             stop: Some(gateway.stop.clone()),
             forward: gateway.notices.clone(),
+            elicitor: gateway.elicitor.clone(),
             // The client is waiting: a server's question is answered within the call.
             park_on_input: false,
         };

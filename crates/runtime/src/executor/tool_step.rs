@@ -43,6 +43,8 @@ pub(super) struct CallOptions {
     pub(super) stop: Option<Arc<AtomicBool>>,
     /// Also receives the call's progress and logs (a gateway client).
     pub(super) forward: Option<NoticeSink>,
+    /// Answers the server's questions instead of an operator (a gateway client that can).
+    pub(super) elicitor: Option<ElicitorHandle>,
     /// M19, R12: a server's `input_required` parks the run on an `input` decision.
     pub(super) park_on_input: bool,
 }
@@ -53,6 +55,7 @@ impl Default for CallOptions {
             resume: None,
             stop: None,
             forward: None,
+            elicitor: None,
             park_on_input: true,
         }
     }
@@ -220,7 +223,11 @@ impl Executor {
             // byte of tools/call, so a crash in the handshake never fences the run.
             gate: (tool.effect.is_write())
                 .then(|| self.fence_gate(segment, tool, fence_failure.clone())),
-            elicitor: Some(self.elicitor(segment, round, call)),
+            elicitor: Some(
+                options
+                    .elicitor
+                    .unwrap_or_else(|| self.elicitor(segment, round, call)),
+            ),
             // M7 (amended): the structured result is checked against what the tool declared.
             output_schema: tool.output_schema.clone(),
             notices: Some(sink),

@@ -45,6 +45,9 @@ files = ["policies/*.cedar"]
 
 [mcp.servers.peer]
 url = "{}"
+elicitation = "operator"
+# A question inside a call's stream is the 2025-11-25 way.
+protocol = "2025-11-25"
 
 [mcp.servers.peer.tools.add]
 effect = "read_only"
@@ -129,6 +132,8 @@ for_each_sdk!(
     the_servers_progress_reaches_the_client,
     a_clients_cancel_reaches_the_upstream_handler_and_the_write_stays_fenced,
     an_operators_cancel_reaches_the_upstream_handler_and_the_client,
+    a_client_that_goes_away_mid_call_stops_the_upstream_call,
+    a_servers_question_goes_to_the_client_that_can_answer_it,
     an_approval_gated_write_waits_for_a_person_and_runs_once,
     a_call_a_policy_denies_never_reaches_the_upstream_server,
 );
@@ -434,6 +439,51 @@ async fn an_operators_cancel_reaches_the_upstream_handler_and_the_client(sdk: Sd
     );
     assert_eq!(status(&sandbox, run_id).await["status"], "cancelled");
     assert_eq!(peer.stats_json()["calls"]["add"], Value::Null);
+}
+
+async fn a_servers_question_goes_to_the_client_that_can_answer_it(sdk: Sdk) {
+    let peer = Peer::start(&[]);
+    let (_sandbox, serve, token) = install(&peer).await;
+    let found = scenario(sdk, &serve, &token, &["ask"]).await;
+    let asked = call_of(&found, "peer__ask_name");
+    assert_eq!(asked["text"], "accepted: Ada", "{found:#?}");
+    let questions = found.last().unwrap()["questions"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(questions, [json!("What name should the ticket carry?")]);
+}
+
+async fn a_client_that_goes_away_mid_call_stops_the_upstream_call(sdk: Sdk) {
+    let peer = Peer::start(&[]);
+    let (sandbox, serve, token) = install(&peer).await;
+    let mut client = Client::start(sdk, &serve, &token, &["wait"]);
+    client.next().await;
+    assert_eq!(client.next().await["calling"], "peer__slow");
+    until_peer(&peer, |s| s["slow_started"] == 1).await;
+    client.child.kill().await.unwrap();
+    let stats = until_peer(&peer, |s| s["slow_cancelled"] == 1).await;
+    assert_eq!(stats["slow_completed"], 0, "{stats}");
+    // The write may have run: its step says so and keeps the fence; nothing re-sends it.
+    let run = until_run_with_step(&sandbox, "effect_uncertain").await;
+    assert_eq!(run["pending_effect"], "non_idempotent_write", "{run:#}");
+    assert_eq!(peer.stats_json()["calls"]["slow"], 1);
+}
+
+/// Waits until the newest gateway run has a step of `kind`; the run as listed then.
+async fn until_run_with_step(sandbox: &Arc<Sandbox>, kind: &str) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let runs = gateway_runs(sandbox).await;
+        if let Some(run) = runs.first() {
+            let log = events(sandbox, run["run_id"].as_str().unwrap()).await;
+            if log.iter().any(|e| e["kind"] == kind) {
+                return run.clone();
+            }
+        }
+        assert!(Instant::now() < deadline, "no {kind} step: {runs:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn an_approval_gated_write_waits_for_a_person_and_runs_once(sdk: Sdk) {

@@ -269,7 +269,10 @@ async fn post_message(State(state): State<AppState>, headers: HeaderMap, body: B
             );
             return answer(StatusCode::BAD_REQUEST, body);
         }
-        // A response to a request of ours: the gateway sends none, so there is nothing to do.
+        // A response to a request of ours: a client's answer to a server's question.
+        if let (Some(id), Ok(session)) = (message.get("id"), session_of(&state, &headers, hash)) {
+            session.answered(id, message.clone());
+        }
         return StatusCode::ACCEPTED.into_response();
     };
     let params = message.get("params").cloned().unwrap_or(json!({}));
@@ -350,6 +353,10 @@ async fn initialize(
     };
     let version = wire::negotiate(params.get("protocolVersion").and_then(Value::as_str));
     let client = client_name(params);
+    let elicits = params
+        .get("capabilities")
+        .and_then(|c| c.get("elicitation"))
+        .is_some_and(Value::is_object);
     let sessions = state.gateway.clone();
     let ended = move |run: &str| {
         sessions.remove(run);
@@ -358,7 +365,7 @@ async fn initialize(
         state.executor.clone(),
         agent,
         (hash, &token.name),
-        &client,
+        (&client, elicits),
         version,
         ended,
     )
@@ -441,22 +448,32 @@ async fn call(
         .and_then(|m| m.get("progressToken"))
         .cloned()
         .filter(|_| accepts_events(headers));
-    let Some(progress) = progress else {
-        let reply = session.call(&id, tool, arguments, None).await;
+    // An event stream when the client can take one and there is something to say before
+    // the answer: the server's progress, or its questions for a client that answers them.
+    if progress.is_none() && !(session.elicits && accepts_events(headers)) {
+        let reply = session.call(&id, tool, arguments, (None, None)).await;
         return finish(state, &session, &id, &reply);
-    };
+    }
     let (events, received) = tokio::sync::mpsc::unbounded_channel::<Value>();
-    let forward = events.clone();
-    let sink = runwarden_mcp::NoticeSink::new(move |notice| {
-        if let Some(message) = progress_message(&progress, &notice) {
-            let _ = forward.send(message);
-        }
+    let sink = progress.map(|progress| {
+        let forward = events.clone();
+        runwarden_mcp::NoticeSink::new(move |notice| {
+            if let Some(message) = progress_message(&progress, &notice) {
+                let _ = forward.send(message);
+            }
+        })
+    });
+    let elicitor = session.elicits.then(|| {
+        runwarden_mcp::ElicitorHandle(Arc::new(session::ClientElicitor {
+            session: session.clone(),
+            events: events.clone(),
+        }))
     });
     let (state, call_session) = (state.clone(), session.clone());
     tokio::spawn(async move {
         // The call lives as long as the client reads its stream: a client that goes away
         // drops the stream, and the call stops.
-        let call = call_session.call(&id, tool, arguments, Some(sink));
+        let call = call_session.call(&id, tool, arguments, (sink, elicitor));
         let reply = tokio::select! {
             reply = call => reply,
             () = events.closed() => return,

@@ -6,6 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use runwarden_mcp::{
+    ElicitationAnswer, ElicitationFuture, ElicitationRequest, Elicitor, ElicitorHandle, NoticeSink,
+};
 use runwarden_runtime::gateway::{GATEWAY_TAG, GatewayCall, GatewayReply, GatewayRequest};
 use runwarden_runtime::{AgentSpec, Executor, RunOrigin};
 use serde_json::Value;
@@ -24,6 +27,10 @@ pub(crate) struct Session {
     pub(crate) token_name: String,
     /// The version the session speaks.
     pub(crate) version: &'static str,
+    /// The client declared it answers `elicitation/create`.
+    pub(crate) elicits: bool,
+    /// The client's answers awaited, by the id of the question sent to it.
+    asked: Mutex<HashMap<String, oneshot::Sender<Value>>>,
     /// What the client may call.
     pub(crate) agent: Arc<AgentSpec>,
     calls: mpsc::Sender<GatewayRequest>,
@@ -50,7 +57,7 @@ impl Session {
         executor: Arc<Executor>,
         agent: AgentSpec,
         (token, token_name): ([u8; 32], &str),
-        client: &str,
+        (client, elicits): (&str, bool),
         version: &'static str,
         ended: impl FnOnce(&str) + Send + 'static,
     ) -> anyhow::Result<Arc<Self>> {
@@ -67,6 +74,8 @@ impl Session {
             token,
             token_name: token_name.to_string(),
             version,
+            elicits,
+            asked: Mutex::default(),
             agent: agent.clone(),
             calls,
             open: Mutex::default(),
@@ -109,7 +118,7 @@ impl Session {
         request_id: &Value,
         tool: String,
         arguments: Value,
-        notices: Option<runwarden_mcp::NoticeSink>,
+        (notices, elicitor): (Option<NoticeSink>, Option<ElicitorHandle>),
     ) -> GatewayReply {
         let key = request_id.to_string();
         let stop = Arc::new(AtomicBool::new(false));
@@ -130,6 +139,7 @@ impl Session {
             arguments,
             stop,
             notices,
+            elicitor,
         };
         let ended = GatewayReply::Ended {
             outcome: runwarden_runtime::Outcome::Cancelled,
@@ -153,6 +163,18 @@ impl Session {
             .cloned();
         if let Some(stop) = stop {
             self.stop(&stop);
+        }
+    }
+
+    /// The client's answer to a question the gateway sent it.
+    pub(crate) fn answered(&self, id: &Value, message: Value) {
+        let waiting = self
+            .asked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&request_id_text(id));
+        if let Some(waiting) = waiting {
+            let _ = waiting.send(message);
         }
     }
 
@@ -195,5 +217,52 @@ fn request_id_text(id: &Value) -> String {
     match id {
         Value::String(s) => s.chars().take(64).collect(),
         other => other.to_string(),
+    }
+}
+
+/// G2: asks the client that made a call the server's questions during it, on the call's
+/// event stream; the client answers with a POST of its own, which [`Session::answered`]
+/// hands back here.
+pub(crate) struct ClientElicitor {
+    pub(crate) session: Arc<Session>,
+    pub(crate) events: mpsc::UnboundedSender<Value>,
+}
+
+impl Elicitor for ClientElicitor {
+    fn elicit(&self, request: ElicitationRequest) -> ElicitationFuture {
+        let (session, events) = (self.session.clone(), self.events.clone());
+        Box::pin(async move {
+            let id = format!("runwarden-ask-{}", uuid::Uuid::now_v7());
+            let (reply, answer) = oneshot::channel();
+            (session.asked.lock().unwrap_or_else(|p| p.into_inner())).insert(id.clone(), reply);
+            let question = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "elicitation/create",
+                "params": {"message": request.message, "requestedSchema": request.requested_schema}});
+            tracing::info!(run = %session.run_id, server = %request.server, tool = %request.tool, "a server's question goes to the gateway client");
+            let answered = match events.send(question) {
+                Ok(()) => tokio::time::timeout(request.timeout, answer)
+                    .await
+                    .ok()
+                    .and_then(Result::ok),
+                Err(_) => None,
+            };
+            (session.asked.lock().unwrap_or_else(|p| p.into_inner())).remove(&id);
+            answered.map_or(ElicitationAnswer::Decline, |message| {
+                client_answer(&message)
+            })
+        })
+    }
+}
+
+/// The client's answer as the server hears it: accept with its content, cancel, or
+/// decline (for a decline, an error, or anything else).
+fn client_answer(message: &Value) -> ElicitationAnswer {
+    let result = &message["result"];
+    match result["action"].as_str() {
+        Some("accept") => match &result["content"] {
+            Value::Object(content) => ElicitationAnswer::Accept(content.clone()),
+            _ => ElicitationAnswer::Accept(serde_json::Map::new()),
+        },
+        Some("cancel") => ElicitationAnswer::Cancel,
+        _ => ElicitationAnswer::Decline,
     }
 }

@@ -19,6 +19,7 @@ mod doctor;
 mod effects;
 mod egress;
 mod exfiltration;
+mod gateway;
 mod getting_started;
 mod hardening;
 mod init;

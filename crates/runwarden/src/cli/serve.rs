@@ -190,6 +190,7 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
             stop.clone(),
         ));
     }
+    let gateway = state.gateway.clone();
     // First signal: stop accepting, finish the requests in flight, drain the workers.
     let mut server = match front {
         Front::Waiting(server, live) => {
@@ -216,8 +217,13 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
             return Ok(ExitCode::SUCCESS);
         }
     }
+    // G1: the gateway's sessions end with the server; their runs settle.
+    gateway.close_all(GATEWAY_SETTLE).await;
     stopped(cx, workers).await
 }
+
+/// How long a stopping server waits for its gateway sessions' calls to end.
+const GATEWAY_SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Waits for the workers to drain and says what they left.
 async fn stopped(

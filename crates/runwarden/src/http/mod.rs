@@ -14,7 +14,7 @@ mod console;
 mod decisions;
 mod error;
 mod events;
-mod gateway;
+pub(crate) mod gateway;
 mod health;
 mod intake;
 pub(crate) mod listener;

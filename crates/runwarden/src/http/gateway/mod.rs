@@ -62,6 +62,29 @@ impl Sessions {
             .remove(id)
     }
 
+    /// The server stops: every session ends, and its run settles once its calls end
+    /// (waited for at most `bound`). Returns how many were still open.
+    pub(crate) async fn close_all(&self, bound: Duration) -> usize {
+        let sessions: Vec<Arc<Session>> = self
+            .live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .map(|(_, session)| session)
+            .collect();
+        let holders: Vec<_> = sessions.iter().filter_map(|s| s.holder()).collect();
+        let open = sessions.len();
+        drop(sessions);
+        let settled = futures_util::future::join_all(holders);
+        if tokio::time::timeout(bound, settled).await.is_err() {
+            tracing::warn!(
+                open,
+                "gateway sessions still had calls when the server stopped; their runs are left to their leases"
+            );
+        }
+        open
+    }
+
     /// Ends every session the client left idle, so their runs settle.
     fn sweep(&self) {
         self.live

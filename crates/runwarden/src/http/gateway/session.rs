@@ -38,6 +38,8 @@ pub(crate) struct Session {
     open: Mutex<HashMap<String, Arc<AtomicBool>>>,
     /// When the client last sent anything.
     last_seen: Mutex<Instant>,
+    /// The task that holds the run, to wait for when the server stops.
+    holder: Mutex<Option<tokio::task::JoinHandle<()>>>,
     executor: Arc<Executor>,
 }
 
@@ -80,14 +82,21 @@ impl Session {
             calls,
             open: Mutex::default(),
             last_seen: Mutex::new(Instant::now()),
+            holder: Mutex::default(),
             executor: executor.clone(),
         });
-        tokio::spawn(async move {
+        let holder = tokio::spawn(async move {
             let outcome = executor.serve_gateway(&run, &agent, &about, requests).await;
             tracing::info!(run = %run.id, outcome = outcome.as_str(), "gateway session ended");
             ended(&run.id);
         });
+        *session.holder.lock().unwrap_or_else(|p| p.into_inner()) = Some(holder);
         Ok(session)
+    }
+
+    /// The task that holds the run, once.
+    pub(crate) fn holder(&self) -> Option<tokio::task::JoinHandle<()>> {
+        self.holder.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     /// Notes that the client is still there.

@@ -1,0 +1,157 @@
+//! The MCP gateway's HTTP face, with a plain HTTP client and `runwarden-testkit`'s MCP
+//! server behind it (no SDK needed; the SDKs' clients are in `peer/gateway.rs`): how a
+//! client without a token learns where to authenticate, that a session belongs to the
+//! token that opened it, and that a session's run settles when the client ends it or the
+//! server stops.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use runwarden_testkit::{TestServer, mcp_handler, tool};
+use serde_json::{Value, json};
+
+use crate::support::serve::{Serve, named_token};
+use crate::support::workers::status;
+use crate::support::{Sandbox, runwarden};
+
+/// An installation whose gateway lets tokens `ide` and `other` call `srv__*`, served.
+async fn install(mcp: &TestServer) -> (Arc<Sandbox>, Serve) {
+    let sandbox = Sandbox::initialised();
+    sandbox.allow_loopback();
+    sandbox.append_config(&format!(
+        "\n[mcp.servers.srv]\nurl = \"{}\"\neffect = \"read_only\"\n\n[gateway.tokens.ide]\ntools = [\"srv__*\"]\n\n[gateway.tokens.other]\ntools = [\"srv__*\"]\n",
+        mcp.url("/mcp")
+    ));
+    let sandbox = Arc::new(sandbox);
+    runwarden(&sandbox, &["mcp", "import", "srv"]).await.ok();
+    let serve = Serve::start(&sandbox, 1).await;
+    (sandbox, serve)
+}
+
+/// One POST to `/mcp`: the status, the session header, the body.
+async fn post(
+    serve: &Serve,
+    token: Option<&str>,
+    session: Option<&str>,
+    body: Value,
+) -> (u16, Option<String>, Value, reqwest::header::HeaderMap) {
+    let mut request = reqwest::Client::new()
+        .post(format!("{}/mcp", serve.url()))
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session);
+    }
+    let answer = request.send().await.expect("serve answers");
+    let status = answer.status().as_u16();
+    let headers = answer.headers().clone();
+    let session = headers
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_string());
+    let text = answer.text().await.unwrap();
+    (
+        status,
+        session,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        headers,
+    )
+}
+
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "plain", "version": "1"}}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_a_token_is_pointed_at_the_resource_metadata() {
+    let mcp = TestServer::start(mcp_handler(vec![tool("echo")], &[])).await;
+    let (_sandbox, serve) = install(&mcp).await;
+    let (status, _, body, headers) = post(&serve, None, None, initialize()).await;
+    assert_eq!(status, 401, "{body}");
+    let challenge = headers["www-authenticate"].to_str().unwrap();
+    let metadata = format!("{}/.well-known/oauth-protected-resource/mcp", serve.url());
+    assert_eq!(
+        challenge,
+        format!("Bearer resource_metadata=\"{metadata}\"")
+    );
+    let document = reqwest::get(&metadata).await.unwrap().text().await.unwrap();
+    let document: Value = serde_json::from_str(&document).unwrap();
+    assert_eq!(document["resource"], format!("{}/mcp", serve.url()));
+    assert_eq!(document["bearer_methods_supported"], json!(["header"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_belongs_to_its_token_and_its_run_completes_when_the_client_ends_it() {
+    let mcp = TestServer::start(mcp_handler(vec![tool("echo")], &[])).await;
+    let (sandbox, serve) = install(&mcp).await;
+    let ide = named_token(&sandbox, "operator", "ide").await;
+    let other = named_token(&sandbox, "operator", "other").await;
+    let (status, session, body, _) = post(&serve, Some(&ide), None, initialize()).await;
+    assert_eq!(status, 200, "{body}");
+    let session = session.expect("a session id");
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let (status, _, body, _) = post(&serve, Some(&other), Some(&session), list.clone()).await;
+    assert_eq!(status, 404, "another token's session is not found: {body}");
+    let (status, _, body, _) = post(&serve, Some(&ide), Some(&session), list).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["result"]["tools"][0]["name"], "srv__echo", "{body}");
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "srv__echo", "arguments": {"q": "hi"}}});
+    let (_, _, body, _) = post(&serve, Some(&ide), Some(&session), call).await;
+    assert_eq!(
+        body["result"]["content"][0]["text"], "echo {\"q\":\"hi\"}",
+        "{body}"
+    );
+
+    let ended = reqwest::Client::new()
+        .delete(format!("{}/mcp", serve.url()))
+        .bearer_auth(&ide)
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ended.status().as_u16(), 204);
+    let run = settled(&sandbox, &session).await;
+    assert_eq!(run["status"], "completed", "{run:#}");
+    assert_eq!(
+        run["termination_reason"],
+        "the client ended its session after 1 tool call"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_the_server_settles_the_runs_of_its_open_sessions() {
+    let mcp = TestServer::start(mcp_handler(vec![tool("echo")], &[])).await;
+    let (sandbox, mut serve) = install(&mcp).await;
+    let ide = named_token(&sandbox, "operator", "ide").await;
+    let (_, session, _, _) = post(&serve, Some(&ide), None, initialize()).await;
+    let session = session.expect("a session id");
+    serve.signal("TERM");
+    let exited = tokio::task::spawn_blocking(move || serve.child.wait())
+        .await
+        .unwrap();
+    assert!(exited.unwrap().success());
+    let run = status(&sandbox, &session).await;
+    assert_eq!(run["status"], "completed", "{run:#}");
+}
+
+/// The run of a session once it is no longer running (the session's id is its run's).
+async fn settled(sandbox: &Arc<Sandbox>, run_id: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let run = status(sandbox, run_id).await;
+        if run["status"] != "running" {
+            return run;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running: {run:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -2,7 +2,9 @@
 
 Runs one scenario and prints one JSON object per finding on stdout; the Rust tests in
 crates/runwarden/tests/peer/gateway.rs read them. The bearer token comes from
-GATEWAY_TOKEN. Scenarios:
+GATEWAY_TOKEN; GATEWAY_MODE is the SDK's connect mode (default `legacy`, the initialize
+handshake; `auto` probes server/discover and takes the stateless 2026-07-28 revision).
+Scenarios:
 
   list      list the tools, call peer__add and peer__echo
   progress  call peer__progress with a progress callback
@@ -100,7 +102,7 @@ async def main() -> int:
     http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120))
     try:
         options = {"elicitation_callback": answer_question} if scenario == "ask" else {}
-        async with Client(streamable_http_client(url, http_client=http), mode="legacy", **options) as client:
+        async with Client(streamable_http_client(url, http_client=http), mode=os.environ.get("GATEWAY_MODE", "legacy"), **options) as client:
             say(version=client.protocol_version, server=client.server_info.name if client.server_info else None)
             await SCENARIOS[scenario](client)
     except* MCPError as group:

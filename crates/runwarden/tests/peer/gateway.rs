@@ -441,6 +441,42 @@ async fn an_operators_cancel_reaches_the_upstream_handler_and_the_client(sdk: Sd
     assert_eq!(peer.stats_json()["calls"]["add"], Value::Null);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_client_discovers_lists_and_calls_and_each_call_is_a_run() {
+    let peer = Peer::start(&[]);
+    let (sandbox, serve, token) = install(&peer).await;
+    let mut command = Sdk::Python.command();
+    command
+        .arg(format!("{}/mcp", serve.url()))
+        .arg("list")
+        .env("GATEWAY_TOKEN", &token)
+        .env("GATEWAY_MODE", "auto")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    let output = tokio::time::timeout(WAIT, command.output())
+        .await
+        .unwrap()
+        .unwrap();
+    let found: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(found.len() > 1, "{found:#?} {stderr}");
+    assert_eq!(found[0]["version"], "2026-07-28", "{found:#?}");
+    assert!(
+        found[1]["tools"].as_array().unwrap().len() > 2,
+        "{found:#?}"
+    );
+    assert_eq!(call_of(&found, "peer__add")["text"], "5");
+    assert_eq!(call_of(&found, "peer__echo")["text"], "hello");
+    // No session: each call was a run of its own, settled when the call ended.
+    let runs = gateway_runs(&sandbox).await;
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    assert!(runs.iter().all(|r| r["status"] == "completed"), "{runs:#?}");
+    assert_eq!(peer.stats_json()["calls"]["add"], 1);
+}
+
 async fn a_servers_question_goes_to_the_client_that_can_answer_it(sdk: Sdk) {
     let peer = Peer::start(&[]);
     let (_sandbox, serve, token) = install(&peer).await;

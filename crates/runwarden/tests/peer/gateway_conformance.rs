@@ -30,7 +30,6 @@ const MUST_PASS: &[&str] = &[
     "tools-list",
     "tools-call-simple-text",
     "tools-call-error",
-    "server-sse-polling",
     "server-sse-multiple-streams",
 ];
 

@@ -10,6 +10,7 @@
 //! batches. The protected-resource metadata (RFC 9728) says how to authenticate.
 
 mod session;
+mod stateless;
 mod wire;
 
 use std::collections::HashMap;
@@ -306,9 +307,10 @@ async fn post_message(State(state): State<AppState>, headers: HeaderMap, body: B
         return initialize(&state, &token, hash, &id, &params).await;
     }
     if method == "server/discover" {
-        // A client probing for the stateless revision falls back to the handshake.
-        let why = "this gateway speaks the initialize handshake (MCP 2025-11-25 and earlier)";
-        return answer(StatusCode::OK, wire::error(&id, METHOD_NOT_FOUND, why));
+        return stateless::discover(&id);
+    }
+    if headers.get(SESSION_HEADER).is_none() && stateless::asked(&headers, &params) {
+        return stateless::serve(&state, &headers, (&token, hash), id, (method, params)).await;
     }
     let session = match session_of(&state, &headers, hash) {
         Ok(session) => session,
@@ -501,7 +503,7 @@ async fn call(
             reply = call => reply,
             () = events.closed() => return,
         };
-        let (message, over) = wire::call_answer(&id, &reply);
+        let (message, over) = wire::call_answer(&id, &reply, call_session.version);
         if over {
             state.gateway.remove(&call_session.run_id);
         }
@@ -522,7 +524,7 @@ fn finish(
     id: &Value,
     reply: &runwarden_runtime::gateway::GatewayReply,
 ) -> Response {
-    let (message, over) = wire::call_answer(id, reply);
+    let (message, over) = wire::call_answer(id, reply, session.version);
     if over {
         state.gateway.remove(&session.run_id);
     }

@@ -91,8 +91,17 @@ fn annotations(effect: Effect) -> Value {
     }
 }
 
-/// The answer to a `tools/call`, and whether the session is over.
-pub(crate) fn call_answer(id: &Value, reply: &GatewayReply) -> (Value, bool) {
+/// The answer to a `tools/call` in `version`, and whether the session is over.
+pub(crate) fn call_answer(id: &Value, reply: &GatewayReply, version: &str) -> (Value, bool) {
+    let (mut message, over) = call_message(id, reply);
+    // The stateless revision says what a result is.
+    if version == super::stateless::STATELESS && message["result"].is_object() {
+        message["result"]["resultType"] = json!("complete");
+    }
+    (message, over)
+}
+
+fn call_message(id: &Value, reply: &GatewayReply) -> (Value, bool) {
     match reply {
         GatewayReply::Result {
             text,
@@ -154,7 +163,7 @@ mod tests {
             outcome: Outcome::Cancelled,
             uncertain: true,
         };
-        let (answer, over) = call_answer(&id, &ended);
+        let (answer, over) = call_answer(&id, &ended, "2025-11-25");
         assert!(over);
         assert_eq!(answer["error"]["code"], REQUEST_CANCELLED);
         let message = answer["error"]["message"].as_str().unwrap();
@@ -170,7 +179,7 @@ mod tests {
             structured: Some(json!({"sum": 3})),
             is_error: false,
         };
-        let (answer, over) = call_answer(&json!("a"), &reply);
+        let (answer, over) = call_answer(&json!("a"), &reply, "2025-11-25");
         assert!(!over);
         assert_eq!(answer["result"]["structuredContent"]["sum"], 3);
         assert_eq!(answer["result"]["content"][0]["text"], "3");

@@ -235,6 +235,17 @@ impl Executor {
         budgets: &Budgets,
         origin: RunOrigin,
     ) -> Result<Run, StoreError> {
+        let request = Some(run_request(prompt, budgets));
+        self.create_running(agent, request, origin).await
+    }
+
+    /// A new run held by this executor from birth, with `request` stored (or none).
+    pub(crate) async fn create_running(
+        &self,
+        agent: &str,
+        request: Option<Value>,
+        origin: RunOrigin,
+    ) -> Result<Run, StoreError> {
         let id = uuid::Uuid::now_v7().to_string();
         let now = now_ms();
         self.store
@@ -242,7 +253,7 @@ impl Executor {
                 id: id.clone(),
                 agent: agent.to_string(),
                 correlation: id,
-                request: Some(run_request(prompt, budgets)),
+                request,
                 status: NewRunStatus::Running {
                     owner: self.config.owner.clone(),
                     lease_until_ms: now + ms(self.config.lease),

@@ -97,6 +97,18 @@ impl Executor {
             return Ok(Approval::Given(edited));
         };
         let text = format!("denied by an operator: {reason}");
+        self.denied(segment, round, call, tool, text).await
+    }
+
+    /// Records a call refused unsent (denied, expired, not askable) and says so.
+    pub(super) async fn denied(
+        &self,
+        segment: &Segment<'_>,
+        round: u32,
+        call: &ToolCallRequest,
+        tool: &BoundTool,
+        text: String,
+    ) -> Result<Approval, Outcome> {
         let mut step = ToolExecuted::refused(round, call, &text);
         step.outcome = StepOutcome::Denied;
         step.remote = Some(tool.remote_name.clone());

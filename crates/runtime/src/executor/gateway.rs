@@ -28,8 +28,7 @@ use crate::gateway::{
     FENCED_SESSION, GATEWAY_AGENT, GatewayCall, GatewayReply, GatewayRequest, uncertain_text,
 };
 use crate::state::{Outcome, RunState};
-use crate::store::{NewRunStatus, Run, RunCreate, RunOrigin};
-use crate::time::{ms, now_ms};
+use crate::store::{Run, RunOrigin};
 
 /// What the session shares across its calls.
 struct Session {
@@ -48,22 +47,7 @@ impl Executor {
     /// stored request, so a crash never requeues it: the reaper fails it once its lease
     /// runs out (the client's session is gone with the process).
     pub async fn open_gateway(&self, origin: RunOrigin) -> Result<Run, StoreError> {
-        let id = uuid::Uuid::now_v7().to_string();
-        let now = now_ms();
-        self.store
-            .run_create(RunCreate {
-                id: id.clone(),
-                agent: GATEWAY_AGENT.to_string(),
-                correlation: id,
-                request: None,
-                status: NewRunStatus::Running {
-                    owner: self.config.owner.clone(),
-                    lease_until_ms: now + ms(self.config.lease),
-                },
-                now_ms: now,
-                origin,
-            })
-            .await
+        self.create_running(GATEWAY_AGENT, None, origin).await
     }
 
     /// G1: holds a gateway run while its client's session lasts: records its start

@@ -18,7 +18,7 @@ use crate::decision::{
     SYSTEM_ACTOR,
 };
 use crate::elicitor::answered;
-use crate::events::{DecisionAsked, EventBody, StepOutcome, ToolExecuted};
+use crate::events::{DecisionAsked, EventBody};
 use crate::signal::RunSignal;
 use crate::state::Outcome;
 use crate::time::now_ms;
@@ -179,27 +179,6 @@ impl Executor {
             }
             _ => None,
         }
-    }
-
-    /// Records a call refused unsent (denied, expired, not askable) and says so.
-    pub(super) async fn denied(
-        &self,
-        segment: &Segment<'_>,
-        round: u32,
-        call: &ToolCallRequest,
-        tool: &BoundTool,
-        text: String,
-    ) -> Result<Approval, Outcome> {
-        let mut step = ToolExecuted::refused(round, call, &text);
-        step.outcome = StepOutcome::Denied;
-        step.remote = Some(tool.remote_name.clone());
-        step.server = Some(tool.client.server().name.clone());
-        step.effect = Some(tool.effect);
-        step.sent = Some(false);
-        self.record_soft(segment, EventBody::ToolExecuted(step), None)
-            .await
-            .ok_or(Outcome::LeaseLost)?;
-        Ok(Approval::Denied(text))
     }
 }
 

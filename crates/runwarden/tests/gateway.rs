@@ -155,3 +155,21 @@ async fn settled(sandbox: &Arc<Sandbox>, run_id: &str) -> Value {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_holds_at_most_64_open_sessions_and_another_token_is_not_held_back() {
+    let mcp = TestServer::start(mcp_handler(vec![tool("echo")], &[])).await;
+    let (sandbox, serve) = install(&mcp).await;
+    let ide = named_token(&sandbox, "operator", "ide").await;
+    let other = named_token(&sandbox, "operator", "other").await;
+    for _ in 0..64 {
+        let (status, _, body, _) = post(&serve, Some(&ide), None, initialize()).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, _, body, _) = post(&serve, Some(&ide), None, initialize()).await;
+    assert_eq!(status, 429, "{body}");
+    let said = body["error"]["message"].as_str().unwrap();
+    assert!(said.contains("end one"), "{said}");
+    let (status, _, _, _) = post(&serve, Some(&other), None, initialize()).await;
+    assert_eq!(status, 200);
+}

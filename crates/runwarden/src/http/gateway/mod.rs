@@ -40,6 +40,8 @@ const VERSION_HEADER: &str = "mcp-protocol-version";
 pub(crate) const MCP_PATH: &str = "/mcp";
 /// A session the client has not used for this long, with no call open, is ended.
 const IDLE: Duration = Duration::from_secs(30 * 60);
+/// The most sessions one token holds open at once (each is a run, and a task).
+const SESSIONS_PER_TOKEN: usize = 64;
 
 /// The live sessions of this process, by id.
 #[derive(Debug, Default)]
@@ -84,6 +86,12 @@ impl Sessions {
             );
         }
         open
+    }
+
+    /// How many open sessions the token with this hash holds.
+    fn held_by(&self, token: [u8; 32]) -> usize {
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.values().filter(|s| s.token == token).count()
     }
 
     /// Ends every session the client left idle, so their runs settle.
@@ -376,6 +384,16 @@ async fn initialize(
             return answer(StatusCode::FORBIDDEN, wire::error(id, FORBIDDEN, why));
         }
     };
+    state.gateway.sweep();
+    if state.gateway.held_by(hash) >= SESSIONS_PER_TOKEN {
+        let why = format!(
+            "this token holds {SESSIONS_PER_TOKEN} open sessions, the most it may: end one (DELETE /mcp) before opening another"
+        );
+        return answer(
+            StatusCode::TOO_MANY_REQUESTS,
+            wire::error(id, FORBIDDEN, why),
+        );
+    }
     let version = wire::negotiate(params.get("protocolVersion").and_then(Value::as_str));
     let client = client_name(params);
     let elicits = params
@@ -408,7 +426,6 @@ async fn initialize(
             );
         }
     };
-    state.gateway.sweep();
     let run_id = session.run_id.clone();
     state
         .gateway

@@ -191,6 +191,16 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
         ));
     }
     let gateway = state.gateway.clone();
+    // G1: a session its client left (no request for a while, no call open) ends, and its
+    // run completes, even when no other client comes.
+    let sweeping = gateway.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(60));
+        loop {
+            every.tick().await;
+            sweeping.sweep();
+        }
+    });
     // First signal: stop accepting, finish the requests in flight, drain the workers.
     let mut server = match front {
         Front::Waiting(server, live) => {

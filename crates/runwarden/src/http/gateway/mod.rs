@@ -95,7 +95,7 @@ impl Sessions {
     }
 
     /// Ends every session the client left idle, so their runs settle.
-    fn sweep(&self) {
+    pub(crate) fn sweep(&self) {
         self.live
             .lock()
             .unwrap_or_else(|p| p.into_inner())

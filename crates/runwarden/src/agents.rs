@@ -72,6 +72,8 @@ pub(crate) struct AgentBuilder {
     current: std::sync::RwLock<Arc<Registry>>,
     catalogue: Arc<dyn CatalogueStore>,
     egress: Arc<EgressClient>,
+    /// How many registries were put in force after the first.
+    swapped: tokio::sync::watch::Sender<u64>,
 }
 
 /// The agents and MCP servers in force, and one MCP client per server.
@@ -96,6 +98,7 @@ impl AgentBuilder {
             current: std::sync::RwLock::new(Arc::new(registry)),
             catalogue,
             egress,
+            swapped: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -115,6 +118,12 @@ impl AgentBuilder {
     /// Puts `registry` in force for every build from now on.
     pub(crate) fn swap(&self, registry: Registry) {
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(registry);
+        self.swapped.send_modify(|count| *count += 1);
+    }
+
+    /// Changes each time a registry is put in force (a reload).
+    pub(crate) fn swaps(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.swapped.subscribe()
     }
 
     /// The egress client new MCP clients go out through.

@@ -173,3 +173,62 @@ async fn a_token_holds_at_most_64_open_sessions_and_another_token_is_not_held_ba
     let (status, _, _, _) = post(&serve, Some(&other), None, initialize()).await;
     assert_eq!(status, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_changes_a_tokens_tools_is_announced_and_the_session_can_call_them() {
+    let mcp = TestServer::start(mcp_handler(vec![tool("echo"), tool("add")], &[])).await;
+    let sandbox = Sandbox::initialised();
+    sandbox.allow_loopback();
+    sandbox.append_config(&format!(
+        "\n[mcp.servers.srv]\nurl = \"{}\"\neffect = \"read_only\"\n\n[gateway.tokens.ide]\ntools = [\"srv__echo\"]\n",
+        mcp.url("/mcp")
+    ));
+    let sandbox = Arc::new(sandbox);
+    runwarden(&sandbox, &["mcp", "import", "srv"]).await.ok();
+    let serve = Serve::start(&sandbox, 1).await;
+    let ide = named_token(&sandbox, "operator", "ide").await;
+    let (_, session, body, _) = post(&serve, Some(&ide), None, initialize()).await;
+    assert_eq!(body["result"]["capabilities"]["tools"]["listChanged"], true);
+    let session = session.expect("a session id");
+    let mut stream = reqwest::Client::new()
+        .get(format!("{}/mcp", serve.url()))
+        .bearer_auth(&ide)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status().as_u16(), 200);
+
+    let config = std::fs::read_to_string(sandbox.config()).unwrap();
+    let widened = config.replace("tools = [\"srv__echo\"]", "tools = [\"srv__*\"]");
+    std::fs::write(sandbox.config(), widened).unwrap();
+    serve.signal("HUP");
+    let mut seen = String::new();
+    let announced = tokio::time::timeout(Duration::from_secs(20), async {
+        while !seen.contains("notifications/tools/list_changed") {
+            let chunk = stream
+                .chunk()
+                .await
+                .unwrap()
+                .expect("the stream stays open");
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    assert!(announced.is_ok(), "no list_changed: {seen}");
+
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let (_, _, body, _) = post(&serve, Some(&ide), Some(&session), list).await;
+    let names: Vec<&str> = body["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names, ["srv__add", "srv__echo"], "{body}");
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "srv__add", "arguments": {"q": "1"}}});
+    let (_, _, body, _) = post(&serve, Some(&ide), Some(&session), call).await;
+    assert_eq!(body["result"]["isError"], false, "{body}");
+}

@@ -5,8 +5,8 @@
 //! flight. The segment ends when the client ends the session, an operator cancels the
 //! run, or the run is lost.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
@@ -15,7 +15,7 @@ use runwarden_mcp::Effect;
 use runwarden_models::ToolCallRequest;
 use runwarden_vault::{CancellationSignal as _, Delivery};
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::decision_step::Approval;
 use super::policy_step::Gate;
@@ -32,6 +32,8 @@ use crate::store::{Run, RunOrigin};
 
 /// What the session shares across its calls.
 struct Session {
+    /// What the client may call now.
+    tools: watch::Receiver<Arc<AgentSpec>>,
     /// The step number of the next call (each call is a round of its own).
     next_round: AtomicU32,
     /// Writes go one at a time: the run's fence names one write.
@@ -52,25 +54,27 @@ impl Executor {
 
     /// G1: holds a gateway run while its client's session lasts: records its start
     /// (`about` says who the client is), makes each call that comes in, and settles the run
-    /// when the channel closes. Returns how the run ended.
+    /// when the channel closes. Returns how the run ended. `tools` is what the client may
+    /// call, as it stands when each call starts (a reload may change it, G2).
     pub async fn serve_gateway(
         &self,
         run: &Run,
-        agent: &AgentSpec,
+        tools: watch::Receiver<Arc<AgentSpec>>,
         about: &str,
         mut requests: mpsc::Receiver<GatewayRequest>,
     ) -> Outcome {
-        let lease_lost = std::sync::Arc::new(AtomicBool::new(false));
+        let lease_lost = Arc::new(AtomicBool::new(false));
         let _heartbeat = self.heartbeat(run, lease_lost.clone());
         let options = SegmentOptions::default();
+        let agent = tools.borrow().clone();
         let segment = Segment {
             run,
-            agent,
+            agent: &agent,
             observer: None,
             lease_lost,
             options: &options,
             budgets: agent.budgets,
-            budget: std::sync::Arc::default(),
+            budget: Arc::default(),
             spent: Mutex::default(),
             approvals: Mutex::default(),
             ended: AtomicBool::new(false),
@@ -85,6 +89,7 @@ impl Executor {
             return Outcome::LeaseLost;
         }
         let session = Session {
+            tools,
             next_round: AtomicU32::new(1),
             writes: tokio::sync::Mutex::new(()),
             fenced: AtomicBool::new(false),
@@ -162,7 +167,22 @@ impl Executor {
     ) {
         let GatewayRequest { call, reply } = request;
         let round = session.next_round.fetch_add(1, Ordering::SeqCst);
-        let answer = self.gateway_step(segment, session, round, call).await;
+        // The call sees the tools as they stand when it starts; the rest is the session's.
+        let agent = session.tools.borrow().clone();
+        let segment = Segment {
+            run: segment.run,
+            agent: &agent,
+            observer: None,
+            lease_lost: segment.lease_lost.clone(),
+            options: segment.options,
+            budgets: agent.budgets,
+            budget: segment.budget.clone(),
+            spent: Mutex::default(),
+            approvals: Mutex::default(),
+            ended: AtomicBool::new(false),
+            inputs: Mutex::default(),
+        };
+        let answer = self.gateway_step(&segment, session, round, call).await;
         if let GatewayReply::Ended { outcome, .. } = &answer {
             let mut ended = session.ended.lock().unwrap_or_else(|p| p.into_inner());
             ended.get_or_insert(*outcome);

@@ -193,6 +193,13 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
     let gateway = state.gateway.clone();
     // G1: a session its client left (no request for a while, no call open) ends, and its
     // run completes, even when no other client comes.
+    let (refreshing, agents) = (gateway.clone(), state.agents.clone());
+    tokio::spawn(async move {
+        let mut swaps = agents.swaps();
+        while swaps.changed().await.is_ok() {
+            refreshing.refresh(&agents).await;
+        }
+    });
     let sweeping = gateway.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval(std::time::Duration::from_secs(60));

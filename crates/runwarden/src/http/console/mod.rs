@@ -47,7 +47,10 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
         // client's GET (it asks for an event stream) is the gateway's to answer.
         .route(
             "/mcp",
-            get(pages::mcp).route_layer(axum::middleware::from_fn(super::gateway::no_stream)),
+            get(pages::mcp).route_layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                super::gateway::standing_stream,
+            )),
         )
         .route("/charts", get(pages::charts))
         // The sign-in form is read only up to its own limit; the listener enforces it on

@@ -88,6 +88,24 @@ impl Sessions {
         open
     }
 
+    /// G2: after a reload, each session gets its token's tools as they now stand (and its
+    /// client hears when they changed); a token no longer listed has its sessions ended.
+    pub(crate) async fn refresh(&self, agents: &crate::agents::AgentBuilder) {
+        let sessions: Vec<Arc<Session>> = {
+            let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            live.values().cloned().collect()
+        };
+        for session in sessions {
+            match agents.build_gateway(&session.token_name).await {
+                Ok(agent) => session.update(agent),
+                Err(error) => {
+                    tracing::info!(run = %session.run_id, %error, "a reload ended a gateway session");
+                    self.remove(&session.run_id);
+                }
+            }
+        }
+    }
+
     /// How many open sessions the token with this hash holds.
     fn held_by(&self, token: [u8; 32]) -> usize {
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
@@ -194,19 +212,41 @@ async fn caller(state: &AppState, headers: &HeaderMap) -> Result<(ApiToken, [u8;
     }
 }
 
-/// `GET /mcp` from an MCP client (it asks for an event stream): the gateway sends nothing
-/// unasked, so it offers no stream. Any other GET is the console's page of MCP servers.
-pub(crate) async fn no_stream(
+/// `GET /mcp` from an MCP client (it asks for an event stream): the session's standing
+/// stream, on which the gateway says when the client's tools changed. Without a session
+/// there is no stream to give (`405`). Any other GET is the console's page of MCP servers.
+pub(crate) async fn standing_stream(
+    State(state): State<AppState>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if !accepts_events(request.headers()) {
+    let headers = request.headers().clone();
+    if !accepts_events(&headers) {
         return next.run(request).await;
     }
-    (
-        StatusCode::METHOD_NOT_ALLOWED,
-        [(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"))],
-    )
+    if headers.get(SESSION_HEADER).is_none() {
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, HeaderValue::from_static("POST, DELETE"))],
+        )
+            .into_response();
+    }
+    let (_, token) = match caller(&state, &headers).await {
+        Ok(caller) => caller,
+        Err(response) => return response,
+    };
+    let session = match session_of(&state, &headers, token) {
+        Ok(session) => session,
+        Err(refused) => return refused.into_response(),
+    };
+    let messages = session.listen();
+    let stream = futures_util::stream::unfold(messages, |mut messages| async move {
+        let message = messages.recv().await?;
+        let event = Event::default().event("message").data(message.to_string());
+        Some((Ok::<_, Infallible>(event), messages))
+    });
+    Sse::new(stream)
+        .keep_alive(axum::response::sse::KeepAlive::default())
         .into_response()
 }
 
@@ -337,7 +377,7 @@ async fn post_message(State(state): State<AppState>, headers: HeaderMap, body: B
         "ping" => answer(StatusCode::OK, wire::result(&id, json!({}))),
         "tools/list" => answer(
             StatusCode::OK,
-            wire::result(&id, wire::tools(&session.agent)),
+            wire::result(&id, wire::tools(&session.agent())),
         ),
         "tools/call" => call(&state, &headers, &token, session, id, params).await,
         other => answer(

@@ -12,7 +12,7 @@ use runwarden_mcp::{
 use runwarden_runtime::gateway::{GATEWAY_TAG, GatewayCall, GatewayReply, GatewayRequest};
 use runwarden_runtime::{AgentSpec, Executor, RunOrigin};
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// How many calls may wait for the session's segment at once.
 const QUEUE: usize = 256;
@@ -31,8 +31,10 @@ pub(crate) struct Session {
     pub(crate) elicits: bool,
     /// The client's answers awaited, by the id of the question sent to it.
     asked: Mutex<HashMap<String, oneshot::Sender<Value>>>,
-    /// What the client may call.
-    pub(crate) agent: Arc<AgentSpec>,
+    /// What the client may call; a reload may change it.
+    tools: watch::Sender<Arc<AgentSpec>>,
+    /// The client's standing event stream (`GET /mcp`), while it is open.
+    stream: Mutex<Option<mpsc::UnboundedSender<Value>>>,
     calls: mpsc::Sender<GatewayRequest>,
     /// The stop of each call in flight, by the client's request id (as JSON text).
     open: Mutex<HashMap<String, Arc<AtomicBool>>>,
@@ -68,7 +70,7 @@ impl Session {
             tags: vec![GATEWAY_TAG.to_string()],
         };
         let run = executor.open_gateway(origin).await?;
-        let agent = Arc::new(agent);
+        let (tools, watching) = watch::channel(Arc::new(agent));
         let (calls, requests) = mpsc::channel(QUEUE);
         let about = format!("MCP session of {client} with token {token_name}");
         let session = Arc::new(Self {
@@ -78,7 +80,8 @@ impl Session {
             version,
             elicits,
             asked: Mutex::default(),
-            agent: agent.clone(),
+            tools,
+            stream: Mutex::default(),
             calls,
             open: Mutex::default(),
             last_seen: Mutex::new(Instant::now()),
@@ -86,12 +89,41 @@ impl Session {
             executor: executor.clone(),
         });
         let holder = tokio::spawn(async move {
-            let outcome = executor.serve_gateway(&run, &agent, &about, requests).await;
+            let outcome = executor
+                .serve_gateway(&run, watching, &about, requests)
+                .await;
             tracing::info!(run = %run.id, outcome = outcome.as_str(), "gateway session ended");
             ended(&run.id);
         });
         *session.holder.lock().unwrap_or_else(|p| p.into_inner()) = Some(holder);
         Ok(session)
+    }
+
+    /// What the client may call now.
+    pub(crate) fn agent(&self) -> Arc<AgentSpec> {
+        self.tools.borrow().clone()
+    }
+
+    /// G2: puts `agent` in force for the session's next calls when its tools differ from
+    /// those in force, and tells the client on its standing stream that the list changed.
+    pub(crate) fn update(&self, agent: AgentSpec) {
+        if super::wire::tools(&agent) == super::wire::tools(&self.agent()) {
+            return;
+        }
+        self.tools.send_replace(Arc::new(agent));
+        let changed =
+            serde_json::json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+        let stream = self.stream.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(stream) = stream.as_ref() {
+            let _ = stream.send(changed);
+        }
+    }
+
+    /// The client's standing stream, opened now (a second replaces the first).
+    pub(crate) fn listen(&self) -> mpsc::UnboundedReceiver<Value> {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        *self.stream.lock().unwrap_or_else(|p| p.into_inner()) = Some(sender);
+        receiver
     }
 
     /// The task that holds the run, once.

@@ -48,7 +48,7 @@ pub(crate) fn negotiate(asked: Option<&str>) -> &'static str {
 pub(crate) fn initialized(version: &str) -> Value {
     json!({
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": false}},
+        "capabilities": {"tools": {"listChanged": true}},
         "serverInfo": {"name": "runwarden", "version": env!("CARGO_PKG_VERSION")},
         "instructions": "Tools of the MCP servers runwarden holds credentials for. Every call is checked by policy, may wait for an operator, and is audited; an operator can cancel it.",
     })

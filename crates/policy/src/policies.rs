@@ -5,7 +5,7 @@ use std::str::FromStr as _;
 
 use cedar_policy::{
     Authorizer, Context, Effect, Entities, Entity, EntityId, EntityTypeName, EntityUid,
-    EvaluationError, PolicyId, RestrictedExpression,
+    EvaluationError, Policy, PolicyId, PolicySet, RestrictedExpression,
 };
 
 use crate::error::PolicyError;
@@ -23,6 +23,8 @@ pub struct Policies {
     names: Names,
     /// Each policy's effect, `@reason` and whether it requires approval, by id.
     facts: HashMap<PolicyId, Facts>,
+    /// What any call could reach, whatever its arguments ([`Policies::could_allow`]).
+    reach: Index,
 }
 
 struct Facts {
@@ -62,6 +64,7 @@ impl Policies {
             .collect();
         Ok(Self {
             index: Index::new(&set, &actions),
+            reach: Index::new(&reach_of(&set), &actions),
             authorizer: Authorizer::new(),
             names,
             facts,
@@ -160,12 +163,79 @@ impl Policies {
         verdict(decision, policies, reasons)
     }
 
+    /// True when some call to `request`'s target by its principal could be allowed,
+    /// whatever its arguments and its run: some permit's scope reaches it and no forbid
+    /// without conditions covers it. (The arguments and the run of `request` are not read.)
+    /// A tool for which this is false is denied on every call, so it need not be shown.
+    pub fn could_allow(&self, request: &Request) -> bool {
+        let Some((cedar, entities, action, resource)) = cedar_request(&self.names, request) else {
+            return true; // unknown: show it, and let each call be decided
+        };
+        let slice = self.reach.slice(&action, &resource);
+        let response = self.authorizer.is_authorized(&cedar, slice, &entities);
+        response.decision() == cedar_policy::Decision::Allow
+    }
+
     /// A matched forbid's `@reason`, or words that name it.
     fn reason(&self, id: &PolicyId) -> String {
         self.facts
             .get(id)
             .and_then(|f| f.reason.clone())
             .unwrap_or_else(|| format!("forbidden by policy {id}"))
+    }
+}
+
+/// The policies that say what a call could reach, whatever its arguments and its run:
+/// a condition that reads `context` depends on the call, the others only on who calls
+/// what. Each permit keeps the conditions that do not read `context` (it allows some call
+/// there, or none); each forbid none of whose conditions reads `context` is kept whole (it
+/// denies every call there); a forbid that reads `context` denies only some calls, so it
+/// hides nothing. A policy that cannot be rewritten is kept whole.
+fn reach_of(set: &PolicySet) -> PolicySet {
+    let mut reach = PolicySet::new();
+    for policy in set.policies() {
+        let kept = match (policy.effect(), policy.has_non_scope_constraint()) {
+            (_, false) => Some(policy.clone()),
+            (Effect::Forbid, true) => without_context(policy, true),
+            (Effect::Permit, true) => without_context(policy, false),
+        };
+        if let Some(policy) = kept {
+            // Ids are unique in `set`, so adding cannot fail.
+            let _ = reach.add(policy);
+        }
+    }
+    reach
+}
+
+/// `policy` without its conditions that read `context`; `None` for a forbid with one
+/// (`whole`: a forbid is kept whole or not at all).
+fn without_context(policy: &Policy, whole: bool) -> Option<Policy> {
+    let Ok(mut json) = policy.to_json() else {
+        return Some(policy.clone());
+    };
+    let Some(conditions) = json["conditions"].as_array().cloned() else {
+        return Some(policy.clone());
+    };
+    let kept: Vec<serde_json::Value> = conditions
+        .into_iter()
+        .filter(|c| !reads_context(c))
+        .collect();
+    if whole {
+        let all = json["conditions"].as_array().map_or(0, Vec::len);
+        return (kept.len() == all).then(|| policy.clone());
+    }
+    json["conditions"] = serde_json::Value::Array(kept);
+    Some(Policy::from_json(Some(policy.id().clone()), json).unwrap_or_else(|_| policy.clone()))
+}
+
+/// True when a policy's JSON expression reads the `context` variable anywhere.
+fn reads_context(expression: &serde_json::Value) -> bool {
+    match expression {
+        serde_json::Value::Object(fields) => fields
+            .iter()
+            .any(|(key, value)| (key == "Var" && value == "context") || reads_context(value)),
+        serde_json::Value::Array(items) => items.iter().any(reads_context),
+        _ => false,
     }
 }
 

@@ -109,3 +109,29 @@ pub(crate) fn uncertain_text(tool: &str, text: &str) -> String {
 /// The text a client reads for a write refused because an earlier write of the session
 /// is uncertain.
 pub(crate) const FENCED_SESSION: &str = "refused: an earlier write in this session may have taken effect without an answer, so this session makes no more writes; a person must check it first (see the run's events)";
+
+/// G2: keeps only the tools of `agent` that the policies could let `token`'s client call,
+/// whatever the arguments: a tool every call of which would be denied is not shown. With
+/// no policies every tool is kept. Each call is still decided when it is made.
+pub fn keep_visible(agent: &mut crate::AgentSpec, token: &str) {
+    let Some(policies) = agent.policy.clone() else {
+        return;
+    };
+    let (name, tags) = (agent.name.clone(), agent.tags.clone());
+    agent.tools.retain(|tool| {
+        policies.could_allow(&runwarden_policy::Request {
+            agent: name.clone(),
+            agent_tags: tags.clone(),
+            token: Some(token.to_string()),
+            target: runwarden_policy::Target::Tool {
+                id: tool.spec.name.clone(),
+                server: tool.client.server().name.clone(),
+                name: tool.remote_name.clone(),
+                effect: tool.effect.as_str().to_string(),
+            },
+            arguments: serde_json::Map::new(),
+            run: runwarden_policy::RunFacts::default(),
+            host: String::new(),
+        })
+    });
+}

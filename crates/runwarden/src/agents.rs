@@ -181,7 +181,7 @@ impl AgentBuilder {
                 .config
                 .server_approval(&tool.client.server().name, &tool.remote_name);
         }
-        Ok(AgentSpec {
+        let mut agent = AgentSpec {
             name: runwarden_runtime::gateway::GATEWAY_AGENT.to_string(),
             system: None,
             max_rounds: 1,
@@ -191,7 +191,10 @@ impl AgentBuilder {
             budgets: runwarden_runtime::Budgets::default(),
             policy: registry.config.policy.as_ref().map(|p| p.policies.clone()),
             tags: vec![runwarden_runtime::gateway::GATEWAY_TAG.to_string()],
-        })
+        };
+        // G2: a tool the policies would deny on every call is not shown.
+        runwarden_runtime::gateway::keep_visible(&mut agent, token);
+        Ok(agent)
     }
 
     /// Binds tool patterns to the imported catalogue. A local server that lives one run

@@ -449,3 +449,74 @@ fn a_misspelt_annotation_is_refused_so_an_approval_never_becomes_a_plain_allow()
         "{found:?}"
     );
 }
+
+/// G2: what a gateway client is shown. A tool is hidden only when every call to it is
+/// denied whatever its arguments: no permit's scope reaches it, or a forbid without
+/// conditions covers it. A forbid or a permit on arguments hides nothing.
+#[test]
+fn a_tool_is_shown_when_some_call_could_be_allowed_and_hidden_when_none_could() {
+    let set = policies(
+        r#"
+@id("payments-under-a-limit")
+permit (principal, action == Action::"call_tool", resource == Tool::"bank__pay")
+when { context.arguments.amount < 100 };
+
+@id("files")
+permit (principal, action == Action::"call_tool", resource)
+when { resource.server == "files" };
+
+@id("no-writes-outside-srv")
+forbid (principal, action == Action::"call_tool", resource == Tool::"files__write")
+unless { context.arguments has path && context.arguments.path like "/srv/*" };
+
+@id("alice-never-deletes")
+forbid (principal in Token::"alice", action == Action::"call_tool", resource == Tool::"files__delete");
+"#,
+    );
+    let shown = |tool: &str| set.could_allow(&tool_call("helper", tool, "read_only", json!({})));
+    assert!(
+        shown("bank__pay"),
+        "a permit on an argument: some call could be allowed"
+    );
+    assert!(
+        shown("files__write"),
+        "a forbid on an argument denies only some calls"
+    );
+    assert!(
+        !shown("files__delete"),
+        "a forbid without conditions denies every call"
+    );
+    assert!(!shown("mail__send"), "no permit reaches it");
+    let mut bob = tool_call("helper", "files__delete", "read_only", json!({}));
+    bob.token = Some("bob".into());
+    assert!(set.could_allow(&bob), "the forbid is alice's only");
+}
+
+#[test]
+fn a_forbid_on_who_calls_what_hides_and_one_on_the_call_does_not() {
+    let set = policies(
+        r#"
+@id("all")
+permit (principal, action == Action::"call_tool", resource);
+
+@id("no-writes-for-interns")
+forbid (principal, action == Action::"call_tool", resource)
+when { resource.effect == "non_idempotent_write" && principal has tags && principal.tags.contains("intern") };
+
+@id("no-late-steps")
+forbid (principal, action == Action::"call_tool", resource)
+when { context.run.step > 10 };
+"#,
+    );
+    let mut intern = tool_call("helper", "files__write", "non_idempotent_write", json!({}));
+    intern.agent_tags = vec!["intern".into()];
+    assert!(
+        !set.could_allow(&intern),
+        "every write of an intern is denied"
+    );
+    let reader = tool_call("helper", "files__read", "read_only", json!({}));
+    assert!(
+        set.could_allow(&reader),
+        "a forbid on the run's step hides nothing"
+    );
+}

@@ -26,9 +26,13 @@ const POLICIES: &str = r#"
 @id("tools")
 permit (principal, action == Action::"call_tool", resource);
 
-@id("no-payments-from-the-ide")
-@reason("the IDE does not pay")
-forbid (principal in Token::"ide", action == Action::"call_tool", resource == Tool::"peer__pay");
+@id("no-payments-to-mallory")
+@reason("the IDE does not pay mallory")
+forbid (principal in Token::"ide", action == Action::"call_tool", resource == Tool::"peer__pay")
+when { context.arguments.to == "mallory" };
+
+@id("nothing-big-from-the-ide")
+forbid (principal in Token::"ide", action == Action::"call_tool", resource == Tool::"peer__big");
 "#;
 
 /// An installation with the peer imported as `peer` (`add` and `echo` read-only,
@@ -270,6 +274,14 @@ async fn a_client_lists_and_calls_tools_and_its_session_is_a_run(sdk: Sdk) {
     assert!(
         names.contains(&"peer__add") && names.contains(&"peer__create_ticket"),
         "{names:?}"
+    );
+    assert!(
+        names.contains(&"peer__pay"),
+        "a forbid on arguments hides nothing"
+    );
+    assert!(
+        !names.contains(&"peer__big"),
+        "a tool denied on every call is not shown"
     );
     let add = tools.iter().find(|t| t["name"] == "peer__add").unwrap();
     assert_eq!(
@@ -590,7 +602,7 @@ async fn pending_decision(sandbox: &Arc<Sandbox>) -> Value {
 async fn a_call_a_policy_denies_never_reaches_the_upstream_server(sdk: Sdk) {
     let peer = Peer::start(&[]);
     let (_sandbox, serve, token) = install(&peer).await;
-    let arguments = json!({"amount": 5, "to": "bob"}).to_string();
+    let arguments = json!({"amount": 5, "to": "mallory"}).to_string();
     let found = scenario(sdk, &serve, &token, &["call", "peer__pay", &arguments]).await;
     let paid = call_of(&found, "peer__pay");
     assert_eq!(paid["is_error"], true, "{paid}");
@@ -598,7 +610,7 @@ async fn a_call_a_policy_denies_never_reaches_the_upstream_server(sdk: Sdk) {
         paid["text"]
             .as_str()
             .unwrap()
-            .contains("the IDE does not pay"),
+            .contains("the IDE does not pay mallory"),
         "{paid}"
     );
     assert_eq!(

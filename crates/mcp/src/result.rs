@@ -32,6 +32,10 @@ pub struct ToolResult {
     /// The result's `structuredContent`, as sent (M7 amended); the text carries it too,
     /// as compact JSON.
     pub structured: Option<Value>,
+    /// The result's `content` blocks as the server sent them (scrubbed like the rest of
+    /// the answer), for a caller that passes them on whole (the gateway); empty for a
+    /// failure and for a result withheld for breaking its `outputSchema`.
+    pub content: Vec<Value>,
     /// The failure behind a `Failed` or `Cancelled` outcome.
     pub error: Option<McpError>,
     /// V8: how far the `tools/call` got. Anything but `Answered` with a failure means the
@@ -94,6 +98,7 @@ impl ToolResult {
                 ),
                 non_text,
                 structured,
+                content: Vec::new(),
                 error: None,
                 delivery: Delivery::Answered,
             };
@@ -121,11 +126,17 @@ impl ToolResult {
         } else {
             ToolOutcome::Succeeded
         };
+        let content = result
+            .get("content")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         Self {
             outcome,
             text,
             non_text,
             structured,
+            content,
             error: None,
             delivery: Delivery::Answered,
         }
@@ -156,6 +167,7 @@ impl ToolResult {
             text,
             non_text: Vec::new(),
             structured: None,
+            content: Vec::new(),
             error: Some(error),
             delivery,
         }

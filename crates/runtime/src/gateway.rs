@@ -68,6 +68,9 @@ pub enum GatewayReply {
         text: String,
         /// The result's `structuredContent`, when it had one.
         structured: Option<Value>,
+        /// The result's `content` blocks as the server sent them (images, audio and
+        /// resources included); empty when the answer is runwarden's own (`text` then).
+        content: Vec<Value>,
         /// The client reads it as an error (`isError`).
         is_error: bool,
     },
@@ -93,6 +96,7 @@ impl GatewayReply {
         Self::Result {
             text: text.into(),
             structured: None,
+            content: Vec::new(),
             is_error: true,
         }
     }

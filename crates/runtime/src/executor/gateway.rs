@@ -329,6 +329,7 @@ impl Executor {
         GatewayReply::Result {
             text: result.text.clone(),
             structured: result.structured.clone(),
+            content: result.content.clone(),
             is_error: !result.is_success(),
         }
     }

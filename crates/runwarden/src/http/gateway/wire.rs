@@ -106,12 +106,15 @@ fn call_message(id: &Value, reply: &GatewayReply) -> (Value, bool) {
         GatewayReply::Result {
             text,
             structured,
+            content,
             is_error,
         } => {
-            let mut body = json!({
-                "content": [{"type": "text", "text": text}],
-                "isError": is_error,
-            });
+            // The server's own blocks when it answered; runwarden's words otherwise.
+            let content = match content.is_empty() {
+                true => json!([{"type": "text", "text": text}]),
+                false => json!(content),
+            };
+            let mut body = json!({"content": content, "isError": is_error});
             if let Some(structured) = structured {
                 body["structuredContent"] = structured.clone();
             }
@@ -177,12 +180,20 @@ mod tests {
         let reply = GatewayReply::Result {
             text: "3".into(),
             structured: Some(json!({"sum": 3})),
+            content: vec![
+                json!({"type": "text", "text": "3"}),
+                json!({"type": "image", "data": "AA==", "mimeType": "image/png"}),
+            ],
             is_error: false,
         };
         let (answer, over) = call_answer(&json!("a"), &reply, "2025-11-25");
         assert!(!over);
         assert_eq!(answer["result"]["structuredContent"]["sum"], 3);
         assert_eq!(answer["result"]["content"][0]["text"], "3");
+        assert_eq!(
+            answer["result"]["content"][1]["type"], "image",
+            "blocks pass whole"
+        );
         assert_eq!(answer["result"]["isError"], false);
     }
 }

@@ -217,20 +217,32 @@ fn call_of<'f>(found: &'f [Value], tool: &str) -> &'f Value {
         .unwrap_or_else(|| panic!("no call of {tool}: {found:#?}"))
 }
 
-/// Waits until the peer's counters satisfy `ready`.
-async fn until_peer(peer: &Peer, ready: impl Fn(&Value) -> bool) -> Value {
+/// Polls `probe` every 20 ms until it finds what it looks for, at most [`WAIT`].
+async fn until<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
     let deadline = Instant::now() + WAIT;
     loop {
-        let stats = peer.stats_json();
-        if ready(&stats) {
-            return stats;
+        if let Some(found) = probe().await {
+            return found;
         }
         assert!(
             Instant::now() < deadline,
-            "the peer never got there: {stats}"
+            "{what} did not happen within {WAIT:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Waits until the peer's counters satisfy `ready`.
+async fn until_peer(peer: &Peer, ready: impl Fn(&Value) -> bool) -> Value {
+    until("the peer's counters", || {
+        let stats = peer.stats_json();
+        std::future::ready(ready(&stats).then_some(stats))
+    })
+    .await
 }
 
 /// The gateway runs, newest first.
@@ -250,18 +262,11 @@ async fn gateway_runs(sandbox: &Arc<Sandbox>) -> Vec<Value> {
 
 /// Waits until the newest gateway run has `status`.
 async fn until_run(sandbox: &Arc<Sandbox>, status: &str) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
+    until(&format!("a gateway run {status}"), || async {
         let runs = gateway_runs(sandbox).await;
-        if let Some(run) = runs.first().filter(|r| r["status"] == status) {
-            return run.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no gateway run {status}: {runs:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        runs.into_iter().next().filter(|r| r["status"] == status)
+    })
+    .await
 }
 
 async fn a_client_lists_and_calls_tools_and_its_session_is_a_run(sdk: Sdk) {
@@ -520,18 +525,12 @@ async fn a_client_that_goes_away_mid_call_stops_the_upstream_call(sdk: Sdk) {
 
 /// Waits until the newest gateway run has a step of `kind`; the run as listed then.
 async fn until_run_with_step(sandbox: &Arc<Sandbox>, kind: &str) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let runs = gateway_runs(sandbox).await;
-        if let Some(run) = runs.first() {
-            let log = events(sandbox, run["run_id"].as_str().unwrap()).await;
-            if log.iter().any(|e| e["kind"] == kind) {
-                return run.clone();
-            }
-        }
-        assert!(Instant::now() < deadline, "no {kind} step: {runs:#?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until(&format!("a {kind} step"), || async {
+        let run = gateway_runs(sandbox).await.into_iter().next()?;
+        let log = events(sandbox, run["run_id"].as_str()?).await;
+        log.iter().any(|e| e["kind"] == kind).then_some(run)
+    })
+    .await
 }
 
 async fn an_approval_gated_write_waits_for_a_person_and_runs_once(sdk: Sdk) {
@@ -582,21 +581,12 @@ async fn an_approval_gated_write_waits_for_a_person_and_runs_once(sdk: Sdk) {
 
 /// Waits for the one pending decision.
 async fn pending_decision(sandbox: &Arc<Sandbox>) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let listed = runwarden(
-            sandbox,
-            &["--json", "decisions", "list", "--status", "pending"],
-        )
-        .await
-        .ok()
-        .json();
-        if let Some(first) = listed["decisions"].as_array().and_then(|d| d.first()) {
-            return first.clone();
-        }
-        assert!(Instant::now() < deadline, "no pending decision: {listed:#}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until("a pending decision", || async {
+        let args = ["--json", "decisions", "list", "--status", "pending"];
+        let listed = runwarden(sandbox, &args).await.ok().json();
+        listed["decisions"].as_array()?.first().cloned()
+    })
+    .await
 }
 
 async fn a_call_a_policy_denies_never_reaches_the_upstream_server(sdk: Sdk) {

@@ -131,9 +131,21 @@ async fn stopping_the_server_settles_the_runs_of_its_open_sessions() {
     let ide = named_token(&sandbox, "operator", "ide").await;
     let (_, session, _, _) = post(&serve, Some(&ide), None, initialize()).await;
     let session = session.expect("a session id");
-    serve.signal("TERM");
-    let exited = tokio::task::spawn_blocking(move || serve.child.wait())
+    // A client holding its standing stream does not hold the stop up.
+    let standing = reqwest::Client::new()
+        .get(format!("{}/mcp", serve.url()))
+        .bearer_auth(&ide)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .send()
         .await
+        .unwrap();
+    assert_eq!(standing.status().as_u16(), 200);
+    serve.signal("TERM");
+    let waiting = tokio::task::spawn_blocking(move || serve.child.wait());
+    let exited = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("serve stops within 30 s")
         .unwrap();
     assert!(exited.unwrap().success());
     let run = status(&sandbox, &session).await;

@@ -25,6 +25,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use runwarden_runtime::StopLevel;
 use runwarden_vault::{ApiToken, Role, token_hash, token_verify};
 use serde_json::{Value, json};
 
@@ -240,11 +241,26 @@ pub(crate) async fn standing_stream(
         Err(refused) => return refused.into_response(),
     };
     let messages = session.listen();
-    let stream = futures_util::stream::unfold(messages, |mut messages| async move {
-        let message = messages.recv().await?;
-        let event = Event::default().event("message").data(message.to_string());
-        Some((Ok::<_, Infallible>(event), messages))
-    });
+    // The stream ends when the server drains, so it never holds a stop up.
+    let stop = state.stop.clone();
+    let stream =
+        futures_util::stream::unfold((messages, stop), |(mut messages, mut stop)| async move {
+            let stopping = async {
+                if stop
+                    .wait_for(|level| *level >= StopLevel::Drain)
+                    .await
+                    .is_err()
+                {
+                    std::future::pending::<()>().await; // no one can stop the server any more
+                }
+            };
+            let message = tokio::select! {
+                message = messages.recv() => message?,
+                () = stopping => return None,
+            };
+            let event = Event::default().event("message").data(message.to_string());
+            Some((Ok::<_, Infallible>(event), (messages, stop)))
+        });
     Sse::new(stream)
         .keep_alive(axum::response::sse::KeepAlive::default())
         .into_response()

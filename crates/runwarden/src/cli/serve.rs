@@ -191,23 +191,7 @@ pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitC
         ));
     }
     let gateway = state.gateway.clone();
-    // G1: a session its client left (no request for a while, no call open) ends, and its
-    // run completes, even when no other client comes.
-    let (refreshing, agents) = (gateway.clone(), state.agents.clone());
-    tokio::spawn(async move {
-        let mut swaps = agents.swaps();
-        while swaps.changed().await.is_ok() {
-            refreshing.refresh(&agents).await;
-        }
-    });
-    let sweeping = gateway.clone();
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(std::time::Duration::from_secs(60));
-        loop {
-            every.tick().await;
-            sweeping.sweep();
-        }
-    });
+    gateway.tend(state.agents.clone());
     // First signal: stop accepting, finish the requests in flight, drain the workers.
     let mut server = match front {
         Front::Waiting(server, live) => {

@@ -66,6 +66,27 @@ impl Sessions {
             .remove(id)
     }
 
+    /// The gateway's upkeep while the server runs: after a reload each session gets its
+    /// token's tools as they now stand (G2), and every minute the sessions their clients
+    /// left (no request for a while, no call open) end, so their runs complete.
+    pub(crate) fn tend(self: &Arc<Self>, agents: Arc<crate::agents::AgentBuilder>) {
+        let refreshing = self.clone();
+        tokio::spawn(async move {
+            let mut swaps = agents.swaps();
+            while swaps.changed().await.is_ok() {
+                refreshing.refresh(&agents).await;
+            }
+        });
+        let sweeping = self.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                every.tick().await;
+                sweeping.sweep();
+            }
+        });
+    }
+
     /// The server stops: every session ends, and its run settles once its calls end
     /// (waited for at most `bound`). Returns how many were still open.
     pub(crate) async fn close_all(&self, bound: Duration) -> usize {
@@ -91,7 +112,7 @@ impl Sessions {
 
     /// G2: after a reload, each session gets its token's tools as they now stand (and its
     /// client hears when they changed); a token no longer listed has its sessions ended.
-    pub(crate) async fn refresh(&self, agents: &crate::agents::AgentBuilder) {
+    async fn refresh(&self, agents: &crate::agents::AgentBuilder) {
         let sessions: Vec<Arc<Session>> = {
             let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
             live.values().cloned().collect()
@@ -114,7 +135,7 @@ impl Sessions {
     }
 
     /// Ends every session the client left idle, so their runs settle.
-    pub(crate) fn sweep(&self) {
+    fn sweep(&self) {
         self.live
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -80,6 +80,12 @@ pub enum GatewayReply {
         /// The write may have taken effect.
         uncertain: bool,
     },
+    /// An operator stopped this call alone (the binary's stop); the session goes on.
+    /// `uncertain`: a write that may have reached its server (its fence is kept).
+    CancelledByOperator {
+        /// The write may have taken effect.
+        uncertain: bool,
+    },
     /// The run ended while the call was open: an operator cancelled it, its lease was
     /// lost, or a write could not be recorded. The session is over.
     Ended {

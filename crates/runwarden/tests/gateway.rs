@@ -244,3 +244,90 @@ async fn a_reload_that_changes_a_tokens_tools_is_announced_and_the_session_can_c
     let (_, _, body, _) = post(&serve, Some(&ide), Some(&session), call).await;
     assert_eq!(body["result"]["isError"], false, "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_cancels_one_call_of_a_session_and_the_session_goes_on() {
+    let mcp = TestServer::start(mcp_handler(vec![tool("echo"), tool("stall")], &["stall"])).await;
+    let (sandbox, serve) = install(&mcp).await;
+    let ide = named_token(&sandbox, "operator", "ide").await;
+    let (_, session, _, _) = post(&serve, Some(&ide), None, initialize()).await;
+    let session = session.expect("a session id");
+    let stalled = {
+        let (url, ide, session) = (serve.url(), ide.clone(), session.clone());
+        tokio::spawn(async move {
+            let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": "srv__stall", "arguments": {}}});
+            let answer = reqwest::Client::new()
+                .post(format!("{url}/mcp"))
+                .bearer_auth(&ide)
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .header("mcp-session-id", &session)
+                .body(call.to_string())
+                .send()
+                .await
+                .unwrap();
+            serde_json::from_str::<Value>(&answer.text().await.unwrap()).unwrap()
+        })
+    };
+    let http = reqwest::Client::new();
+    let calls_url = format!("{}/v1/runs/{session}/calls", serve.url());
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let listed = http.get(&calls_url).bearer_auth(&ide).send().await.unwrap();
+        let listed: Value = serde_json::from_str(&listed.text().await.unwrap()).unwrap();
+        if listed["calls"][0]["call_id"] == "gw-7" {
+            assert_eq!(listed["calls"][0]["tool"], "srv__stall");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never open: {listed}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let unknown = http
+        .post(format!(
+            "{}/v1/runs/{session}/calls/gw-8/cancel",
+            serve.url()
+        ))
+        .bearer_auth(&ide)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status().as_u16(), 404);
+    // On the store alone the CLI cannot: only the server holding the session knows it.
+    let args = ["cancel", session.as_str(), "--call", "gw-7"];
+    let refused = runwarden(&sandbox, &args).await.fails();
+    assert!(refused.all().contains("add --server URL"), "{refused:#?}");
+    let mut command = sandbox.command(&args);
+    command
+        .env("RUNWARDEN_SERVER", serve.url())
+        .env("RUNWARDEN_TOKEN", &ide);
+    let through = sandbox.clone();
+    let cancelled = tokio::task::spawn_blocking(move || through.run_command(command))
+        .await
+        .unwrap()
+        .ok();
+    assert!(
+        cancelled.all().contains("cancelled call gw-7"),
+        "{cancelled:#?}"
+    );
+    let answer = tokio::time::timeout(Duration::from_secs(20), stalled)
+        .await
+        .expect("the call ends at once")
+        .unwrap();
+    assert_eq!(answer["error"]["code"], -32800, "{answer}");
+    let said = answer["error"]["message"].as_str().unwrap();
+    assert!(said.starts_with("cancelled by an operator"), "{said}");
+    let echo = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+        "params": {"name": "srv__echo", "arguments": {"q": "still here"}}});
+    let (status, _, body, _) = post(&serve, Some(&ide), Some(&session), echo).await;
+    assert_eq!(status, 200, "the session goes on: {body}");
+    assert_eq!(body["result"]["isError"], false, "{body}");
+    assert_eq!(status_of(&sandbox, &session).await, "running");
+}
+
+async fn status_of(sandbox: &Arc<Sandbox>, run_id: &str) -> String {
+    status(sandbox, run_id).await["status"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}

@@ -97,8 +97,8 @@ enum Command {
     /// List runs, newest first.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
-    /// Cancel a run (exit 0 when it cancelled it).
-    Cancel(run::RunIdArgs),
+    /// Cancel a run, or one call of a gateway session (exit 0 when it cancelled it).
+    Cancel(run::CancelArgs),
     /// A run's status, termination reason, rounds, lease holder and pending effect.
     Status(run::RunIdArgs),
     /// A run's events; --follow keeps printing until it ends.

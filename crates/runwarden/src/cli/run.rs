@@ -99,6 +99,17 @@ pub(crate) struct RunIdArgs {
 }
 
 #[derive(Debug, Args)]
+pub(crate) struct CancelArgs {
+    /// The run's id.
+    run_id: String,
+    /// Cancel only this call of a gateway session (its id, as `GET /v1/runs/RUN/calls`
+    /// lists it); the session goes on. Needs --server: only the server holding the
+    /// session knows its calls.
+    #[arg(long, value_name = "CALL_ID")]
+    call: Option<String>,
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct EventsArgs {
     /// The run's id.
     run_id: String,
@@ -283,7 +294,10 @@ fn summary_text(
 /// `run`'s exit code when the run parked on an operator decision.
 const EXIT_AWAITING: u8 = 3;
 
-pub(crate) async fn cancel(cx: &Context, args: RunIdArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn cancel(cx: &Context, args: CancelArgs) -> anyhow::Result<ExitCode> {
+    if let Some(call) = &args.call {
+        return cancel_call(cx, &args.run_id, call).await;
+    }
     // Through a server, the cancel also wakes the run's in-flight calls at once if the
     // server executes it; on the store alone, they see it within about a second.
     let previous = match &cx.server {
@@ -304,6 +318,22 @@ pub(crate) async fn cancel(cx: &Context, args: RunIdArgs) -> anyhow::Result<Exit
     let report = json!({ "run_id": args.run_id, "cancelled": true, "previous": previous });
     output::emit(cx.json, &report, || {
         format!("cancelled run {} (it was {previous})", args.run_id)
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One call of a gateway session, through the server that holds the session.
+async fn cancel_call(cx: &Context, run_id: &str, call: &str) -> anyhow::Result<ExitCode> {
+    let Some(server) = &cx.server else {
+        anyhow::bail!(
+            "cancelling one call needs the server that holds its session: add --server URL"
+        );
+    };
+    let path = format!("/v1/runs/{run_id}/calls/{call}/cancel");
+    let answer = server.post(&path, json!({})).await?;
+    let report = server.expect(answer).await?;
+    output::emit(cx.json, &report, || {
+        format!("cancelled call {call} of run {run_id}; its session goes on")
     });
     Ok(ExitCode::SUCCESS)
 }

@@ -31,6 +31,13 @@ pub(crate) enum ApiError {
     AgentUnavailable(String),
     /// 409: the run already ended.
     RunAlreadyTerminal(String),
+    /// 404: no call with that id is open in that run on this server.
+    CallNotFound {
+        /// The run.
+        run_id: String,
+        /// The call.
+        call_id: String,
+    },
     /// 404: no decision with that id.
     DecisionNotFound(String),
     /// 409: the decision takes no answer now (answered, expired, its run cancelled or
@@ -91,6 +98,7 @@ impl ApiError {
             Self::NotFound => (StatusCode::NOT_FOUND, "not_found"),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::RunNotFound(_) => (StatusCode::NOT_FOUND, "run_not_found"),
+            Self::CallNotFound { .. } => (StatusCode::NOT_FOUND, "call_not_found"),
             Self::AgentNotFound(_) => (StatusCode::NOT_FOUND, "agent_not_found"),
             Self::AgentUnavailable(_) => (StatusCode::CONFLICT, "agent_unavailable"),
             Self::RunAlreadyTerminal(_) => (StatusCode::CONFLICT, "run_already_terminal"),
@@ -121,6 +129,9 @@ impl ApiError {
             Self::NotFound => "no such route: see /v1/openapi.json for the API".into(),
             Self::MethodNotAllowed => "this route does not take that method".into(),
             Self::RunNotFound(id) => format!("no run with id {id}"),
+            Self::CallNotFound { run_id, call_id } => format!(
+                "no call {call_id} is open in run {run_id} on this server: GET /v1/runs/{run_id}/calls lists the open ones (a gateway session's calls, on the server that holds it)"
+            ),
             Self::IdempotencyKeyReused { run_id } => format!(
                 "this Idempotency-Key already made run {run_id} from a different body: send a new key with a new request"
             ),

@@ -177,6 +177,18 @@ pub(crate) static ROUTES: &[Route] = &[
     },
     Route {
         method: Method::GET,
+        path: "/v1/runs/{id}/calls",
+        role: Some(Role::Viewer),
+        handler: |m| on(m, gateway::calls::open_calls),
+    },
+    Route {
+        method: Method::POST,
+        path: "/v1/runs/{id}/calls/{call_id}/cancel",
+        role: Some(Role::Operator),
+        handler: |m| on(m, gateway::calls::cancel_call),
+    },
+    Route {
+        method: Method::GET,
         path: "/v1/decisions",
         role: Some(Role::Viewer),
         handler: |m| on(m, decisions::list),

@@ -9,6 +9,7 @@
 //! and `DELETE` to end a session. No server-initiated stream (`GET` is 405), and no
 //! batches. The protected-resource metadata (RFC 9728) says how to authenticate.
 
+pub(crate) mod calls;
 mod session;
 mod stateless;
 mod wire;
@@ -51,7 +52,7 @@ pub(crate) struct Sessions {
 }
 
 impl Sessions {
-    fn get(&self, id: &str) -> Option<Arc<Session>> {
+    pub(crate) fn get(&self, id: &str) -> Option<Arc<Session>> {
         self.live
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -36,8 +36,8 @@ pub(crate) struct Session {
     /// The client's standing event stream (`GET /mcp`), while it is open.
     stream: Mutex<Option<mpsc::UnboundedSender<Value>>>,
     calls: mpsc::Sender<GatewayRequest>,
-    /// The stop of each call in flight, by the client's request id (as JSON text).
-    open: Mutex<HashMap<String, Arc<AtomicBool>>>,
+    /// Each call in flight, by the client's request id (as JSON text).
+    open: Mutex<HashMap<String, OpenCall>>,
     /// When the client last sent anything.
     last_seen: Mutex<Instant>,
     /// The task that holds the run, to wait for when the server stops.
@@ -163,10 +163,19 @@ impl Session {
     ) -> GatewayReply {
         let key = request_id.to_string();
         let stop = Arc::new(AtomicBool::new(false));
+        let by_operator = Arc::new(AtomicBool::new(false));
+        let call_id = format!("gw-{}", request_id_text(request_id));
+        let open = OpenCall {
+            call_id: call_id.clone(),
+            tool: tool.clone(),
+            started_ms: runwarden_base::now_ms(),
+            stop: stop.clone(),
+            by_operator: by_operator.clone(),
+        };
         self.open
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone(), stop.clone());
+            .insert(key.clone(), open);
         let guard = Open {
             session: self,
             key,
@@ -175,7 +184,7 @@ impl Session {
         };
         let (reply, answer) = oneshot::channel();
         let call = GatewayCall {
-            call_id: format!("gw-{}", request_id_text(request_id)),
+            call_id,
             tool,
             arguments,
             stop,
@@ -191,7 +200,40 @@ impl Session {
             Err(_) => ended,
         };
         guard.finish();
-        answer
+        match answer {
+            // The stop was an operator's, for this call alone; the session goes on.
+            GatewayReply::CancelledByClient { uncertain } if by_operator.load(Ordering::SeqCst) => {
+                GatewayReply::CancelledByOperator { uncertain }
+            }
+            answer => answer,
+        }
+    }
+
+    /// The calls in flight: `(call id, tool, started, Unix ms)`, oldest first.
+    pub(crate) fn open_calls(&self) -> Vec<(String, String, i64)> {
+        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let mut calls: Vec<(String, String, i64)> = open
+            .values()
+            .map(|c| (c.call_id.clone(), c.tool.clone(), c.started_ms))
+            .collect();
+        calls.sort_by_key(|c| c.2);
+        calls
+    }
+
+    /// An operator stops one call in flight, by its call id; `false` when none is open.
+    pub(crate) fn cancel_call(&self, call_id: &str) -> bool {
+        let found = {
+            let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+            open.values()
+                .find(|c| c.call_id == call_id)
+                .map(|c| (c.stop.clone(), c.by_operator.clone()))
+        };
+        let Some((stop, by_operator)) = found else {
+            return false;
+        };
+        by_operator.store(true, Ordering::SeqCst);
+        self.stop(&stop);
+        true
     }
 
     /// The client's `notifications/cancelled` for one of its requests: stops that call.
@@ -201,7 +243,7 @@ impl Session {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&request_id.to_string())
-            .cloned();
+            .map(|c| c.stop.clone());
         if let Some(stop) = stop {
             self.stop(&stop);
         }
@@ -227,6 +269,20 @@ impl Session {
 }
 
 /// A call in flight; dropped before it finished (the client went away), it stops the call.
+/// A call in flight.
+struct OpenCall {
+    /// Its id in the run's steps (`gw-` and the client's request id).
+    call_id: String,
+    /// The tool's local name.
+    tool: String,
+    /// When it started, Unix milliseconds UTC.
+    started_ms: i64,
+    /// Stops it.
+    stop: Arc<AtomicBool>,
+    /// Set when an operator stopped it.
+    by_operator: Arc<AtomicBool>,
+}
+
 struct Open<'s> {
     session: &'s Session,
     key: String,
@@ -253,12 +309,20 @@ impl Drop for Open<'_> {
     }
 }
 
-/// A request id as a call id's suffix: a string as is, a number as digits.
+/// A request id as a call id's suffix: a number as digits, a string as is (at most 64
+/// characters, each outside `A-Z a-z 0-9 - _ .` as `_`, so the id is safe in a path).
 fn request_id_text(id: &Value) -> String {
-    match id {
-        Value::String(s) => s.chars().take(64).collect(),
+    let text = match id {
+        Value::String(s) => s.clone(),
         other => other.to_string(),
-    }
+    };
+    text.chars()
+        .take(64)
+        .map(|c| match c.is_ascii_alphanumeric() || "-_.".contains(c) {
+            true => c,
+            false => '_',
+        })
+        .collect()
 }
 
 /// G2: asks the client that made a call the server's questions during it, on the call's

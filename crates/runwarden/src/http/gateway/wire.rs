@@ -120,6 +120,15 @@ fn call_message(id: &Value, reply: &GatewayReply) -> (Value, bool) {
             }
             (result(id, body), false)
         }
+        GatewayReply::CancelledByOperator { uncertain } => {
+            let message = match uncertain {
+                true => {
+                    "cancelled by an operator; the outcome is unknown: the write may have taken effect, so do not retry it until a person has checked"
+                }
+                false => "cancelled by an operator",
+            };
+            (error(id, REQUEST_CANCELLED, message), false)
+        }
         GatewayReply::CancelledByClient { uncertain } => {
             let message = match uncertain {
                 true => {

@@ -136,6 +136,7 @@ for_each_sdk!(
     the_servers_progress_reaches_the_client,
     a_clients_cancel_reaches_the_upstream_handler_and_the_write_stays_fenced,
     an_operators_cancel_reaches_the_upstream_handler_and_the_client,
+    an_operators_cancel_of_one_call_reaches_its_handler_and_the_session_goes_on,
     a_client_that_goes_away_mid_call_stops_the_upstream_call,
     a_servers_question_goes_to_the_client_that_can_answer_it,
     an_approval_gated_write_waits_for_a_person_and_runs_once,
@@ -456,6 +457,50 @@ async fn an_operators_cancel_reaches_the_upstream_handler_and_the_client(sdk: Sd
     );
     assert_eq!(status(&sandbox, run_id).await["status"], "cancelled");
     assert_eq!(peer.stats_json()["calls"]["add"], Value::Null);
+}
+
+async fn an_operators_cancel_of_one_call_reaches_its_handler_and_the_session_goes_on(sdk: Sdk) {
+    let peer = Peer::start(&[]);
+    let (sandbox, serve, token) = install(&peer).await;
+    let mut client = Client::start(sdk, &serve, &token, &["wait"]);
+    client.next().await;
+    assert_eq!(client.next().await["calling"], "peer__slow");
+    until_peer(&peer, |s| s["slow_started"] == 1).await;
+    let run = until_run(&sandbox, "running").await;
+    let run_id = run["run_id"].as_str().unwrap().to_string();
+    // The open call, as the server holding the session lists it, then its cancel.
+    let http = reqwest::Client::new();
+    let listed = http
+        .get(format!("{}/v1/runs/{run_id}/calls", serve.url()))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed["calls"][0]["tool"], "peer__slow", "{listed}");
+    let call_id = listed["calls"][0]["call_id"].as_str().unwrap();
+    let cancelled = http
+        .post(format!(
+            "{}/v1/runs/{run_id}/calls/{call_id}/cancel",
+            serve.url()
+        ))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status().as_u16(), 200);
+    let answer = client.next().await;
+    assert_eq!(answer["error_code"], -32800, "{answer}");
+    let said = answer["error"].as_str().unwrap();
+    assert!(said.contains("cancelled by an operator"), "{said}");
+    assert!(said.contains("outcome is unknown"), "{said}");
+    until_peer(&peer, |s| s["slow_cancelled"] == 1).await;
+    // The session goes on: the next call of the scenario is answered.
+    let after = client.rest().await;
+    assert_eq!(call_of(&after, "peer__add")["text"], "2", "{after:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,7 +12,7 @@ import { createInterface } from "node:readline";
 const sdk = process.env.MCP_TS_SDK;
 const { Client } = await import(`${sdk}/dist/esm/client/index.js`);
 const { StreamableHTTPClientTransport } = await import(`${sdk}/dist/esm/client/streamableHttp.js`);
-const { ElicitRequestSchema } = await import(`${sdk}/dist/esm/types.js`);
+const { ElicitRequestSchema, CreateMessageRequestSchema } = await import(`${sdk}/dist/esm/types.js`);
 
 const say = (finding) => console.log(JSON.stringify(finding));
 const snake = (name) => name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
@@ -70,6 +70,10 @@ const scenarios = {
     say({ cancelled: "peer__slow" });
     await call(client, "peer__add", { a: 20, b: 22 });
   },
+  async sample(client) {
+    await call(client, "peer__ask_sampling", {});
+    say({ sampled });
+  },
   async ask(client) {
     await call(client, "peer__ask_name", {});
     say({ questions });
@@ -84,8 +88,15 @@ const transport = new StreamableHTTPClientTransport(new URL(url), {
   requestInit: { headers: { Authorization: `Bearer ${process.env.GATEWAY_TOKEN}` } },
 });
 const questions = [];
-const capabilities = scenario === "ask" ? { elicitation: {} } : {};
+const sampled = [];
+const capabilities = { ask: { elicitation: {} }, sample: { sampling: {} } }[scenario] ?? {};
 const client = new Client({ name: "runwarden-gateway-test", version: "1" }, { capabilities });
+if (scenario === "sample") {
+  client.setRequestHandler(CreateMessageRequestSchema, async (request) => {
+    sampled.push(request.params.messages[0].content.text);
+    return { role: "assistant", content: { type: "text", text: "hello" }, model: "gateway-test" };
+  });
+}
 if (scenario === "ask") {
   client.setRequestHandler(ElicitRequestSchema, async (request) => {
     questions.push(request.params.message);

@@ -13,6 +13,7 @@ Scenarios:
             peer__add on the same session
   call T A  call tool T with the JSON arguments A
   ask       declare elicitation, call peer__ask_name, answer the server's question "Ada"
+  sample    declare sampling, call peer__ask_sampling, answer its sampling request
 """
 
 import json
@@ -88,12 +89,27 @@ async def answer_question(context, params):
     return mcp_types.ElicitResult(action="accept", content={"name": "Ada"})
 
 
+SAMPLED = []
+
+
+async def answer_sampling(context, params):
+    SAMPLED.append(params.messages[0].content.text)
+    return mcp_types.CreateMessageResult(
+        role="assistant", content=mcp_types.TextContent(type="text", text="hello"), model="gateway-test"
+    )
+
+
+async def sample(client) -> None:
+    await call(client, "peer__ask_sampling", {})
+    say(sampled=SAMPLED)
+
+
 async def ask(client) -> None:
     await call(client, "peer__ask_name", {})
     say(questions=QUESTIONS)
 
 
-SCENARIOS = {"list": listed, "progress": progress, "wait": wait, "cancel": cancel, "call": one, "ask": ask}
+SCENARIOS = {"list": listed, "progress": progress, "wait": wait, "cancel": cancel, "call": one, "ask": ask, "sample": sample}
 
 
 async def main() -> int:
@@ -101,7 +117,10 @@ async def main() -> int:
     headers = {"Authorization": f"Bearer {os.environ['GATEWAY_TOKEN']}"}
     http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120))
     try:
-        options = {"elicitation_callback": answer_question} if scenario == "ask" else {}
+        options = {
+            "ask": {"elicitation_callback": answer_question},
+            "sample": {"sampling_callback": answer_sampling},
+        }.get(scenario, {})
         async with Client(streamable_http_client(url, http_client=http), mode=os.environ.get("GATEWAY_MODE", "legacy"), **options) as client:
             say(version=client.protocol_version, server=client.server_info.name if client.server_info else None)
             await SCENARIOS[scenario](client)

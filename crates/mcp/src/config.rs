@@ -143,6 +143,10 @@ pub struct ServerConfig {
     pub timeout: Duration,
     /// What to do with the server's `elicitation/create` (M14); declining is the default.
     pub elicitation: ElicitationPolicy,
+    /// G2: declare the `sampling` capability and hand the server's
+    /// `sampling/createMessage` to the call's sampler (a gateway client that answers it);
+    /// a call without one refuses it. Off by default: refused at once.
+    pub sampling: bool,
     /// M15: a progress notification restarts the `tools/call` budget, never past
     /// ten minutes in all; off by default, so a chatty server cannot hold a call open.
     pub progress_extends_deadline: bool,
@@ -167,6 +171,7 @@ impl ServerConfig {
             tools: BTreeMap::new(),
             timeout: DEFAULT_TIMEOUT,
             elicitation: ElicitationPolicy::Decline,
+            sampling: false,
             progress_extends_deadline: false,
             protocol: ProtocolPolicy::Auto,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,

@@ -62,3 +62,36 @@ impl std::fmt::Debug for ElicitorHandle {
         f.write_str("Elicitor")
     }
 }
+
+/// G2: one `sampling/createMessage` the server sent during a call, for a caller that passes
+/// it on (a gateway client that declared it samples).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingRequest {
+    /// The server's local name.
+    pub server: String,
+    /// The remote tool whose call the request arrived in.
+    pub tool: String,
+    /// The request's `params`, as the server sent them (scrubbed like every answer).
+    pub params: Value,
+    /// How long the server may wait; after it the client refuses.
+    pub timeout: Duration,
+}
+
+/// The future a [`Sampler`] returns: the result to send back, or `None` to refuse.
+pub type SamplingFuture = Pin<Box<dyn Future<Output = Option<Value>> + Send>>;
+
+/// Answers a server's sampling requests during one tool call.
+pub trait Sampler: Send + Sync {
+    /// Pass it on, and wait for the result.
+    fn sample(&self, request: SamplingRequest) -> SamplingFuture;
+}
+
+/// A shareable [`Sampler`] that prints as its name only.
+#[derive(Clone)]
+pub struct SamplerHandle(pub Arc<dyn Sampler>);
+
+impl std::fmt::Debug for SamplerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sampler")
+    }
+}

@@ -55,7 +55,8 @@ pub use config::{
 };
 pub use deadline::{Clock, MIN_BUDGET, ManualClock};
 pub use elicit::{
-    ElicitationAnswer, ElicitationFuture, ElicitationRequest, Elicitor, ElicitorHandle,
+    ElicitationAnswer, ElicitationFuture, ElicitationRequest, Elicitor, ElicitorHandle, Sampler,
+    SamplerHandle, SamplingFuture, SamplingRequest,
 };
 pub use error::McpError;
 pub use result::{ToolOutcome, ToolResult};

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use runwarden_mcp::{ElicitorHandle, NoticeSink};
+use runwarden_mcp::{ElicitorHandle, NoticeSink, SamplerHandle};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
@@ -38,6 +38,9 @@ pub struct GatewayCall {
     /// G2: asks the client the server's questions during the call (a client that declared
     /// it can answer them); `None`: they go to an operator, as for an agent's call.
     pub elicitor: Option<ElicitorHandle>,
+    /// G2: passes the server's sampling requests to the client (one that declared it
+    /// samples); `None`: they are refused.
+    pub sampler: Option<SamplerHandle>,
 }
 
 impl std::fmt::Debug for GatewayCall {

@@ -66,6 +66,9 @@ pub struct McpCall {
     /// Answers the server's `elicitation/create` during this call (M14); with none, the
     /// client declines at once.
     pub elicitor: Option<crate::ElicitorHandle>,
+    /// G2: answers the server's `sampling/createMessage` during this call, when the
+    /// server's configuration passes them on; with none, the client refuses at once.
+    pub sampler: Option<crate::SamplerHandle>,
     /// The `outputSchema` the tool declared at import (M7 amended): a success whose
     /// `structuredContent` does not match it is a failed tool result.
     pub output_schema: Option<Value>,
@@ -263,6 +266,7 @@ impl McpClient {
             session: &session,
             tool: Some(&call.tool),
             elicitor: call.elicitor.as_ref(),
+            sampler: call.sampler.as_ref(),
             notices: call.notices.clone(),
             marks: Arc::default(),
             on_progress,

@@ -21,6 +21,7 @@ pub(super) struct Listen<'l> {
     pub(super) session: &'l Session,
     pub(super) tool: Option<&'l str>,
     pub(super) elicitor: Option<&'l crate::ElicitorHandle>,
+    pub(super) sampler: Option<&'l crate::SamplerHandle>,
     pub(super) notices: Option<NoticeSink>,
     pub(super) marks: Arc<Mutex<Marks>>,
     pub(super) on_progress: Option<OnProgress>,
@@ -32,6 +33,7 @@ impl<'l> Listen<'l> {
             session,
             tool: None,
             elicitor: None,
+            sampler: None,
             notices: None,
             marks: Arc::default(),
             on_progress: None,
@@ -55,12 +57,21 @@ impl McpClient {
                 "elicitation answer",
                 json!({"result": self.elicit(op, listen, &request.params).await}),
             ),
-            "sampling/createMessage" => (
+            "sampling/createMessage" if !self.server.sampling => (
                 "sampling refusal",
                 method_not_found(
                     "runwarden does not offer sampling (the capability is not declared)",
                 ),
             ),
+            "sampling/createMessage" => match self.sample(op, listen, &request.params).await {
+                Some(result) => ("sampling answer", json!({"result": result})),
+                None => (
+                    "sampling refusal",
+                    method_not_found(
+                        "no one answers sampling for this call (its caller does not sample, or did not answer in time)",
+                    ),
+                ),
+            },
             "roots/list" => (
                 "roots refusal",
                 method_not_found("runwarden does not offer roots (the capability is not declared)"),
@@ -88,6 +99,35 @@ impl McpClient {
         if let Err(error) = sent {
             tracing::info!(server = %self.server.name, %error, "the answer to a server request did not reach it");
         }
+    }
+
+    /// G2: the result of `sampling/createMessage` from the call's sampler, when the
+    /// server's configuration passes sampling on and the call has one, within what is
+    /// left of the budget (less a second for the answer's own leg); `None` refuses.
+    async fn sample(
+        &self,
+        op: &Operation<'_>,
+        listen: &Listen<'_>,
+        params: &Value,
+    ) -> Option<Value> {
+        let sampler = listen.sampler?;
+        let timeout = op
+            .deadline
+            .remaining()
+            .saturating_sub(MIN_LEG.min(op.deadline.floor()));
+        if timeout.is_zero() {
+            return None;
+        }
+        let request = crate::SamplingRequest {
+            server: self.server.name.clone(),
+            tool: listen.tool.unwrap_or_default().to_string(),
+            params: params.clone(),
+            timeout,
+        };
+        tokio::time::timeout(timeout, sampler.0.sample(request))
+            .await
+            .ok()
+            .flatten()
     }
 
     /// M14: the answer to `elicitation/create`. With the operator policy and an elicitor

@@ -180,10 +180,14 @@ impl McpClient {
 
     /// M14: what the client declares it can do.
     pub(super) fn client_capabilities(&self) -> Value {
-        match self.server.elicitation {
+        let mut capabilities = match self.server.elicitation {
             ElicitationPolicy::Operator => json!({"elicitation": {"form": {}}}),
             ElicitationPolicy::Decline => json!({}),
+        };
+        if self.server.sampling {
+            capabilities["sampling"] = json!({});
         }
+        capabilities
     }
 
     /// M19: what the store remembers this server speaks, when fresh.

@@ -254,6 +254,7 @@ impl Executor {
             stop: Some(gateway.stop.clone()),
             forward: gateway.notices.clone(),
             elicitor: gateway.elicitor.clone(),
+            sampler: gateway.sampler.clone(),
             // The client is waiting: a server's question is answered within the call.
             park_on_input: false,
         };

@@ -45,6 +45,8 @@ pub(super) struct CallOptions {
     pub(super) forward: Option<NoticeSink>,
     /// Answers the server's questions instead of an operator (a gateway client that can).
     pub(super) elicitor: Option<ElicitorHandle>,
+    /// Answers the server's sampling requests (a gateway client that can).
+    pub(super) sampler: Option<runwarden_mcp::SamplerHandle>,
     /// M19, R12: a server's `input_required` parks the run on an `input` decision.
     pub(super) park_on_input: bool,
 }
@@ -56,6 +58,7 @@ impl Default for CallOptions {
             stop: None,
             forward: None,
             elicitor: None,
+            sampler: None,
             park_on_input: true,
         }
     }
@@ -231,6 +234,7 @@ impl Executor {
             // M7 (amended): the structured result is checked against what the tool declared.
             output_schema: tool.output_schema.clone(),
             notices: Some(sink),
+            sampler: options.sampler,
             // M19, R12: a server's `input_required` parks the run on an `input` decision.
             park_on_input: options.park_on_input,
             resume: options.resume,

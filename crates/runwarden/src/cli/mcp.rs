@@ -532,6 +532,8 @@ async fn call(
         gate: None,
         // M14: only what the operator prepared on the command line; else a decline.
         elicitor,
+        // No one to sample for on the command line: refused.
+        sampler: None,
         // M7 (amended): an imported tool's results are checked against its outputSchema.
         output_schema: entry.and_then(|e| e.output_schema.clone()),
         notices: None,

@@ -325,6 +325,8 @@ pub(super) struct ServerSection {
     pub(super) approval_timeout_seconds: Option<f64>,
     /// What to do with the server's questions (`elicitation/create`): `decline` (the default) or `operator` (an input decision).
     pub(super) elicitation: Option<String>,
+    /// What to do with the server's sampling requests (`sampling/createMessage`): `refuse` (the default) or `client` (passed to the gateway client whose call it is, when that client declared it samples).
+    pub(super) sampling: Option<String>,
     /// Whether a progress notification restarts the `tools/call` budget (at most 600 s in all). Default `false`.
     pub(super) progress_extends_deadline: Option<bool>,
     /// Which protocol revision: `auto` (the default: 2026-07-28 through `server/discover` when the server serves it, else the 2025-11-25 handshake) or `2025-11-25` (the handshake only, no probe).

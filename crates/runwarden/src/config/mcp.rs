@@ -110,6 +110,15 @@ pub(super) fn server(
         section.protocol,
         &at,
     )?;
+    if let Some(text) = section.sampling {
+        server.sampling = match text.as_str() {
+            "client" => true,
+            "refuse" => false,
+            _ => anyhow::bail!(
+                "{at}: unknown sampling {text:?}: use \"refuse\" (the default) or \"client\""
+            ),
+        };
+    }
     let mut policy = ServerApproval {
         required: section
             .approval

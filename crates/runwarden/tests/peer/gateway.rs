@@ -50,6 +50,7 @@ files = ["policies/*.cedar"]
 [mcp.servers.peer]
 url = "{}"
 elicitation = "operator"
+sampling = "client"
 # A question inside a call's stream is the 2025-11-25 way.
 protocol = "2025-11-25"
 
@@ -139,6 +140,7 @@ for_each_sdk!(
     an_operators_cancel_of_one_call_reaches_its_handler_and_the_session_goes_on,
     a_client_that_goes_away_mid_call_stops_the_upstream_call,
     a_servers_question_goes_to_the_client_that_can_answer_it,
+    a_servers_sampling_request_goes_to_the_client_that_samples,
     an_approval_gated_write_waits_for_a_person_and_runs_once,
     a_call_a_policy_denies_never_reaches_the_upstream_server,
 );
@@ -537,6 +539,30 @@ async fn a_stateless_client_discovers_lists_and_calls_and_each_call_is_a_run() {
     assert_eq!(runs.len(), 2, "{runs:#?}");
     assert!(runs.iter().all(|r| r["status"] == "completed"), "{runs:#?}");
     assert_eq!(peer.stats_json()["calls"]["add"], 1);
+}
+
+async fn a_servers_sampling_request_goes_to_the_client_that_samples(sdk: Sdk) {
+    let peer = Peer::start(&[]);
+    let (_sandbox, serve, token) = install(&peer).await;
+    let found = scenario(sdk, &serve, &token, &["sample"]).await;
+    let asked = call_of(&found, "peer__ask_sampling");
+    assert!(
+        asked["text"].as_str().unwrap().starts_with("sampled in"),
+        "{found:#?}"
+    );
+    let sampled = found.last().unwrap()["sampled"].clone();
+    assert_eq!(
+        sampled,
+        json!(["hi"]),
+        "the client saw the server's message"
+    );
+    // A client that does not sample: the server hears a refusal at once.
+    let found = scenario(sdk, &serve, &token, &["call", "peer__ask_sampling", "{}"]).await;
+    let refused = call_of(&found, "peer__ask_sampling")["text"].clone();
+    assert!(
+        refused.as_str().unwrap().starts_with("refused"),
+        "{found:#?}"
+    );
 }
 
 async fn a_servers_question_goes_to_the_client_that_can_answer_it(sdk: Sdk) {

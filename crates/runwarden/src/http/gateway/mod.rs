@@ -474,10 +474,7 @@ async fn initialize(
     }
     let version = wire::negotiate(params.get("protocolVersion").and_then(Value::as_str));
     let client = client_name(params);
-    let elicits = params
-        .get("capabilities")
-        .and_then(|c| c.get("elicitation"))
-        .is_some_and(Value::is_object);
+    let answers = session::Answers::declared(&params["capabilities"]);
     let sessions = state.gateway.clone();
     let ended = move |run: &str| {
         sessions.remove(run);
@@ -486,7 +483,7 @@ async fn initialize(
         state.executor.clone(),
         agent,
         (hash, &token.name),
-        (&client, elicits),
+        (&client, answers),
         version,
         ended,
     )
@@ -570,7 +567,7 @@ async fn call(
         .filter(|_| accepts_events(headers));
     // An event stream when the client can take one and there is something to say before
     // the answer: the server's progress, or its questions for a client that answers them.
-    if progress.is_none() && !(session.elicits && accepts_events(headers)) {
+    if progress.is_none() && !(session.answers.any() && accepts_events(headers)) {
         let reply = session.call(&id, tool, arguments, (None, None)).await;
         return finish(state, &session, &id, &reply);
     }
@@ -583,17 +580,17 @@ async fn call(
             }
         })
     });
-    let elicitor = session.elicits.then(|| {
-        runwarden_mcp::ElicitorHandle(Arc::new(session::ClientElicitor {
+    let asker = session.answers.any().then(|| {
+        Arc::new(session::ClientAsker {
             session: session.clone(),
             events: events.clone(),
-        }))
+        })
     });
     let (state, call_session) = (state.clone(), session.clone());
     tokio::spawn(async move {
         // The call lives as long as the client reads its stream: a client that goes away
         // drops the stream, and the call stops.
-        let call = call_session.call(&id, tool, arguments, (sink, elicitor));
+        let call = call_session.call(&id, tool, arguments, (sink, asker));
         let reply = tokio::select! {
             reply = call => reply,
             () = events.closed() => return,

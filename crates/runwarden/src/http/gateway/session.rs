@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use runwarden_mcp::{
     ElicitationAnswer, ElicitationFuture, ElicitationRequest, Elicitor, ElicitorHandle, NoticeSink,
+    Sampler, SamplerHandle, SamplingFuture, SamplingRequest,
 };
 use runwarden_runtime::gateway::{GATEWAY_TAG, GatewayCall, GatewayReply, GatewayRequest};
 use runwarden_runtime::{AgentSpec, Executor, RunOrigin};
@@ -27,8 +28,8 @@ pub(crate) struct Session {
     pub(crate) token_name: String,
     /// The version the session speaks.
     pub(crate) version: &'static str,
-    /// The client declared it answers `elicitation/create`.
-    pub(crate) elicits: bool,
+    /// What the client declared it answers.
+    pub(crate) answers: Answers,
     /// The client's answers awaited, by the id of the question sent to it.
     asked: Mutex<HashMap<String, oneshot::Sender<Value>>>,
     /// What the client may call; a reload may change it.
@@ -61,7 +62,7 @@ impl Session {
         executor: Arc<Executor>,
         agent: AgentSpec,
         (token, token_name): ([u8; 32], &str),
-        (client, elicits): (&str, bool),
+        (client, answers): (&str, Answers),
         version: &'static str,
         ended: impl FnOnce(&str) + Send + 'static,
     ) -> anyhow::Result<Arc<Self>> {
@@ -78,7 +79,7 @@ impl Session {
             token,
             token_name: token_name.to_string(),
             version,
-            elicits,
+            answers,
             asked: Mutex::default(),
             tools,
             stream: Mutex::default(),
@@ -159,7 +160,7 @@ impl Session {
         request_id: &Value,
         tool: String,
         arguments: Value,
-        (notices, elicitor): (Option<NoticeSink>, Option<ElicitorHandle>),
+        (notices, asker): (Option<NoticeSink>, Option<Arc<ClientAsker>>),
     ) -> GatewayReply {
         let key = request_id.to_string();
         let stop = Arc::new(AtomicBool::new(false));
@@ -189,7 +190,13 @@ impl Session {
             arguments,
             stop,
             notices,
-            elicitor,
+            elicitor: asker
+                .clone()
+                .filter(|_| self.answers.elicitation)
+                .map(|a| ElicitorHandle(a)),
+            sampler: asker
+                .filter(|_| self.answers.sampling)
+                .map(|a| SamplerHandle(a)),
         };
         let ended = GatewayReply::Ended {
             outcome: runwarden_runtime::Outcome::Cancelled,
@@ -325,35 +332,101 @@ fn request_id_text(id: &Value) -> String {
         .collect()
 }
 
-/// G2: asks the client that made a call the server's questions during it, on the call's
-/// event stream; the client answers with a POST of its own, which [`Session::answered`]
-/// hands back here.
-pub(crate) struct ClientElicitor {
+/// What a client declared it answers of a server's requests.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Answers {
+    /// `elicitation/create`.
+    pub(crate) elicitation: bool,
+    /// `sampling/createMessage`.
+    pub(crate) sampling: bool,
+}
+
+impl Answers {
+    /// From the client's `capabilities` at `initialize`.
+    pub(crate) fn declared(capabilities: &Value) -> Self {
+        Self {
+            elicitation: capabilities
+                .get("elicitation")
+                .is_some_and(Value::is_object),
+            sampling: capabilities.get("sampling").is_some_and(Value::is_object),
+        }
+    }
+
+    /// True when the client answers anything.
+    pub(crate) fn any(self) -> bool {
+        self.elicitation || self.sampling
+    }
+}
+
+/// G2: passes a server's requests during a call (its questions, its sampling) to the
+/// client that made the call, on the call's event stream; the client answers with a POST
+/// of its own, which [`Session::answered`] hands back here.
+pub(crate) struct ClientAsker {
     pub(crate) session: Arc<Session>,
     pub(crate) events: mpsc::UnboundedSender<Value>,
 }
 
-impl Elicitor for ClientElicitor {
+impl ClientAsker {
+    /// Sends `method` with `params` to the client; its answer (the whole message), or
+    /// `None` when it did not come within `timeout` or the stream is gone.
+    async fn ask(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: std::time::Duration,
+    ) -> Option<Value> {
+        let id = format!("runwarden-ask-{}", uuid::Uuid::now_v7());
+        let (reply, answer) = oneshot::channel();
+        let asked = &self.session.asked;
+        asked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.clone(), reply);
+        let request =
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let answered = match self.events.send(request) {
+            Ok(()) => tokio::time::timeout(timeout, answer)
+                .await
+                .ok()
+                .and_then(Result::ok),
+            Err(_) => None,
+        };
+        asked.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+        answered
+    }
+}
+
+impl Elicitor for ClientAsker {
     fn elicit(&self, request: ElicitationRequest) -> ElicitationFuture {
-        let (session, events) = (self.session.clone(), self.events.clone());
+        let asker = ClientAsker {
+            session: self.session.clone(),
+            events: self.events.clone(),
+        };
         Box::pin(async move {
-            let id = format!("runwarden-ask-{}", uuid::Uuid::now_v7());
-            let (reply, answer) = oneshot::channel();
-            (session.asked.lock().unwrap_or_else(|p| p.into_inner())).insert(id.clone(), reply);
-            let question = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "elicitation/create",
-                "params": {"message": request.message, "requestedSchema": request.requested_schema}});
-            tracing::info!(run = %session.run_id, server = %request.server, tool = %request.tool, "a server's question goes to the gateway client");
-            let answered = match events.send(question) {
-                Ok(()) => tokio::time::timeout(request.timeout, answer)
-                    .await
-                    .ok()
-                    .and_then(Result::ok),
-                Err(_) => None,
-            };
-            (session.asked.lock().unwrap_or_else(|p| p.into_inner())).remove(&id);
+            tracing::info!(run = %asker.session.run_id, server = %request.server, tool = %request.tool, "a server's question goes to the gateway client");
+            let params = serde_json::json!({"message": request.message, "requestedSchema": request.requested_schema});
+            let answered = asker
+                .ask("elicitation/create", params, request.timeout)
+                .await;
             answered.map_or(ElicitationAnswer::Decline, |message| {
                 client_answer(&message)
             })
+        })
+    }
+}
+
+impl Sampler for ClientAsker {
+    fn sample(&self, request: SamplingRequest) -> SamplingFuture {
+        let asker = ClientAsker {
+            session: self.session.clone(),
+            events: self.events.clone(),
+        };
+        Box::pin(async move {
+            tracing::info!(run = %asker.session.run_id, server = %request.server, tool = %request.tool, "a server's sampling request goes to the gateway client");
+            let answered = asker
+                .ask("sampling/createMessage", request.params, request.timeout)
+                .await?;
+            answered.get("result").filter(|r| r.is_object()).cloned()
         })
     }
 }

@@ -84,7 +84,7 @@ pub(super) async fn serve(
         state.executor.clone(),
         agent,
         (hash, &token.name),
-        (&client, false),
+        (&client, super::session::Answers::default()),
         STATELESS,
         |_| {},
     )

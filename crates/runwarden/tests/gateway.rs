@@ -16,10 +16,16 @@ use crate::support::{Sandbox, runwarden};
 
 /// An installation whose gateway lets tokens `ide` and `other` call `srv__*`, served.
 async fn install(mcp: &TestServer) -> (Arc<Sandbox>, Serve) {
+    let tokens = "[gateway.tokens.ide]\ntools = [\"srv__*\"]\n\n[gateway.tokens.other]\ntools = [\"srv__*\"]\n";
+    install_with(mcp, tokens).await
+}
+
+/// An installation with `mcp` imported as read-only `srv` and the `tokens` sections, served.
+async fn install_with(mcp: &TestServer, tokens: &str) -> (Arc<Sandbox>, Serve) {
     let sandbox = Sandbox::initialised();
     sandbox.allow_loopback();
     sandbox.append_config(&format!(
-        "\n[mcp.servers.srv]\nurl = \"{}\"\neffect = \"read_only\"\n\n[gateway.tokens.ide]\ntools = [\"srv__*\"]\n\n[gateway.tokens.other]\ntools = [\"srv__*\"]\n",
+        "\n[mcp.servers.srv]\nurl = \"{}\"\neffect = \"read_only\"\n\n{tokens}",
         mcp.url("/mcp")
     ));
     let sandbox = Arc::new(sandbox);
@@ -189,15 +195,8 @@ async fn a_token_holds_at_most_64_open_sessions_and_another_token_is_not_held_ba
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_that_changes_a_tokens_tools_is_announced_and_the_session_can_call_them() {
     let mcp = TestServer::start(mcp_handler(vec![tool("echo"), tool("add")], &[])).await;
-    let sandbox = Sandbox::initialised();
-    sandbox.allow_loopback();
-    sandbox.append_config(&format!(
-        "\n[mcp.servers.srv]\nurl = \"{}\"\neffect = \"read_only\"\n\n[gateway.tokens.ide]\ntools = [\"srv__echo\"]\n",
-        mcp.url("/mcp")
-    ));
-    let sandbox = Arc::new(sandbox);
-    runwarden(&sandbox, &["mcp", "import", "srv"]).await.ok();
-    let serve = Serve::start(&sandbox, 1).await;
+    let tokens = "[gateway.tokens.ide]\ntools = [\"srv__echo\"]\n";
+    let (sandbox, serve) = install_with(&mcp, tokens).await;
     let ide = named_token(&sandbox, "operator", "ide").await;
     let (_, session, body, _) = post(&serve, Some(&ide), None, initialize()).await;
     assert_eq!(body["result"]["capabilities"]["tools"]["listChanged"], true);

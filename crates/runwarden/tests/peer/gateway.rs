@@ -239,6 +239,21 @@ where
     }
 }
 
+/// The client running `scenario` (`wait` or `cancel`), once its `peer__slow` call has
+/// reached the peer.
+async fn slow_call_open(
+    sdk: Sdk,
+    (serve, token): (&Serve, &str),
+    peer: &Peer,
+    scenario: &str,
+) -> Client {
+    let mut client = Client::start(sdk, serve, token, &[scenario]);
+    client.next().await;
+    assert_eq!(client.next().await["calling"], "peer__slow");
+    until_peer(peer, |s| s["slow_started"] == 1).await;
+    client
+}
+
 /// Waits until the peer's counters satisfy `ready`.
 async fn until_peer(peer: &Peer, ready: impl Fn(&Value) -> bool) -> Value {
     until("the peer's counters", || {
@@ -391,10 +406,7 @@ async fn the_servers_progress_reaches_the_client(sdk: Sdk) {
 async fn a_clients_cancel_reaches_the_upstream_handler_and_the_write_stays_fenced(sdk: Sdk) {
     let peer = Peer::start(&[]);
     let (sandbox, serve, token) = install(&peer).await;
-    let mut client = Client::start(sdk, &serve, &token, &["cancel"]);
-    client.next().await;
-    assert_eq!(client.next().await["calling"], "peer__slow");
-    until_peer(&peer, |s| s["slow_started"] == 1).await;
+    let mut client = slow_call_open(sdk, (&serve, &token), &peer, "cancel").await;
     client.go_on().await;
     let stats = until_peer(&peer, |s| s["slow_cancelled"] == 1).await;
     assert_eq!(
@@ -433,10 +445,7 @@ async fn a_clients_cancel_reaches_the_upstream_handler_and_the_write_stays_fence
 async fn an_operators_cancel_reaches_the_upstream_handler_and_the_client(sdk: Sdk) {
     let peer = Peer::start(&[]);
     let (sandbox, serve, token) = install(&peer).await;
-    let mut client = Client::start(sdk, &serve, &token, &["wait"]);
-    client.next().await;
-    assert_eq!(client.next().await["calling"], "peer__slow");
-    until_peer(&peer, |s| s["slow_started"] == 1).await;
+    let mut client = slow_call_open(sdk, (&serve, &token), &peer, "wait").await;
     let run = until_run(&sandbox, "running").await;
     let run_id = run["run_id"].as_str().unwrap();
     runwarden(&sandbox, &["cancel", run_id]).await.ok();
@@ -464,10 +473,7 @@ async fn an_operators_cancel_reaches_the_upstream_handler_and_the_client(sdk: Sd
 async fn an_operators_cancel_of_one_call_reaches_its_handler_and_the_session_goes_on(sdk: Sdk) {
     let peer = Peer::start(&[]);
     let (sandbox, serve, token) = install(&peer).await;
-    let mut client = Client::start(sdk, &serve, &token, &["wait"]);
-    client.next().await;
-    assert_eq!(client.next().await["calling"], "peer__slow");
-    until_peer(&peer, |s| s["slow_started"] == 1).await;
+    let mut client = slow_call_open(sdk, (&serve, &token), &peer, "wait").await;
     let run = until_run(&sandbox, "running").await;
     let run_id = run["run_id"].as_str().unwrap().to_string();
     // The open call, as the server holding the session lists it, then its cancel.
@@ -581,10 +587,7 @@ async fn a_servers_question_goes_to_the_client_that_can_answer_it(sdk: Sdk) {
 async fn a_client_that_goes_away_mid_call_stops_the_upstream_call(sdk: Sdk) {
     let peer = Peer::start(&[]);
     let (sandbox, serve, token) = install(&peer).await;
-    let mut client = Client::start(sdk, &serve, &token, &["wait"]);
-    client.next().await;
-    assert_eq!(client.next().await["calling"], "peer__slow");
-    until_peer(&peer, |s| s["slow_started"] == 1).await;
+    let mut client = slow_call_open(sdk, (&serve, &token), &peer, "wait").await;
     client.child.kill().await.unwrap();
     let stats = until_peer(&peer, |s| s["slow_cancelled"] == 1).await;
     assert_eq!(stats["slow_completed"], 0, "{stats}");

@@ -10,6 +10,10 @@
 //! the figures show one session reused by every call (one `initialize`, one `DELETE` at
 //! the end) next to the stateless server, the bare POST and the SDK, in the same run.
 //!
+//! A third client runs on its own store opened with `durability = "process_crash"` (the
+//! operator's faster mode: the intent is committed but not synced before the request
+//! leaves), so the cost of the sync shows beside the default.
+//!
 //! Run: `cargo bench -p runwarden-benches --bench roundtrip` (add `-- --json` for JSON lines).
 
 use std::future::Future;
@@ -23,7 +27,8 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{Peer, ServiceExt};
 use runwarden_mcp::{McpCall, McpClient, ServerConfig};
 use runwarden_testkit::{
-    Dist, HttpReply, LoopbackVault, Seen, TestServer, loopback_vault, mcp_handler, tool,
+    Dist, HttpReply, LoopbackVault, Seen, TestServer, loopback_vault, loopback_vault_with,
+    mcp_handler, tool,
 };
 use runwarden_vault::CancelFlag;
 use serde_json::{Map, Value, json};
@@ -35,6 +40,7 @@ const CONCURRENT_CALLS: usize = 4_000;
 const BARE: &str = "bare reqwest POST";
 const OURS: &str = "McpClient tools/call (vault + audit)";
 const OURS_SESSION: &str = "McpClient, one session reused (M13)";
+const OURS_FAST: &str = "McpClient, durability process_crash";
 const RMCP_DEFAULT: &str = "rmcp client (SDK defaults)";
 const RMCP_POOLED: &str = "rmcp client (pooled, 64 in flight)";
 
@@ -153,6 +159,15 @@ async fn main() {
     let LoopbackVault {
         dir: _dir, egress, ..
     } = loopback_vault().await;
+    let LoopbackVault {
+        dir: _fast_dir,
+        egress: fast_egress,
+        ..
+    } = loopback_vault_with(runwarden_store_sqlite::Durability::ProcessCrash).await;
+    let fast_client = Arc::new(McpClient::new(
+        ServerConfig::new("bench-fast", url.clone()),
+        fast_egress,
+    ));
     let mut session_server = TestServer::start(session_handler()).await;
     let session_client = Arc::new(McpClient::new(
         ServerConfig::new("bench-session", session_server.url("/mcp")),
@@ -186,6 +201,7 @@ async fn main() {
     // Warm up every path (our client's handshake happens here).
     for _ in 0..200 {
         assert!(client.call_tool(call(), None).await.result.is_success());
+        assert!(fast_client.call_tool(call(), None).await.result.is_success());
         assert!(
             session_client
                 .call_tool(call(), None)
@@ -213,6 +229,7 @@ async fn main() {
     let mut rmcp_default_samples = Vec::with_capacity(ITERATIONS);
     let mut rmcp_pooled_samples = Vec::with_capacity(ITERATIONS);
     let mut session_samples = Vec::with_capacity(ITERATIONS);
+    let mut fast_samples = Vec::with_capacity(ITERATIONS);
     let flag = CancelFlag::new();
     for _ in 0..ITERATIONS {
         let started = Instant::now();
@@ -233,6 +250,11 @@ async fn main() {
         assert!(outcome.result.is_success());
 
         let started = Instant::now();
+        let outcome = fast_client.call_tool(call(), Some(&flag)).await;
+        fast_samples.push(started.elapsed());
+        assert!(outcome.result.is_success());
+
+        let started = Instant::now();
         let outcome = session_client.call_tool(call(), Some(&flag)).await;
         session_samples.push(started.elapsed());
         assert!(outcome.result.is_success());
@@ -249,9 +271,11 @@ async fn main() {
     }
     let bare = summarise(BARE, bare_samples);
     let through = summarise(OURS, client_samples);
+    let fast = summarise(OURS_FAST, fast_samples);
     let sequential = [
         &bare,
         &through,
+        &fast,
         &summarise(OURS_SESSION, session_samples),
         &summarise(RMCP_DEFAULT, rmcp_default_samples),
         &summarise(RMCP_POOLED, rmcp_pooled_samples),
@@ -269,6 +293,17 @@ async fn main() {
                 output_schema: None,
                 notices: None,
                 ..Default::default()
+            };
+            client.call_tool(call, None).await.result.is_success()
+        }
+    })
+    .await;
+    let ours_fast = throughput(OURS_FAST, move || {
+        let client = fast_client.clone();
+        async move {
+            let call = McpCall {
+                tool: "echo".into(),
+                ..McpCall::default()
             };
             client.call_tool(call, None).await.result.is_success()
         }
@@ -299,7 +334,7 @@ async fn main() {
         Some(&1),
         "{session_methods:?}"
     );
-    let mut concurrent = vec![ours, ours_session];
+    let mut concurrent = vec![ours, ours_fast, ours_session];
     for (name, service) in [(RMCP_DEFAULT, &rmcp_default), (RMCP_POOLED, &rmcp_pooled)] {
         let peer = service.peer().clone();
         concurrent.push(
@@ -349,12 +384,15 @@ async fn main() {
                 row.p99.as_micros()
             );
         }
-        let overhead = through.p50.saturating_sub(bare.p50);
-        println!(
-            "overhead at p50: {}µs ({:.2}x the bare round trip)",
-            overhead.as_micros(),
-            through.p50.as_secs_f64() / bare.p50.as_secs_f64()
-        );
+        for row in [&through, &fast] {
+            let overhead = row.p50.saturating_sub(bare.p50);
+            println!(
+                "overhead at p50, {}: {}µs ({:.2}x the bare round trip)",
+                row.name,
+                overhead.as_micros(),
+                row.p50.as_secs_f64() / bare.p50.as_secs_f64()
+            );
+        }
         println!("{CONCURRENT} concurrent callers, {CONCURRENT_CALLS} calls each path");
         println!(
             "{:<40} {:>10} {:>10} {:>10}",

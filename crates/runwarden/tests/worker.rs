@@ -33,13 +33,40 @@ async fn install(agents: &[(String, Value)]) -> Install {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_a_non_idempotent_write_dead_letters_the_run_and_the_write_happens_once() {
+    write_trials(TRIALS, None).await;
+}
+
+/// How many kill -9 trials the write test repeats under `process_crash` durability.
+const PROCESS_CRASH_TRIALS: usize = 10;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_process_crash_durability_kill_9_during_a_write_still_never_repeats_it() {
+    // The faster mode skips the sync of the fence mark and the audit intent; both still
+    // reach the operating system before the write leaves, so a killed worker loses neither.
+    write_trials(PROCESS_CRASH_TRIALS, Some("process_crash")).await;
+}
+
+/// `trials` kill -9 trials of a worker holding a non-idempotent write on the wire, with
+/// `[store] durability` set to `durability` when given.
+async fn write_trials(trials: usize, durability: Option<&str>) {
     // One agent per trial, each sending its own argument, so the server counts per run.
-    let agents = write_agents("w", "trial", TRIALS);
+    let agents = write_agents("w", "trial", trials);
     let Install {
         sandbox,
         mut server,
         calls,
     } = install(&agents).await;
+    if let Some(durability) = durability {
+        let text = std::fs::read_to_string(sandbox.config()).unwrap();
+        assert!(text.contains("\n[store]\n"), "the template changed:\n{text}");
+        let text = text.replace(
+            "\n[store]\n",
+            &format!("\n[store]\ndurability = \"{durability}\"\n"),
+        );
+        std::fs::write(sandbox.config(), text).unwrap();
+        let doctor = runwarden(&sandbox, &["doctor"]).await;
+        doctor.says(&format!("durability: {durability}"));
+    }
     let started = Instant::now();
     let mut runs = Vec::new();
 
@@ -124,13 +151,14 @@ async fn kill_9_during_a_non_idempotent_write_dead_letters_the_run_and_the_write
         n
     };
     println!(
-        "{TRIALS} kill -9 trials in {:.1?}: {dead_lettered} dead-lettered FENCED_WRITE, \
-         {} tools/call to the write tool, {duplicates} duplicates",
+        "{trials} kill -9 trials (durability {}) in {:.1?}: {dead_lettered} dead-lettered \
+         FENCED_WRITE, {} tools/call to the write tool, {duplicates} duplicates",
+        durability.unwrap_or("power_cut"),
         started.elapsed(),
         calls.total("create"),
     );
-    assert_eq!(dead_lettered, TRIALS);
-    assert_eq!(calls.total("create"), TRIALS);
+    assert_eq!(dead_lettered, trials);
+    assert_eq!(calls.total("create"), trials);
     assert_eq!(duplicates, 0, "at most once (R9)");
 }
 

@@ -3,6 +3,7 @@
 //! plus a second, read-only connection for the status watcher's batched reads (R6).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,6 +13,22 @@ use rusqlite::{Connection, OpenFlags};
 use crate::failure::Failure;
 use crate::migrate::migrate;
 use crate::permissions::{create_private, database_files, tighten};
+
+/// What a commit that a promise rests on survives: the write fence's mark and the audit
+/// intent a request may not leave without. Every other commit survives a killed process
+/// in both modes, and may be lost to a power cut in both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Those commits are synced to disk before the store answers: they survive a killed
+    /// process, an operating-system crash and a power cut. The default.
+    #[default]
+    PowerCut,
+    /// Those commits reach the operating system but are not synced: they survive
+    /// runwarden being killed (`kill -9`, the OOM killer), not an operating-system crash
+    /// or a power cut. A power cut can then lose an intent or a fence mark whose request
+    /// did go out, so a write may be sent again and `audit verify` reports the lost rows.
+    ProcessCrash,
+}
 
 /// The embedded SQLite store. Clones share one write connection (and one read-only probe
 /// connection); open another store on the same path for a second connection (as another
@@ -39,6 +56,9 @@ pub(crate) struct Inner {
     /// The `-wal` and `-shm` files as opened: a call on `conn` is refused once one of them
     /// was deleted under this process.
     watched: crate::removed::Watched,
+    /// False under [`Durability::ProcessCrash`]: the commits a promise rests on are not
+    /// synced either.
+    syncs_promises: AtomicBool,
     /// O6: what this process committed, for live views, workers and the status watcher.
     feed: runwarden_runtime::ChangeFeed,
 }
@@ -77,6 +97,28 @@ impl SqliteStore {
         Self::open_with(path, no_create).map_err(|e| if path.is_file() { e } else { missing(path) })
     }
 
+    /// Sets what the commits a promise rests on survive (the default is
+    /// [`Durability::PowerCut`]); applies to every clone of this store.
+    pub fn with_durability(self, durability: Durability) -> Self {
+        let syncs = durability == Durability::PowerCut;
+        self.inner.syncs_promises.store(syncs, Ordering::Relaxed);
+        self
+    }
+
+    /// What the commits a promise rests on survive.
+    pub fn durability(&self) -> Durability {
+        if self.syncs_promises() {
+            Durability::PowerCut
+        } else {
+            Durability::ProcessCrash
+        }
+    }
+
+    /// Whether [`durably`] syncs: false under [`Durability::ProcessCrash`].
+    pub(crate) fn syncs_promises(&self) -> bool {
+        self.inner.syncs_promises.load(Ordering::Relaxed)
+    }
+
     /// The database file this store was opened on.
     pub fn path(&self) -> &Path {
         &self.inner.path
@@ -110,6 +152,7 @@ impl SqliteStore {
                 probe: Arc::new(Mutex::new(probe)),
                 gate: Arc::new(tokio::sync::Semaphore::new(2)),
                 watched,
+                syncs_promises: AtomicBool::new(true),
                 feed: runwarden_runtime::ChangeFeed::new(),
             }),
         })
@@ -248,15 +291,20 @@ fn configure(conn: &Connection) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Runs `work` with `synchronous=FULL`, so its commit syncs the WAL before it answers, and
-/// puts the store back to `NORMAL` whatever `work` returned. The store keeps `NORMAL`
-/// (a commit survives a killed process, not a power cut); the few writes a promise rests
-/// on pay for the sync: the audit intent a request may not leave without (V7), and the
-/// write fence's mark that keeps a write from being sent twice (R7).
+/// Runs `work` with `synchronous=FULL` when `sync` is true, so its commit syncs the WAL
+/// before it answers, and puts the store back to `NORMAL` whatever `work` returned. The
+/// store keeps `NORMAL` (a commit survives a killed process, not a power cut); the few
+/// writes a promise rests on pay for the sync: the audit intent a request may not leave
+/// without (V7), and the write fence's mark that keeps a write from being sent twice (R7).
+/// `sync` is false only under [`Durability::ProcessCrash`], which the operator chose.
 pub(crate) fn durably<T>(
     conn: &mut Connection,
+    sync: bool,
     work: impl FnOnce(&mut Connection) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
+    if !sync {
+        return work(conn);
+    }
     // Cached statements: every synced write runs both, so neither is parsed again.
     conn.prepare_cached("PRAGMA synchronous = FULL")?
         .execute([])?;

@@ -28,7 +28,7 @@
 
 #![deny(missing_docs)]
 
-pub use connection::SqliteStore;
+pub use connection::{Durability, SqliteStore};
 pub use other_writers::OtherWriters;
 
 mod catalogue_store;

@@ -165,13 +165,14 @@ impl RunStore for SqliteStore {
     }
 
     async fn run_fence_mark(&self, params: FenceMark) -> Result<bool, StoreError> {
+        let sync = self.syncs_promises();
         self.run("marking a run's write fence", move |conn| {
             // R7: no lease of this claim or no running run, no write. The mark is
             // written after the call's audit intent and right before the first byte, so
             // nothing later syncs it: it commits synced itself (`durably`; an autocommit
             // statement stepped to its end, so a failed commit or sync is an error and no
             // byte leaves). A power cut cannot take back a mark whose write may have gone.
-            let marked = durably(conn, |conn| {
+            let marked = durably(conn, sync, |conn| {
                 Ok(conn.execute(
                     "UPDATE runs SET pending_effect = ?1, lease_expires_ms = ?2, updated_ms = ?3
                      WHERE id = ?4 AND claimed_by = ?5 AND claim_epoch = ?6 AND status = 'running'",

@@ -146,8 +146,9 @@ impl VaultStore for SqliteStore {
         event: AuditEvent,
         chain: Arc<AuditChain>,
     ) -> Result<AuditRow, StoreError> {
+        let sync = self.syncs_promises();
         self.run("appending an audit row", move |conn| {
-            let mut rows = append_durably(conn, vec![event], &chain)?;
+            let mut rows = append_durably(conn, sync, vec![event], &chain)?;
             rows.pop().ok_or_else(|| {
                 StoreError::new("appending an audit row", "no row was written").into()
             })
@@ -165,9 +166,10 @@ impl VaultStore for SqliteStore {
         }
         // V7 (amended): a batch of outcome rows only is not synced (see `must_sync`).
         let durable = events.iter().any(AuditEvent::must_sync);
+        let sync = self.syncs_promises();
         self.run("appending audit rows", move |conn| {
             if durable {
-                append_durably(conn, events, &chain)
+                append_durably(conn, sync, events, &chain)
             } else {
                 append_rows(conn, events, &chain)
             }
@@ -290,13 +292,15 @@ impl VaultStore for SqliteStore {
 /// Appends `events` in one transaction that is synced to disk before it answers: V7
 /// (amended) wants an intent durable before its request leaves, and the anchor file
 /// outside the database must never record rows a power cut could take back. The sync is
-/// paid once per batch.
+/// paid once per batch. Under `Durability::ProcessCrash` (`sync` false) it is not paid,
+/// and the anchor may then name rows a power cut takes back: `audit verify` reports them.
 fn append_durably(
     conn: &mut Connection,
+    sync: bool,
     events: Vec<AuditEvent>,
     chain: &AuditChain,
 ) -> Result<Vec<AuditRow>, Failure> {
-    durably(conn, |conn| append_rows(conn, events, chain))
+    durably(conn, sync, |conn| append_rows(conn, events, chain))
 }
 
 fn append_rows(

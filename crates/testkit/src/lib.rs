@@ -55,4 +55,4 @@ pub use peer::{Peer, peer_command, pids_with_env, stdio_peer};
 pub use postgres::TempCluster;
 pub use server::{HttpReply, HttpRequest, Seen, TestServer, closed_port};
 pub use stats::Dist;
-pub use vault::{LoopbackVault, call_outcomes, loopback_vault};
+pub use vault::{LoopbackVault, call_outcomes, loopback_vault, loopback_vault_with};

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use runwarden_store_sqlite::SqliteStore;
+use runwarden_store_sqlite::{Durability, SqliteStore};
 use runwarden_vault::store::AuditFilter;
 use runwarden_vault::{
     Algorithm, AuditRow, EgressClient, EgressConfig, EgressPolicy, MasterKey, SecretName,
@@ -25,8 +25,15 @@ pub struct LoopbackVault {
 /// A vault over a fresh SQLite file, with the anchor file `audit.anchor` beside it, and an
 /// egress client admitting loopback.
 pub async fn loopback_vault() -> LoopbackVault {
+    loopback_vault_with(Durability::PowerCut).await
+}
+
+/// [`loopback_vault`] on a store opened with `durability`.
+pub async fn loopback_vault_with(durability: Durability) -> LoopbackVault {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let store = SqliteStore::open(dir.path().join("runwarden.db")).expect("a fresh SQLite file");
+    let store = SqliteStore::open(dir.path().join("runwarden.db"))
+        .expect("a fresh SQLite file")
+        .with_durability(durability);
     let vault = Vault::open(
         Arc::new(store.clone()),
         MasterKey::generate(),

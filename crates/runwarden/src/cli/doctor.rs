@@ -72,6 +72,7 @@ pub(crate) async fn run(cx: &Context) -> anyhow::Result<ExitCode> {
             tokio::task::spawn_blocking(move || (integrity(&path), wal(&path))).await?;
         checks.push(integrity);
         checks.push(wal);
+        checks.push(durability(config.durability));
     }
     checks.push(free_space(&config.data_dir));
     checks.push(modes(config));
@@ -171,6 +172,24 @@ fn integrity(path: &Path) -> Check {
 }
 
 /// The WAL beside the database: its size, and a shared-memory file without it.
+/// `[store] durability`: a note when the operator chose the faster mode, so nobody runs
+/// it without knowing what a power cut would cost.
+fn durability(durability: runwarden_store_sqlite::Durability) -> Check {
+    const NAME: &str = "durability";
+    match durability {
+        runwarden_store_sqlite::Durability::PowerCut => Check::ok(
+            NAME,
+            "power_cut: audit intents and write fences are synced to disk before a request leaves",
+        ),
+        runwarden_store_sqlite::Durability::ProcessCrash => Check::bad(
+            NAME,
+            Verdict::Note,
+            "process_crash: audit intents and write fences survive runwarden being killed, not a power cut or an operating-system crash, after which a write may be sent twice",
+            "keep it only where a lost audit row or a repeated write after a power cut is acceptable; remove `[store] durability` for the default",
+        ),
+    }
+}
+
 fn wal(path: &Path) -> Check {
     const NAME: &str = "write-ahead log";
     let beside = |suffix: &str| {

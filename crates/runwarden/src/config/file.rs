@@ -437,6 +437,8 @@ pub(super) struct StoreSection {
     pub(super) call_timeout_seconds: Option<f64>,
     /// PostgreSQL: how long a call waits for a free pooled connection. Default `5`.
     pub(super) pool_wait_seconds: Option<f64>,
+    /// SQLite: what the writes a promise rests on (the audit intent before a request leaves, the write fence's mark) survive. `power_cut` (the default) syncs them to disk; `process_crash` does not, which is faster and survives runwarden being killed, but an operating-system crash or a power cut can lose them, and a write may then be sent twice. Env: `RUNWARDEN_DURABILITY`.
+    pub(super) durability: Option<String>,
 }
 
 /// `[vault]`.

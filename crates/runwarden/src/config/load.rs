@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use runwarden_store_postgres::PgOptions;
+use runwarden_store_sqlite::Durability;
 use runwarden_vault::Algorithm;
 
 use super::file::{FileConfig, StoreSection};
@@ -81,6 +82,18 @@ fn pg_options(section: &StoreSection) -> anyhow::Result<PgOptions> {
         options.pool_wait = seconds("[store] pool_wait_seconds", value)?;
     }
     Ok(options)
+}
+
+/// `[store] durability` (or `$RUNWARDEN_DURABILITY`): `power_cut`, the default, or
+/// `process_crash`.
+fn durability(text: Option<String>) -> anyhow::Result<Durability> {
+    match text.as_deref().map(str::trim) {
+        None | Some("power_cut") => Ok(Durability::PowerCut),
+        Some("process_crash") => Ok(Durability::ProcessCrash),
+        Some(other) => bail!(
+            "[store] durability: unknown {other:?}: use \"power_cut\" (the default: promises survive a power cut) or \"process_crash\" (faster: they survive runwarden being killed, not a power cut)"
+        ),
+    }
 }
 
 /// Where the data lives, first match wins: `$RUNWARDEN_DATABASE_URL`,
@@ -172,7 +185,13 @@ impl Config {
                 .unwrap_or_else(|| ".runwarden".into()),
         );
         let pg_options = pg_options(&file.store)?;
+        let durability = durability(env("RUNWARDEN_DURABILITY").or(file.store.durability.clone()))?;
         let store = store_url(file.store, &data_dir, &resolve)?;
+        if durability != Durability::PowerCut && matches!(store, StoreUrl::Postgres(_)) {
+            bail!(
+                "[store] durability = \"process_crash\" is for SQLite only: on PostgreSQL the server's own synchronous_commit decides; remove the key"
+            );
+        }
         let master_key_file = env("RUNWARDEN_MASTER_KEY_FILE")
             .map(PathBuf::from)
             .or(file.vault.master_key_file)
@@ -206,6 +225,7 @@ impl Config {
             data_dir,
             store,
             pg_options,
+            durability,
             master_key_file,
             audit_anchor_file,
             audit_witness,

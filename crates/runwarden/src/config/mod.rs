@@ -28,6 +28,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use runwarden_mcp::ServerConfig;
 use runwarden_store_postgres::PgOptions;
+use runwarden_store_sqlite::Durability;
 use runwarden_vault::{Algorithm, EgressConfig, EgressPolicy, MAX_TICK, MasterKey};
 
 pub(crate) use agents::{AgentConfig, ProviderConfig};
@@ -58,6 +59,8 @@ pub(crate) struct Config {
     pub(crate) store: StoreUrl,
     /// `[store]`'s bounds on every PostgreSQL call.
     pub(crate) pg_options: PgOptions,
+    /// `[store] durability`: what the SQLite writes a promise rests on survive.
+    pub(crate) durability: Durability,
     pub(crate) master_key_file: PathBuf,
     /// `[vault] audit_anchor_file`: the audit log's witness outside the database.
     pub(crate) audit_anchor_file: PathBuf,

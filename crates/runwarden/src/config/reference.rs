@@ -10,7 +10,7 @@ use crate::output::on_one_line;
 
 /// Every environment variable runwarden reads, with what it does (the reference's second
 /// table; a test checks that the sources read no other).
-pub(crate) const ENVIRONMENT: [(&str, &str); 12] = [
+pub(crate) const ENVIRONMENT: [(&str, &str); 13] = [
     (
         "RUNWARDEN_CONFIG",
         "The configuration file, when `--config` is not given. Default `./runwarden.toml`.",
@@ -21,6 +21,7 @@ pub(crate) const ENVIRONMENT: [(&str, &str); 12] = [
         "Overrides `[store] url`: `sqlite:PATH` or `postgres://...`.",
     ),
     ("RUNWARDEN_SQLITE_PATH", "Overrides `[store] sqlite_path`."),
+    ("RUNWARDEN_DURABILITY", "Overrides `[store] durability`: `power_cut` or `process_crash`."),
     (
         "RUNWARDEN_MASTER_KEY_FILE",
         "Overrides `[vault] master_key_file`.",

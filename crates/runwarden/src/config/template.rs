@@ -19,6 +19,11 @@ data_dir = ".runwarden"
 # (a link that stays open but answers nothing) and the call is retried later.
 # statement_timeout_seconds = 10
 # call_timeout_seconds = 20
+# SQLite only: what an audit intent and a write fence survive (RUNWARDEN_DURABILITY).
+# "power_cut" (the default) syncs them to disk before a request leaves. "process_crash" is
+# faster but only survives runwarden being killed: after an operating-system crash or a
+# power cut, audit rows may be lost and a write may be sent twice.
+# durability = "power_cut"
 
 [vault]
 # The master key file, mode 0600 (RUNWARDEN_MASTER_KEY_FILE). Default: <data_dir>/master.key

@@ -220,6 +220,34 @@ fn the_audit_anchor_file_is_configurable_relative_to_the_file() {
 }
 
 #[test]
+fn durability_defaults_to_power_cut_and_the_faster_mode_is_sqlite_only() {
+    use runwarden_store_sqlite::Durability;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runwarden.toml");
+    std::fs::write(&path, TEMPLATE).unwrap();
+    assert_eq!(Config::load(&path).unwrap().durability, Durability::PowerCut);
+    std::fs::write(&path, "[store]\ndurability = \"process_crash\"\n").unwrap();
+    assert_eq!(
+        Config::load(&path).unwrap().durability,
+        Durability::ProcessCrash
+    );
+    for (text, says) in [
+        (
+            "[store]\ndurability = \"normal\"\n",
+            "unknown \"normal\": use \"power_cut\"",
+        ),
+        (
+            "[store]\ndurability = \"process_crash\"\nurl = \"postgres://u@127.0.0.1/db\"\n",
+            "is for SQLite only",
+        ),
+    ] {
+        std::fs::write(&path, text).unwrap();
+        let error = format!("{:#}", Config::load(&path).unwrap_err());
+        assert!(error.contains(says), "{error}");
+    }
+}
+
+#[test]
 fn an_unknown_key_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runwarden.toml");

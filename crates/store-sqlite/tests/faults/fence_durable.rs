@@ -3,18 +3,22 @@
 //! it; if its commit were not synced, a power cut could take the mark back and the reaper
 //! would send the write again. What shows it is the system call: this test runs a child
 //! process (this same test binary) under `strace` and checks that the WAL is synced
-//! between the start and the end of the mark.
+//! between the start and the end of the mark, and that under the operator's choice of
+//! `Durability::ProcessCrash` it is not.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use runwarden_runtime::store::{FenceMark, Heartbeat, NewRunStatus, RunCreate, RunStore};
+use runwarden_store_sqlite::Durability;
 use serde_json::json;
 
 use crate::common::TempDb;
 
 /// Names the database the child marks; set only for the child.
 const CHILD_DB: &str = "RUNWARDEN_FENCE_CHILD_DB";
+/// Set for a child that opens its store with `Durability::ProcessCrash`.
+const CHILD_PROCESS_CRASH: &str = "RUNWARDEN_FENCE_CHILD_PROCESS_CRASH";
 /// Paths the child opens (and fails to open) around the mark, so the trace shows where
 /// the mark begins and ends.
 const BEGIN: &str = "/runwarden-fence-mark-begins";
@@ -25,6 +29,43 @@ const OWNER: &str = "segment-a";
 
 #[test]
 fn the_fence_mark_is_synced_to_disk_before_it_answers() {
+    let (between, wal) = trace_the_mark(Durability::PowerCut);
+    assert!(
+        syncs(&between, &wal),
+        "the fence mark answered without syncing the WAL, so a power cut could take it back; \
+         system calls between the marks:\n{}",
+        between.join("\n")
+    );
+}
+
+#[test]
+fn under_process_crash_durability_the_fence_mark_is_not_synced() {
+    // The operator's choice: the mark survives a killed process (it is committed to the
+    // WAL in the page cache), not a power cut. The trace shows the sync really is skipped,
+    // which is where the mode's speed comes from.
+    let (between, wal) = trace_the_mark(Durability::ProcessCrash);
+    assert!(
+        !syncs(&between, &wal),
+        "process_crash durability still synced the mark; system calls between the marks:\n{}",
+        between.join("\n")
+    );
+    assert!(
+        between.iter().any(|l| l.contains("openat(") && l.contains(END)),
+        "the trace reached the end of the mark: {between:#?}"
+    );
+}
+
+/// Whether any of `lines` syncs the file `wal`.
+fn syncs(lines: &[String], wal: &str) -> bool {
+    lines
+        .iter()
+        .any(|l| (l.contains("fdatasync(") || l.contains("fsync(")) && l.contains(wal))
+}
+
+/// Makes a running run, then has a child process (this test binary) mark its fence with
+/// the store opened under `durability`, under strace. Returns the system calls from the
+/// mark's start to its end (both included) and the WAL's path.
+fn trace_the_mark(durability: Durability) -> (Vec<String>, String) {
     if let Some(why) = strace_missing() {
         panic!("this test needs strace to watch the store's system calls: {why}");
     }
@@ -49,7 +90,8 @@ fn the_fence_mark_is_synced_to_disk_before_it_answers() {
     });
 
     let trace = db.path.with_extension("trace");
-    let status = Command::new("strace")
+    let mut command = Command::new("strace");
+    command
         .args([
             "-f",
             "-qq",
@@ -68,9 +110,11 @@ fn the_fence_mark_is_synced_to_disk_before_it_answers() {
             "--test-threads=1",
         ])
         .env(CHILD_DB, &db.path)
-        .stdout(Stdio::null())
-        .status()
-        .expect("strace starts");
+        .stdout(Stdio::null());
+    if durability == Durability::ProcessCrash {
+        command.env(CHILD_PROCESS_CRASH, "1");
+    }
+    let status = command.status().expect("strace starts");
     assert!(status.success(), "the child that marks the fence failed");
 
     let text = std::fs::read_to_string(&trace).unwrap();
@@ -80,16 +124,8 @@ fn the_fence_mark_is_synced_to_disk_before_it_answers() {
     let (Some(begin), Some(end)) = (begin, end) else {
         panic!("the trace has no begin and end marks:\n{text}");
     };
-    let wal = format!("{}-wal", db.path.display());
-    let synced = lines[begin..end]
-        .iter()
-        .any(|l| (l.contains("fdatasync(") || l.contains("fsync(")) && l.contains(&wal));
-    assert!(
-        synced,
-        "the fence mark answered without syncing the WAL, so a power cut could take it back; \
-         system calls between the marks:\n{}",
-        lines[begin..=end].join("\n")
-    );
+    let between = lines[begin..=end].iter().map(|l| l.to_string()).collect();
+    (between, format!("{}-wal", db.path.display()))
 }
 
 /// The child: marks the fence of the run its parent made. Ignored, so it runs only when
@@ -101,7 +137,14 @@ fn child_marks_the_fence() {
         return;
     };
     tokio::runtime::Runtime::new().unwrap().block_on(async {
-        let store = runwarden_store_sqlite::SqliteStore::open(Path::new(&path)).unwrap();
+        let durability = if std::env::var_os(CHILD_PROCESS_CRASH).is_some() {
+            Durability::ProcessCrash
+        } else {
+            Durability::PowerCut
+        };
+        let store = runwarden_store_sqlite::SqliteStore::open(Path::new(&path))
+            .unwrap()
+            .with_durability(durability);
         // A write first (a lease renewal), so opening and starting the WAL, which syncs
         // whatever the setting, are behind us.
         let renewed = store

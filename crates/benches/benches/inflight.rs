@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use runwarden_benches::cpu_time;
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
 use runwarden_runtime::{
     CancelHub, Change, ChangeFeed, RunState, RunStore, StatusWatcher, WatcherConfig,
@@ -49,8 +50,6 @@ const SETTLE: Duration = Duration::from_secs(1);
 const WINDOW: Duration = Duration::from_secs(5);
 const CANCEL_CALLS: usize = 10_000;
 const BODY: &[u8] = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"tickets__create","arguments":{"title":"Printer on floor 3"}}}"#;
-/// Linux reports CPU time in clock ticks of 1/100 s (USER_HZ).
-const TICKS_PER_SECOND: f64 = 100.0;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -110,21 +109,6 @@ fn raise_nofile() {
     if let Err(error) = setrlimit(Resource::Nofile, raised) {
         eprintln!("inflight bench: could not raise the open-file limit: {error}");
     }
-}
-
-/// The process's CPU time so far (all threads), from `/proc/self/stat`.
-fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // After the command: state is field 3, utime 14, stime 15.
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    Duration::from_secs_f64((ticks(11) + ticks(12)) as f64 / TICKS_PER_SECOND)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -63,11 +63,19 @@ struct Throughput {
     name: &'static str,
     succeeded: usize,
     elapsed: Duration,
+    /// The process's CPU time over the run (the server's share included, the same for
+    /// every path), to the kernel's 10 ms tick.
+    cpu: Duration,
 }
 
 impl Throughput {
     fn per_second(&self) -> f64 {
         self.succeeded as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// CPU time per call, in microseconds: what bounds calls/s once both cores are busy.
+    fn cpu_per_call_us(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.succeeded.max(1) as f64
     }
 }
 
@@ -78,7 +86,7 @@ where
     F: Fn() -> Fut + Clone + Send + 'static,
     Fut: Future<Output = bool> + Send + 'static,
 {
-    let started = Instant::now();
+    let (started, cpu) = (Instant::now(), runwarden_benches::cpu_time());
     let mut tasks = Vec::new();
     for worker in 0..CONCURRENT {
         let call = call.clone();
@@ -98,6 +106,7 @@ where
         name,
         succeeded,
         elapsed: started.elapsed(),
+        cpu: runwarden_benches::cpu_time().saturating_sub(cpu),
     }
 }
 
@@ -201,7 +210,13 @@ async fn main() {
     // Warm up every path (our client's handshake happens here).
     for _ in 0..200 {
         assert!(client.call_tool(call(), None).await.result.is_success());
-        assert!(fast_client.call_tool(call(), None).await.result.is_success());
+        assert!(
+            fast_client
+                .call_tool(call(), None)
+                .await
+                .result
+                .is_success()
+        );
         assert!(
             session_client
                 .call_tool(call(), None)
@@ -362,7 +377,7 @@ async fn main() {
         for row in &concurrent {
             println!(
                 "{}",
-                json!({"figure": "concurrent calls per second", "path": row.name, "concurrency": CONCURRENT, "calls": row.succeeded, "per_second": row.per_second()})
+                json!({"figure": "concurrent calls per second", "path": row.name, "concurrency": CONCURRENT, "calls": row.succeeded, "per_second": row.per_second(), "cpu_us_per_call": row.cpu_per_call_us()})
             );
         }
         println!(
@@ -395,16 +410,17 @@ async fn main() {
         }
         println!("{CONCURRENT} concurrent callers, {CONCURRENT_CALLS} calls each path");
         println!(
-            "{:<40} {:>10} {:>10} {:>10}",
-            "path", "ok", "seconds", "calls/s"
+            "{:<40} {:>10} {:>10} {:>10} {:>12}",
+            "path", "ok", "seconds", "calls/s", "CPU µs/call"
         );
         for row in &concurrent {
             println!(
-                "{:<40} {:>10} {:>10.2} {:>10.0}",
+                "{:<40} {:>10} {:>10.2} {:>10.0} {:>12.0}",
                 row.name,
                 format!("{}/{CONCURRENT_CALLS}", row.succeeded),
                 row.elapsed.as_secs_f64(),
-                row.per_second()
+                row.per_second(),
+                row.cpu_per_call_us()
             );
         }
         println!("requests the server saw, by method: {methods:?}");

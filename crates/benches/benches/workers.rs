@@ -2,7 +2,8 @@
 //! one process, and 1, 2 and 4 processes of 4 slots) on one SQLite file and on one
 //! PostgreSQL database, and the time from `kill -9` of a worker to its run being requeued
 //! (read-only call in flight) or dead-lettered (non-idempotent write in flight); run:
-//! `cargo bench -p runwarden-benches --bench workers [-- --json] [throughput|recovery]`.
+//! `cargo bench -p runwarden-benches --bench workers [-- --json] [throughput|recovery]
+//! [sqlite|process_crash|postgres]` (the last picks the stores the throughput part measures).
 //!
 //! Everything is the real release binary (`target/release/runwarden`: build it first with
 //! `cargo build --release -p runwarden`; `common::built_binary` refuses a stale one) run as
@@ -126,6 +127,8 @@ impl Server {
 enum Store {
     /// The embedded default: one SQLite file in the data directory.
     Sqlite,
+    /// The same with the operator's faster `[store] durability = "process_crash"`.
+    SqliteProcessCrash,
     /// A database of a PostgreSQL server (O3 amended), by URL.
     Postgres(String),
 }
@@ -134,6 +137,7 @@ impl Store {
     fn name(&self) -> &'static str {
         match self {
             Store::Sqlite => "SQLite",
+            Store::SqliteProcessCrash => "SQLite, process_crash",
             Store::Postgres(_) => "PostgreSQL",
         }
     }
@@ -162,8 +166,14 @@ impl Install {
             String::from_utf8_lossy(&out.stderr)
         );
         let mut text = std::fs::read_to_string(install.config()).expect("init wrote the config");
-        if let Store::Postgres(url) = store {
-            text = text.replace("\n[store]\n", &format!("\n[store]\nurl = \"{url}\"\n"));
+        match store {
+            Store::Postgres(url) => {
+                text = text.replace("\n[store]\n", &format!("\n[store]\nurl = \"{url}\"\n"));
+            }
+            Store::SqliteProcessCrash => {
+                text = text.replace("\n[store]\n", "\n[store]\ndurability = \"process_crash\"\n");
+            }
+            Store::Sqlite => {}
         }
         text = text.replace("\nallow = []\n", "\nallow = [\"127.0.0.1\"]\n");
         let template: Vec<String> = text
@@ -484,22 +494,40 @@ fn main() {
         .filter(|a| !a.starts_with("--"))
         .map(String::as_str)
         .collect();
-    let wants = |part: &str| picked.is_empty() || picked.contains(&part);
+    let parts = ["throughput", "recovery"];
+    let wants = |part: &str| !picked.iter().any(|w| parts.contains(w)) || picked.contains(&part);
     let mut server = Server::start();
     if wants("throughput") {
-        throughput_table(&mut server, json_out);
+        // `sqlite`, `process_crash` or `postgres` measure that store alone.
+        let only: Vec<&str> = picked
+            .iter()
+            .copied()
+            .filter(|w| ["sqlite", "process_crash", "postgres"].contains(w))
+            .collect();
+        throughput_table(&mut server, json_out, &only);
     }
     if wants("recovery") {
         recovery_table(&mut server, json_out);
     }
 }
 
-fn throughput_table(server: &mut Server, json_out: bool) {
+fn throughput_table(server: &mut Server, json_out: bool, only: &[&str]) {
     // A PostgreSQL server for the second half: the shared test cluster when
     // RUNWARDEN_TEST_PG_URL names one, else one in a temporary directory, removed on exit.
-    let cluster = runwarden_testkit::TempCluster::start();
-    let url = server.runtime.block_on(cluster.fresh_database());
-    let stores = [Store::Sqlite, Store::Postgres(url)];
+    let picked = |word: &str| only.is_empty() || only.contains(&word);
+    let cluster = picked("postgres").then(runwarden_testkit::TempCluster::start);
+    let mut stores = Vec::new();
+    if picked("sqlite") {
+        stores.push(Store::Sqlite);
+    }
+    if picked("process_crash") {
+        stores.push(Store::SqliteProcessCrash);
+    }
+    if let Some(cluster) = &cluster {
+        stores.push(Store::Postgres(
+            server.runtime.block_on(cluster.fresh_database()),
+        ));
+    }
     println!(
         "## Queued-run throughput ({RUNS} runs, instant scripted agent + instant read-only tool)\n"
     );
@@ -513,7 +541,7 @@ fn throughput_table(server: &mut Server, json_out: bool) {
         let mut enqueue_ms = Vec::new();
         let mut baseline = None;
         let layouts: &[(usize, usize)] = match store {
-            Store::Sqlite => &[(1, 1), (1, 4), (1, 16), (2, 4), (4, 4)],
+            Store::Sqlite | Store::SqliteProcessCrash => &[(1, 1), (1, 4), (1, 16), (2, 4), (4, 4)],
             Store::Postgres(_) => &[(1, 1), (1, 4), (2, 4), (4, 4)],
         };
         for &(processes, slots) in layouts {
@@ -528,7 +556,7 @@ fn throughput_table(server: &mut Server, json_out: bool) {
             let (rates, steady) = (sorted(rates), sorted(steady));
             let median = rates[REPS / 2];
             let base = *baseline.get_or_insert(median);
-            if slots == 4 {
+            if slots == 4 && !matches!(store, Store::SqliteProcessCrash) {
                 match side_by_side.iter_mut().find(|(p, _)| *p == processes) {
                     Some((_, row)) => row.push(median),
                     None => side_by_side.push((processes, vec![median])),

@@ -2,4 +2,26 @@
 //! `cargo bench -p runwarden-benches --bench NAME`); `BENCHMARKS.md` holds their figures
 //! and commands. They sit in this crate, above every other, so what they measure against
 //! (the official MCP SDK's client, a second reqwest, PostgreSQL) stays out of the product
-//! crates' dependencies. This library is empty.
+//! crates' dependencies. This library holds what several of them read off the process.
+
+use std::time::Duration;
+
+/// The kernel's clock ticks per second for `/proc` CPU times (`getconf CLK_TCK`, 100 on
+/// Linux's common builds).
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// The process's CPU time so far (all threads, user and system), from `/proc/self/stat`,
+/// to the kernel's tick (10 ms).
+pub fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // After the command: state is field 3, utime 14, stime 15.
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Duration::from_secs_f64((ticks(11) + ticks(12)) as f64 / TICKS_PER_SECOND)
+}

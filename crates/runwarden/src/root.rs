@@ -74,7 +74,9 @@ impl Backend {
                 }
                 .with_durability(config.durability);
                 if config.durability == runwarden_store_sqlite::Durability::ProcessCrash {
-                    tracing::warn!("[store] durability = \"process_crash\": audit intents and write fences are not synced to disk; a power cut can lose them and a write may then be sent twice");
+                    tracing::warn!(
+                        "[store] durability = \"process_crash\": audit intents and write fences are not synced to disk; a power cut can lose them and a write may then be sent twice"
+                    );
                 }
                 // Files from before they were created private are tightened at open.
                 for note in store.tightened() {

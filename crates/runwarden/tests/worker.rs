@@ -58,7 +58,10 @@ async fn write_trials(trials: usize, durability: Option<&str>) {
     } = install(&agents).await;
     if let Some(durability) = durability {
         let text = std::fs::read_to_string(sandbox.config()).unwrap();
-        assert!(text.contains("\n[store]\n"), "the template changed:\n{text}");
+        assert!(
+            text.contains("\n[store]\n"),
+            "the template changed:\n{text}"
+        );
         let text = text.replace(
             "\n[store]\n",
             &format!("\n[store]\ndurability = \"{durability}\"\n"),

@@ -6,6 +6,7 @@
 
 use rusqlite::{Connection, OptionalExtension, Params, Row, Statement};
 
+use crate::cached::Cached;
 use crate::failure::Failure;
 use runwarden_runtime::store::Run;
 
@@ -57,7 +58,7 @@ pub(crate) fn or_reread<T>(
 /// Whether `run`'s claim is what the row holds.
 pub(crate) fn claim_landed(conn: &Connection, run: &Run) -> Result<Option<Run>, Failure> {
     let held: Option<(String, Option<String>, i64)> = conn
-        .query_row(
+        .query_row_cached(
             "SELECT status, claimed_by, claim_epoch FROM runs WHERE id = ?1",
             [&run.id],
             |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),

@@ -47,6 +47,11 @@ pub(crate) struct Inner {
     /// call's first question waits on. A WAL reader of its own never waits behind `conn`'s
     /// mutex, the write gate or a writer's transactions.
     probe: Arc<Mutex<Connection>>,
+    /// A third, read-only connection for one-row reads asked on every call (the secrets'
+    /// version), run on the caller's own thread when nobody else is using it: the read
+    /// takes microseconds, a trip to the blocking pool and back several times as long. It
+    /// never waits for a lock (busy timeout 0); a read that would wait goes to the pool.
+    quick: Mutex<Connection>,
     /// Two permits: one call runs on `conn` while the next waits ready on its mutex; the
     /// rest queue here as cheap futures rather than as blocked threads of tokio's pool. A
     /// burst (a thousand cancelled calls writing their audit rows at once) otherwise wakes
@@ -141,6 +146,10 @@ impl SqliteStore {
         migrate(&mut conn).map_err(|e| failed(e, "migrating the database"))?;
         // Opened after the migration, so the file exists, is in WAL mode and has its tables.
         let probe = open_probe(path).map_err(|e| failed(e, &operation))?;
+        let quick = open_probe(path).map_err(|e| failed(e, &operation))?;
+        quick
+            .busy_timeout(Duration::ZERO)
+            .map_err(|e| failed(Failure::from(e), &operation))?;
         // After both connections are open, so the -wal and -shm files exist to be checked.
         let tightened = tighten(&database_files(path));
         let watched = crate::removed::Watched::now(path, &database_files(path));
@@ -150,6 +159,7 @@ impl SqliteStore {
                 tightened,
                 conn: Mutex::new(conn),
                 probe: Arc::new(Mutex::new(probe)),
+                quick: Mutex::new(quick),
                 gate: Arc::new(tokio::sync::Semaphore::new(2)),
                 watched,
                 syncs_promises: AtomicBool::new(true),
@@ -255,6 +265,33 @@ impl SqliteStore {
     }
 }
 
+impl SqliteStore {
+    /// Runs `work`, a read of a row or two, on the caller's thread with the quick
+    /// connection when it is free and the read needs no lock; otherwise on the probe
+    /// connection through the blocking pool, as [`probe`](Self::probe) does.
+    pub(crate) async fn quick_read<T, F>(
+        &self,
+        operation: &'static str,
+        work: F,
+    ) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: Fn(&Connection) -> Result<T, Failure> + Send + 'static,
+    {
+        if let Ok(conn) = self.inner.quick.try_lock() {
+            match work(&conn) {
+                Err(Failure::Sql(rusqlite::Error::SqliteFailure(e, _)))
+                    if matches!(
+                        e.code,
+                        rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                    ) => {}
+                done => return done.map_err(|e| e.into_store_error(operation)),
+            }
+        }
+        self.probe(operation, move |conn| work(conn)).await
+    }
+}
+
 /// A small real write, committed: the header's `user_version` (which nothing else uses)
 /// moves by one. A store that is full, read-only, failing its I/O, locked or damaged
 /// fails here, where a transaction that writes nothing would pass.
@@ -265,6 +302,9 @@ fn write_probe(conn: &Connection) -> Result<(), Failure> {
     conn.execute_batch(&format!("PRAGMA user_version = {next}; COMMIT"))?;
     Ok(())
 }
+
+/// Statements each connection keeps prepared.
+const STATEMENT_CACHE: usize = 128;
 
 /// How long a writer waits for another process's transaction before failing `Busy`.
 const WRITER_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -288,6 +328,9 @@ fn configure(conn: &Connection) -> Result<(), Failure> {
     }
     conn.pragma_update(None, "foreign_keys", "ON")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // The run path alone runs a few dozen distinct statements on the write connection;
+    // rusqlite's default cache of 16 would parse most of them again on every step.
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     Ok(())
 }
 

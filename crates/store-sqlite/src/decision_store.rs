@@ -18,6 +18,7 @@ use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehav
 use serde_json::Value;
 
 use crate::SqliteStore;
+use crate::cached::Cached;
 use crate::failure::Failure;
 use crate::publish::publish_status;
 
@@ -102,7 +103,7 @@ fn ask(conn: &mut Connection, params: &DecisionAsk) -> Result<Option<i64>, Failu
     // no slot and any worker may resume it once it is answered. Whether the park clears
     // the write fence is the runtime's rule.
     let changed = if d.parks_the_run() {
-        tx.execute(
+        tx.execute_cached(
             "UPDATE runs SET status = 'waiting_for_approval', lease_expires_ms = NULL,
                  pending_effect = CASE WHEN ?4 THEN NULL ELSE pending_effect END,
                  updated_ms = ?1
@@ -116,7 +117,7 @@ fn ask(conn: &mut Connection, params: &DecisionAsk) -> Result<Option<i64>, Failu
             ],
         )?
     } else {
-        tx.execute(
+        tx.execute_cached(
             "UPDATE runs SET updated_ms = ?1
              WHERE id = ?2 AND claimed_by = ?3 AND claim_epoch = ?4 AND status = 'running'",
             params![d.asked_ms, d.run_id, params.owner, params.epoch],
@@ -170,7 +171,7 @@ fn answer(conn: &mut Connection, params: &DecisionAnswer) -> Result<Answered, Fa
         return Ok((AnswerOutcome::Refused(before, refusal), None, None));
     }
     let (status_after, reason) = rules::recorded(params.answer, params.reason.as_deref());
-    let changed = tx.execute(
+    let changed = tx.execute_cached(
         "UPDATE decisions SET status = ?1, answer = ?2, reason = ?3, answer_arguments = ?4,
              content = ?5, actor = ?6, answered_ms = ?7
          WHERE id = ?8 AND status = 'pending'",
@@ -218,7 +219,7 @@ fn answer(conn: &mut Connection, params: &DecisionAnswer) -> Result<Answered, Fa
         RunAfterAnswer::Stays => {}
         RunAfterAnswer::Cancelled { final_event } => {
             // A cancel by answer is the cancel: terminal, the stored request dropped.
-            tx.execute(
+            tx.execute_cached(
                 "UPDATE runs SET status = 'cancelled', request = NULL, termination_reason = ?1,
                      updated_ms = ?2
                  WHERE id = ?3 AND status = 'waiting_for_approval'",
@@ -231,7 +232,7 @@ fn answer(conn: &mut Connection, params: &DecisionAnswer) -> Result<Answered, Fa
             }
         }
         RunAfterAnswer::Requeued { clear_fence } => {
-            tx.execute(
+            tx.execute_cached(
                 "UPDATE runs SET status = 'queued', retry_at_ms = ?1, lease_expires_ms = NULL,
                      pending_effect = CASE WHEN ?2 THEN NULL ELSE pending_effect END,
                      updated_ms = ?1
@@ -254,12 +255,12 @@ fn append(
     payload: &Value,
     now_ms: i64,
 ) -> Result<i64, Failure> {
-    let seq: i64 = tx.query_row(
+    let seq: i64 = tx.query_row_cached(
         "SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = ?1",
         [run_id],
         |row| row.get(0),
     )?;
-    tx.execute(
+    tx.execute_cached(
         "INSERT INTO run_events (run_id, seq, kind, payload, time_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
         params![run_id, seq, kind, payload.to_string(), now_ms],
     )?;
@@ -268,7 +269,7 @@ fn append(
 
 fn read_run_status(conn: &Connection, id: &str) -> Result<Option<RunState>, Failure> {
     let text: Option<String> = conn
-        .query_row("SELECT status FROM runs WHERE id = ?1", [id], |row| {
+        .query_row_cached("SELECT status FROM runs WHERE id = ?1", [id], |row| {
             row.get(0)
         })
         .optional()?;
@@ -277,7 +278,7 @@ fn read_run_status(conn: &Connection, id: &str) -> Result<Option<RunState>, Fail
 
 /// R4, R12: a cancel drops the run's pending decisions, inside the cancel's transaction.
 pub(crate) fn drop_pending(conn: &Connection, run_id: &str, now_ms: i64) -> Result<(), Failure> {
-    conn.execute(
+    conn.execute_cached(
         "UPDATE decisions SET status = 'dropped', answered_ms = ?1
          WHERE run_id = ?2 AND status = 'pending'",
         params![now_ms, run_id],

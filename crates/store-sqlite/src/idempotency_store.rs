@@ -6,6 +6,7 @@ use runwarden_runtime::idempotency::{IDEMPOTENCY_RETENTION_MS, KeyedCreate, RunC
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 use crate::SqliteStore;
+use crate::cached::Cached;
 use crate::failure::Failure;
 use crate::publish::publish_status;
 use crate::run_store::{RUN_COLUMNS, insert_run, run_columns, run_row};
@@ -23,7 +24,7 @@ impl SqliteStore {
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
                 let now_ms = params.run.now_ms;
                 // A key older than the retention is free again: the upsert takes it over.
-                let claimed = tx.execute(
+                let claimed = tx.execute_cached(
                     "INSERT INTO run_idempotency_keys (scope, key, body_hash, run_id, created_ms)
                      VALUES (?1, ?2, ?3, ?4, ?5)
                      ON CONFLICT (scope, key) DO UPDATE
@@ -44,7 +45,7 @@ impl SqliteStore {
                     tx.commit()?;
                     return Ok(KeyedCreate::Created(run));
                 }
-                let (body_hash, run_id): (String, String) = tx.query_row(
+                let (body_hash, run_id): (String, String) = tx.query_row_cached(
                     "SELECT body_hash, run_id FROM run_idempotency_keys
                      WHERE scope = ?1 AND key = ?2",
                     params![params.scope, params.key],

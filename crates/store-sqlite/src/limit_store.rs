@@ -40,12 +40,12 @@ impl LimitStore for SqliteStore {
 
     async fn limit_holders(&self, key: &str, now_ms: i64) -> Result<u32, StoreError> {
         let key = key.to_owned();
-        self.probe("counting a limit's holders", move |conn| {
-            Ok(conn.query_row(
-                "SELECT COUNT(*) FROM limit_holds WHERE limit_key = ?1 AND expires_ms > ?2",
-                params![key, now_ms],
-                |row| row.get::<_, u32>(0),
-            )?)
+        self.quick_read("counting a limit's holders", move |conn| {
+            Ok(conn
+                .prepare_cached(
+                    "SELECT COUNT(*) FROM limit_holds WHERE limit_key = ?1 AND expires_ms > ?2",
+                )?
+                .query_row(params![&key, now_ms], |row| row.get::<_, u32>(0))?)
         })
         .await
     }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use runwarden_runtime::Change;
 
+use crate::cached::Cached;
 use crate::connection::SqliteStore;
 use crate::failure::Failure;
 
@@ -69,7 +70,7 @@ impl SqliteStore {
 async fn data_version(store: &SqliteStore) -> Option<i64> {
     store
         .run("reading the data version", |conn| {
-            conn.query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0))
+            conn.query_row_cached("PRAGMA data_version", [], |row| row.get::<_, i64>(0))
                 .map_err(Failure::from)
         })
         .await

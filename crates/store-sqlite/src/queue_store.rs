@@ -17,6 +17,7 @@ use runwarden_runtime::{Change, RetryDecision, RunState, WORKER_FORGOTTEN_AFTER_
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::SqliteStore;
+use crate::cached::Cached;
 use crate::failure::Failure;
 use crate::publish::publish_status;
 use crate::run_store::{RUN_COLUMNS, run_columns, run_row};
@@ -114,7 +115,7 @@ impl QueueStore for SqliteStore {
                         written.push((id.clone(), seq));
                     }
                     // Looked at once: a cleared lease leaves the sweep's scope.
-                    tx.execute(
+                    tx.execute_cached(
                         "UPDATE runs SET lease_expires_ms = NULL WHERE id = ?1 AND status = 'cancelled'",
                         [&id],
                     )?;
@@ -135,12 +136,12 @@ impl QueueStore for SqliteStore {
     async fn worker_seen(&self, id: &str, now_ms: i64) -> Result<(), StoreError> {
         let id = id.to_owned();
         self.run("recording a worker's presence", move |conn| {
-            conn.execute(
+            conn.execute_cached(
                 "INSERT INTO workers (id, seen_ms) VALUES (?1, ?2)
                  ON CONFLICT (id) DO UPDATE SET seen_ms = MAX(seen_ms, excluded.seen_ms)",
                 params![id, now_ms],
             )?;
-            conn.execute(
+            conn.execute_cached(
                 "DELETE FROM workers WHERE seen_ms < ?1",
                 [now_ms - WORKER_FORGOTTEN_AFTER_MS],
             )?;
@@ -151,7 +152,7 @@ impl QueueStore for SqliteStore {
 
     async fn worker_last_seen(&self) -> Result<Option<i64>, StoreError> {
         self.run("reading when a worker was last seen", |conn| {
-            Ok(conn.query_row("SELECT MAX(seen_ms) FROM workers", [], |row| row.get(0))?)
+            Ok(conn.query_row_cached("SELECT MAX(seen_ms) FROM workers", [], |row| row.get(0))?)
         })
         .await
     }
@@ -196,7 +197,7 @@ fn claim(conn: &mut Connection, params: &Claim) -> Result<Option<Run>, Failure> 
         return Ok(None); // dropping the transaction rolls it back
     };
     // The last requeue's reason is cleared: the run is running again.
-    tx.execute(
+    tx.execute_cached(
         "UPDATE runs SET status = 'running', claimed_by = ?1, lease_expires_ms = ?2,
              termination_reason = NULL, updated_ms = ?3, claim_epoch = claim_epoch + 1
          WHERE id = ?4 AND status = 'queued'",
@@ -268,7 +269,7 @@ fn requeue_apply(conn: &Connection, params: &RequeueApply) -> Result<RequeueAnsw
         ));
     }
     let status: Option<String> = conn
-        .query_row(
+        .query_row_cached(
             "SELECT status FROM runs WHERE id = ?1",
             [&params.id],
             |row| row.get(0),

@@ -22,6 +22,7 @@ use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use serde_json::Value;
 
 use crate::SqliteStore;
+use crate::cached::Cached;
 use crate::connection::durably;
 use crate::failure::Failure;
 use crate::publish::publish_status;
@@ -112,7 +113,7 @@ impl RunStore for SqliteStore {
                 };
                 // R4: the stored request goes (nothing may resume the run); pending_effect and
                 // claimed_by stay, so the reaper and people can see a cancelled mid-write run (R7).
-                let changed = tx.execute(
+                let changed = tx.execute_cached(
                     "UPDATE runs SET status = 'cancelled', request = NULL, termination_reason = ?1,
                      updated_ms = ?2
                  WHERE id = ?3 AND status NOT IN ('completed', 'failed', 'cancelled')",
@@ -147,7 +148,7 @@ impl RunStore for SqliteStore {
         self.run("renewing a run's lease", move |conn| {
             // R3: a renewal that matches no row means the lease was lost. A cancelled run
             // still belongs to its segment until the segment records its boundary step (R5).
-            let changed = conn.execute(
+            let changed = conn.execute_cached(
                 "UPDATE runs SET lease_expires_ms = ?1, updated_ms = ?2
                  WHERE id = ?3 AND claimed_by = ?4 AND claim_epoch = ?5
                    AND status IN ('running', 'cancelled')",
@@ -173,7 +174,7 @@ impl RunStore for SqliteStore {
             // statement stepped to its end, so a failed commit or sync is an error and no
             // byte leaves). A power cut cannot take back a mark whose write may have gone.
             let marked = durably(conn, sync, |conn| {
-                Ok(conn.execute(
+                Ok(conn.execute_cached(
                     "UPDATE runs SET pending_effect = ?1, lease_expires_ms = ?2, updated_ms = ?3
                      WHERE id = ?4 AND claimed_by = ?5 AND claim_epoch = ?6 AND status = 'running'",
                     params![
@@ -197,7 +198,7 @@ impl RunStore for SqliteStore {
             // A later renewal only moves the lease further out.
             crate::confirm::or_reread(conn, "marking a run's write fence", marked, |conn| {
                 let held = conn
-                    .query_row(
+                    .query_row_cached(
                         "SELECT 1 FROM runs WHERE id = ?1 AND claimed_by = ?2 AND claim_epoch = ?3
                              AND status = 'running' AND pending_effect = ?4
                              AND lease_expires_ms >= ?5",
@@ -232,7 +233,7 @@ impl RunStore for SqliteStore {
                 // is this append.
                 crate::confirm::or_reread(conn, "appending a run event", appended, |conn| {
                     let seq = conn
-                        .query_row(
+                        .query_row_cached(
                             "SELECT seq FROM run_events
                              WHERE run_id = ?1 AND kind = ?2 AND time_ms = ?3 AND payload = ?4
                              ORDER BY seq DESC LIMIT 1",
@@ -262,7 +263,7 @@ impl RunStore for SqliteStore {
                 // A settle whose commit may have landed is re-read: the row then says so.
                 crate::confirm::or_reread(conn, SETTLING, settled, |conn| {
                     let held = conn
-                        .query_row(
+                        .query_row_cached(
                             "SELECT 1 FROM runs WHERE id = ?1 AND claimed_by = ?2
                                  AND claim_epoch = ?3 AND status = ?4 AND termination_reason = ?5",
                             params![
@@ -390,7 +391,7 @@ pub(crate) fn insert_run(conn: &Connection, params: RunCreate) -> Result<Run, Fa
     let request = params.request.as_ref().map(Value::to_string);
     let tags = Value::from(params.origin.tags.clone()).to_string();
     let run = rules::new_run(params);
-    let inserted = conn.execute(
+    let inserted = conn.execute_cached(
         "INSERT INTO runs (id, agent, status, request, claimed_by, lease_expires_ms,
                            correlation, created_ms, updated_ms, claim_epoch, started_by, tags)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11)
@@ -417,7 +418,7 @@ pub(crate) fn insert_run(conn: &Connection, params: RunCreate) -> Result<Run, Fa
 
 fn read_status(conn: &Connection, id: &str) -> Result<Option<RunState>, Failure> {
     let status: Option<String> = conn
-        .query_row("SELECT status FROM runs WHERE id = ?1", [id], |row| {
+        .query_row_cached("SELECT status FROM runs WHERE id = ?1", [id], |row| {
             row.get(0)
         })
         .optional()?;
@@ -476,7 +477,7 @@ fn append_guarded(
         Some(end) => (Some(end.status.as_str()), Some(end.reason.as_str())),
         None => (None, None),
     };
-    let changed = tx.execute(
+    let changed = tx.execute_cached(
         "UPDATE runs SET
          pending_effect = CASE WHEN ?1 AND status = 'running' THEN NULL
                                ELSE pending_effect END,
@@ -502,12 +503,12 @@ fn append_guarded(
         // Dropping the transaction rolls it back: nothing is stored.
         return Ok(None);
     }
-    let seq: i64 = tx.query_row(
+    let seq: i64 = tx.query_row_cached(
         "SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = ?1",
         [&params.id],
         |row| row.get(0),
     )?;
-    tx.execute(
+    tx.execute_cached(
         "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
      VALUES (?1, ?2, ?3, ?4, ?5)",
         params![params.id, seq, params.kind, payload, params.now_ms],
@@ -519,7 +520,7 @@ fn append_guarded(
 /// A segment's settle, guarded by its claim, in one transaction.
 fn settle(conn: &mut Connection, params: &RunSettle) -> Result<SettleAnswer, Failure> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let changed = tx.execute(
+    let changed = tx.execute_cached(
         "UPDATE runs SET status = ?1, termination_reason = ?2, updated_ms = ?3
      WHERE id = ?4 AND claimed_by = ?5 AND claim_epoch = ?6 AND status = 'running'",
         params![

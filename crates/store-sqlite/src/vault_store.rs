@@ -100,7 +100,8 @@ impl VaultStore for SqliteStore {
         // On the read-only probe connection: a WAL reader never waits for the write gate,
         // the writer's transactions or the audit writer's group commit, and sees every
         // transaction committed before its read began.
-        self.probe("reading the secrets' version", |conn| {
+        // On the caller's thread when it can be: every guarded call asks (see `quick_read`).
+        self.quick_read("reading the secrets' version", |conn| {
             let version: i64 = conn
                 .prepare_cached("SELECT version FROM secrets_version WHERE id = 1")?
                 .query_row([], |row| row.get(0))?;

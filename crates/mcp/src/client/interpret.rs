@@ -183,6 +183,13 @@ fn rpc_error_in(response: &EgressResponse) -> Option<(i64, String)> {
     Some((code, one_line(text)))
 }
 
+/// Whether `body` holds the digits of the unsupported-version code. JSON has no other way
+/// to write a number, so a body without them holds no such refusal.
+fn mentions_code(body: &[u8]) -> bool {
+    let digits = stateless::UNSUPPORTED_VERSION.unsigned_abs().to_string();
+    memchr::memmem::find(body, digits.as_bytes()).is_some()
+}
+
 /// M19: the versions a server names when it refuses ours (JSON-RPC -32022, with or
 /// without an HTTP error status), each cut to one short line.
 fn unsupported_version(response: &EgressResponse) -> Option<Vec<String>> {
@@ -191,7 +198,9 @@ fn unsupported_version(response: &EgressResponse) -> Option<Vec<String>> {
             .to_ascii_lowercase()
             .starts_with("application/json")
     });
-    if !json || response.truncated {
+    // Every JSON answer passes here before it is read, so most are spared a second parse:
+    // a refusal carries its code, written as digits in any spelling JSON allows.
+    if !json || response.truncated || !mentions_code(&response.body) {
         return None;
     }
     let message: Value = serde_json::from_slice(&response.body).ok()?;

@@ -21,7 +21,10 @@ pub(crate) const ENVIRONMENT: [(&str, &str); 13] = [
         "Overrides `[store] url`: `sqlite:PATH` or `postgres://...`.",
     ),
     ("RUNWARDEN_SQLITE_PATH", "Overrides `[store] sqlite_path`."),
-    ("RUNWARDEN_DURABILITY", "Overrides `[store] durability`: `power_cut` or `process_crash`."),
+    (
+        "RUNWARDEN_DURABILITY",
+        "Overrides `[store] durability`: `power_cut` or `process_crash`.",
+    ),
     (
         "RUNWARDEN_MASTER_KEY_FILE",
         "Overrides `[vault] master_key_file`.",

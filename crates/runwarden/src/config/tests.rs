@@ -225,7 +225,10 @@ fn durability_defaults_to_power_cut_and_the_faster_mode_is_sqlite_only() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runwarden.toml");
     std::fs::write(&path, TEMPLATE).unwrap();
-    assert_eq!(Config::load(&path).unwrap().durability, Durability::PowerCut);
+    assert_eq!(
+        Config::load(&path).unwrap().durability,
+        Durability::PowerCut
+    );
     std::fs::write(&path, "[store]\ndurability = \"process_crash\"\n").unwrap();
     assert_eq!(
         Config::load(&path).unwrap().durability,

@@ -50,7 +50,9 @@ fn under_process_crash_durability_the_fence_mark_is_not_synced() {
         between.join("\n")
     );
     assert!(
-        between.iter().any(|l| l.contains("openat(") && l.contains(END)),
+        between
+            .iter()
+            .any(|l| l.contains("openat(") && l.contains(END)),
         "the trace reached the end of the mark: {between:#?}"
     );
 }

@@ -79,7 +79,9 @@ impl CatalogueStore for SqliteStore {
         server: Option<&str>,
     ) -> Result<Vec<CatalogueEntry>, StoreError> {
         let server = server.map(str::to_owned);
-        self.run("listing the tool catalogue", move |conn| {
+        // On the read-only probe connection: every run binds its tools from this list, and
+        // the read need not queue behind the writes of the runs in flight.
+        self.probe("listing the tool catalogue", move |conn| {
             let mut sql = format!("SELECT {TOOL_COLUMNS} FROM mcp_tools");
             let mut args: Vec<Value> = Vec::new();
             if let Some(server) = server {
@@ -87,7 +89,7 @@ impl CatalogueStore for SqliteStore {
                 sql.push_str(" WHERE server = ?1");
             }
             sql.push_str(" ORDER BY server, local_name");
-            let mut stmt = conn.prepare(&sql)?;
+            let mut stmt = conn.prepare_cached(&sql)?;
             let rows = stmt
                 .query_map(params_from_iter(args), tool_columns)?
                 .collect::<Result<Vec<_>, _>>()?;

@@ -207,6 +207,7 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T, Failure> + Send + 'static,
     {
+        tracing::trace!(operation, "store call");
         let inner = Arc::clone(&self.inner);
         let permit = Arc::clone(&inner.gate)
             .acquire_owned()
@@ -250,6 +251,7 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
     {
+        tracing::trace!(operation, "store read");
         let probe = Arc::clone(&self.inner.probe);
         let task = tokio::task::spawn_blocking(move || {
             let conn = probe.lock().map_err(|_| {

@@ -32,6 +32,8 @@ pub(crate) const RUN_COLUMNS: &str = "id, agent, status, termination_reason, req
                            started_by, tags";
 
 const READING_STATUS: &str = "reading a run's status";
+/// Up to this many runs, a status read runs on the caller's thread (`quick_read`).
+const QUICK_STATUS_IDS: usize = 4;
 const SETTLING: &str = "settling a run";
 
 #[async_trait]
@@ -67,18 +69,17 @@ impl RunStore for SqliteStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let ids = ids.to_vec();
+        let list = serde_json::to_string(ids).map_err(|e| StoreError::new(READING_STATUS, e))?;
         // R6 (amended): one query for every run the watcher follows, however many calls
-        // are in flight. `json_each` takes the whole list as one parameter. It runs on the
-        // read-only probe connection, so the watcher never queues behind the writer.
-        self.probe(READING_STATUS, move |conn| {
-            let list =
-                serde_json::to_string(&ids).map_err(|e| StoreError::new(READING_STATUS, e))?;
+        // are in flight. `json_each` takes the whole list as one parameter. It runs on a
+        // read-only connection, so the watcher never queues behind the writer; a step's
+        // question about its own run (a handful of ids) is answered on the caller's thread.
+        let read = move |conn: &rusqlite::Connection| -> Result<Vec<(String, RunState)>, Failure> {
             let mut stmt = conn.prepare_cached(
                 "SELECT id, status FROM runs WHERE id IN (SELECT value FROM json_each(?1))",
             )?;
             let rows = stmt
-                .query_map([list], |row| {
+                .query_map([&list], |row| {
                     Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
@@ -88,8 +89,12 @@ impl RunStore for SqliteStore {
                     Ok((id, status))
                 })
                 .collect()
-        })
-        .await
+        };
+        if ids.len() <= QUICK_STATUS_IDS {
+            self.quick_read(READING_STATUS, read).await
+        } else {
+            self.probe(READING_STATUS, move |conn| read(conn)).await
+        }
     }
 
     fn change_feed(&self) -> &ChangeFeed {

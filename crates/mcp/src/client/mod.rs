@@ -49,6 +49,11 @@ use session::Session;
 
 use runwarden_base::now_ms;
 
+/// How often a client writes a server's successes to the store (M11), at most.
+const SUCCESS_RECORDED_EVERY_MS: i64 = 1_000;
+/// `success_recorded_ms` when no success is recorded since the last failure.
+const NOT_RECORDED: i64 = i64::MIN;
+
 /// An MCP server over Streamable HTTP (M1), reached only through the vault.
 ///
 /// A signal enters in exactly three places (M4): [`call_tool`](Self::call_tool),
@@ -62,6 +67,9 @@ pub struct McpClient {
     next_id: AtomicI64,
     actor: String,
     health: Option<Arc<dyn CatalogueStore>>,
+    /// When this client last recorded a success that nothing has followed: a success
+    /// within [`SUCCESS_RECORDED_EVERY_MS`] of it is not written again.
+    success_recorded_ms: AtomicI64,
     /// M19: each listed tool's `x-mcp-header` parameters (or why they are refused), by
     /// remote name, learnt from `tools/list`.
     header_params:
@@ -114,6 +122,7 @@ impl McpClient {
             next_id: AtomicI64::new(1),
             actor: "mcp".into(),
             health: None,
+            success_recorded_ms: AtomicI64::new(NOT_RECORDED),
             header_params: Mutex::default(),
             last: Mutex::default(),
         }
@@ -183,9 +192,23 @@ impl McpClient {
         let Some(store) = &self.health else { return };
         let at_ms = now_ms();
         let contact = match outcome {
-            Ok(()) => Contact::Success { at_ms },
+            Ok(()) => {
+                // M11: a busy server's successes are written at most once a second; the
+                // time `mcp list` shows lags by less than that.
+                let last = self.success_recorded_ms.load(Ordering::Relaxed);
+                if last != NOT_RECORDED
+                    && (0..SUCCESS_RECORDED_EVERY_MS).contains(&at_ms.saturating_sub(last))
+                {
+                    return;
+                }
+                self.success_recorded_ms.store(at_ms, Ordering::Relaxed);
+                Contact::Success { at_ms }
+            }
             Err(error) if error.is_cancelled() => return,
             Err(error) => {
+                // A failure is always written, and the next success after it too.
+                self.success_recorded_ms
+                    .store(NOT_RECORDED, Ordering::Relaxed);
                 // Shown in `mcp list`, the API and the console: checked for every stored
                 // secret once more (the vault scrubbed what the server sent; this covers
                 // text assembled from several answers).

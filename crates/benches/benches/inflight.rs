@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use runwarden_benches::cpu_time;
+use runwarden_benches::{cpu_time, rss_kib};
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
 use runwarden_runtime::{
     CancelHub, Change, ChangeFeed, RunState, RunStore, StatusWatcher, WatcherConfig,
@@ -57,8 +57,21 @@ fn main() {
         stall_server();
         return;
     }
+    runwarden_benches::raise_nofile();
+    if let Some(what) = args.iter().skip_while(|a| *a != "--rss").nth(1) {
+        rss_child(what);
+        return;
+    }
     let json = args.iter().any(|a| a == "--json");
-    raise_nofile();
+    // Memory first, each in a process of its own: a heap that earlier rounds grew and
+    // freed would hide what the calls take.
+    let rss: Vec<(&str, f64)> = [
+        ("watcher", "guarded call (vault, audit, watcher)"),
+        ("bare", "bare reqwest POST"),
+    ]
+    .into_iter()
+    .map(|(what, label)| (label, rss_in_child(what)))
+    .collect();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -66,6 +79,13 @@ fn main() {
     let started = Instant::now();
     let (idle, cancels) = runtime.block_on(bench());
     print_idle(&idle);
+    println!();
+    println!(
+        "Resident memory per idle in-flight call, {CANCEL_CALLS} calls, each kind in a fresh process"
+    );
+    for (label, kib) in &rss {
+        println!("{label:<40} {kib:>8.1} KiB");
+    }
     print_cancels(&cancels);
     println!();
     println!("(took {:.1} s)", started.elapsed().as_secs_f64());
@@ -75,6 +95,12 @@ fn main() {
                 "{}",
                 serde_json::json!({"bench": "inflight_idle", "design": figure.design, "calls": figure.calls,
                     "reads_per_s": figure.reads_per_s, "cpu_pct_of_a_core": figure.cpu_pct, "in_flight": figure.in_flight})
+            );
+        }
+        for (label, kib) in &rss {
+            println!(
+                "{}",
+                serde_json::json!({"bench": "inflight_rss", "calls": CANCEL_CALLS, "kind": label, "rss_kib_per_call": kib})
             );
         }
         for figure in &cancels {
@@ -98,19 +124,6 @@ fn wall_nanos() -> i128 {
         .map_or(0, |d| d.as_nanos() as i128)
 }
 
-/// As the binary's `serve` does: the soft open-file limit up to the hard one.
-fn raise_nofile() {
-    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
-    let limit = getrlimit(Resource::Nofile);
-    let raised = Rlimit {
-        current: limit.maximum,
-        maximum: limit.maximum,
-    };
-    if let Err(error) = setrlimit(Resource::Nofile, raised) {
-        eprintln!("inflight bench: could not raise the open-file limit: {error}");
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // The stalling server, in a child process
 
@@ -128,7 +141,7 @@ fn stall_server() {
         .build()
         .expect("the server runtime starts");
     runtime.block_on(async {
-        raise_nofile();
+        runwarden_benches::raise_nofile();
         let mut server = TestServer::start(|_| HttpReply::Stall).await;
         let (base_instant, base_wall) = (Instant::now(), wall_nanos());
         let to_wall = |at: Instant| -> i128 {
@@ -612,6 +625,83 @@ async fn bench() -> (Vec<IdleFigure>, Vec<CancelFigure>) {
     }
     drop(server);
     (idle, cancels)
+}
+
+/// Runs this bench again with `--rss WHAT` and reads the KiB per call it prints.
+fn rss_in_child(what: &str) -> f64 {
+    let out = Command::new(std::env::current_exe().expect("the bench's own path"))
+        .args(["--rss", what])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("the memory child runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("RSS_KIB_PER_CALL "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the memory child printed no figure: {text}"))
+}
+
+/// Child mode: `CANCEL_CALLS` idle calls of one kind (`watcher`: guarded sends with the
+/// default backstop; `bare`: reqwest POSTs) after one warm-up call of that kind, then
+/// prints how much the resident set grew per call.
+fn rss_child(what: &str) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("the client runtime starts");
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let ctx = Ctx::open(dir.path()).await;
+        let mut server = StallServer::start();
+        let url = server.url.clone();
+        let unused = Arc::new(AtomicU64::new(0));
+        let bare = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("a bare reqwest client");
+        let start = |n: usize| {
+            let mut calls = JoinSet::new();
+            for _ in 0..n {
+                let request = bare
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(BODY);
+                calls.spawn(async move {
+                    let _ = request.send().await;
+                });
+            }
+            calls
+        };
+        // One call of the kind first, so what is made once per process is not counted.
+        let warm = match what {
+            "bare" => start(1),
+            _ => start_calls(&ctx, &url, 1, Design::WatcherSlowBackstop, &unused).await,
+        };
+        server.requests(1, Duration::from_secs(30)).await;
+        tokio::time::sleep(SETTLE).await;
+        let before = rss_kib(None);
+        let calls = match what {
+            "bare" => start(CANCEL_CALLS),
+            _ => {
+                start_calls(
+                    &ctx,
+                    &url,
+                    CANCEL_CALLS,
+                    Design::WatcherSlowBackstop,
+                    &unused,
+                )
+                .await
+            }
+        };
+        let all = server
+            .requests(CANCEL_CALLS, Duration::from_secs(120))
+            .await;
+        assert!(all, "the server holds every call");
+        tokio::time::sleep(SETTLE).await;
+        let grown = rss_kib(None).saturating_sub(before);
+        println!("RSS_KIB_PER_CALL {}", grown as f64 / CANCEL_CALLS as f64);
+        drop((calls, warm));
+    });
 }
 
 /// One `Change::Status { Cancelled }` per run, as the NOTIFYs of a cancel on another node.

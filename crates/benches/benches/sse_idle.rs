@@ -36,6 +36,8 @@ struct Figures {
     streams: usize,
     cores: f64,
     get: Dist,
+    /// How much the server's resident set grew per stream once they were open (KiB).
+    rss_per_stream_kib: f64,
 }
 
 async fn measure(
@@ -47,6 +49,7 @@ async fn measure(
     streams: usize,
 ) -> Figures {
     let mut open = Vec::with_capacity(streams);
+    let rss0 = runwarden_benches::rss_kib(Some(pid));
     for _ in 0..streams {
         let client = reqwest::Client::builder().no_proxy().build().unwrap();
         let answer = client
@@ -61,6 +64,8 @@ async fn measure(
     }
     // Let the streams settle into their idle state before the window opens.
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let grown = runwarden_benches::rss_kib(Some(pid)).saturating_sub(rss0);
+    let rss_per_stream_kib = grown as f64 / streams.max(1) as f64;
     let (cpu_before, started) = (cpu_time(pid), Instant::now());
     tokio::time::sleep(WINDOW).await;
     let cores = (cpu_time(pid) - cpu_before).as_secs_f64() / started.elapsed().as_secs_f64();
@@ -82,6 +87,7 @@ async fn measure(
         streams,
         cores,
         get: Dist::new(samples),
+        rss_per_stream_kib,
     }
 }
 
@@ -96,6 +102,12 @@ fn main() {
     let config = dir.path().join("runwarden.toml");
     let mut text = std::fs::read_to_string(&config).unwrap();
     text.push_str("\n[agents.a]\nprovider = \"scripted\"\nscript = \"plan.json\"\n");
+    // Every stream comes from 127.0.0.1: the per-client cap must admit them all.
+    let cap = streams + 100;
+    text.push_str(&format!(
+        "\n[serve]\nmax_connections = {cap}\nmax_connections_per_client = {cap}\n"
+    ));
+    runwarden_benches::raise_nofile();
     std::fs::write(&config, text).unwrap();
     std::fs::write(dir.path().join("plan.json"), r#"[{"text": "done"}]"#).unwrap();
     let token = common::token(dir.path(), "viewer");
@@ -128,8 +140,10 @@ fn main() {
             "idle live event streams against runwarden serve on 127.0.0.1 (CPU over {:.0} s, then {GETS} GET /v1/runs/{{id}})",
             WINDOW.as_secs_f64()
         );
-        println!("| open SSE streams | server CPU (cores) | GET p50 | GET p99 |");
-        println!("| --- | --- | --- | --- |");
+        println!(
+            "| open SSE streams | server CPU (cores) | GET p50 | GET p99 | server RSS per stream |"
+        );
+        println!("| --- | --- | --- | --- | --- |");
     }
     for row in &rows {
         let (p50, p99) = (row.get.pct(50.0), row.get.pct(99.0));
@@ -137,15 +151,17 @@ fn main() {
             println!(
                 "{}",
                 json!({"figure": "idle sse streams", "streams": row.streams, "server_cores": row.cores,
-                       "get_p50_ms": p50.as_secs_f64() * 1e3, "get_p99_ms": p99.as_secs_f64() * 1e3})
+                       "get_p50_ms": p50.as_secs_f64() * 1e3, "get_p99_ms": p99.as_secs_f64() * 1e3,
+                       "server_rss_kib_per_stream": row.rss_per_stream_kib})
             );
         } else {
             println!(
-                "| {} | {:.3} | {:.2} ms | {:.2} ms |",
+                "| {} | {:.3} | {:.2} ms | {:.2} ms | {:.1} KiB |",
                 row.streams,
                 row.cores,
                 p50.as_secs_f64() * 1e3,
-                p99.as_secs_f64() * 1e3
+                p99.as_secs_f64() * 1e3,
+                row.rss_per_stream_kib
             );
         }
     }

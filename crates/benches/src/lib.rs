@@ -25,3 +25,32 @@ pub fn cpu_time() -> Duration {
     };
     Duration::from_secs_f64((ticks(11) + ticks(12)) as f64 / TICKS_PER_SECOND)
 }
+
+/// The resident set of process `pid` (this process for `None`), in KiB, from the
+/// `VmRSS` line of `/proc/PID/status`; 0 when it cannot be read.
+pub fn rss_kib(pid: Option<u32>) -> u64 {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/status"),
+        None => "/proc/self/status".to_string(),
+    };
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Raises this process's open-file limit to its hard cap, for benches that hold thousands
+/// of connections (children inherit it).
+pub fn raise_nofile() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let raised = Rlimit {
+        current: limit.maximum,
+        maximum: limit.maximum,
+    };
+    if let Err(error) = setrlimit(Resource::Nofile, raised) {
+        eprintln!("could not raise the open-file limit: {error}");
+    }
+}

@@ -84,16 +84,35 @@ fn pg_options(section: &StoreSection) -> anyhow::Result<PgOptions> {
     Ok(options)
 }
 
+/// Where the data lives ([`store_url`]) and what its promised writes survive
+/// ([`durability_of`]).
+fn store_and_durability(
+    section: StoreSection,
+    data_dir: &Path,
+    resolve: &impl Fn(PathBuf) -> PathBuf,
+) -> anyhow::Result<(StoreUrl, Durability)> {
+    let text = env("RUNWARDEN_DURABILITY").or(section.durability.clone());
+    let store = store_url(section, data_dir, resolve)?;
+    let durability = durability_of(text, &store)?;
+    Ok((store, durability))
+}
+
 /// `[store] durability` (or `$RUNWARDEN_DURABILITY`): `power_cut`, the default, or
-/// `process_crash`.
-fn durability(text: Option<String>) -> anyhow::Result<Durability> {
-    match text.as_deref().map(str::trim) {
-        None | Some("power_cut") => Ok(Durability::PowerCut),
-        Some("process_crash") => Ok(Durability::ProcessCrash),
+/// `process_crash`, which SQLite alone offers.
+fn durability_of(text: Option<String>, store: &StoreUrl) -> anyhow::Result<Durability> {
+    let durability = match text.as_deref().map(str::trim) {
+        None | Some("power_cut") => Durability::PowerCut,
+        Some("process_crash") => Durability::ProcessCrash,
         Some(other) => bail!(
             "[store] durability: unknown {other:?}: use \"power_cut\" (the default: promises survive a power cut) or \"process_crash\" (faster: they survive runwarden being killed, not a power cut)"
         ),
+    };
+    if durability != Durability::PowerCut && matches!(store, StoreUrl::Postgres(_)) {
+        bail!(
+            "[store] durability = \"process_crash\" is for SQLite only: on PostgreSQL the server's own synchronous_commit decides; remove the key"
+        );
     }
+    Ok(durability)
 }
 
 /// Where the data lives, first match wins: `$RUNWARDEN_DATABASE_URL`,
@@ -185,13 +204,7 @@ impl Config {
                 .unwrap_or_else(|| ".runwarden".into()),
         );
         let pg_options = pg_options(&file.store)?;
-        let durability = durability(env("RUNWARDEN_DURABILITY").or(file.store.durability.clone()))?;
-        let store = store_url(file.store, &data_dir, &resolve)?;
-        if durability != Durability::PowerCut && matches!(store, StoreUrl::Postgres(_)) {
-            bail!(
-                "[store] durability = \"process_crash\" is for SQLite only: on PostgreSQL the server's own synchronous_commit decides; remove the key"
-            );
-        }
+        let (store, durability) = store_and_durability(file.store, &data_dir, &resolve)?;
         let master_key_file = env("RUNWARDEN_MASTER_KEY_FILE")
             .map(PathBuf::from)
             .or(file.vault.master_key_file)

@@ -177,9 +177,10 @@ async fn serve_opens_one_store_with_one_writer_for_the_api_and_its_workers() {
     let sandbox = Sandbox::initialised();
     let serve = Serve::start(&sandbox, 2).await;
     let database = std::fs::canonicalize(sandbox.database()).unwrap();
-    // One SQLite store: its write connection and its read-only status probe (R6). Before
-    // the composition root, `serve` held three stores: three writers and three probes.
-    assert_eq!(descriptors_on(serve.pid(), &database), (1, 1));
+    // One SQLite store: its write connection, its read-only status probe (R6) and its
+    // read-only connection for the reads a call makes on its own thread. Before the
+    // composition root, `serve` held three stores: three writers and three probes.
+    assert_eq!(descriptors_on(serve.pid(), &database), (1, 2));
 }
 
 #[tokio::test(flavor = "multi_thread")]

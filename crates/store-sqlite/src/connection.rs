@@ -66,6 +66,8 @@ pub(crate) struct Inner {
     syncs_promises: AtomicBool,
     /// O6: what this process committed, for live views, workers and the status watcher.
     feed: runwarden_runtime::ChangeFeed,
+    /// Run events waiting to be committed together (`append_batch`).
+    pub(crate) appends: crate::append_batch::Appends,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -164,6 +166,7 @@ impl SqliteStore {
                 watched,
                 syncs_promises: AtomicBool::new(true),
                 feed: runwarden_runtime::ChangeFeed::new(),
+                appends: Default::default(),
             }),
         })
     }

@@ -31,6 +31,7 @@
 pub use connection::{Durability, SqliteStore};
 pub use other_writers::OtherWriters;
 
+mod append_batch;
 mod cached;
 mod catalogue_store;
 mod confirm;

@@ -224,39 +224,11 @@ impl RunStore for SqliteStore {
     }
 
     async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
-        let run_id = params.id.clone();
-        let ends_as = params.end.as_ref().map(|end| end.status);
         if let Some(end) = &params.end {
             rules::check_final_event_status(end.status)?;
         }
-        let seq = self
-            .run("appending a run event", move |conn| {
-                let payload = params.payload.to_string();
-                let appended = append_guarded(conn, &params, &payload);
-                // A step whose commit may have landed is re-read: read as unstored, a
-                // recorded write would end FENCED_WRITE. The same kind, payload and time
-                // is this append.
-                crate::confirm::or_reread(conn, "appending a run event", appended, |conn| {
-                    let seq = conn
-                        .query_row_cached(
-                            "SELECT seq FROM run_events
-                             WHERE run_id = ?1 AND kind = ?2 AND time_ms = ?3 AND payload = ?4
-                             ORDER BY seq DESC LIMIT 1",
-                            params![params.id, params.kind, params.now_ms, payload],
-                            |row| row.get(0),
-                        )
-                        .optional()?;
-                    Ok(seq.map(Some))
-                })
-            })
-            .await?;
-        if let Some(seq) = seq {
-            if let Some(status) = ends_as {
-                publish_status(self.feed(), &run_id, status);
-            }
-            self.feed().publish(Change::Appended { run_id, seq });
-        }
-        Ok(seq)
+        // Group-committed with the appends of the runs beside it (`append_batch`).
+        self.append_event(params).await
     }
 
     async fn run_settle(&self, params: RunSettle) -> Result<SettleAnswer, StoreError> {
@@ -459,67 +431,6 @@ pub(crate) fn run_columns(row: &Row<'_>) -> rusqlite::Result<StoredRun> {
 /// A run row, its status, request and counters checked.
 pub(crate) fn run_row(c: StoredRun) -> Result<Run, Failure> {
     rows::run(c).map_err(Failure::Corrupt)
-}
-
-/// The guarded append of one event (and, for a final event, the run's end) in one
-/// transaction; `None` when the guard matched nothing and nothing was stored.
-fn append_guarded(
-    conn: &mut Connection,
-    params: &EventAppend,
-    payload: &str,
-) -> Result<Option<i64>, Failure> {
-    let round = params.round.map(i64::from);
-    // BEGIN IMMEDIATE takes the write lock before reading MAX(seq), so a writer in
-    // another process waits (busy timeout) instead of taking the same sequence (R1).
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    // The guard decides: the owner of a running run under this claim's epoch,
-    // or of a run cancelled under it (R5: it records its boundary step). R7:
-    // the fence is cleared on a running run only; a cancelled mid-write run
-    // keeps its mark. Rounds never go down. A final event with `end` moves a
-    // running run to its final status in the same transaction (one truth per
-    // run); a cancel that won the row refuses it.
-    let (end_status, end_reason) = match &params.end {
-        Some(end) => (Some(end.status.as_str()), Some(end.reason.as_str())),
-        None => (None, None),
-    };
-    let changed = tx.execute_cached(
-        "UPDATE runs SET
-         pending_effect = CASE WHEN ?1 AND status = 'running' THEN NULL
-                               ELSE pending_effect END,
-         rounds = MAX(rounds, COALESCE(?2, rounds)),
-         termination_reason = CASE WHEN ?7 IS NULL THEN termination_reason
-                                   ELSE ?8 END,
-         status = COALESCE(?7, status),
-         updated_ms = ?3
-     WHERE id = ?4 AND claimed_by = ?5 AND claim_epoch = ?6
-       AND (status = 'running' OR (?7 IS NULL AND status = 'cancelled'))",
-        params![
-            params.clear_fence,
-            round,
-            params.now_ms,
-            params.id,
-            params.owner,
-            params.epoch,
-            end_status,
-            end_reason
-        ],
-    )?;
-    if changed != 1 {
-        // Dropping the transaction rolls it back: nothing is stored.
-        return Ok(None);
-    }
-    let seq: i64 = tx.query_row_cached(
-        "SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = ?1",
-        [&params.id],
-        |row| row.get(0),
-    )?;
-    tx.execute_cached(
-        "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
-     VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![params.id, seq, params.kind, payload, params.now_ms],
-    )?;
-    tx.commit()?;
-    Ok(Some(seq))
 }
 
 /// A segment's settle, guarded by its claim, in one transaction.

@@ -285,3 +285,81 @@ async fn a_database_file_deleted_under_the_store_refuses_every_write_and_says_to
     let again = store.run_create(running("later")).await.unwrap_err();
     assert!(again.to_string().contains("writes nothing more"), "{again}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn appends_committed_together_keep_each_guard_and_each_answer() {
+    // Appends sent at once share transactions (group commit); each keeps its own guard:
+    // a stale claim is refused alone, a final event ends its run alone, and every stored
+    // event is announced on the change feed once.
+    const RUNS: usize = 8;
+    const APPENDS: usize = 12;
+    let db = TempDb::new();
+    let store = db.open();
+    for r in 0..RUNS {
+        store
+            .run_create(running(&format!("batch-{r}")))
+            .await
+            .unwrap();
+    }
+    let mut feed = store.change_feed().subscribe();
+    let mut tasks = Vec::new();
+    for r in 0..RUNS {
+        for a in 0..APPENDS {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut append = event(&format!("batch-{r}"));
+                append.payload = json!({"n": a});
+                // Every third append of run 0 carries a stale claim epoch.
+                if r == 0 && a % 3 == 0 {
+                    append.epoch = 7;
+                }
+                (r, a, store.run_event_append(append).await.unwrap())
+            }));
+        }
+    }
+    let mut stored = 0;
+    for task in tasks {
+        let (r, a, answer) = task.await.unwrap();
+        if r == 0 && a % 3 == 0 {
+            assert_eq!(answer, None, "a stale claim is refused, alone");
+        } else {
+            assert!(answer.is_some(), "run {r} append {a} was stored");
+            stored += 1;
+        }
+    }
+    for r in 0..RUNS {
+        let events = store.run_events(&format!("batch-{r}"), 0, 0).await.unwrap();
+        let expected = if r == 0 {
+            APPENDS - APPENDS.div_ceil(3)
+        } else {
+            APPENDS
+        };
+        let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (1..=expected as i64).collect::<Vec<_>>(), "run {r}");
+    }
+    // A final event ends its own run and no other.
+    let mut last = event("batch-1");
+    last.kind = "run_completed".into();
+    last.end = Some(runwarden_runtime::store::RunEnd {
+        status: RunState::Completed,
+        reason: "done".into(),
+    });
+    let (ended, other) = tokio::join!(
+        store.run_event_append(last),
+        store.run_event_append(event("batch-2"))
+    );
+    assert!(ended.unwrap().is_some() && other.unwrap().is_some());
+    assert_eq!(
+        status_of(&store, "batch-1").await.unwrap(),
+        Some(RunState::Completed)
+    );
+    assert_eq!(
+        status_of(&store, "batch-2").await.unwrap(),
+        Some(RunState::Running)
+    );
+    let mut announced = 0;
+    while let Ok(change) = feed.try_recv() {
+        announced += usize::from(matches!(change, runwarden_runtime::Change::Appended { .. }));
+    }
+    assert_eq!(announced, stored + 2, "each stored event announced once");
+}

@@ -11,9 +11,6 @@
 //! commit. If that commit's outcome is unknown, each append in the batch is re-read on its
 //! own, as a lone append is. A single queued append takes the lone path unchanged.
 
-use std::collections::VecDeque;
-use std::sync::Mutex;
-
 use runwarden_base::StoreError;
 use runwarden_runtime::Change;
 use runwarden_runtime::store::EventAppend;
@@ -21,6 +18,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
 use crate::SqliteStore;
+use crate::append_queue::{Answer, Pending};
 use crate::cached::Cached;
 use crate::failure::Failure;
 use crate::publish::publish_status;
@@ -30,35 +28,8 @@ const APPENDING: &str = "appending a run event";
 /// The most appends one transaction takes; the rest wait for the next.
 const MAX_BATCH: usize = 64;
 
-type Answer = Result<Option<i64>, StoreError>;
 /// An append's answer inside the transaction, before the commit is known.
 type Raw = Result<Option<i64>, Failure>;
-
-/// One queued append and where its answer goes.
-struct Pending {
-    append: EventAppend,
-    payload: String,
-    reply: oneshot::Sender<Answer>,
-}
-
-/// The appends waiting for a transaction, and whether a task is draining them.
-#[derive(Default)]
-pub(crate) struct Appends {
-    queue: Mutex<Queue>,
-}
-
-#[derive(Default)]
-struct Queue {
-    pending: VecDeque<Pending>,
-    draining: bool,
-}
-
-impl Appends {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
-        // Every update is one statement: a panic elsewhere leaves nothing half done.
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
 
 impl SqliteStore {
     /// Appends one run event under its claim's guard, in a transaction shared with the

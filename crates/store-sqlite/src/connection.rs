@@ -67,7 +67,7 @@ pub(crate) struct Inner {
     /// O6: what this process committed, for live views, workers and the status watcher.
     feed: runwarden_runtime::ChangeFeed,
     /// Run events waiting to be committed together (`append_batch`).
-    pub(crate) appends: crate::append_batch::Appends,
+    pub(crate) appends: crate::append_queue::Appends,
 }
 
 impl std::fmt::Debug for SqliteStore {

@@ -32,6 +32,7 @@ pub use connection::{Durability, SqliteStore};
 pub use other_writers::OtherWriters;
 
 mod append_batch;
+mod append_queue;
 mod cached;
 mod catalogue_store;
 mod confirm;

@@ -282,15 +282,10 @@ async fn until_terminal(
         let mut logs = Vec::new();
         for worker in workers.iter_mut() {
             let exited = worker.has_exited();
-            let mut lines = Vec::new();
-            while let Ok(line) = worker.stderr.try_recv() {
-                lines.push(line);
-            }
-            let tail = lines.split_off(lines.len().saturating_sub(30));
             logs.push(format!(
                 "worker {} exited: {exited}\n{}",
                 worker.pid,
-                tail.join("\n")
+                last_lines(worker)
             ));
         }
         panic!(
@@ -447,7 +442,8 @@ async fn two_workers_through_a_faulty_link_write_at_most_once_and_recover_withou
         for (w, worker) in workers.iter_mut().enumerate() {
             assert!(
                 !worker.has_exited(),
-                "case {case}: worker {w} is still running"
+                "case {case}: worker {w} exited; its last lines:\n{}",
+                last_lines(worker)
             );
         }
         figures.push(format!(
@@ -538,7 +534,8 @@ async fn two_workers_across_a_server_restart_write_once_per_run_and_finish() {
     for (w, worker) in workers.iter_mut().enumerate() {
         assert!(
             !worker.has_exited(),
-            "worker {w} is still running after the restart"
+            "worker {w} exited after the restart; its last lines:\n{}",
+            last_lines(worker)
         );
     }
     println!(
@@ -554,4 +551,13 @@ async fn two_workers_across_a_server_restart_write_once_per_run_and_finish() {
         let ended = worker.ended(since, Duration::from_secs(10)).await;
         assert_eq!(ended.code, Some(0), "worker {w} exits cleanly: {ended:#?}");
     }
+}
+
+/// The last 30 lines a worker wrote to stderr (what it said before it exited).
+fn last_lines(worker: &mut Child) -> String {
+    let mut lines = Vec::new();
+    while let Ok(line) = worker.stderr.try_recv() {
+        lines.push(line);
+    }
+    lines.split_off(lines.len().saturating_sub(30)).join("\n")
 }

@@ -282,11 +282,8 @@ async fn until_terminal(
         let mut logs = Vec::new();
         for worker in workers.iter_mut() {
             let exited = worker.has_exited();
-            logs.push(format!(
-                "worker {} exited: {exited}\n{}",
-                worker.pid,
-                last_lines(worker)
-            ));
+            let said = last_lines(worker);
+            logs.push(format!("worker {} exited: {exited}\n{said}", worker.pid));
         }
         panic!(
             "case {case}: runs not terminal {SETTLE:?} after the fault:\n{}\n{}",

@@ -596,16 +596,7 @@ async fn bench() -> (Vec<IdleFigure>, Vec<CancelFigure>) {
             .no_proxy()
             .build()
             .expect("a bare reqwest client");
-        let mut calls = JoinSet::new();
-        for _ in 0..CANCEL_CALLS {
-            let request = bare
-                .post(&url)
-                .header("content-type", "application/json")
-                .body(BODY);
-            calls.spawn(async move {
-                let _ = request.send().await;
-            });
-        }
+        let mut calls = bare_calls(&bare, &url, CANCEL_CALLS);
         server
             .requests(CANCEL_CALLS, Duration::from_secs(120))
             .await;
@@ -625,6 +616,21 @@ async fn bench() -> (Vec<IdleFigure>, Vec<CancelFigure>) {
     }
     drop(server);
     (idle, cancels)
+}
+
+/// `n` bare reqwest POSTs of [`BODY`] to `url`, each its own task.
+fn bare_calls(bare: &reqwest::Client, url: &str, n: usize) -> JoinSet<()> {
+    let mut calls = JoinSet::new();
+    for _ in 0..n {
+        let request = bare
+            .post(url)
+            .header("content-type", "application/json")
+            .body(BODY);
+        calls.spawn(async move {
+            let _ = request.send().await;
+        });
+    }
+    calls
 }
 
 /// Runs this bench again with `--rss WHAT` and reads the KiB per call it prints.
@@ -659,19 +665,7 @@ fn rss_child(what: &str) {
             .no_proxy()
             .build()
             .expect("a bare reqwest client");
-        let start = |n: usize| {
-            let mut calls = JoinSet::new();
-            for _ in 0..n {
-                let request = bare
-                    .post(&url)
-                    .header("content-type", "application/json")
-                    .body(BODY);
-                calls.spawn(async move {
-                    let _ = request.send().await;
-                });
-            }
-            calls
-        };
+        let start = |n: usize| bare_calls(&bare, &url, n);
         // One call of the kind first, so what is made once per process is not counted.
         let warm = match what {
             "bare" => start(1),

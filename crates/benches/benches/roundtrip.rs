@@ -154,6 +154,21 @@ fn methods_seen(server: &mut TestServer) -> std::collections::BTreeMap<String, u
     methods
 }
 
+/// [`throughput`] of `echo` calls through `client`.
+async fn ours_throughput(name: &'static str, client: Arc<McpClient>) -> Throughput {
+    throughput(name, move || {
+        let client = client.clone();
+        async move {
+            let call = McpCall {
+                tool: "echo".into(),
+                ..McpCall::default()
+            };
+            client.call_tool(call, None).await.result.is_success()
+        }
+    })
+    .await
+}
+
 async fn rmcp_call(peer: &Peer<RoleClient>, arguments: Map<String, Value>) -> bool {
     let params = CallToolRequestParams::new("echo").with_arguments(arguments);
     matches!(peer.call_tool(params).await, Ok(result) if result.is_error != Some(true))
@@ -296,46 +311,9 @@ async fn main() {
         &summarise(RMCP_POOLED, rmcp_pooled_samples),
     ];
 
-    let ours = throughput(OURS, move || {
-        let client = client.clone();
-        async move {
-            let call = McpCall {
-                tool: "echo".into(),
-                arguments: Default::default(),
-                correlation: None,
-                gate: None,
-                elicitor: None,
-                output_schema: None,
-                notices: None,
-                ..Default::default()
-            };
-            client.call_tool(call, None).await.result.is_success()
-        }
-    })
-    .await;
-    let ours_fast = throughput(OURS_FAST, move || {
-        let client = fast_client.clone();
-        async move {
-            let call = McpCall {
-                tool: "echo".into(),
-                ..McpCall::default()
-            };
-            client.call_tool(call, None).await.result.is_success()
-        }
-    })
-    .await;
-    let session_calls = session_client.clone();
-    let ours_session = throughput(OURS_SESSION, move || {
-        let client = session_calls.clone();
-        async move {
-            let call = McpCall {
-                tool: "echo".into(),
-                ..McpCall::default()
-            };
-            client.call_tool(call, None).await.result.is_success()
-        }
-    })
-    .await;
+    let ours = ours_throughput(OURS, client).await;
+    let ours_fast = ours_throughput(OURS_FAST, fast_client).await;
+    let ours_session = ours_throughput(OURS_SESSION, session_client.clone()).await;
     // M13: the session ends with one DELETE.
     session_client.close().await.expect("the session ends");
     let session_methods = methods_seen(&mut session_server);

@@ -188,8 +188,14 @@ async fn an_interrupted_rotation_leaves_every_secret_under_the_old_key() {
     put(&vault, "a", "value-a").await;
     put(&vault, "b", SIGIL).await;
     put(&vault, "c", "value-c").await;
-    // A damaged wrapped key makes the rotation fail part-way through the records.
-    db.sql("UPDATE sealed SET wrapped_key = CAST(X'00' || substr(wrapped_key, 2) AS BLOB) WHERE name = 'c'");
+    // A damaged wrapped key makes the rotation fail part-way through the records. Its
+    // first byte is changed, never merely rewritten: a key that already began with 00
+    // (one in 256) would stay intact.
+    db.sql(
+        "UPDATE sealed SET wrapped_key = CAST(
+             CASE WHEN substr(wrapped_key, 1, 1) = X'00' THEN X'01' ELSE X'00' END
+             || substr(wrapped_key, 2) AS BLOB) WHERE name = 'c'",
+    );
     let err = vault.rotate_master_key(&new).await.unwrap_err();
     assert!(err.to_string().contains("failed authentication"), "{err}");
 

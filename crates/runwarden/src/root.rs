@@ -73,11 +73,6 @@ impl Backend {
                     SqliteStore::open_existing(path)?
                 }
                 .with_durability(config.durability);
-                if config.durability == runwarden_store_sqlite::Durability::ProcessCrash {
-                    tracing::warn!(
-                        "[store] durability = \"process_crash\": audit intents and write fences are not synced to disk; a power cut can lose them and a write may then be sent twice"
-                    );
-                }
                 // Files from before they were created private are tightened at open.
                 for note in store.tightened() {
                     eprintln!("warning: {note}");
@@ -113,6 +108,17 @@ impl Backend {
             Self::Sqlite(store) => Some(store.watch_other_writers(OTHER_WRITERS_EVERY).await),
             Self::Postgres(_) => None,
         }
+    }
+}
+
+/// Warns, at the start of a process that sends calls (`serve`, `worker`), that the
+/// operator chose the faster durability: at warn, so it shows at the default log level.
+pub(crate) fn warn_if_unsynced(config: &Config) {
+    let sqlite = matches!(config.store, StoreUrl::Sqlite(_));
+    if sqlite && config.durability == runwarden_store_sqlite::Durability::ProcessCrash {
+        tracing::warn!(
+            "[store] durability = \"process_crash\": audit intents and write fences are not synced to disk; a power cut can lose them and a write may then be sent twice"
+        );
     }
 }
 

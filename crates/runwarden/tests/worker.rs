@@ -77,6 +77,12 @@ async fn write_trials(trials: usize, durability: Option<&str>) {
         let q = format!("trial {k}");
         let id = enqueue(&sandbox, agent, &q).await;
         let mut first = Child::worker(&sandbox, None);
+        if durability.is_some() && k == 0 {
+            // The operator is told, at the default log level, what the mode gives up.
+            first
+                .until_stderr(&["durability = \"process_crash\"", "not synced to disk"])
+                .await;
+        }
         until_call_is_held(&mut server, "create", &q).await;
         let held = status(&sandbox, &id).await;
         assert_eq!(held["status"], "running", "{held:#}");

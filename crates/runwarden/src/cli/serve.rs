@@ -131,6 +131,7 @@ enum Front {
 
 pub(crate) async fn serve(cx: &Context, args: ServeArgs) -> anyhow::Result<ExitCode> {
     let stop = super::signals::stop_levels();
+    crate::root::warn_if_unsynced(&cx.config);
     let limits = limits(cx);
     let tls = cx.config.serve.tls.as_ref().map(tls_acceptor).transpose()?;
     let (listener, mut bound) = bind(cx, &args, tls.is_some()).await?;

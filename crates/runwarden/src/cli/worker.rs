@@ -119,6 +119,7 @@ pub(crate) async fn enqueue(cx: &Context, args: EnqueueArgs) -> anyhow::Result<E
 
 pub(crate) async fn worker(cx: &Context, args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let stop = super::signals::stop_levels(); // before any work: an early SIGTERM drains
+    crate::root::warn_if_unsynced(&cx.config);
     if cx.root.backend_when_room(stop.clone()).await?.is_none() {
         return Ok(ExitCode::SUCCESS); // stopped while waiting for room: nothing was claimed
     }

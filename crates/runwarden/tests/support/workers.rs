@@ -31,8 +31,9 @@ pub(crate) fn config_with_short_leases(sandbox: &Sandbox) -> String {
     text.replace("\n[worker]\n", &format!("\n[worker]\n{WORKER_SETTINGS}"))
 }
 
-/// Makes each worker log what its reaper did, so a test can wait for that line.
-const REAPER_LOG: &str = "runwarden_runtime::worker=info";
+/// Makes each worker log what its reaper did, so a test can wait for that line, and
+/// its warnings, as at the default level.
+const REAPER_LOG: &str = "warn,runwarden_runtime::worker=info";
 
 /// The `tools/call` requests the server received, by `"<tool> <q argument>"`, and, for a
 /// `create` whose argument starts with `answer`, the database lock the server took before

@@ -437,11 +437,9 @@ async fn two_workers_through_a_faulty_link_write_at_most_once_and_recover_withou
             completed += usize::from(run.status == "completed");
         }
         for (w, worker) in workers.iter_mut().enumerate() {
-            assert!(
-                !worker.has_exited(),
-                "case {case}: worker {w} exited; its last lines:\n{}",
-                last_lines(worker)
-            );
+            if let Some(report) = exited(worker).await {
+                panic!("case {case}: worker {w} exited: {report}");
+            }
         }
         figures.push(format!(
             "case {case}: {} runs, {completed} completed, {unknown} failed as unknown ({unknown_unsent} of them never sent), \
@@ -529,11 +527,9 @@ async fn two_workers_across_a_server_restart_write_once_per_run_and_finish() {
             .or_default() += 1;
     }
     for (w, worker) in workers.iter_mut().enumerate() {
-        assert!(
-            !worker.has_exited(),
-            "worker {w} exited after the restart; its last lines:\n{}",
-            last_lines(worker)
-        );
+        if let Some(report) = exited(worker).await {
+            panic!("worker {w} exited after the restart: {report}");
+        }
     }
     println!(
         "server restart: {} runs, {} writes seen ({writes_while_up} before the stop), rows {statuses:?}, \
@@ -557,4 +553,40 @@ fn last_lines(worker: &mut Child) -> String {
         lines.push(line);
     }
     lines.split_off(lines.len().saturating_sub(30)).join("\n")
+}
+
+/// When `worker` has exited: its exit code and the rest of what it wrote (its pipes close
+/// with it), for the failure message.
+async fn exited(worker: &mut Child) -> Option<String> {
+    let code = match worker.exit.try_recv() {
+        Ok((code, _)) => code,
+        Err(tokio::sync::oneshot::error::TryRecvError::Empty) => return None,
+        Err(tokio::sync::oneshot::error::TryRecvError::Closed) => None,
+    };
+    let rest = |rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>| {
+        let mut lines = Vec::new();
+        while let Ok(line) = rx.try_recv() {
+            lines.push(line);
+        }
+        lines
+    };
+    // The readers forward the last lines after the exit is seen: let them.
+    let mut stderr = rest(&mut worker.stderr);
+    let mut stdout = rest(&mut worker.stdout);
+    while let Ok(Some(line)) =
+        tokio::time::timeout(Duration::from_secs(2), worker.stderr.recv()).await
+    {
+        stderr.push(line);
+    }
+    while let Ok(Some(line)) =
+        tokio::time::timeout(Duration::from_secs(2), worker.stdout.recv()).await
+    {
+        stdout.push(line);
+    }
+    let tail = |lines: Vec<String>| lines[lines.len().saturating_sub(30)..].join("\n");
+    Some(format!(
+        "exit code {code:?}\nstderr:\n{}\nstdout:\n{}",
+        tail(stderr),
+        tail(stdout)
+    ))
 }

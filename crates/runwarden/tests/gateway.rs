@@ -10,7 +10,7 @@ use std::time::Duration;
 use runwarden_testkit::{TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 
-use crate::support::serve::{Serve, named_token};
+use crate::support::serve::{Api, Serve, named_token};
 use crate::support::workers::status;
 use crate::support::{Sandbox, runwarden};
 
@@ -138,15 +138,7 @@ async fn stopping_the_server_settles_the_runs_of_its_open_sessions() {
     let (_, session, _, _) = post(&serve, Some(&ide), None, initialize()).await;
     let session = session.expect("a session id");
     // A client holding its standing stream does not hold the stop up.
-    let standing = reqwest::Client::new()
-        .get(format!("{}/mcp", serve.url()))
-        .bearer_auth(&ide)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", &session)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(standing.status().as_u16(), 200);
+    let _standing = standing_stream(&serve, &ide, &session).await;
     serve.signal("TERM");
     let waiting = tokio::task::spawn_blocking(move || serve.child.wait());
     let exited = tokio::time::timeout(Duration::from_secs(30), waiting)
@@ -156,6 +148,20 @@ async fn stopping_the_server_settles_the_runs_of_its_open_sessions() {
     assert!(exited.unwrap().success());
     let run = status(&sandbox, &session).await;
     assert_eq!(run["status"], "completed", "{run:#}");
+}
+
+/// The session's standing `GET /mcp` stream, open.
+async fn standing_stream(serve: &Serve, token: &str, session: &str) -> reqwest::Response {
+    let stream = reqwest::Client::new()
+        .get(format!("{}/mcp", serve.url()))
+        .bearer_auth(token)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status().as_u16(), 200);
+    stream
 }
 
 /// The run of a session once it is no longer running (the session's id is its run's).
@@ -201,15 +207,7 @@ async fn a_reload_that_changes_a_tokens_tools_is_announced_and_the_session_can_c
     let (_, session, body, _) = post(&serve, Some(&ide), None, initialize()).await;
     assert_eq!(body["result"]["capabilities"]["tools"]["listChanged"], true);
     let session = session.expect("a session id");
-    let mut stream = reqwest::Client::new()
-        .get(format!("{}/mcp", serve.url()))
-        .bearer_auth(&ide)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", &session)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(stream.status().as_u16(), 200);
+    let mut stream = standing_stream(&serve, &ide, &session).await;
 
     let config = std::fs::read_to_string(sandbox.config()).unwrap();
     let widened = config.replace("tools = [\"srv__echo\"]", "tools = [\"srv__*\"]");
@@ -270,11 +268,11 @@ async fn an_operator_cancels_one_call_of_a_session_and_the_session_goes_on() {
         })
     };
     let http = reqwest::Client::new();
-    let calls_url = format!("{}/v1/runs/{session}/calls", serve.url());
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let listed = http.get(&calls_url).bearer_auth(&ide).send().await.unwrap();
-        let listed: Value = serde_json::from_str(&listed.text().await.unwrap()).unwrap();
+        let listed = Api::new(&serve)
+            .get(&format!("/v1/runs/{session}/calls"), &ide)
+            .await;
         if listed["calls"][0]["call_id"] == "gw-7" {
             assert_eq!(listed["calls"][0]["tool"], "srv__stall");
             break;

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use crate::support::serve::{Serve, named_token};
+use crate::support::serve::{Api, Serve, named_token};
 use crate::support::workers::{events, status};
 use crate::support::{Sandbox, runwarden};
 
@@ -478,16 +478,9 @@ async fn an_operators_cancel_of_one_call_reaches_its_handler_and_the_session_goe
     let run_id = run["run_id"].as_str().unwrap().to_string();
     // The open call, as the server holding the session lists it, then its cancel.
     let http = reqwest::Client::new();
-    let listed = http
-        .get(format!("{}/v1/runs/{run_id}/calls", serve.url()))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let listed: Value = serde_json::from_str(&listed).unwrap();
+    let listed = Api::new(&serve)
+        .get(&format!("/v1/runs/{run_id}/calls"), &token)
+        .await;
     assert_eq!(listed["calls"][0]["tool"], "peer__slow", "{listed}");
     let call_id = listed["calls"][0]["call_id"].as_str().unwrap();
     let cancelled = http

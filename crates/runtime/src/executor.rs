@@ -26,7 +26,7 @@ use crate::queue::QueueStore;
 use crate::retry::RetryPolicy;
 use crate::signal::CancelHub;
 use crate::state::Outcome;
-use crate::store::{CancelAnswer, NewRunStatus, Run, RunCreate, RunOrigin, RunStore};
+use crate::store::{CancelAnswer, NewRunStatus, Run, RunCreate, RunEvent, RunOrigin, RunStore};
 use crate::time::{ms, now_ms};
 use crate::watcher::StatusWatcher;
 
@@ -158,6 +158,8 @@ pub struct SegmentOptions {
     /// When set, the segment puts its run back in the queue at its next boundary (a
     /// graceful worker stop); the requeue does not spend the retry budget.
     pub drain: Option<Arc<AtomicBool>>,
+    /// The run's events, when the claim read them; `None` reads them at the start.
+    pub history: Option<Vec<RunEvent>>,
 }
 
 impl Executor {

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use runwarden_base::StoreError;
 
 use crate::retry::RetryDecision;
-use crate::store::{Run, RunStore};
+use crate::store::{Run, RunEvent, RunStore};
 
 /// Why a run was failed for good; the retry policy decides it, and the queue applies it.
 pub use crate::retry::DeadLetter;
@@ -26,6 +26,16 @@ pub struct Claim {
     pub now_ms: i64,
     /// Only runs of these agents (the ones the worker can run); `None` for any agent.
     pub agents: Option<Vec<String>>,
+}
+
+/// A claimed run and, when the store read them with the claim, its stored events.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claimed {
+    /// The run, as the claim left it.
+    pub run: Run,
+    /// Every event of the run, oldest first, read after the claim committed; `None` when
+    /// they were not read (the segment reads them itself).
+    pub history: Option<Vec<RunEvent>>,
 }
 
 /// Parameters of [`QueueStore::run_requeue_apply`]: a decision the runtime took on the
@@ -113,6 +123,14 @@ pub trait QueueStore: RunStore {
     /// only once its claim's commit is confirmed (a commit whose outcome is unknown is
     /// re-read), so a segment never runs on a claim the store does not hold.
     async fn run_claim(&self, params: Claim) -> Result<Option<Run>, StoreError>;
+
+    /// [`run_claim`](Self::run_claim), and the claimed run's events read in the same trip
+    /// to the store, so a segment starts without a second one. A store that cannot read
+    /// them together answers `history: None`, as this default does.
+    async fn run_claim_with_history(&self, params: Claim) -> Result<Option<Claimed>, StoreError> {
+        let run = self.run_claim(params).await?;
+        Ok(run.map(|run| Claimed { run, history: None }))
+    }
 
     /// R9: applies a segment's decision to a running run held by `owner` with the
     /// `requeue_count` and `pending_effect` it read: back to the queue (owner and lease

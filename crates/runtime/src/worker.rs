@@ -13,11 +13,11 @@ use crate::agent::AgentSpec;
 use crate::events::{EventBody, RunEnded};
 use crate::executor::{Executor, SegmentOptions};
 use crate::feed::Change;
-use crate::queue::{Claim, QueueStore, RequeueAnswer};
+use crate::queue::{Claim, Claimed, QueueStore, RequeueAnswer};
 use crate::requeue::{apply_held, decide_held, reap};
 use crate::retry::{RequeueCause, RetryPolicy};
 use crate::state::{Outcome, RunState};
-use crate::store::{EventAppend, Run, RunEnd};
+use crate::store::{EventAppend, Run, RunEnd, RunEvent};
 use crate::time::now_ms;
 use runwarden_vault::store::{StoreError, StoreFault};
 
@@ -204,7 +204,7 @@ impl Worker {
                 agents: self.agents.names(),
             };
             match self.claim(claim).await {
-                Ok(Some(run)) => {
+                Ok(Some(Claimed { run, history })) => {
                     // O5: every claim, and below every segment's end, in the log.
                     tracing::info!(run = %run.id, agent = %run.agent, owner = %self.executor.owner(), "claimed a run");
                     summary.claimed += 1;
@@ -212,7 +212,7 @@ impl Worker {
                     let (worker, drain, done) = (self.clone(), drain.clone(), done_tx.clone());
                     self.busy.fetch_add(1, Ordering::SeqCst);
                     tokio::spawn(async move {
-                        let outcome = worker.segment(run.clone(), drain).await;
+                        let outcome = worker.segment(run.clone(), history, drain).await;
                         worker.busy.fetch_sub(1, Ordering::SeqCst);
                         tracing::info!(run = %run.id, outcome = outcome.as_str(), "a run's segment ended");
                         if let Some(observer) = &worker.observer {
@@ -273,13 +273,13 @@ impl Worker {
     /// One claim, bounded by half a lease so a store that hangs cannot stop the loop. A
     /// claim abandoned at the bound may have been stored: it is not acted on, its lease
     /// runs out and the reaper hands the run back.
-    async fn claim(&self, claim: Claim) -> Result<Option<Run>, StoreError> {
+    async fn claim(&self, claim: Claim) -> Result<Option<Claimed>, StoreError> {
         let bound = std::time::Duration::from_millis(
             u64::try_from(self.executor.lease_ms() / 2)
                 .unwrap_or(0)
                 .max(1),
         );
-        tokio::time::timeout(bound, self.queue.run_claim(claim))
+        tokio::time::timeout(bound, self.queue.run_claim_with_history(claim))
             .await
             .unwrap_or_else(|_| {
                 Err(StoreError::with_fault(
@@ -378,7 +378,12 @@ impl Worker {
     }
 
     /// One claimed run, from its stored request to an outcome.
-    async fn segment(&self, run: Run, drain: Arc<AtomicBool>) -> Outcome {
+    async fn segment(
+        &self,
+        run: Run,
+        history: Option<Vec<RunEvent>>,
+        drain: Arc<AtomicBool>,
+    ) -> Outcome {
         let prompt = run
             .request
             .as_ref()
@@ -399,6 +404,7 @@ impl Worker {
         let options = SegmentOptions {
             retry: Some(self.config.retry),
             drain: Some(drain),
+            history,
         };
         self.executor
             .execute_with(

@@ -173,6 +173,7 @@ async fn a_queued_run_with_a_malformed_event_is_dead_lettered_not_retryable() {
     let options = SegmentOptions {
         retry: Some(RetryPolicy::default()),
         drain: None,
+        history: None,
     };
     assert_eq!(
         executor

@@ -269,6 +269,7 @@ async fn trial(
     let options = SegmentOptions {
         retry: Some(retry),
         drain: None,
+        history: None,
     };
     let mut outcomes = Vec::new();
     // Each pass moves the clock a lease further, so backoffs are due and leases expired.

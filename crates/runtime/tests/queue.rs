@@ -112,6 +112,7 @@ async fn a_retryable_model_failure_requeues_and_a_permanent_one_dead_letters() {
         let options = SegmentOptions {
             retry: Some(retry),
             drain: None,
+            history: None,
         };
         assert_eq!(
             executor
@@ -148,6 +149,7 @@ async fn retries_stop_at_the_requeue_cap_with_retries_exhausted() {
     let options = SegmentOptions {
         retry: Some(fast_retry()),
         drain: None,
+        history: None,
     };
     let mut outcomes = Vec::new();
     for _ in 0..4 {
@@ -243,6 +245,7 @@ async fn a_segment_that_lost_its_lease_stops_without_settling_or_appending() {
         let options = SegmentOptions {
             retry: Some(fast_retry()),
             drain: None,
+            history: None,
         };
         segment_executor
             .execute_with(&segment_run, &agent, "go", None, &options)

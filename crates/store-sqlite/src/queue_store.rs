@@ -10,7 +10,9 @@
 
 use async_trait::async_trait;
 use runwarden_base::StoreError;
-use runwarden_runtime::queue::{Claim, QueueStore, RequeueAnswer, RequeueApply, RescueApply};
+use runwarden_runtime::queue::{
+    Claim, Claimed, QueueStore, RequeueAnswer, RequeueApply, RescueApply,
+};
 use runwarden_runtime::rules::{claims, runs};
 use runwarden_runtime::store::Run;
 use runwarden_runtime::{Change, RetryDecision, RunState, WORKER_FORGOTTEN_AFTER_MS};
@@ -20,7 +22,7 @@ use crate::SqliteStore;
 use crate::cached::Cached;
 use crate::failure::Failure;
 use crate::publish::publish_status;
-use crate::run_store::{RUN_COLUMNS, run_columns, run_row};
+use crate::run_store::{RUN_COLUMNS, read_events, run_columns, run_row};
 
 const REQUEUEING: &str = "requeueing a run";
 const RESCUING: &str = "rescuing a stale run";
@@ -35,6 +37,24 @@ impl QueueStore for SqliteStore {
             publish_status(self.feed(), &run.id, run.status);
         }
         Ok(run)
+    }
+
+    async fn run_claim_with_history(&self, params: Claim) -> Result<Option<Claimed>, StoreError> {
+        let claimed = self
+            .run("claiming a queued run", move |conn| {
+                let Some(run) = claim(conn, &params)? else {
+                    return Ok(None);
+                };
+                // After the commit: the claim holds the run, so no other segment appends
+                // to it. A failed read leaves the segment to read the events itself.
+                let history = read_events(conn, &run.id, 0, 0).ok();
+                Ok(Some(Claimed { run, history }))
+            })
+            .await?;
+        if let Some(claimed) = &claimed {
+            publish_status(self.feed(), &claimed.run.id, claimed.run.status);
+        }
+        Ok(claimed)
     }
 
     async fn run_requeue_apply(&self, params: RequeueApply) -> Result<RequeueAnswer, StoreError> {

@@ -309,39 +309,7 @@ impl RunStore for SqliteStore {
     ) -> Result<Vec<RunEvent>, StoreError> {
         let id = id.to_owned();
         self.run("listing a run's events", move |conn| {
-            // SQLite reads a negative LIMIT as "no limit".
-            let limit = if limit == 0 { -1 } else { i64::from(limit) };
-            let mut stmt = conn.prepare_cached(
-                "SELECT run_id, seq, kind, payload, time_ms FROM run_events
-                 WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-            )?;
-            let rows = stmt
-                .query_map(params![id, after_seq, limit], |row| {
-                    Ok((
-                        row.get::<_, String>(0)?,
-                        row.get::<_, i64>(1)?,
-                        row.get::<_, String>(2)?,
-                        row.get::<_, String>(3)?,
-                        row.get::<_, i64>(4)?,
-                    ))
-                })?
-                .collect::<Result<Vec<_>, _>>()?;
-            rows.into_iter()
-                .map(|(run_id, seq, kind, payload, time_ms)| {
-                    let payload = serde_json::from_str(&payload).map_err(|e| {
-                        Failure::Corrupt(format!(
-                            "event {seq} of run {run_id} has a payload that is not JSON ({e})"
-                        ))
-                    })?;
-                    Ok(RunEvent {
-                        run_id,
-                        seq,
-                        kind,
-                        payload,
-                        time_ms,
-                    })
-                })
-                .collect()
+            read_events(conn, &id, after_seq, limit)
         })
         .await
     }
@@ -464,4 +432,47 @@ fn sync_failed(failure: &Failure) -> bool {
     matches!(failure, Failure::Sql(rusqlite::Error::SqliteFailure(e, _))
         if e.extended_code == rusqlite::ffi::SQLITE_IOERR_FSYNC
             || e.extended_code == rusqlite::ffi::SQLITE_IOERR_DIR_FSYNC)
+}
+
+/// Events of run `id` with a sequence greater than `after_seq`, oldest first, at most
+/// `limit` (0 = all).
+pub(crate) fn read_events(
+    conn: &rusqlite::Connection,
+    id: &str,
+    after_seq: i64,
+    limit: u32,
+) -> Result<Vec<RunEvent>, Failure> {
+    // SQLite reads a negative LIMIT as "no limit".
+    let limit = if limit == 0 { -1 } else { i64::from(limit) };
+    let mut stmt = conn.prepare_cached(
+        "SELECT run_id, seq, kind, payload, time_ms FROM run_events
+         WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+    )?;
+    let rows = stmt
+        .query_map(params![id, after_seq, limit], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, i64>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, String>(3)?,
+                row.get::<_, i64>(4)?,
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter()
+        .map(|(run_id, seq, kind, payload, time_ms)| {
+            let payload = serde_json::from_str(&payload).map_err(|e| {
+                Failure::Corrupt(format!(
+                    "event {seq} of run {run_id} has a payload that is not JSON ({e})"
+                ))
+            })?;
+            Ok(RunEvent {
+                run_id,
+                seq,
+                kind,
+                payload,
+                time_ms,
+            })
+        })
+        .collect()
 }

@@ -198,3 +198,28 @@ async fn runs_queued_before_the_queue_migration_are_due_at_once() {
     assert_eq!(run.id, "old-1");
     assert_eq!(run.request, Some(json!({"input": "hi"})));
 }
+
+/// SQLite reads a claimed run's events in the claim's trip to the store, so a segment
+/// starts with one store call instead of two.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_reads_the_runs_events_in_the_same_trip() {
+    let db = TempDb::new();
+    let store = db.open();
+    store.run_create(queued("trip-1", 0)).await.unwrap();
+    let claimed = store
+        .run_claim_with_history(Claim {
+            owner: "worker-a".into(),
+            lease_until_ms: LEASE,
+            now_ms: 0,
+            agents: None,
+        })
+        .await
+        .unwrap()
+        .expect("the run is claimed");
+    assert_eq!(claimed.run.id, "trip-1");
+    assert_eq!(
+        claimed.history,
+        Some(Vec::new()),
+        "SQLite reads the events with the claim; a new run has none"
+    );
+}

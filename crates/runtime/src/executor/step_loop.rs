@@ -83,16 +83,24 @@ impl Executor {
     /// when the log cannot be read.
     async fn replay(&self, segment: &Segment<'_>, prompt: &str) -> Result<Replayed, Outcome> {
         let run = segment.run;
-        let history = match self.store.run_events(&run.id, 0, 0).await {
-            Ok(history) => history,
-            Err(error) => {
-                // Without its history a resumed run could repeat recorded work: stop here
-                // and let the lease run out (the reaper decides).
-                tracing::error!(run = %run.id, %error, "could not read the run's history; not executing it, its lease will run out");
-                return Err(Outcome::LeaseLost);
-            }
+        let read;
+        let history = match &segment.options.history {
+            // Read with the claim, in the same trip to the store.
+            Some(history) => history.as_slice(),
+            None => match self.store.run_events(&run.id, 0, 0).await {
+                Ok(history) => {
+                    read = history;
+                    read.as_slice()
+                }
+                Err(error) => {
+                    // Without its history a resumed run could repeat recorded work: stop here
+                    // and let the lease run out (the reaper decides).
+                    tracing::error!(run = %run.id, %error, "could not read the run's history; not executing it, its lease will run out");
+                    return Err(Outcome::LeaseLost);
+                }
+            },
         };
-        match Replayed::replay(prompt, &history, segment.agent.max_tokens) {
+        match Replayed::replay(prompt, history, segment.agent.max_tokens) {
             Ok(replayed) => Ok(replayed),
             Err(error) => {
                 // An event this binary cannot read: resuming on a guess could repeat a

@@ -135,3 +135,66 @@ pub(super) async fn a_cancelled_queued_run_is_never_claimed(store: &dyn QueueSto
     );
     assert_eq!(get(store, "cancelled-queued").await, cancelled);
 }
+
+/// A claim that reads the run's events with it answers the row the claim stored and, when
+/// it read them, exactly the events stored before it: a requeued run resumes from them.
+pub(super) async fn a_claim_with_its_history_answers_the_stored_events(store: &dyn QueueStore) {
+    create(store, queued("history-1")).await;
+    let first = claim_with_history(store, T0 + 100).await;
+    assert_eq!(first.run.id, "history-1");
+    if let Some(history) = &first.history {
+        assert!(history.is_empty(), "a new run has no events: {history:?}");
+    }
+    let epoch = first.run.claim_epoch;
+    for _ in 0..2 {
+        let appended = store
+            .run_event_append(event("history-1", OWNER, epoch))
+            .await
+            .unwrap();
+        assert!(appended.is_some(), "the claimant appends");
+    }
+    let graceful = requeue("history-1", OWNER, false, BUDGET);
+    assert_eq!(
+        requeued(store, graceful).await,
+        RequeueAnswer::Requeued { requeue_count: 0 }
+    );
+    let again = claim_with_history(store, T0 + 1_000).await;
+    assert_eq!(
+        again.run,
+        get(store, "history-1").await,
+        "the claim answers the stored row"
+    );
+    assert_eq!(again.run.claim_epoch, epoch + 1, "R3: a new claim epoch");
+    if let Some(history) = &again.history {
+        let stored = store.run_events("history-1", 0, 0).await.unwrap();
+        assert_eq!(history, &stored, "the events read with the claim");
+        assert_eq!(history.len(), 2);
+    }
+    assert_eq!(
+        store
+            .run_claim_with_history(Claim {
+                owner: OWNER.into(),
+                lease_until_ms: T0 + 1_000 + LEASE,
+                now_ms: T0 + 1_000,
+                agents: None,
+            })
+            .await
+            .unwrap(),
+        None,
+        "nothing left to claim"
+    );
+    retire(store, &["history-1"]).await;
+}
+
+async fn claim_with_history(store: &dyn QueueStore, now_ms: i64) -> Claimed {
+    store
+        .run_claim_with_history(Claim {
+            owner: OWNER.into(),
+            lease_until_ms: now_ms + LEASE,
+            now_ms,
+            agents: None,
+        })
+        .await
+        .expect("run_claim_with_history")
+        .expect("a due run to claim")
+}

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use runwarden_mcp::Effect;
 use runwarden_runtime::queue::{
-    Claim, DeadLetter, QueueStore, RequeueAnswer, RequeueApply, RescueApply, Rescued,
+    Claim, Claimed, DeadLetter, QueueStore, RequeueAnswer, RequeueApply, RescueApply, Rescued,
 };
 use runwarden_runtime::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, NewRunStatus, Run, RunCreate, RunSettle,
@@ -54,6 +54,7 @@ pub async fn exercise_queue_store(store: Arc<dyn QueueStore>) {
     a_run_is_claimed_exactly_once_by_concurrent_claimants(&store).await;
     a_run_not_yet_due_is_not_claimed(s).await;
     a_cancelled_queued_run_is_never_claimed(s).await;
+    a_claim_with_its_history_answers_the_stored_events(s).await;
 
     requeue_puts_the_run_back_with_its_backoff_and_counts_the_attempt(s).await;
     a_graceful_requeue_does_not_spend_the_budget(s).await;

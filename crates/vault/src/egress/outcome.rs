@@ -53,6 +53,12 @@ impl EgressClient {
             request.on_head.take(),
         );
         let driven = self.drive(transfer, signal, backstop).await;
+        if matches!(driven, Driven::Cancelled) {
+            // V6: dropping the transfer woke its connection's task, which closes the
+            // socket. Let it run before this task writes the outcome: after thousands of
+            // cancels at once, the writes would otherwise queue every close behind them.
+            tokio::task::yield_now().await;
+        }
         Ended {
             driven,
             timeout,

@@ -4,6 +4,9 @@
 //! (read-only call in flight) or dead-lettered (non-idempotent write in flight); run:
 //! `cargo bench -p runwarden-benches --bench workers [-- --json] [throughput|recovery]
 //! [sqlite|process_crash|postgres]` (the last picks the stores the throughput part measures).
+//! On PostgreSQL it also reports what a run costs the server (`workers/pg_cost.rs`):
+//! statements, transactions, WAL bytes, the server's and the workers' CPU time per run,
+//! backends waiting for the audit chain's advisory lock, and the statements run most.
 //!
 //! Everything is the real release binary (`target/release/runwarden`: build it first with
 //! `cargo build --release -p runwarden`; `common::built_binary` refuses a stale one) run as
@@ -31,6 +34,8 @@
 //! its `pending_effect` kept and exactly one `tools/call` on the server.
 
 mod common;
+#[path = "workers/pg_cost.rs"]
+mod pg_cost;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -373,7 +378,12 @@ fn sorted(mut samples: Vec<f64>) -> Vec<f64> {
 
 /// The throughput of one layout: `processes` workers of `slots` each over [`RUNS`] runs.
 /// Returns (runs/s, steady runs/s, enqueue latencies in ms).
-fn throughput(install: &Install, processes: usize, slots: usize) -> (f64, f64, Vec<f64>) {
+fn throughput(
+    install: &Install,
+    processes: usize,
+    slots: usize,
+    meter: Option<&pg_cost::PgMeter>,
+) -> (f64, f64, Vec<f64>, Option<pg_cost::Cost>) {
     let enqueue_ms: Vec<f64> = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..ENQUEUERS)
             .map(|t| {
@@ -395,6 +405,7 @@ fn throughput(install: &Install, processes: usize, slots: usize) -> (f64, f64, V
             .collect()
     });
     let (tx, rx) = mpsc::channel();
+    let metered = meter.map(pg_cost::PgMeter::start);
     let started = Instant::now();
     let workers: Vec<Worker> = (0..processes)
         .map(|w| install.worker(slots, &tx, w))
@@ -413,10 +424,22 @@ fn throughput(install: &Install, processes: usize, slots: usize) -> (f64, f64, V
     let steady = last
         .duration_since(first.expect("runs finished"))
         .as_secs_f64();
+    let cost = meter.zip(metered).map(|(meter, metered)| {
+        let worker_cpu = workers
+            .iter()
+            .map(|w| runwarden_benches::cpu_time_of(Some(w.child.id()), false))
+            .sum();
+        meter.finish(metered, RUNS as u64, worker_cpu)
+    });
     for worker in workers {
         worker.stop();
     }
-    (RUNS as f64 / total, (RUNS - 1) as f64 / steady, enqueue_ms)
+    (
+        RUNS as f64 / total,
+        (RUNS - 1) as f64 / steady,
+        enqueue_ms,
+        cost,
+    )
 }
 
 /// One recovery trial; (kill -> recovered, kill -> completed if read-only, lease left at
@@ -536,8 +559,14 @@ fn throughput_table(server: &mut Server, json_out: bool, only: &[&str]) {
     );
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
     let mut side_by_side: Vec<(usize, Vec<f64>)> = Vec::new();
+    let mut costs: Vec<(usize, usize, f64, pg_cost::Cost)> = Vec::new();
+    let mut last_meter = None;
     for store in &stores {
         let install = Install::new(server, THROUGHPUT_SETTINGS, store);
+        let meter = match store {
+            Store::Postgres(url) => Some(pg_cost::PgMeter::connect(url)),
+            _ => None,
+        };
         let mut enqueue_ms = Vec::new();
         let mut baseline = None;
         let layouts: &[(usize, usize)] = match store {
@@ -547,14 +576,20 @@ fn throughput_table(server: &mut Server, json_out: bool, only: &[&str]) {
         for &(processes, slots) in layouts {
             let mut rates = Vec::new();
             let mut steady = Vec::new();
+            let mut cost = pg_cost::Cost::default();
             for _ in 0..REPS {
-                let (rate, steady_rate, enqueues) = throughput(&install, processes, slots);
+                let (rate, steady_rate, enqueues, spent) =
+                    throughput(&install, processes, slots, meter.as_ref());
                 rates.push(rate);
                 steady.push(steady_rate);
                 enqueue_ms.extend(enqueues);
+                cost.add(spent.unwrap_or_default());
             }
             let (rates, steady) = (sorted(rates), sorted(steady));
             let median = rates[REPS / 2];
+            if meter.is_some() {
+                costs.push((processes, slots, median, cost));
+            }
             let base = *baseline.get_or_insert(median);
             if slots == 4 && !matches!(store, Store::SqliteProcessCrash) {
                 match side_by_side.iter_mut().find(|(p, _)| *p == processes) {
@@ -602,6 +637,9 @@ fn throughput_table(server: &mut Server, json_out: bool, only: &[&str]) {
                        "p50": percentile(&enqueue_ms, 50.0), "p99": percentile(&enqueue_ms, 99.0)})
             );
         }
+        if meter.is_some() {
+            last_meter = meter;
+        }
     }
     println!("\nWorker processes of 4 slots each, runs/s (median of {REPS}), same run:\n");
     println!("| worker processes | SQLite | PostgreSQL | PostgreSQL / SQLite |");
@@ -615,6 +653,11 @@ fn throughput_table(server: &mut Server, json_out: bool, only: &[&str]) {
         }
     }
     println!();
+    pg_cost::print(&costs, json_out);
+    if let Some(meter) = &last_meter {
+        let runs = costs.iter().map(|(_, _, _, cost)| cost.runs).sum();
+        meter.print_statements(runs);
+    }
     drop(cluster);
 }
 

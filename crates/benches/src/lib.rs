@@ -13,17 +13,31 @@ const TICKS_PER_SECOND: f64 = 100.0;
 /// The process's CPU time so far (all threads, user and system), from `/proc/self/stat`,
 /// to the kernel's tick (10 ms).
 pub fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    cpu_time_of(None, false)
+}
+
+/// The CPU time of process `pid` (this process for `None`), with, when `reaped` is true,
+/// the time of the children it has waited for; zero when it cannot be read.
+pub fn cpu_time_of(pid: Option<u32>, reaped: bool) -> Duration {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/stat"),
+        None => "/proc/self/stat".to_string(),
+    };
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<&str> = after.split_whitespace().collect();
-    // After the command: state is field 3, utime 14, stime 15.
+    // After the command: state is field 3, utime 14, stime 15, cutime 16, cstime 17.
     let ticks = |i: usize| {
         fields
             .get(i)
             .and_then(|f| f.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    Duration::from_secs_f64((ticks(11) + ticks(12)) as f64 / TICKS_PER_SECOND)
+    let mut total = ticks(11) + ticks(12);
+    if reaped {
+        total += ticks(13) + ticks(14);
+    }
+    Duration::from_secs_f64(total as f64 / TICKS_PER_SECOND)
 }
 
 /// The resident set of process `pid` (this process for `None`), in KiB, from the

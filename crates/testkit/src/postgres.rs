@@ -134,11 +134,20 @@ impl Owned {
     fn pg_ctl_start(&mut self) {
         let data = self.dir.path().join("data");
         let log = self.dir.path().join("server.log");
-        let options = format!(
+        let mut options = format!(
             "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off -c max_connections=200",
             self.port,
             self.dir.path().display()
         );
+        // Statement counts for the benches that read what a run costs the server, where
+        // the server's installation has the module.
+        let statements = self
+            .bin
+            .parent()
+            .map(|p| p.join("lib/pg_stat_statements.so"));
+        if statements.is_some_and(|lib| lib.exists()) {
+            options.push_str(" -c shared_preload_libraries=pg_stat_statements");
+        }
         let output = as_cluster_owner(&self.bin.join("pg_ctl"))
             .arg("start")
             .arg("-w")

@@ -374,6 +374,13 @@ impl VaultStore for PgStore {
 /// `synchronous_commit = off` for its own transaction only: it is committed (visible, it
 /// survives a killed process) and reaches the disk with the next synced commit, which is
 /// exactly what the seam promises.
+///
+/// Every node waits for that lock, so it is held for as few round trips as the chain
+/// allows: the statements are prepared once per connection, and they go in two flights.
+/// The first opens the transaction, takes the lock and reads the tip; the second, once
+/// the rows are linked to the tip, inserts them, moves the tip and commits. A statement
+/// that fails aborts the transaction, so the COMMIT behind it rolls back, and the batch
+/// answers that statement's error.
 async fn append_rows(
     store: &PgStore,
     events: Vec<AuditEvent>,
@@ -392,95 +399,132 @@ async fn append_rows(
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let mut client = store.client().await?;
-    let tx = client.transaction().await?;
-    let result = async {
-        if !durable {
-            tx.batch_execute("SET LOCAL synchronous_commit = off")
-                .await?;
+    let client = store.client().await?;
+    let lock = client
+        .prepare_cached("SELECT pg_advisory_xact_lock($1)")
+        .await?;
+    let tip = client.prepare_cached(READ_TIP).await?;
+    let insert = client
+        .prepare_cached(&format!(
+            "INSERT INTO audit_log ({AUDIT_COLUMNS})
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+        ))
+        .await?;
+    let move_tip = client
+        .prepare_cached(
+            "INSERT INTO audit_tip (id, last_id, last_hash, anchor) VALUES (1, $1, $2, $3)
+             ON CONFLICT (id) DO UPDATE SET
+                 last_id = excluded.last_id, last_hash = excluded.last_hash, anchor = excluded.anchor",
+        )
+        .await?;
+    let begin = if durable {
+        "BEGIN"
+    } else {
+        "BEGIN; SET LOCAL synchronous_commit = off"
+    };
+    // The first flight.
+    let (opened, locked, tip) = tokio::join!(
+        client.batch_execute(begin),
+        client.execute(&lock, &[&AUDIT_LOCK]),
+        client.query_opt(&tip, &[]),
+    );
+    let first = opened
+        .map_err(Failure::from)
+        .and_then(|()| locked.map_err(Failure::from))
+        .and_then(|_| tip.map_err(Failure::from))
+        .and_then(|row| row.as_ref().map(tip_row).transpose());
+    let tip = match first {
+        Ok(tip) => tip,
+        Err(error) => {
+            // The body's error is the one worth reporting; a failed rollback ends the
+            // session, which releases the lock as well.
+            let _ = client.batch_execute("ROLLBACK").await;
+            return Err(error);
         }
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&AUDIT_LOCK])
-            .await?;
-        // V7: continue from the anchored tip, not from MAX(id), so a cut tail stays visible to
-        // verify instead of being silently overwritten.
-        let (mut prev_id, mut prev_hash) = match read_tip(&*tx).await? {
-            Some(tip) => (tip.last_id, tip.last_hash),
-            None => (0, [0u8; 32]),
-        };
-        let insert = tx
-            .prepare_cached(&format!(
-                "INSERT INTO audit_log ({AUDIT_COLUMNS})
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
-            ))
-            .await?;
-        let mut rows = Vec::with_capacity(events.len());
-        for (event, duration_ms) in events.into_iter().zip(durations) {
-            // V7: ids are contiguous so a deleted row shows as a gap.
-            let id = prev_id + 1;
-            let hash = chain.link(id, &event, &prev_hash);
-            let status = i64::from(event.status);
-            tx.execute(
-                &insert,
-                &[
-                    &id,
-                    &event.time_ms,
-                    &event.action,
-                    &event.success,
-                    &event.secret,
-                    &event.method,
-                    &event.host,
-                    &event.path,
-                    &status,
-                    &duration_ms,
-                    &event.error,
-                    &event.reason,
-                    &event.actor,
-                    &event.correlation,
-                    &&prev_hash[..],
-                    &&hash[..],
-                    &event.intent_id,
-                ],
-            )
-            .await?;
-            rows.push(AuditRow {
-                id,
-                event,
-                prev_hash,
-                hash,
-            });
-            (prev_id, prev_hash) = (id, hash);
-        }
-        if prev_id > 0 {
-            let anchor = chain.anchor(prev_id, &prev_hash);
-            tx.execute(
-                "INSERT INTO audit_tip (id, last_id, last_hash, anchor) VALUES (1, $1, $2, $3)
-                 ON CONFLICT (id) DO UPDATE SET
-                     last_id = excluded.last_id, last_hash = excluded.last_hash, anchor = excluded.anchor",
-                &[&prev_id, &&prev_hash[..], &&anchor[..]],
-            )
-            .await?;
-        }
-        Ok(rows)
+    };
+    // V7: continue from the anchored tip, not from MAX(id), so a cut tail stays visible to
+    // verify instead of being silently overwritten.
+    let (mut prev_id, mut prev_hash) = tip.map_or((0, [0u8; 32]), |t| (t.last_id, t.last_hash));
+    let mut rows = Vec::with_capacity(events.len());
+    for event in events {
+        // V7: ids are contiguous so a deleted row shows as a gap.
+        let id = prev_id + 1;
+        let hash = chain.link(id, &event, &prev_hash);
+        rows.push(AuditRow {
+            id,
+            event,
+            prev_hash,
+            hash,
+        });
+        (prev_id, prev_hash) = (id, hash);
     }
-    .await;
-    finish(tx, result).await
+    let anchor = chain.anchor(prev_id, &prev_hash);
+    // The second flight, sent in this order: the rows, the tip, the commit.
+    let (client, insert) = (&client, &insert);
+    let inserts = rows
+        .iter()
+        .zip(&durations)
+        .map(|(row, duration_ms)| async move {
+            let event = &row.event;
+            let status = i64::from(event.status);
+            client
+                .execute(
+                    insert,
+                    &[
+                        &row.id,
+                        &event.time_ms,
+                        &event.action,
+                        &event.success,
+                        &event.secret,
+                        &event.method,
+                        &event.host,
+                        &event.path,
+                        &status,
+                        duration_ms,
+                        &event.error,
+                        &event.reason,
+                        &event.actor,
+                        &event.correlation,
+                        &&row.prev_hash[..],
+                        &&row.hash[..],
+                        &event.intent_id,
+                    ],
+                )
+                .await
+        });
+    let (inserted, moved, committed) = tokio::join!(
+        futures_util::future::join_all(inserts),
+        async {
+            if prev_id == 0 {
+                return Ok(0);
+            }
+            client
+                .execute(&move_tip, &[&prev_id, &&prev_hash[..], &&anchor[..]])
+                .await
+        },
+        client.batch_execute("COMMIT"),
+    );
+    for result in inserted {
+        result?;
+    }
+    moved?;
+    committed?;
+    Ok(rows)
+}
+
+const READ_TIP: &str = "SELECT last_id, last_hash, anchor FROM audit_tip WHERE id = 1";
+
+fn tip_row(row: &Row) -> Result<AuditTip, Failure> {
+    Ok(AuditTip {
+        last_id: row.try_get(0)?,
+        last_hash: hash32(row.try_get(1)?, "the audit tip's last_hash")?,
+        anchor: hash32(row.try_get(2)?, "the audit tip's anchor")?,
+    })
 }
 
 async fn read_tip(conn: &impl GenericClient) -> Result<Option<AuditTip>, Failure> {
-    let row = conn
-        .query_opt(
-            "SELECT last_id, last_hash, anchor FROM audit_tip WHERE id = 1",
-            &[],
-        )
-        .await?;
-    row.map(|row| {
-        Ok(AuditTip {
-            last_id: row.try_get(0)?,
-            last_hash: hash32(row.try_get(1)?, "the audit tip's last_hash")?,
-            anchor: hash32(row.try_get(2)?, "the audit tip's anchor")?,
-        })
-    })
-    .transpose()
+    let row = conn.query_opt(READ_TIP, &[]).await?;
+    row.as_ref().map(tip_row).transpose()
 }
 
 fn sealed_record(row: &Row) -> Result<SealedRecord, Failure> {

@@ -249,3 +249,46 @@ fn audit_event() -> runwarden_vault::audit::AuditEvent {
         intent_id: None,
     }
 }
+
+/// V7: the server refuses a row in the middle of a batch (PostgreSQL text cannot hold a
+/// NUL byte), after the lock and the tip were read in the first flight of statements: no
+/// row of the batch is stored, the tip stays, and the only connection of the pool is back
+/// out of the transaction, so the next append continues the chain.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_row_the_server_refuses_mid_batch_stores_none_of_it_and_the_chain_goes_on() {
+    let db = TestDb::new().await;
+    let chain = std::sync::Arc::new(runwarden_vault::audit::AuditChain::from_audit_key(&[5; 32]));
+    let one = PgOptions {
+        max_connections: 1,
+        ..PgOptions::default()
+    };
+    let store = PgStore::connect_with(&db.url, one).await.unwrap();
+    let first = store
+        .audit_append(audit_event(), chain.clone())
+        .await
+        .unwrap();
+    assert_eq!(first.id, 1);
+    let tip = store.audit_tip().await.unwrap();
+    let refused = runwarden_vault::audit::AuditEvent {
+        path: "/a\0b".into(),
+        ..audit_event()
+    };
+    let error = store
+        .audit_append_many(vec![audit_event(), refused, audit_event()], chain.clone())
+        .await
+        .expect_err("the server refuses the row with a NUL byte");
+    assert!(!error.message.is_empty());
+    assert_eq!(store.audit_tip().await.unwrap(), tip, "the tip stays");
+    let rows = store
+        .audit_list(runwarden_vault::store::AuditFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "no row of the failed batch is stored");
+    let next = store
+        .audit_append_many(vec![audit_event(), audit_event()], chain)
+        .await
+        .expect("the next batch goes on the same connection");
+    let ids: Vec<i64> = next.iter().map(|row| row.id).collect();
+    assert_eq!(ids, [2, 3], "the chain continues from the tip");
+    assert_eq!(next[0].prev_hash, first.hash);
+}

@@ -65,17 +65,26 @@ tokio::task_local! {
 }
 
 /// A pooled connection taken inside a store call. Dereferences to the pool's object; on
-/// drop it goes back to the pool, unless its call was abandoned at the deadline: then it
-/// leaves the pool, and the server is asked to cancel whatever it still runs for it.
+/// drop it goes back to the pool, unless its call was abandoned at the deadline or it may
+/// hold an open transaction: then it leaves the pool, and the server is asked to cancel
+/// whatever it still runs for it.
 pub(crate) struct Conn {
     object: Option<Object>,
     abandoned: Arc<AtomicBool>,
+    /// A transaction opened by hand (see `flight`) is not known to be ended: dropped now,
+    /// the connection leaves the pool too, so no other call runs inside that transaction.
+    open: AtomicBool,
 }
 
 impl Conn {
     /// The plain client, for helpers written over `GenericClient`.
     pub(crate) fn plain(&self) -> &tokio_postgres::Client {
         self
+    }
+
+    /// Records whether a transaction opened by hand may still be open on the connection.
+    pub(crate) fn set_open(&self, open: bool) {
+        self.open.store(open, Ordering::SeqCst);
     }
 }
 
@@ -94,7 +103,7 @@ impl DerefMut for Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        if !self.abandoned.load(Ordering::SeqCst) {
+        if !self.abandoned.load(Ordering::SeqCst) && !self.open.load(Ordering::SeqCst) {
             return;
         }
         let Some(object) = self.object.take() else {
@@ -298,6 +307,7 @@ impl PgStore {
         Ok(Conn {
             object: Some(object),
             abandoned,
+            open: AtomicBool::new(false),
         })
     }
 

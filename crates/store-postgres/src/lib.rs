@@ -34,6 +34,7 @@ mod connection;
 mod decision_store;
 mod failure;
 mod final_event;
+mod flight;
 mod idempotency_store;
 mod keepalive;
 mod limit_store;

@@ -20,6 +20,7 @@ use tokio_postgres::GenericClient;
 
 use crate::PgStore;
 use crate::failure::{Failure, finish};
+use crate::flight::{begin_with, commit_with};
 use crate::run_store::{RUN_COLUMNS, run_row};
 
 const REQUEUEING: &str = "requeueing a run";
@@ -28,31 +29,31 @@ const REQUEUEING: &str = "requeueing a run";
 impl QueueStore for PgStore {
     async fn run_claim(&self, params: Claim) -> Result<Option<Run>, StoreError> {
         self.with("claiming a queued run", async {
-            let mut client = self.client().await?;
+            let client = self.client().await?;
             // R3: one statement. SKIP LOCKED passes over rows another claimant holds; the
             // outer guard re-checks "queued and due" on the row as locked. The claim epoch
             // goes up by one; the last requeue's reason is cleared: the run is running
             // again. It runs in a transaction whose commit is awaited: the returned row is
             // acted on only once the claim is known to be stored (a commit whose answer
             // is lost is an error, and the run's lease then runs out for the reaper).
-            let tx = client.transaction().await?;
-            let result = async {
-                let stmt = tx
-                    .prepare_cached(&format!(
-                        "UPDATE runs SET status = 'running', claimed_by = $1, lease_expires_ms = $2,
-                             termination_reason = NULL, updated_ms = $3,
-                             claim_epoch = claim_epoch + 1
-                         WHERE id = (
-                             SELECT id FROM runs WHERE status = 'queued' AND retry_at_ms <= $3
-                               AND ($4::TEXT[] IS NULL OR agent = ANY($4::TEXT[]))
-                             ORDER BY created_ms, id
-                             LIMIT 1
-                             FOR UPDATE SKIP LOCKED
-                         ) AND status = 'queued' AND retry_at_ms <= $3
-                         RETURNING {RUN_COLUMNS}"
-                    ))
-                    .await?;
-                let row = tx
+            // BEGIN, the statement and COMMIT go in one flight.
+            let stmt = client
+                .prepare_cached(&format!(
+                    "UPDATE runs SET status = 'running', claimed_by = $1, lease_expires_ms = $2,
+                         termination_reason = NULL, updated_ms = $3,
+                         claim_epoch = claim_epoch + 1
+                     WHERE id = (
+                         SELECT id FROM runs WHERE status = 'queued' AND retry_at_ms <= $3
+                           AND ($4::TEXT[] IS NULL OR agent = ANY($4::TEXT[]))
+                         ORDER BY created_ms, id
+                         LIMIT 1
+                         FOR UPDATE SKIP LOCKED
+                     ) AND status = 'queued' AND retry_at_ms <= $3
+                     RETURNING {RUN_COLUMNS}"
+                ))
+                .await?;
+            let claim = async {
+                let row = client
                     .query_opt(
                         &stmt,
                         &[
@@ -64,9 +65,8 @@ impl QueueStore for PgStore {
                     )
                     .await?;
                 row.as_ref().map(run_row).transpose()
-            }
-            .await;
-            finish(tx, result).await
+            };
+            begin_with(&client, commit_with(&client, claim)).await
         })
         .await
     }

@@ -23,6 +23,7 @@ use tokio_postgres::{GenericClient, Row};
 
 use crate::PgStore;
 use crate::failure::{Failure, finish};
+use crate::flight::{begin_with, commit_with, rollback};
 
 pub(crate) const RUN_COLUMNS: &str = "id, agent, status, termination_reason, request, claimed_by, lease_expires_ms, \
                            pending_effect, requeue_count, rounds, correlation, created_ms, updated_ms, claim_epoch, \
@@ -214,25 +215,23 @@ impl RunStore for PgStore {
         let result = self
             .with(OPERATION, async {
                 let round = params.round.map(i64::from);
-                let mut client = self.client().await?;
-                let tx = client.transaction().await?;
-                let result = async {
-                    // The guard decides, and its row lock makes every other appender of this run,
-                    // on any node, wait until this transaction ends: MAX(seq) below is read after
-                    // the previous appender committed, so a sequence is never taken twice (R1).
-                    // The owner of a running run, or of a run cancelled under it (R5: it records its
-                    // boundary step). R7: the fence is cleared on a running run only; a cancelled
-                    // mid-write run keeps its mark. Rounds never go down. The claim epoch is
-                    // checked beside the owner. A final event with `end` moves a running run to
-                    // its final status in the same transaction (one truth per run); a cancel
-                    // that won the row refuses it.
-                    let (end_status, end_reason) = match &params.end {
-                        Some(end) => (Some(end.status.as_str()), Some(end.reason.as_str())),
-                        None => (None, None),
-                    };
-                    let guard = tx
-                        .prepare_cached(
-                            "UPDATE runs SET
+                let client = self.client().await?;
+                // The guard decides, and its row lock makes every other appender of this run,
+                // on any node, wait until this transaction ends: MAX(seq) below is read after
+                // the previous appender committed, so a sequence is never taken twice (R1).
+                // The owner of a running run, or of a run cancelled under it (R5: it records its
+                // boundary step). R7: the fence is cleared on a running run only; a cancelled
+                // mid-write run keeps its mark. Rounds never go down. The claim epoch is
+                // checked beside the owner. A final event with `end` moves a running run to
+                // its final status in the same transaction (one truth per run); a cancel
+                // that won the row refuses it.
+                let (end_status, end_reason) = match &params.end {
+                    Some(end) => (Some(end.status.as_str()), Some(end.reason.as_str())),
+                    None => (None, None),
+                };
+                let guard = client
+                    .prepare_cached(
+                        "UPDATE runs SET
                              pending_effect = CASE WHEN $1 AND status = 'running' THEN NULL
                                                    ELSE pending_effect END,
                              rounds = GREATEST(rounds, COALESCE($2, rounds)),
@@ -242,46 +241,46 @@ impl RunStore for PgStore {
                              updated_ms = $3
                          WHERE id = $4 AND claimed_by = $5 AND claim_epoch = $6
                            AND (status = 'running' OR ($7::TEXT IS NULL AND status = 'cancelled'))",
-                        )
-                        .await?;
-                    let changed = tx
-                        .execute(
-                            &guard,
-                            &[
-                                &params.clear_fence,
-                                &round,
-                                &params.now_ms,
-                                &params.id,
-                                &params.owner,
-                                &params.epoch,
-                                &end_status,
-                                &end_reason,
-                            ],
-                        )
-                        .await?;
-                    if changed != 1 {
-                        // The guard matched nothing: the transaction ends having stored nothing.
-                        return Ok(None);
-                    }
-                    let insert = tx
-                        .prepare_cached(
-                            "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
+                    )
+                    .await?;
+                let insert = client
+                    .prepare_cached(
+                        "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
                          SELECT $1::TEXT, COALESCE(MAX(seq), 0) + 1, $2::TEXT, $3::TEXT, $4::BIGINT
                          FROM run_events WHERE run_id = $1::TEXT
                          RETURNING seq",
-                        )
-                        .await?;
-                    let seq: i64 = tx
+                    )
+                    .await?;
+                // Two flights: BEGIN and the guard, then the insert and COMMIT.
+                let guarded = [
+                    &params.clear_fence as &(dyn tokio_postgres::types::ToSql + Sync),
+                    &round,
+                    &params.now_ms,
+                    &params.id,
+                    &params.owner,
+                    &params.epoch,
+                    &end_status,
+                    &end_reason,
+                ];
+                let changed = begin_with(&client, async {
+                    Ok(client.execute(&guard, &guarded).await?)
+                })
+                .await?;
+                if changed != 1 {
+                    // The guard matched nothing: the transaction ends having stored nothing.
+                    rollback(&client).await;
+                    return Ok(None);
+                }
+                commit_with(&client, async {
+                    let row = client
                         .query_one(
                             &insert,
                             &[&params.id, &params.kind, &payload, &params.now_ms],
                         )
-                        .await?
-                        .try_get(0)?;
-                    Ok(Some(seq))
-                }
-                .await;
-                finish(tx, result).await
+                        .await?;
+                    Ok(Some(row.try_get(0)?))
+                })
+                .await
             })
             .await;
         // A step whose answer was lost may be stored: read as unstored, a recorded write

@@ -13,6 +13,7 @@ use tokio_postgres::{GenericClient, Row};
 
 use crate::PgStore;
 use crate::failure::{Failure, finish, hash32};
+use crate::flight::{begin_with, commit_with};
 
 const SEALED_COLUMNS: &str = "kind, name, algorithm, version, master_key_id, key_nonce, wrapped_key, value_nonce, \
                               ciphertext, created_ms, updated_ms";
@@ -417,31 +418,26 @@ async fn append_rows(
                  last_id = excluded.last_id, last_hash = excluded.last_hash, anchor = excluded.anchor",
         )
         .await?;
-    let begin = if durable {
-        "BEGIN"
-    } else {
-        "BEGIN; SET LOCAL synchronous_commit = off"
-    };
     // The first flight.
-    let (opened, locked, tip) = tokio::join!(
-        client.batch_execute(begin),
-        client.execute(&lock, &[&AUDIT_LOCK]),
-        client.query_opt(&tip, &[]),
-    );
-    let first = opened
-        .map_err(Failure::from)
-        .and_then(|()| locked.map_err(Failure::from))
-        .and_then(|_| tip.map_err(Failure::from))
-        .and_then(|row| row.as_ref().map(tip_row).transpose());
-    let tip = match first {
-        Ok(tip) => tip,
-        Err(error) => {
-            // The body's error is the one worth reporting; a failed rollback ends the
-            // session, which releases the lock as well.
-            let _ = client.batch_execute("ROLLBACK").await;
-            return Err(error);
-        }
-    };
+    let tip = begin_with(&client, async {
+        let (unsynced, locked, row) = tokio::join!(
+            biased;
+            async {
+                if durable {
+                    return Ok(());
+                }
+                client
+                    .batch_execute("SET LOCAL synchronous_commit = off")
+                    .await
+            },
+            client.execute(&lock, &[&AUDIT_LOCK]),
+            client.query_opt(&tip, &[]),
+        );
+        unsynced?;
+        locked?;
+        row?.as_ref().map(tip_row).transpose()
+    })
+    .await?;
     // V7: continue from the anchored tip, not from MAX(id), so a cut tail stays visible to
     // verify instead of being silently overwritten.
     let (mut prev_id, mut prev_hash) = tip.map_or((0, [0u8; 32]), |t| (t.last_id, t.last_hash));
@@ -460,55 +456,57 @@ async fn append_rows(
     }
     let anchor = chain.anchor(prev_id, &prev_hash);
     // The second flight, sent in this order: the rows, the tip, the commit.
-    let (client, insert) = (&client, &insert);
+    let (conn, insert) = (&client, &insert);
     let inserts = rows
         .iter()
         .zip(&durations)
         .map(|(row, duration_ms)| async move {
             let event = &row.event;
             let status = i64::from(event.status);
-            client
-                .execute(
-                    insert,
-                    &[
-                        &row.id,
-                        &event.time_ms,
-                        &event.action,
-                        &event.success,
-                        &event.secret,
-                        &event.method,
-                        &event.host,
-                        &event.path,
-                        &status,
-                        duration_ms,
-                        &event.error,
-                        &event.reason,
-                        &event.actor,
-                        &event.correlation,
-                        &&row.prev_hash[..],
-                        &&row.hash[..],
-                        &event.intent_id,
-                    ],
-                )
-                .await
+            conn.execute(
+                insert,
+                &[
+                    &row.id,
+                    &event.time_ms,
+                    &event.action,
+                    &event.success,
+                    &event.secret,
+                    &event.method,
+                    &event.host,
+                    &event.path,
+                    &status,
+                    duration_ms,
+                    &event.error,
+                    &event.reason,
+                    &event.actor,
+                    &event.correlation,
+                    &&row.prev_hash[..],
+                    &&row.hash[..],
+                    &event.intent_id,
+                ],
+            )
+            .await
         });
-    let (inserted, moved, committed) = tokio::join!(
-        futures_util::future::join_all(inserts),
-        async {
-            if prev_id == 0 {
-                return Ok(0);
-            }
-            client
-                .execute(&move_tip, &[&prev_id, &&prev_hash[..], &&anchor[..]])
-                .await
-        },
-        client.batch_execute("COMMIT"),
-    );
-    for result in inserted {
-        result?;
-    }
-    moved?;
-    committed?;
+    commit_with(&client, async {
+        let (inserted, moved) = tokio::join!(
+            biased;
+            futures_util::future::join_all(inserts),
+            async {
+                if prev_id == 0 {
+                    return Ok(0);
+                }
+                client
+                    .execute(&move_tip, &[&prev_id, &&prev_hash[..], &&anchor[..]])
+                    .await
+            },
+        );
+        for result in inserted {
+            result?;
+        }
+        moved?;
+        Ok(())
+    })
+    .await?;
     Ok(rows)
 }
 

@@ -292,3 +292,103 @@ async fn a_row_the_server_refuses_mid_batch_stores_none_of_it_and_the_chain_goes
     assert_eq!(ids, [2, 3], "the chain continues from the tip");
     assert_eq!(next[0].prev_hash, first.hash);
 }
+
+/// An append dropped by its caller while its transaction is open (the guard waits for a
+/// row another session holds) takes its connection out of the pool: no later call runs
+/// inside the transaction it left, and the server ends it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_append_dropped_inside_its_transaction_never_returns_that_connection_to_the_pool() {
+    use runwarden_runtime::store::{EventAppend, NewRunStatus, RunCreate};
+    let db = TestDb::new().await;
+    // The server's own net for a silent client is set beyond the test's wait, so only the
+    // pool's handling can end that transaction in time.
+    let one = PgOptions {
+        max_connections: 1,
+        idle_in_transaction_timeout: Duration::from_secs(120),
+        ..PgOptions::default()
+    };
+    let store = std::sync::Arc::new(PgStore::connect_with(&db.url, one).await.unwrap());
+    let now = crate::common::now_ms();
+    store
+        .run_create(RunCreate {
+            id: "dropped-1".into(),
+            agent: "helpdesk".into(),
+            correlation: "dropped-1".into(),
+            request: None,
+            status: NewRunStatus::Running {
+                owner: "worker-a".into(),
+                lease_until_ms: now + 60_000,
+            },
+            now_ms: now,
+            origin: Default::default(),
+        })
+        .await
+        .unwrap();
+    let epoch = store
+        .run_get("dropped-1")
+        .await
+        .unwrap()
+        .unwrap()
+        .claim_epoch;
+    let (watcher, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    watcher
+        .batch_execute("BEGIN; SELECT id FROM runs WHERE id = 'dropped-1' FOR UPDATE")
+        .await
+        .unwrap();
+    let appending = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .run_event_append(EventAppend {
+                    id: "dropped-1".into(),
+                    owner: "worker-a".into(),
+                    epoch,
+                    kind: "tool_executed".into(),
+                    payload: serde_json::json!({}),
+                    clear_fence: false,
+                    round: None,
+                    end: None,
+                    now_ms: now,
+                })
+                .await
+        })
+    };
+    let waiting = "SELECT count(*) FROM pg_stat_activity
+                   WHERE datname = current_database() AND wait_event_type = 'Lock'";
+    until(&watcher, waiting, 1).await;
+    appending.abort();
+    assert!(appending.await.unwrap_err().is_cancelled());
+    watcher.batch_execute("COMMIT").await.unwrap();
+    let in_transaction = "SELECT count(*) FROM pg_stat_activity
+                          WHERE datname = current_database() AND pid <> pg_backend_pid()
+                            AND state LIKE 'idle in transaction%'";
+    until(&watcher, in_transaction, 0).await;
+    let events = tokio::time::timeout(Duration::from_secs(5), store.run_events("dropped-1", 0, 0))
+        .await
+        .expect("the pool gives a working connection")
+        .unwrap();
+    assert!(
+        events.is_empty(),
+        "the dropped append stored nothing: {events:?}"
+    );
+    until(&watcher, in_transaction, 0).await;
+}
+
+/// Waits (up to 10 s) until `count_query` answers `want`.
+async fn until(client: &tokio_postgres::Client, count_query: &str, want: i64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let n: i64 = client.query_one(count_query, &[]).await.unwrap().get(0);
+        if n == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{count_query} stayed at {n}, not {want}"
+        );
+        tokio::task::yield_now().await;
+    }
+}

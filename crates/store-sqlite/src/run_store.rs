@@ -69,15 +69,21 @@ impl RunStore for SqliteStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let list = serde_json::to_string(ids).map_err(|e| StoreError::new(READING_STATUS, e))?;
         // R6 (amended): one query for every run the watcher follows, however many calls
         // are in flight. `json_each` takes the whole list as one parameter. It runs on a
         // read-only connection, so the watcher never queues behind the writer; a step's
         // question about its own run (a handful of ids) is answered on the caller's thread.
-        let read = move |conn: &rusqlite::Connection| -> Result<Vec<(String, RunState)>, Failure> {
-            let mut stmt = conn.prepare_cached(
+        // One id, a step asking about its own run, is a plain lookup: no list to encode and
+        // no temporary table for the IN.
+        let (sql, list) = match ids {
+            [one] => ("SELECT id, status FROM runs WHERE id = ?1", one.clone()),
+            _ => (
                 "SELECT id, status FROM runs WHERE id IN (SELECT value FROM json_each(?1))",
-            )?;
+                serde_json::to_string(ids).map_err(|e| StoreError::new(READING_STATUS, e))?,
+            ),
+        };
+        let read = move |conn: &rusqlite::Connection| -> Result<Vec<(String, RunState)>, Failure> {
+            let mut stmt = conn.prepare_cached(sql)?;
             let rows = stmt
                 .query_map([&list], |row| {
                     Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))

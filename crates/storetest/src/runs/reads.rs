@@ -136,4 +136,20 @@ pub(super) async fn run_statuses_answers_many_runs_in_one_call(store: &dyn RunSt
             .expect("run_statuses of nothing")
             .is_empty()
     );
+    // One id, as a step asks about its own run.
+    for (id, want) in [
+        ("statuses-cancelled", Some(RunState::Cancelled)),
+        ("statuses-unknown", None),
+    ] {
+        let one = store
+            .run_statuses(&[id.to_owned()])
+            .await
+            .expect("run_statuses of one run");
+        assert_eq!(
+            one,
+            want.map(|s| (id.to_owned(), s))
+                .into_iter()
+                .collect::<Vec<_>>()
+        );
+    }
 }

@@ -440,20 +440,8 @@ async fn append_rows(
     .await?;
     // V7: continue from the anchored tip, not from MAX(id), so a cut tail stays visible to
     // verify instead of being silently overwritten.
-    let (mut prev_id, mut prev_hash) = tip.map_or((0, [0u8; 32]), |t| (t.last_id, t.last_hash));
-    let mut rows = Vec::with_capacity(events.len());
-    for event in events {
-        // V7: ids are contiguous so a deleted row shows as a gap.
-        let id = prev_id + 1;
-        let hash = chain.link(id, &event, &prev_hash);
-        rows.push(AuditRow {
-            id,
-            event,
-            prev_hash,
-            hash,
-        });
-        (prev_id, prev_hash) = (id, hash);
-    }
+    let rows = chain.extend(tip.map(|t| (t.last_id, t.last_hash)), events);
+    let (prev_id, prev_hash) = rows.last().map_or((0, [0u8; 32]), |r| (r.id, r.hash));
     let anchor = chain.anchor(prev_id, &prev_hash);
     // The second flight, sent in this order: the rows, the tip, the commit.
     let (conn, insert) = (&client, &insert);

@@ -314,20 +314,20 @@ fn append_rows(
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     // V7: continue from the anchored tip, not from MAX(id), so a cut tail stays visible to
     // verify instead of being silently overwritten.
-    let (mut prev_id, mut prev_hash) = match read_tip(&tx)? {
-        Some(tip) => (tip.last_id, tip.last_hash),
-        None => (0, [0u8; 32]),
-    };
-    let mut rows = Vec::with_capacity(events.len());
+    let tip = read_tip(&tx)?.map(|t| (t.last_id, t.last_hash));
+    let rows = chain.extend(tip, events);
     {
         let mut insert = tx.prepare_cached(&format!(
             "INSERT INTO audit_log ({AUDIT_COLUMNS})
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
         ))?;
-        for event in events {
-            // V7: ids are contiguous so a deleted row shows as a gap.
-            let id = prev_id + 1;
-            let hash = chain.link(id, &event, &prev_hash);
+        for AuditRow {
+            id,
+            event,
+            prev_hash,
+            hash,
+        } in &rows
+        {
             let duration_ms = i64::try_from(event.duration_ms).map_err(|_| {
                 StoreError::new(
                     "appending an audit row",
@@ -353,15 +353,9 @@ fn append_rows(
                 &hash[..],
                 event.intent_id,
             ])?;
-            rows.push(AuditRow {
-                id,
-                event,
-                prev_hash,
-                hash,
-            });
-            (prev_id, prev_hash) = (id, hash);
         }
     }
+    let (prev_id, prev_hash) = rows.last().map_or((0, [0u8; 32]), |r| (r.id, r.hash));
     if prev_id > 0 {
         tx.prepare_cached(
             "INSERT INTO audit_tip (id, last_id, last_hash, anchor) VALUES (1, ?1, ?2, ?3)

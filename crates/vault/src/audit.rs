@@ -200,6 +200,28 @@ impl AuditChain {
         mac.finalize().into_bytes().into()
     }
 
+    /// V7: the rows of `events` appended after `tip` (the newest row's id and hash; `None`
+    /// for an empty log): ids contiguous from the next one, so a deleted row shows as a
+    /// gap, each linked to the row before.
+    pub fn extend(&self, tip: Option<(i64, [u8; 32])>, events: Vec<AuditEvent>) -> Vec<AuditRow> {
+        let (mut prev_id, mut prev_hash) = tip.unwrap_or((0, [0u8; 32]));
+        events
+            .into_iter()
+            .map(|event| {
+                let id = prev_id + 1;
+                let hash = self.link(id, &event, &prev_hash);
+                let row = AuditRow {
+                    id,
+                    event,
+                    prev_hash,
+                    hash,
+                };
+                (prev_id, prev_hash) = (id, hash);
+                row
+            })
+            .collect()
+    }
+
     /// The anchor for a log whose newest row is `last_id` with `last_hash`.
     pub fn anchor(&self, last_id: i64, last_hash: &[u8; 32]) -> [u8; 32] {
         let mut mac =
@@ -328,6 +350,46 @@ pub(crate) fn redact_queries(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn call(path: &str) -> AuditEvent {
+        AuditEvent {
+            time_ms: 1,
+            action: action::HTTP_CALL.into(),
+            success: true,
+            secret: None,
+            method: "GET".into(),
+            host: "example.com".into(),
+            path: path.into(),
+            status: 200,
+            duration_ms: 1,
+            error: None,
+            reason: None,
+            actor: "test".into(),
+            correlation: None,
+            intent_id: None,
+        }
+    }
+
+    #[test]
+    fn extending_a_log_numbers_the_rows_on_and_links_each_to_the_one_before() {
+        let chain = AuditChain::from_audit_key(&[3; 32]);
+        let first = chain.extend(None, vec![call("/a"), call("/b")]);
+        assert_eq!(first.iter().map(|r| r.id).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(first[0].prev_hash, [0u8; 32], "row 1 follows nothing");
+        assert_eq!(first[1].prev_hash, first[0].hash);
+        assert_eq!(
+            first[1].hash,
+            chain.link(2, &first[1].event, &first[0].hash)
+        );
+        let next = chain.extend(Some((2, first[1].hash)), vec![call("/c")]);
+        assert_eq!(next[0].id, 3);
+        assert_eq!(next[0].prev_hash, first[1].hash);
+        assert!(
+            chain
+                .extend(Some((2, first[1].hash)), Vec::new())
+                .is_empty()
+        );
+    }
 
     #[test]
     fn error_text_is_one_line_without_queries_and_at_most_200_chars() {

@@ -16,7 +16,9 @@ use async_trait::async_trait;
 use runwarden_runtime::decision::{
     AnswerOutcome, Decision, DecisionAnswer, DecisionAsk, DecisionFilter,
 };
-use runwarden_runtime::queue::{Claim, QueueStore, RequeueAnswer, RequeueApply, RescueApply};
+use runwarden_runtime::queue::{
+    Claim, Claimed, QueueStore, RequeueAnswer, RequeueApply, RescueApply,
+};
 use runwarden_runtime::store::{
     CancelAnswer, EventAppend, FenceMark, Heartbeat, Run, RunCreate, RunEvent, RunFilter,
     RunSettle, RunStore, SettleAnswer,
@@ -194,6 +196,7 @@ forward! {
 forward! {
     impl QueueStore {}
     fn run_claim(&self, params: Claim) -> Option<Run>;
+    fn run_claim_with_history(&self, params: Claim) -> Option<Claimed>;
     fn run_requeue_apply(&self, params: RequeueApply) -> RequeueAnswer;
     fn run_stale(&self, now_ms: i64, limit: u32) -> Vec<Run>;
     fn run_rescue_apply(&self, params: RescueApply) -> bool;

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use runwarden_base::StoreError;
+use runwarden_runtime::queue::Claimed;
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
 use runwarden_runtime::{QueueStore, Run, RunState, RunStore, Worker, WorkerConfig};
 use runwarden_testkit::{Call, Hook, HookedStore, StoreAnswer, Strike};
@@ -69,10 +70,23 @@ impl Hook for Counting {
     }
 
     async fn after(&self, call: &Call, answer: StoreAnswer<'_>) -> Option<StoreError> {
-        let claimed = answer
-            .result
-            .downcast_ref::<Result<Option<Run>, StoreError>>();
-        if call.method == "run_claim" && matches!(claimed, Some(Ok(None))) {
+        // A worker claims with the run's events; a bare claim counts the same.
+        let empty = match call.method {
+            "run_claim" => matches!(
+                answer
+                    .result
+                    .downcast_ref::<Result<Option<Run>, StoreError>>(),
+                Some(Ok(None))
+            ),
+            "run_claim_with_history" => matches!(
+                answer
+                    .result
+                    .downcast_ref::<Result<Option<Claimed>, StoreError>>(),
+                Some(Ok(None))
+            ),
+            _ => false,
+        };
+        if empty {
             self.empty_claims.send_modify(|n| *n += 1);
         }
         None

@@ -9,9 +9,10 @@ use runwarden_vault::store::{
     AuditFilter, RewrapFn, SealedKind, SealedMeta, SealedRecord, StoreError, VaultStore,
 };
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{GenericClient, Row};
+use tokio_postgres::{GenericClient, Row, Statement};
 
 use crate::PgStore;
+use crate::connection::Conn;
 use crate::failure::{Failure, finish, hash32};
 use crate::flight::{begin_with, commit_with};
 
@@ -401,101 +402,131 @@ async fn append_rows(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let client = store.client().await?;
-    let lock = client
-        .prepare_cached("SELECT pg_advisory_xact_lock($1)")
-        .await?;
-    let tip = client.prepare_cached(READ_TIP).await?;
-    let insert = client
-        .prepare_cached(&format!(
-            "INSERT INTO audit_log ({AUDIT_COLUMNS})
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
-        ))
-        .await?;
-    let move_tip = client
-        .prepare_cached(
-            "INSERT INTO audit_tip (id, last_id, last_hash, anchor) VALUES (1, $1, $2, $3)
-             ON CONFLICT (id) DO UPDATE SET
-                 last_id = excluded.last_id, last_hash = excluded.last_hash, anchor = excluded.anchor",
-        )
-        .await?;
-    // The first flight.
-    let tip = begin_with(&client, async {
-        let (unsynced, locked, row) = tokio::join!(
-            biased;
-            async {
-                if durable {
-                    return Ok(());
-                }
-                client
-                    .batch_execute("SET LOCAL synchronous_commit = off")
-                    .await
-            },
-            client.execute(&lock, &[&AUDIT_LOCK]),
-            client.query_opt(&tip, &[]),
-        );
-        unsynced?;
-        locked?;
-        row?.as_ref().map(tip_row).transpose()
-    })
-    .await?;
+    let prepared = Prepared::on(&client).await?;
+    let tip = begin_with(&client, lock_and_read_tip(&client, &prepared, durable)).await?;
     // V7: continue from the anchored tip, not from MAX(id), so a cut tail stays visible to
     // verify instead of being silently overwritten.
     let rows = chain.extend(tip.map(|t| (t.last_id, t.last_hash)), events);
-    let (prev_id, prev_hash) = rows.last().map_or((0, [0u8; 32]), |r| (r.id, r.hash));
-    let anchor = chain.anchor(prev_id, &prev_hash);
-    // The second flight, sent in this order: the rows, the tip, the commit.
-    let (conn, insert) = (&client, &insert);
+    let rows_and_tip = insert_rows_and_move_tip(&client, &prepared, &rows, &durations, chain);
+    commit_with(&client, rows_and_tip).await?;
+    Ok(rows)
+}
+
+/// The statements of an audit batch, prepared once per connection.
+struct Prepared {
+    lock: Statement,
+    tip: Statement,
+    insert: Statement,
+    move_tip: Statement,
+}
+
+impl Prepared {
+    async fn on(client: &Conn) -> Result<Self, Failure> {
+        Ok(Self {
+            lock: client
+                .prepare_cached("SELECT pg_advisory_xact_lock($1)")
+                .await?,
+            tip: client.prepare_cached(READ_TIP).await?,
+            insert: client
+                .prepare_cached(&format!(
+                    "INSERT INTO audit_log ({AUDIT_COLUMNS})
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+                ))
+                .await?,
+            move_tip: client
+                .prepare_cached(
+                    "INSERT INTO audit_tip (id, last_id, last_hash, anchor) VALUES (1, $1, $2, $3)
+                     ON CONFLICT (id) DO UPDATE SET
+                         last_id = excluded.last_id, last_hash = excluded.last_hash, anchor = excluded.anchor",
+                )
+                .await?,
+        })
+    }
+}
+
+/// The first flight's statements after BEGIN: the commit mode of a batch that need not be
+/// durable, the chain's lock, and the tip read under it.
+async fn lock_and_read_tip(
+    client: &Conn,
+    prepared: &Prepared,
+    durable: bool,
+) -> Result<Option<AuditTip>, Failure> {
+    let (unsynced, locked, row) = tokio::join!(
+        biased;
+        async {
+            if durable {
+                return Ok(());
+            }
+            client
+                .batch_execute("SET LOCAL synchronous_commit = off")
+                .await
+        },
+        client.execute(&prepared.lock, &[&AUDIT_LOCK]),
+        client.query_opt(&prepared.tip, &[]),
+    );
+    unsynced?;
+    locked?;
+    row?.as_ref().map(tip_row).transpose()
+}
+
+/// The second flight's statements before COMMIT, sent in this order: the rows, then the
+/// tip moved to the last of them.
+async fn insert_rows_and_move_tip(
+    client: &Conn,
+    prepared: &Prepared,
+    rows: &[AuditRow],
+    durations: &[i64],
+    chain: &AuditChain,
+) -> Result<(), Failure> {
     let inserts = rows
         .iter()
-        .zip(&durations)
+        .zip(durations)
         .map(|(row, duration_ms)| async move {
             let event = &row.event;
             let status = i64::from(event.status);
-            conn.execute(
-                insert,
-                &[
-                    &row.id,
-                    &event.time_ms,
-                    &event.action,
-                    &event.success,
-                    &event.secret,
-                    &event.method,
-                    &event.host,
-                    &event.path,
-                    &status,
-                    duration_ms,
-                    &event.error,
-                    &event.reason,
-                    &event.actor,
-                    &event.correlation,
-                    &&row.prev_hash[..],
-                    &&row.hash[..],
-                    &event.intent_id,
-                ],
-            )
-            .await
+            client
+                .execute(
+                    &prepared.insert,
+                    &[
+                        &row.id,
+                        &event.time_ms,
+                        &event.action,
+                        &event.success,
+                        &event.secret,
+                        &event.method,
+                        &event.host,
+                        &event.path,
+                        &status,
+                        duration_ms,
+                        &event.error,
+                        &event.reason,
+                        &event.actor,
+                        &event.correlation,
+                        &&row.prev_hash[..],
+                        &&row.hash[..],
+                        &event.intent_id,
+                    ],
+                )
+                .await
         });
-    commit_with(&client, async {
-        let (inserted, moved) = tokio::join!(
-            biased;
-            futures_util::future::join_all(inserts),
-            async {
-                if prev_id == 0 {
-                    return Ok(0);
-                }
-                client
-                    .execute(&move_tip, &[&prev_id, &&prev_hash[..], &&anchor[..]])
-                    .await
-            },
-        );
-        for result in inserted {
-            result?;
-        }
-        moved?;
-        Ok(())
-    })
-    .await?;
-    Ok(rows)
+    let (inserted, moved) = tokio::join!(
+        biased;
+        futures_util::future::join_all(inserts),
+        async {
+            let Some(last) = rows.last() else {
+                return Ok(0);
+            };
+            let anchor = chain.anchor(last.id, &last.hash);
+            client
+                .execute(&prepared.move_tip, &[&last.id, &&last.hash[..], &&anchor[..]])
+                .await
+        },
+    );
+    for result in inserted {
+        result?;
+    }
+    moved?;
+    Ok(())
 }
 
 const READ_TIP: &str = "SELECT last_id, last_hash, anchor FROM audit_tip WHERE id = 1";

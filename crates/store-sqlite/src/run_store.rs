@@ -440,6 +440,24 @@ fn sync_failed(failure: &Failure) -> bool {
             || e.extended_code == rusqlite::ffi::SQLITE_IOERR_DIR_FSYNC)
 }
 
+const ALL_EVENTS: &str = "SELECT run_id, seq, kind, payload, time_ms FROM run_events
+     WHERE run_id = ?1 AND seq > ?2 ORDER BY seq";
+const SOME_EVENTS: &str = "SELECT run_id, seq, kind, payload, time_ms FROM run_events
+     WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3";
+
+/// An event row as stored: run, seq, kind, payload text, time.
+type EventColumns = (String, i64, String, String, i64);
+
+fn event_columns(row: &rusqlite::Row<'_>) -> rusqlite::Result<EventColumns> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+    ))
+}
+
 /// Events of run `id` with a sequence greater than `after_seq`, oldest first, at most
 /// `limit` (0 = all).
 pub(crate) fn read_events(
@@ -448,23 +466,17 @@ pub(crate) fn read_events(
     after_seq: i64,
     limit: u32,
 ) -> Result<Vec<RunEvent>, Failure> {
-    // SQLite reads a negative LIMIT as "no limit".
-    let limit = if limit == 0 { -1 } else { i64::from(limit) };
-    let mut stmt = conn.prepare_cached(
-        "SELECT run_id, seq, kind, payload, time_ms FROM run_events
-         WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-    )?;
-    let rows = stmt
-        .query_map(params![id, after_seq, limit], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, i64>(1)?,
-                row.get::<_, String>(2)?,
-                row.get::<_, String>(3)?,
-                row.get::<_, i64>(4)?,
-            ))
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
+    // A LIMIT bound from a parameter makes SQLite prepare the statement again on every new
+    // binding, so reading every event (a segment's start) has a statement without one.
+    let rows = if limit == 0 {
+        conn.prepare_cached(ALL_EVENTS)?
+            .query_map(params![id, after_seq], event_columns)?
+            .collect::<Result<Vec<_>, _>>()?
+    } else {
+        conn.prepare_cached(SOME_EVENTS)?
+            .query_map(params![id, after_seq, i64::from(limit)], event_columns)?
+            .collect::<Result<Vec<_>, _>>()?
+    };
     rows.into_iter()
         .map(|(run_id, seq, kind, payload, time_ms)| {
             let payload = serde_json::from_str(&payload).map_err(|e| {
@@ -481,4 +493,38 @@ pub(crate) fn read_events(
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::{Connection, StatementStatus};
+
+    use super::{ALL_EVENTS, SOME_EVENTS, read_events};
+
+    /// Reading a run's events again (every segment's start) reuses the prepared statement;
+    /// a LIMIT bound from a parameter would have it prepared again each time.
+    #[test]
+    fn reading_every_event_again_is_not_prepared_again() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE run_events (run_id TEXT, seq INTEGER, kind TEXT, payload TEXT,
+                 time_ms INTEGER, PRIMARY KEY (run_id, seq));
+             INSERT INTO run_events VALUES ('r', 1, 'run_started', '{}', 1);",
+        )
+        .unwrap();
+        for _ in 0..3 {
+            assert_eq!(read_events(&conn, "r", 0, 0).unwrap().len(), 1);
+        }
+        let all = conn.prepare_cached(ALL_EVENTS).unwrap();
+        assert_eq!(all.get_status(StatementStatus::RePrepare), 0);
+        drop(all);
+        for limit in 1..4 {
+            assert_eq!(read_events(&conn, "r", 0, limit).unwrap().len(), 1);
+        }
+        let some = conn.prepare_cached(SOME_EVENTS).unwrap();
+        assert!(
+            some.get_status(StatementStatus::RePrepare) > 0,
+            "the LIMIT statement shows the cost this avoids"
+        );
+    }
 }

@@ -219,12 +219,14 @@ impl VaultStore for SqliteStore {
             } else {
                 " ORDER BY id ASC"
             });
-            // A limit of 0 means no limit.
+            // A limit of 0 means no limit. The number is written into the text (it is a
+            // u32): bound from a parameter, it would make SQLite prepare the statement again
+            // on every binding. So each shape of the query (the audit writer's anchor check
+            // asks one row, once per synced batch) is prepared once and kept.
             if filter.limit > 0 {
-                args.push(i64::from(filter.limit).into());
-                sql.push_str(&format!(" LIMIT ?{}", args.len()));
+                sql.push_str(&format!(" LIMIT {}", filter.limit));
             }
-            let mut stmt = conn.prepare(&sql)?;
+            let mut stmt = conn.prepare_cached(&sql)?;
             let rows = stmt
                 .query_map(params_from_iter(args), audit_columns)?
                 .collect::<Result<Vec<_>, _>>()?;

@@ -223,7 +223,7 @@ fn claim(conn: &mut Connection, params: &Claim) -> Result<Option<Run>, Failure> 
          WHERE id = ?4 AND status = 'queued'",
         params![params.owner, params.lease_until_ms, params.now_ms, id],
     )?;
-    let columns = tx.query_row(
+    let columns = tx.query_row_cached(
         &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"),
         [&id],
         run_columns,

@@ -54,7 +54,7 @@ impl RunStore for SqliteStore {
         let id = id.to_owned();
         self.run("reading a run", move |conn| {
             let row = conn
-                .query_row(
+                .query_row_cached(
                     &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"),
                     [&id],
                     run_columns,

@@ -164,7 +164,11 @@ pub(super) async fn a_claim_with_its_history_answers_the_stored_events(store: &d
         get(store, "history-1").await,
         "the claim answers the stored row"
     );
-    assert_eq!(again.run.claim_epoch, epoch + 1, "R3: a new claim epoch");
+    assert_eq!(
+        again.run.claim_epoch,
+        epoch + 1,
+        "the claim raises the epoch"
+    );
     if let Some(history) = &again.history {
         let stored = store.run_events("history-1", 0, 0).await.unwrap();
         assert_eq!(history, &stored, "the events read with the claim");

@@ -10,7 +10,8 @@
 //!
 //! The anchor is written after the followers are answered (their rows are durable in the
 //! database already), while the next batch commits, so it trails the log by at most the
-//! two batches in flight. An anchor write that fails is retried before a later batch
+//! two batches in flight. An outbound call's intent leaves the anchor write to its caller,
+//! who does it while its request goes out. An anchor write that fails is retried before a later batch
 //! commits; if the retry fails too, that batch is refused: the log never runs ahead of its
 //! witness by more than two batches.
 
@@ -150,6 +151,23 @@ impl AuditWriter {
 
     /// Appends one row; answers once it is committed and anchored.
     pub(crate) async fn append(&self, event: AuditEvent) -> Result<AuditRow, VaultError> {
+        let (row, due) = self.append_then_anchor(event).await?;
+        if let Some(due) = due {
+            due.write().await;
+        }
+        Ok(row)
+    }
+
+    /// Appends one row; answers once it is committed, with the anchor write the caller
+    /// still owes when it led a synced batch. The caller may do other work while it
+    /// writes the anchor (an outbound call sends its request meanwhile); the next batch
+    /// commits in the meantime and the one after waits for the anchor, as with
+    /// [`append`](Self::append). An [`AnchorDue`] dropped unwritten is written before the
+    /// next batch commits.
+    pub(crate) async fn append_then_anchor(
+        &self,
+        event: AuditEvent,
+    ) -> Result<(AuditRow, Option<AnchorDue<'_>>), VaultError> {
         let (tx, rx) = oneshot::channel();
         let (ticket, leader) = {
             let mut queue = lock(&self.queue);
@@ -174,7 +192,9 @@ impl AuditWriter {
             match rx.await {
                 Ok(Reply::Written(result)) => {
                     waiter.rx = None;
-                    return (*result).map_err(BatchFailure::into_error);
+                    return (*result)
+                        .map(|row| (row, None))
+                        .map_err(BatchFailure::into_error);
                 }
                 Ok(Reply::Lead) => waiter.rx = None,
                 Err(_) => {
@@ -193,12 +213,13 @@ impl AuditWriter {
         result
     }
 
-    /// Flushes one batch holding the leader's own event and answers everyone in it.
+    /// Flushes one batch holding the leader's own event and answers everyone in it; with
+    /// the anchor write it owes when the batch was synced.
     async fn lead(
         &self,
         ticket: u64,
         leadership: &mut Leadership<'_>,
-    ) -> Result<AuditRow, VaultError> {
+    ) -> Result<(AuditRow, Option<AnchorDue<'_>>), VaultError> {
         let batch: Vec<Pending> = {
             let mut queue = lock(&self.queue);
             let take = queue.pending.len().min(MAX_BATCH);
@@ -243,18 +264,27 @@ impl AuditWriter {
         // The followers go on. The anchor follows: this leader takes its turn at the anchor
         // file before handing on leadership, so anchors are written in batch order, and
         // the next batch commits while this one's anchor is being written.
-        if let Ok(rows) = outcome
-            && self.witness.is_some()
-            && synced
-        {
-            let _turn = self.anchor_turn.lock().await;
-            leadership.release();
-            if let Err(problem) = self.advance_anchor(&rows).await {
-                tracing::error!(%problem, "the audit rows were committed but the anchor file could not record them; retrying before the next batch");
-                *lock(&self.behind) = Some(rows);
+        let due = match outcome {
+            Ok(rows) if self.witness.is_some() && synced => {
+                let turn = self.anchor_turn.lock().await;
+                leadership.release();
+                Some(AnchorDue {
+                    writer: self,
+                    rows: Some(rows),
+                    _turn: turn,
+                })
+            }
+            _ => None,
+        };
+        match own {
+            Ok(row) => Ok((row, due)),
+            Err(error) => {
+                if let Some(due) = due {
+                    due.write().await;
+                }
+                Err(error)
             }
         }
-        own
     }
 
     /// Commits the events as one batch, once the anchor has caught up with the last one.
@@ -434,6 +464,42 @@ impl Drop for Waiter<'_> {
         }
         if handed_lead {
             self.writer.release();
+        }
+    }
+}
+
+/// The anchor write a leader owes for its synced batch, holding the turn at the anchor
+/// file so anchors are written in batch order. Dropped unwritten (its caller went away),
+/// it leaves the rows to the next batch, which writes their anchor before it commits.
+pub(crate) struct AnchorDue<'a> {
+    writer: &'a AuditWriter,
+    rows: Option<Vec<AuditRow>>,
+    _turn: tokio::sync::MutexGuard<'a, ()>,
+}
+
+impl AnchorDue<'_> {
+    /// Moves the anchor to the batch's last row. A failure is logged and retried before
+    /// the next batch commits, which is refused if the retry fails too.
+    pub(crate) async fn write(mut self) {
+        let Some(rows) = self.rows.take() else {
+            return;
+        };
+        if let Err(problem) = self.writer.advance_anchor(&rows).await {
+            tracing::error!(%problem, "the audit rows were committed but the anchor file could not record them; retrying before the next batch");
+            *lock(&self.writer.behind) = Some(rows);
+        }
+    }
+}
+
+impl Drop for AnchorDue<'_> {
+    fn drop(&mut self) {
+        if let Some(rows) = self.rows.take() {
+            // Unwritten, or cut off mid-write (a rewrite of the same anchor is harmless).
+            let mut behind = lock(&self.writer.behind);
+            match behind.as_mut() {
+                Some(earlier) => earlier.extend(rows),
+                None => *behind = Some(rows),
+            }
         }
     }
 }

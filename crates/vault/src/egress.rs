@@ -197,19 +197,31 @@ impl EgressClient {
         // The audit intent, committed before any byte goes out, then the caller's last
         // check (the runtime's write fence); either failing keeps the request unsent.
         let on_intent = request.on_intent.take();
-        if let Err(error) = self.record_intent(&mut record, on_intent, &scrubber).await {
-            return self.refuse(&record, error, &scrubber).await;
-        }
-        if let Some(check) = request.before_transfer.take()
-            && let Err(reason) = check().await
-        {
-            return self
-                .refuse(&record, EgressError::Held { reason }, &scrubber)
-                .await;
-        }
-
-        // The send; then what came back is scrubbed and the outcome row names the intent.
-        let ended = self.send_wire(&mut request, wire, signal, &scrubber).await;
+        let due = match self.record_intent(&mut record, on_intent, &scrubber).await {
+            Ok(due) => due,
+            Err(error) => return self.refuse(&record, error, &scrubber).await,
+        };
+        // The anchor file follows the committed intent while the request goes out: the
+        // row is on disk already, and an anchor may lag the log but never lead it.
+        let anchored = async {
+            if let Some(due) = due {
+                due.write().await;
+            }
+        };
+        let transfer = async {
+            if let Some(check) = request.before_transfer.take()
+                && let Err(reason) = check().await
+            {
+                return Err(EgressError::Held { reason });
+            }
+            // The send; then what came back is scrubbed and the outcome row names the intent.
+            Ok(self.send_wire(&mut request, wire, signal, &scrubber).await)
+        };
+        let (ended, ()) = tokio::join!(transfer, anchored);
+        let ended = match ended {
+            Ok(ended) => ended,
+            Err(held) => return self.refuse(&record, held, &scrubber).await,
+        };
         let dpop_url = dpop_key.is_some().then_some(&target.url);
         self.conclude(&record, request.action, ended, dpop_url, &scrubber)
             .await

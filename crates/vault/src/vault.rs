@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::audit::{AuditChain, AuditEvent, AuditRow};
-use crate::audit_writer::AuditWriter;
+use crate::audit_writer::{AnchorDue, AuditWriter};
 use crate::envelope::{self, Algorithm};
 use crate::error::VaultError;
 use crate::master_key::MasterKey;
@@ -341,6 +341,16 @@ impl Vault {
     /// caller in it.
     pub async fn audit_record(&self, event: AuditEvent) -> Result<AuditRow, VaultError> {
         self.writer.append(event).await
+    }
+
+    /// [`audit_record`](Self::audit_record), answering once the row is committed; the
+    /// anchor write it leaves, if any, is the caller's to finish (see
+    /// [`AuditWriter::append_then_anchor`]).
+    pub(crate) async fn audit_record_then_anchor(
+        &self,
+        event: AuditEvent,
+    ) -> Result<(AuditRow, Option<AnchorDue<'_>>), VaultError> {
+        self.writer.append_then_anchor(event).await
     }
 
     /// Of these intent rows, those with no completion row (calls whose outcome was never

@@ -463,3 +463,76 @@ async fn two_vaults_sharing_one_database_and_one_anchor_file_keep_both_in_step()
         assert_eq!(report.incomplete_calls, 0);
     }
 }
+
+/// Holds the anchor file's lock, as a writer in another process would, until dropped:
+/// every anchor write of the vault waits for it.
+fn hold_anchor(f: &crate::support::Fixture) -> std::fs::File {
+    let file = std::fs::File::open(f.anchor_path()).unwrap();
+    file.lock().unwrap();
+    file
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_goes_out_while_its_intent_is_being_anchored() {
+    let f = anchored_fixture().await;
+    f.vault.anchor_new_store().await.unwrap();
+    let mut server = TestServer::start(|_| HttpReply::text(200, "ok")).await;
+    let held = hold_anchor(&f);
+    let call = tokio::spawn({
+        let (client, url) = (f.client.clone(), server.url("/"));
+        async move {
+            client
+                .send(EgressRequest::new(Method::Get, url), None)
+                .await
+        }
+    });
+    // The intent is committed (synced) and its anchor write waits for the lock; the
+    // request leaves meanwhile.
+    server.next_request(WAIT).await;
+    assert!(!call.is_finished(), "the call waits for its anchor");
+    drop(held);
+    assert_eq!(call.await.unwrap().unwrap().status, 200);
+    // Once the call returns, the anchor records its intent (row 1); the outcome row 2 is
+    // not synced, so it is not anchored yet.
+    let report = f.vault.audit_verify().await.unwrap();
+    assert!(report.intact, "{report:?}");
+    assert_eq!(report.anchored_rows, Some(1), "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_dropped_before_its_intent_was_anchored_leaves_the_anchor_to_the_next_batch() {
+    let f = anchored_fixture().await;
+    f.vault.anchor_new_store().await.unwrap();
+    let first = Arc::new(AtomicBool::new(true));
+    let mut server = TestServer::start(move |_| {
+        if first.swap(false, Ordering::SeqCst) {
+            HttpReply::Stall
+        } else {
+            HttpReply::text(200, "ok")
+        }
+    })
+    .await;
+    let url = server.url("/");
+    let call = || {
+        let (client, url) = (f.client.clone(), url.clone());
+        async move {
+            client
+                .send(EgressRequest::new(Method::Get, url), None)
+                .await
+        }
+    };
+    let held = hold_anchor(&f);
+    let dropped = tokio::spawn(call());
+    server.next_request(WAIT).await;
+    dropped.abort();
+    assert!(dropped.await.unwrap_err().is_cancelled());
+    drop(held);
+
+    assert_eq!(call().await.unwrap().status, 200);
+    let report = f.vault.audit_verify().await.unwrap();
+    assert!(report.intact, "{report:?}");
+    // Row 1 is the dropped call's intent (it has no outcome); row 2 the second intent,
+    // anchored with everything before it; row 3 its unsynced outcome.
+    assert_eq!(report.anchored_rows, Some(2), "{report:?}");
+    assert_eq!(report.incomplete_calls, 1, "{report:?}");
+}

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::EgressClient;
 use crate::audit::{AuditEvent, action, audit_error_text};
+use crate::audit_writer::AnchorDue;
 use crate::delivery::Delivery;
 use crate::error::EgressError;
 use crate::guard::{self, VettedTarget};
@@ -82,22 +83,22 @@ impl CallRecord {
 
 impl EgressClient {
     /// No egress without an audit row: commits the intent row before any byte goes out
-    /// and tells the caller its id; when it cannot be committed, the error that keeps the
-    /// request unsent.
+    /// and tells the caller its id, with the anchor write the commit left to this call;
+    /// when it cannot be committed, the error that keeps the request unsent.
     pub(super) async fn record_intent(
         &self,
         record: &mut CallRecord,
         on_intent: Option<IntentObserver>,
         scrubber: &Scrubber,
-    ) -> Result<(), EgressError> {
+    ) -> Result<Option<AnchorDue<'_>>, EgressError> {
         let intent = record.event(action::HTTP_CALL_STARTED, 0, None, scrubber);
-        match self.vault.audit_record(intent).await {
-            Ok(row) => {
+        match self.vault.audit_record_then_anchor(intent).await {
+            Ok((row, due)) => {
                 record.intent_id = Some(row.id);
                 if let Some(observe) = on_intent {
                     observe(row.id);
                 }
-                Ok(())
+                Ok(due)
             }
             Err(e) => {
                 let detail = audit_error_text(&scrubber.text(&e.to_string()));

@@ -12,7 +12,9 @@
 //!
 //! A third client runs on its own store opened with `durability = "process_crash"` (the
 //! operator's faster mode: the intent is committed but not synced before the request
-//! leaves), so the cost of the sync shows beside the default.
+//! leaves), so the cost of the sync shows beside the default. Beside them, one synced
+//! SQLite commit of a small row, with no call, is timed in the same loop: the floor the
+//! default's durable intent cannot go under on this disk.
 //!
 //! Run: `cargo bench -p runwarden-benches --bench roundtrip` (add `-- --json` for JSON lines).
 
@@ -43,6 +45,7 @@ const OURS_SESSION: &str = "McpClient, one session reused (M13)";
 const OURS_FAST: &str = "McpClient, durability process_crash";
 const RMCP_DEFAULT: &str = "rmcp client (SDK defaults)";
 const RMCP_POOLED: &str = "rmcp client (pooled, 64 in flight)";
+const SYNCED: &str = "one synced SQLite commit (no call)";
 
 struct Row {
     name: &'static str,
@@ -77,6 +80,18 @@ impl Throughput {
     fn cpu_per_call_us(&self) -> f64 {
         self.cpu.as_secs_f64() * 1e6 / self.succeeded.max(1) as f64
     }
+}
+
+/// A SQLite file in WAL mode with `synchronous = FULL`, as the store writes a durable
+/// intent, holding one small table.
+fn synced_floor(dir: &std::path::Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(dir.join("floor.db")).expect("a scratch database");
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;
+         CREATE TABLE rows (id INTEGER PRIMARY KEY, body BLOB NOT NULL);",
+    )
+    .expect("the scratch table");
+    conn
 }
 
 /// `CONCURRENT_CALLS` calls from `CONCURRENT` tasks, each calling in a loop; `call`
@@ -261,7 +276,16 @@ async fn main() {
     let mut session_samples = Vec::with_capacity(ITERATIONS);
     let mut fast_samples = Vec::with_capacity(ITERATIONS);
     let flag = CancelFlag::new();
+    let floor_dir = tempfile::tempdir().expect("a temporary directory");
+    let floor = synced_floor(floor_dir.path());
+    let mut synced_samples = Vec::with_capacity(ITERATIONS);
     for _ in 0..ITERATIONS {
+        let started = Instant::now();
+        floor
+            .execute("INSERT INTO rows (body) VALUES (?1)", [[7u8; 256]])
+            .expect("a synced commit");
+        synced_samples.push(started.elapsed());
+
         let started = Instant::now();
         let response = bare
             .post(&url)
@@ -302,8 +326,10 @@ async fn main() {
     let bare = summarise(BARE, bare_samples);
     let through = summarise(OURS, client_samples);
     let fast = summarise(OURS_FAST, fast_samples);
+    let synced = summarise(SYNCED, synced_samples);
     let sequential = [
         &bare,
+        &synced,
         &through,
         &fast,
         &summarise(OURS_SESSION, session_samples),
@@ -386,6 +412,15 @@ async fn main() {
                 row.p50.as_secs_f64() / bare.p50.as_secs_f64()
             );
         }
+        println!(
+            "overhead at p50 beyond one synced commit, {}: {}µs",
+            through.name,
+            through
+                .p50
+                .saturating_sub(bare.p50)
+                .saturating_sub(synced.p50)
+                .as_micros()
+        );
         println!("{CONCURRENT} concurrent callers, {CONCURRENT_CALLS} calls each path");
         println!(
             "{:<40} {:>10} {:>10} {:>10} {:>12}",

@@ -45,6 +45,7 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration::new(17, "0017_run_origin"),
     Migration::new(18, "0018_limits"),
     Migration::new(19, "0019_decisions_in_call"),
+    Migration::new(20, "0020_claim_order"),
 ];
 
 /// The latest schema version this build knows.

@@ -66,6 +66,10 @@ const SQL: &[(&str, &str)] = &[
         "0019_decisions_in_call",
         include_str!("../migrations/0019_decisions_in_call.sql"),
     ),
+    (
+        "0020_claim_order",
+        include_str!("../migrations/0020_claim_order.sql"),
+    ),
 ];
 
 const _: () = assert!(

@@ -187,10 +187,6 @@ fn publish_requeue(store: &SqliteStore, run_id: &str, answer: RequeueAnswer) {
     }
 }
 
-/// R3: the oldest due queued run of the claim's agents, claimed in one immediate
-/// transaction that raises its claim epoch. The run is answered only once the commit is
-/// confirmed: a failed commit may still have landed (an I/O error at commit), so the row
-/// is re-read, and the claim is acted on only if the row holds it.
 /// The oldest due queued run (of the given agents, a JSON list, or any). The claim order's
 /// own index is named: without it SQLite's planner prefers the (status, retry_at_ms) index
 /// and sorts every due queued run for each claim.
@@ -199,6 +195,10 @@ const DUE: &str = "SELECT id FROM runs INDEXED BY runs_queued_order
      AND (?2 IS NULL OR agent IN (SELECT value FROM json_each(?2)))
      ORDER BY created_ms, id LIMIT 1";
 
+/// R3: the oldest due queued run of the claim's agents, claimed in one immediate
+/// transaction that raises its claim epoch. The run is answered only once the commit is
+/// confirmed: a failed commit may still have landed (an I/O error at commit), so the row
+/// is re-read, and the claim is acted on only if the row holds it.
 fn claim(conn: &mut Connection, params: &Claim) -> Result<Option<Run>, Failure> {
     let agents = params
         .agents

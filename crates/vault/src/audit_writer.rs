@@ -11,9 +11,9 @@
 //! The anchor is written after the followers are answered (their rows are durable in the
 //! database already), while the next batch commits, so it trails the log by at most the
 //! two batches in flight. An outbound call's intent leaves the anchor write to its caller,
-//! who does it while its request goes out. An anchor write that fails is retried before a later batch
-//! commits; if the retry fails too, that batch is refused: the log never runs ahead of its
-//! witness by more than two batches.
+//! who does it while its request goes out. An anchor write that fails is retried before a
+//! later batch commits; if the retry fails too, that batch is refused: the log never runs
+//! ahead of its witness by more than two batches.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -19,6 +19,8 @@
 //! Throughput: [`RUNS`] runs are enqueued (`runwarden enqueue`, one process each, four at
 //! a time; the enqueue latency is reported too), then the worker processes start together.
 //! A scripted agent (instant) calls an instant read-only MCP tool once and then answers.
+//! With `BENCH_EXTRA_TOOLS=N` the server offers N more tools, imported into the catalogue
+//! but bound by no agent, to show what the catalogue's size costs a run.
 //! "runs/s" is the runs divided by the time from spawning the workers to the last outcome
 //! line (process start included); "steady runs/s" is one run fewer over first to last
 //! outcome line. Each layout is measured three times; the table shows the median and the
@@ -46,6 +48,15 @@ use std::time::{Duration, Instant};
 
 use runwarden_testkit::{HttpReply, HttpRequest, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
+
+/// How many tools the MCP server offers beyond the agents' own (`BENCH_EXTRA_TOOLS`, 0
+/// unless set): the imported catalogue's size, which the agents do not bind.
+fn extra_tools() -> usize {
+    std::env::var("BENCH_EXTRA_TOOLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
 
 /// Runs per throughput measurement.
 const RUNS: usize = 400;
@@ -83,7 +94,14 @@ impl Server {
             .expect("a runtime for the server");
         let creates = Arc::new(AtomicUsize::new(0));
         let searches = Arc::new(AtomicUsize::new(0));
-        let answer = mcp_handler(vec![tool("create"), tool("search"), tool("lookup")], &[]);
+        let mut tools = vec![tool("create"), tool("search"), tool("lookup")];
+        tools.extend((0..extra_tools()).map(|i| {
+            json!({"name": format!("extra_{i}"), "description": "Reads a record by its id and answers with the fields asked for.",
+                "inputSchema": {"type": "object", "required": ["id"], "properties": {
+                    "id": {"type": "string", "description": "The record's id"},
+                    "fields": {"type": "array", "items": {"type": "string"}}}}})
+        }));
+        let answer = mcp_handler(tools, &[]);
         let counted = creates.clone();
         let handler = move |request: &HttpRequest| {
             let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
@@ -203,7 +221,7 @@ impl Install {
         ];
         for (name, plan) in agents {
             text.push_str(&format!(
-                "\n[agents.{name}]\nprovider = \"scripted\"\nscript = \"{name}.json\"\ntools = [\"srv__*\"]\n"
+                "\n[agents.{name}]\nprovider = \"scripted\"\nscript = \"{name}.json\"\ntools = [\"srv__lookup\", \"srv__search\", \"srv__create\"]\n"
             ));
             std::fs::write(
                 install.path().join(format!("{name}.json")),

@@ -247,6 +247,14 @@ pub trait CatalogueStore: Send + Sync + 'static {
     async fn catalogue_list(&self, server: Option<&str>)
     -> Result<Vec<CatalogueEntry>, StoreError>;
 
+    /// A number that moves with every change to the catalogue, whoever makes it, so a
+    /// reader may keep a list it read until the number moves. `None` (the default) for a
+    /// backend that keeps none: the reader then lists the catalogue every time. Read it
+    /// before the list it goes with: a change in between then shows as a move next time.
+    async fn catalogue_version(&self) -> Result<Option<u64>, StoreError> {
+        Ok(None)
+    }
+
     /// Records one contact; a success keeps the last failure and vice versa.
     async fn health_record(&self, server: &str, contact: Contact) -> Result<(), StoreError>;
 

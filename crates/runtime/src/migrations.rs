@@ -46,6 +46,7 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration::new(18, "0018_limits"),
     Migration::new(19, "0019_decisions_in_call"),
     Migration::new(20, "0020_claim_order"),
+    Migration::new(21, "0021_catalogue_version"),
 ];
 
 /// The latest schema version this build knows.

@@ -6,8 +6,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use runwarden_base::StoreError;
 use runwarden_mcp::stdio::Lifetime;
-use runwarden_mcp::{CatalogueStore, McpClient};
+use runwarden_mcp::{CatalogueEntry, CatalogueStore, McpClient};
 use runwarden_models::{Anthropic, ModelProvider, OpenAiCompatible, Scripted};
 use runwarden_runtime::{AgentError, AgentSource, AgentSpec, bind_tools, clamp_rounds};
 use runwarden_vault::EgressClient;
@@ -74,6 +75,9 @@ pub(crate) struct AgentBuilder {
     egress: Arc<EgressClient>,
     /// How many registries were put in force after the first.
     swapped: tokio::sync::watch::Sender<u64>,
+    /// The catalogue as last read, with the version read before it: every run binds its
+    /// tools from it, and it is read again only when the version moved.
+    listed: std::sync::Mutex<Option<(u64, Arc<Vec<CatalogueEntry>>)>>,
 }
 
 /// The agents and MCP servers in force, and one MCP client per server.
@@ -99,6 +103,7 @@ impl AgentBuilder {
             catalogue,
             egress,
             swapped: tokio::sync::watch::Sender::new(0),
+            listed: std::sync::Mutex::default(),
         }
     }
 
@@ -197,6 +202,24 @@ impl AgentBuilder {
         Ok(agent)
     }
 
+    /// The imported catalogue: the list last read while its version stands, else a new
+    /// read. The version is read first, so a change made during the list's read shows as
+    /// a move next time and the list is read again; a change is never missed.
+    async fn catalogue_now(&self) -> Result<Arc<Vec<CatalogueEntry>>, StoreError> {
+        let version = self.catalogue.catalogue_version().await?;
+        let listed = || self.listed.lock().unwrap_or_else(|p| p.into_inner());
+        if let (Some(version), Some((at, list))) = (version, &*listed())
+            && *at == version
+        {
+            return Ok(list.clone());
+        }
+        let list = Arc::new(self.catalogue.catalogue_list(None).await?);
+        if let Some(version) = version {
+            *listed() = Some((version, list.clone()));
+        }
+        Ok(list)
+    }
+
     /// Binds tool patterns to the imported catalogue. A local server that lives one run
     /// gets a client (and so a process) of this run's own, shared by its tools, stopped
     /// when the run lets go of it.
@@ -205,7 +228,7 @@ impl AgentBuilder {
         registry: &Registry,
         patterns: &[String],
     ) -> anyhow::Result<Vec<runwarden_runtime::BoundTool>> {
-        let catalogue = self.catalogue.catalogue_list(None).await?;
+        let catalogue = self.catalogue_now().await?;
         let own = std::cell::RefCell::new(HashMap::new());
         bind_tools(patterns, &catalogue, |server| {
             let shared = registry.clients.get(server)?;

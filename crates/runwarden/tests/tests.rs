@@ -12,6 +12,7 @@ mod architecture;
 mod audit;
 mod backend;
 mod budgets;
+mod catalogue_freshness;
 mod config;
 mod demo;
 mod deploy;

@@ -103,6 +103,20 @@ impl CatalogueStore for PgStore {
         .await
     }
 
+    async fn catalogue_version(&self) -> Result<Option<u64>, StoreError> {
+        self.with("reading the catalogue's version", async {
+            let client = self.client().await?;
+            // A plain read takes no lock, and its snapshot holds every transaction
+            // committed before it began.
+            let stmt = client
+                .prepare_cached("SELECT version FROM catalogue_version WHERE id = 1")
+                .await?;
+            let version: i64 = client.query_one(&stmt, &[]).await?.try_get(0)?;
+            Ok(Some(version.cast_unsigned()))
+        })
+        .await
+    }
+
     async fn health_record(&self, server: &str, contact: Contact) -> Result<(), StoreError> {
         self.with("recording a server's health", async {
             let client = self.client().await?;

@@ -70,6 +70,10 @@ const SQL: &[(&str, &str)] = &[
         "0020_claim_order",
         include_str!("../migrations/0020_claim_order.sql"),
     ),
+    (
+        "0021_catalogue_version",
+        include_str!("../migrations/0021_catalogue_version.sql"),
+    ),
 ];
 
 const _: () = assert!(

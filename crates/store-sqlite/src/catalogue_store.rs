@@ -98,6 +98,18 @@ impl CatalogueStore for SqliteStore {
         .await
     }
 
+    async fn catalogue_version(&self) -> Result<Option<u64>, StoreError> {
+        // Every run asks before it binds its tools: on the caller's thread when it can be,
+        // else on the read-only probe connection, never behind the writes.
+        self.quick_read("reading the catalogue's version", |conn| {
+            let version: i64 = conn
+                .prepare_cached("SELECT version FROM catalogue_version WHERE id = 1")?
+                .query_row([], |row| row.get(0))?;
+            Ok(Some(version.cast_unsigned()))
+        })
+        .await
+    }
+
     async fn health_record(&self, server: &str, contact: Contact) -> Result<(), StoreError> {
         let server = server.to_owned();
         self.run("recording a server's health", move |conn| {

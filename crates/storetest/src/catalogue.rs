@@ -27,6 +27,8 @@ pub async fn exercise_catalogue_store(store: Arc<dyn CatalogueStore>) {
     health_is_ordered_by_server_and_separate_from_the_catalogue(s).await;
 
     what_a_server_speaks_is_kept_replaced_and_forgotten(s).await;
+    // Last: it records the liveness of a server of its own.
+    the_catalogue_version_moves_with_every_change(s).await;
 }
 
 fn entry(server: &str, tool: &str, imported_ms: i64) -> CatalogueEntry {
@@ -55,6 +57,43 @@ async fn replace(store: &dyn CatalogueStore, server: &str, entries: &[CatalogueE
 
 fn local_names(entries: &[CatalogueEntry]) -> Vec<&str> {
     entries.iter().map(|e| e.local_name.as_str()).collect()
+}
+
+/// A backend that keeps a version moves it with every change to the catalogue (so a reader
+/// that keeps the list it read sees each change), and not with a server's liveness.
+async fn the_catalogue_version_moves_with_every_change(store: &dyn CatalogueStore) {
+    let version = || async { store.catalogue_version().await.expect("catalogue_version") };
+    let Some(first) = version().await else {
+        return; // the reader lists the catalogue every time
+    };
+    let mut seen = vec![first];
+    let mut moved = |v: Option<u64>, what: &str| {
+        let v = v.unwrap_or_else(|| panic!("{what}: the version went away"));
+        assert!(
+            !seen.contains(&v),
+            "{what}: the version {v} was seen before"
+        );
+        seen.push(v);
+    };
+    replace(store, "ver", &[entry("ver", "a", 1)]).await;
+    moved(version().await, "a server's first tools");
+    // The same entry again: only the version tells the replacement apart.
+    replace(store, "ver", &[entry("ver", "a", 1)]).await;
+    moved(version().await, "the same tools again");
+    replace(store, "ver", &[entry("ver", "a", 1), entry("ver", "b", 1)]).await;
+    moved(version().await, "a tool more");
+    let at = version().await;
+    store
+        .health_record("ver", Contact::Success { at_ms: 5 })
+        .await
+        .unwrap();
+    assert_eq!(
+        version().await,
+        at,
+        "a server's liveness is not the catalogue"
+    );
+    replace(store, "ver", &[]).await;
+    moved(version().await, "a server's tools removed");
 }
 
 async fn a_fresh_store_lists_nothing(store: &dyn CatalogueStore) {

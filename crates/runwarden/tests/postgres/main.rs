@@ -10,6 +10,7 @@
 mod support;
 
 mod backend;
+mod catalogue_freshness;
 mod limits;
 mod nodes;
 mod pg_faults;

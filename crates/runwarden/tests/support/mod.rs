@@ -2,9 +2,10 @@
 //! as a subprocess with a clean environment, and a tiny HTTP server on 127.0.0.1. Every
 //! test target of the binary includes this module; `serve` and `workers` hold the helpers
 //! for a running server and for worker processes, `fault_checks` what a test checks once a
-//! storage fault is removed, `secret_freshness` a scenario two targets run on their own
-//! stores.
+//! storage fault is removed, `secret_freshness` and `catalogue_freshness` scenarios two
+//! targets run on their own stores.
 
+pub(crate) mod catalogue_freshness;
 pub(crate) mod fault_checks;
 pub(crate) mod secret_freshness;
 pub(crate) mod serve;

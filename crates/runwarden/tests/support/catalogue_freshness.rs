@@ -32,14 +32,7 @@ pub(crate) async fn a_running_worker_binds_a_tool_imported_by_another_process(sa
     for (agent, tool) in plans {
         let plan =
             json!([{"tool_calls": [{"name": tool, "arguments": {"q": "x"}}]}, {"text": "done"}]);
-        std::fs::write(
-            sandbox.path().join(format!("{agent}.json")),
-            plan.to_string(),
-        )
-        .unwrap();
-        sandbox.append_config(&format!(
-            "[agents.{agent}]\nprovider = \"scripted\"\nscript = \"{agent}.json\"\ntools = [\"{tool}\"]\n"
-        ));
+        sandbox.add_scripted_agent(agent, &plan, tool);
     }
     sandbox.append_config(&format!(
         "[mcp.servers.srv]\nurl = \"{}\"\n",

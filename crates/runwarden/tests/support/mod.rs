@@ -105,6 +105,16 @@ impl Sandbox {
         std::fs::write(self.config(), config).expect("the config is writable");
     }
 
+    /// Agent `name` of the scripted provider: `plan` written beside the configuration, and
+    /// the tool pattern `tools` bound.
+    pub(crate) fn add_scripted_agent(&self, name: &str, plan: &Value, tools: &str) {
+        std::fs::write(self.path().join(format!("{name}.json")), plan.to_string())
+            .expect("the plan is writable");
+        self.append_config(&format!(
+            "[agents.{name}]\nprovider = \"scripted\"\nscript = \"{name}.json\"\ntools = [\"{tools}\"]\n"
+        ));
+    }
+
     /// Admits `127.0.0.1` in the config's egress allowlist, so tests can reach their server.
     pub(crate) fn allow_loopback(&self) {
         let text = std::fs::read_to_string(self.config()).expect("the config exists");

@@ -28,14 +28,7 @@ pub(crate) async fn a_running_worker_refuses_a_secret_put_by_another_process(san
     sandbox.allow_loopback();
     let call = |title: &str| json!([{"tool_calls": [{"name": "srv__create", "arguments": {"q": title}}]}, {"text": "done"}]);
     for (agent, plan) in [("warm", call("hello")), ("leak", call(LATE))] {
-        std::fs::write(
-            sandbox.path().join(format!("{agent}.json")),
-            plan.to_string(),
-        )
-        .unwrap();
-        sandbox.append_config(&format!(
-            "[agents.{agent}]\nprovider = \"scripted\"\nscript = \"{agent}.json\"\ntools = [\"srv__*\"]\n"
-        ));
+        sandbox.add_scripted_agent(agent, &plan, "srv__*");
     }
     sandbox.append_config(&format!(
         "[mcp.servers.srv]\nurl = \"{}\"\n",

@@ -24,6 +24,7 @@ use tokio::sync::oneshot;
 use crate::audit::{AuditChain, AuditEvent, AuditRow};
 use crate::error::VaultError;
 use crate::external_witness::ExternalWitness;
+use crate::own_rows::OwnRows;
 use crate::store::{AuditFilter, StoreError, VaultStore};
 use crate::witness::{Advanced, Anchored, Witness, WitnessError};
 
@@ -90,6 +91,9 @@ pub(crate) struct AuditWriter {
     warned_missing: AtomicBool,
     /// The rows of a batch whose anchor write failed, until a retry succeeds.
     behind: Mutex<Option<Vec<AuditRow>>>,
+    /// The rows this process committed since the anchor, while no other process wrote
+    /// between them: they show a batch extends the anchor without reading the log.
+    own_rows: Mutex<OwnRows>,
     /// Held while writing the anchor file; taken in batch order (tokio's mutex is fair).
     anchor_turn: tokio::sync::Mutex<()>,
     queue: Mutex<Queue>,
@@ -106,6 +110,7 @@ impl AuditWriter {
             anchored: Mutex::new(None),
             warned_missing: AtomicBool::new(false),
             behind: Mutex::new(None),
+            own_rows: Mutex::new(OwnRows::default()),
             anchor_turn: tokio::sync::Mutex::new(()),
             queue: Mutex::new(Queue::default()),
         }
@@ -301,10 +306,15 @@ impl AuditWriter {
             *lock(&self.behind) = Some(rows);
             return Err(BatchFailure::Witness(problem));
         }
-        self.store
+        let rows = self
+            .store
             .audit_append_many(events, self.chain.clone())
             .await
-            .map_err(BatchFailure::Store)
+            .map_err(BatchFailure::Store)?;
+        if self.witness.is_some() {
+            lock(&self.own_rows).remember(&rows);
+        }
+        Ok(rows)
     }
 
     /// Moves the anchor file to the end of `rows` (monotonic), after checking that the
@@ -330,7 +340,7 @@ impl AuditWriter {
                             .blocking(witness, move |w, c| w.create(c, next))
                             .await?
                         {
-                            *lock(&self.anchored) = Some(next);
+                            self.anchored_at(next);
                             self.witness_external(next).await;
                             return Ok(());
                         }
@@ -349,7 +359,7 @@ impl AuditWriter {
                 if current.length > last.id {
                     tracing::error!(path = %witness.path().display(), anchored = current.length, tip = last.id, "the audit log ends before the row its anchor records: it was wiped or rolled back; the anchor is kept");
                 }
-                *lock(&self.anchored) = Some(current);
+                self.anchored_at(current);
                 return Ok(());
             }
             if !self.extends(rows, current).await? {
@@ -361,18 +371,24 @@ impl AuditWriter {
                 .await?
             {
                 Advanced::Written => {
-                    *lock(&self.anchored) = Some(next);
+                    self.anchored_at(next);
                     self.witness_external(next).await;
                     return Ok(());
                 }
                 Advanced::AlreadyAhead(ahead) => {
-                    *lock(&self.anchored) = Some(ahead);
+                    self.anchored_at(ahead);
                     return Ok(());
                 }
                 Advanced::Moved(moved) => expected = moved,
             }
         }
         Ok(())
+    }
+
+    /// Records where the anchor now stands; the rows before it need no linking again.
+    fn anchored_at(&self, anchored: Anchored) {
+        *lock(&self.anchored) = Some(anchored);
+        lock(&self.own_rows).forget_before(anchored.length);
     }
 
     /// True when the row the anchor names is in the log with the anchored hash.
@@ -386,6 +402,9 @@ impl AuditWriter {
         }
         if let Some(row) = rows.iter().find(|r| r.id == anchored.length) {
             return Ok(row.hash == anchored.hash);
+        }
+        if lock(&self.own_rows).link(anchored, first) {
+            return Ok(true);
         }
         // Another process appended between the anchor and this batch: read that row.
         let filter = AuditFilter {

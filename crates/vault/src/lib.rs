@@ -50,6 +50,7 @@ mod master_key;
 mod matcher;
 mod message;
 mod oauth_token;
+mod own_rows;
 mod placement;
 mod resolver;
 mod scrub;

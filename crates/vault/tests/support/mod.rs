@@ -35,6 +35,8 @@ pub struct Counting {
     pub secret_reads: AtomicUsize,
     /// Audit transactions (`audit_append` and `audit_append_many` calls) that committed.
     pub audit_batches: AtomicUsize,
+    /// Reads of audit rows (`audit_list` calls).
+    pub audit_reads: AtomicUsize,
     /// The next this many audit appends fail, as a locked or full database would.
     pub fail_next: AtomicUsize,
     /// When set, every audit append after the next N ones fails (N counts down).
@@ -76,6 +78,9 @@ impl Hook for Counting {
     async fn before(&self, call: &Call) -> Strike {
         if call.detail == Detail::Sealed(SealedKind::Secret) {
             self.secret_reads.fetch_add(1, Ordering::SeqCst);
+        }
+        if call.method == "audit_list" {
+            self.audit_reads.fetch_add(1, Ordering::SeqCst);
         }
         if is_audit_append(call)
             && let Err(error) = self.append_allowed()

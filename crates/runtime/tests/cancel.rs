@@ -304,3 +304,29 @@ async fn an_operators_cancel_names_the_state_it_left_or_why_it_changed_nothing()
         .unwrap_err();
     assert_eq!(missing.to_string(), "no run with id no-such-run");
 }
+
+#[tokio::test]
+async fn each_step_is_followed_by_one_read_of_the_run_row() {
+    let f = fixture().await;
+    let server = TestServer::start(mcp_handler(vec![tool("lookup")], &[])).await;
+    let run = f.executor.create_sync("helper", "go").await.unwrap();
+    let plan = json!([
+        {"tool_calls": [{"name": "srv__lookup", "arguments": {}}]},
+        {"tool_calls": [{"name": "srv__lookup", "arguments": {}}]},
+        {"text": "done"}
+    ]);
+    let agent = f.agent(
+        plan,
+        vec![f.tool(&server.url("/mcp"), "lookup", Effect::ReadOnly)],
+    );
+    let before = f.status_reads();
+    assert_eq!(
+        f.executor.execute(&run, &agent, "go", None).await,
+        Outcome::Completed
+    );
+    // R5: one read after each of the five steps and one before the first; R6: one for
+    // the first question of each call's signal (three model calls, two tool calls). The
+    // boundary that opens a round right after a tool step's boundary does not read the
+    // row again.
+    assert_eq!(f.status_reads() - before, 6 + 5);
+}

@@ -38,7 +38,13 @@ impl Executor {
     /// or a budget that ran out (R13), which settles the run as failed with
     /// `BUDGET_EXCEEDED` (never retried; a write's fence stays as after a cancel).
     pub(super) async fn must_stop(&self, segment: &Segment<'_>) -> Option<Outcome> {
-        if is_run_cancelled(&*self.store, &segment.run.id).await {
+        self.must_stop_probing(segment, true).await
+    }
+
+    /// [`must_stop`](Self::must_stop); with `probe` false the row is not read again,
+    /// because the boundary just before read it and no step ran since.
+    async fn must_stop_probing(&self, segment: &Segment<'_>, probe: bool) -> Option<Outcome> {
+        if probe && is_run_cancelled(&*self.store, &segment.run.id).await {
             Some(Outcome::Cancelled)
         } else if segment.lease_lost.load(Ordering::SeqCst) {
             Some(Outcome::LeaseLost)
@@ -52,7 +58,17 @@ impl Executor {
     /// At a step boundary: stop for a cancel or a lost lease, or hand the run back to the
     /// queue when the worker is draining.
     pub(super) async fn boundary(&self, segment: &Segment<'_>) -> Option<Outcome> {
-        if let Some(stop) = self.must_stop(segment).await {
+        self.boundary_probing(segment, true).await
+    }
+
+    /// [`boundary`](Self::boundary); with `probe` false it does not read the row again
+    /// (R5 asks for one read after each step, and the boundary before this one read it).
+    pub(super) async fn boundary_probing(
+        &self,
+        segment: &Segment<'_>,
+        probe: bool,
+    ) -> Option<Outcome> {
+        if let Some(stop) = self.must_stop_probing(segment, probe).await {
             return Some(stop);
         }
         let draining = segment

@@ -164,10 +164,14 @@ impl Executor {
                 Err(outcome) => return outcome,
             }
         }
+        // A round that did not end the run ended with a boundary after its last tool step;
+        // the next round's own boundary then need not read the row again.
+        let mut probed = false;
         for round in last_round + 1..=agent.max_rounds {
-            if let Some(outcome) = self.round(segment, round, &mut messages).await {
+            if let Some(outcome) = self.round(segment, round, &mut messages, probed).await {
                 return outcome;
             }
+            probed = true;
         }
         self.fail(
             segment,
@@ -178,15 +182,17 @@ impl Executor {
     }
 
     /// One round: the model step, then each tool call it asked for, with a boundary
-    /// between steps. `Some` is the segment's outcome when the round ends it.
+    /// between steps. `Some` is the segment's outcome when the round ends it. `probed`:
+    /// the boundary just before this round read the row.
     async fn round(
         &self,
         segment: &Segment<'_>,
         round: u32,
         messages: &mut Vec<Message>,
+        probed: bool,
     ) -> Option<Outcome> {
         self.tokens_left(segment);
-        if let Some(stop) = self.boundary(segment).await {
+        if let Some(stop) = self.boundary_probing(segment, !probed).await {
             return Some(stop);
         }
         // The model call's signal lives through the round, tool steps included.

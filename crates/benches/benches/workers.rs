@@ -20,7 +20,8 @@
 //! a time; the enqueue latency is reported too), then the worker processes start together.
 //! A scripted agent (instant) calls an instant read-only MCP tool once and then answers.
 //! With `BENCH_EXTRA_TOOLS=N` the server offers N more tools, imported into the catalogue
-//! but bound by no agent, to show what the catalogue's size costs a run.
+//! but bound by no agent, to show what the catalogue's size costs a run. `BENCH_LAYOUTS`
+//! (for example `1x16,2x4`) measures the layouts it names instead of the table's.
 //! "runs/s" is the runs divided by the time from spawning the workers to the last outcome
 //! line (process start included); "steady runs/s" is one run fewer over first to last
 //! outcome line. Each layout is measured three times; the table shows the median and the
@@ -56,6 +57,20 @@ fn extra_tools() -> usize {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
+}
+
+/// The layouts `BENCH_LAYOUTS` names (for example `1x16,2x4`: processes x slots), when
+/// set: a quicker loop while working on one layout, or one the table does not have.
+fn layouts_asked() -> Option<Vec<(usize, usize)>> {
+    let list = std::env::var("BENCH_LAYOUTS").ok()?;
+    let layouts = list
+        .split(',')
+        .map(|l| {
+            let (p, s) = l.trim().split_once('x')?;
+            Some((p.parse().ok()?, s.parse().ok()?))
+        })
+        .collect::<Option<Vec<_>>>();
+    Some(layouts.unwrap_or_else(|| panic!("BENCH_LAYOUTS={list}: write layouts as 1x16,2x4")))
 }
 
 /// Runs per throughput measurement.
@@ -587,7 +602,9 @@ fn throughput_table(server: &mut Server, json_out: bool, only: &[&str]) {
         };
         let mut enqueue_ms = Vec::new();
         let mut baseline = None;
+        let asked = layouts_asked();
         let layouts: &[(usize, usize)] = match store {
+            _ if asked.is_some() => asked.as_deref().unwrap_or_default(),
             Store::Sqlite | Store::SqliteProcessCrash => &[(1, 1), (1, 4), (1, 16), (2, 4), (4, 4)],
             Store::Postgres(_) => &[(1, 1), (1, 4), (2, 4), (4, 4)],
         };

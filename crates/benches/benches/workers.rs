@@ -16,7 +16,7 @@
 //! server when `RUNWARDEN_TEST_PG_URL` names one, else a cluster in a temporary directory
 //! (`runwarden_testkit::TempCluster`), removed at the end.
 //!
-//! Throughput: [`RUNS`] runs are enqueued (`runwarden enqueue`, one process each, four at
+//! Throughput: [`runs`] runs are enqueued (`runwarden enqueue`, one process each, four at
 //! a time; the enqueue latency is reported too), then the worker processes start together.
 //! A scripted agent (instant) calls an instant read-only MCP tool once and then answers.
 //! With `BENCH_EXTRA_TOOLS=N` the server offers N more tools, imported into the catalogue
@@ -73,8 +73,15 @@ fn layouts_asked() -> Option<Vec<(usize, usize)>> {
     Some(layouts.unwrap_or_else(|| panic!("BENCH_LAYOUTS={list}: write layouts as 1x16,2x4")))
 }
 
-/// Runs per throughput measurement.
-const RUNS: usize = 400;
+/// Runs per throughput measurement: `BENCH_RUNS`, or 400 when unset. More runs weigh a
+/// worker's start and its last runs, when few slots are busy, less.
+fn runs() -> usize {
+    std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n > 1)
+        .unwrap_or(400)
+}
 /// Threads running `runwarden enqueue` at once while the queue is filled.
 const ENQUEUERS: usize = 4;
 /// Measurements per worker layout.
@@ -409,7 +416,7 @@ fn sorted(mut samples: Vec<f64>) -> Vec<f64> {
     samples
 }
 
-/// The throughput of one layout: `processes` workers of `slots` each over [`RUNS`] runs.
+/// The throughput of one layout: `processes` workers of `slots` each over [`runs`] runs.
 /// Returns (runs/s, steady runs/s, enqueue latencies in ms).
 fn throughput(
     install: &Install,
@@ -421,7 +428,7 @@ fn throughput(
         let threads: Vec<_> = (0..ENQUEUERS)
             .map(|t| {
                 scope.spawn(move || {
-                    (t..RUNS)
+                    (t..runs())
                         .step_by(ENQUEUERS)
                         .map(|n| {
                             let started = Instant::now();
@@ -445,7 +452,7 @@ fn throughput(
         .collect();
     let mut done = std::collections::BTreeSet::new();
     let (mut first, mut last) = (None, started);
-    while done.len() < RUNS {
+    while done.len() < runs() {
         let line = until(&rx, "outcome line", |l| outcome(l).is_some());
         let (id, outcome) = outcome(&line).expect("picked");
         assert_eq!(outcome, "completed", "run {id} (worker {})", line.worker);
@@ -462,14 +469,14 @@ fn throughput(
             .iter()
             .map(|w| runwarden_benches::cpu_time_of(Some(w.child.id()), false))
             .sum();
-        meter.finish(metered, RUNS as u64, worker_cpu)
+        meter.finish(metered, runs() as u64, worker_cpu)
     });
     for worker in workers {
         worker.stop();
     }
     (
-        RUNS as f64 / total,
-        (RUNS - 1) as f64 / steady,
+        runs() as f64 / total,
+        (runs() - 1) as f64 / steady,
         enqueue_ms,
         cost,
     )
@@ -585,7 +592,8 @@ fn throughput_table(server: &mut Server, json_out: bool, only: &[&str]) {
         ));
     }
     println!(
-        "## Queued-run throughput ({RUNS} runs, instant scripted agent + instant read-only tool)\n"
+        "## Queued-run throughput ({} runs, instant scripted agent + instant read-only tool)\n",
+        runs()
     );
     println!(
         "| store | layout | slots | runs/s (median of {REPS}) | range | steady runs/s | vs 1 slot |"
@@ -650,7 +658,7 @@ fn throughput_table(server: &mut Server, json_out: bool, only: &[&str]) {
                     "{}",
                     json!({"bench": "workers", "figure": "throughput", "store": store.name(),
                            "processes": processes, "slots": slots,
-                           "runs": RUNS, "runs_per_s_median": median, "runs_per_s_min": rates[0],
+                           "runs": runs(), "runs_per_s_median": median, "runs_per_s_min": rates[0],
                            "runs_per_s_max": rates[REPS - 1], "steady_runs_per_s_median": steady[REPS / 2],
                            "ratio_vs_1_slot": median / base})
                 );

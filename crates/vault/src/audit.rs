@@ -348,10 +348,11 @@ pub(crate) fn redact_queries(text: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn call(path: &str) -> AuditEvent {
+    /// A call's row, for tests: what is in it does not matter, only that it is one.
+    pub(crate) fn call(path: &str) -> AuditEvent {
         AuditEvent {
             time_ms: 1,
             action: action::HTTP_CALL.into(),

@@ -77,26 +77,8 @@ impl OwnRows {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::{AuditChain, AuditEvent, action};
-
-    fn call(path: &str) -> AuditEvent {
-        AuditEvent {
-            time_ms: 1,
-            action: action::HTTP_CALL.into(),
-            success: true,
-            secret: None,
-            method: "GET".into(),
-            host: "example.com".into(),
-            path: path.into(),
-            status: 200,
-            duration_ms: 1,
-            error: None,
-            reason: None,
-            actor: "test".into(),
-            correlation: None,
-            intent_id: None,
-        }
-    }
+    use crate::audit::AuditChain;
+    use crate::audit::tests::call;
 
     fn anchor(row: &AuditRow) -> Anchored {
         Anchored {

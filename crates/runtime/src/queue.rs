@@ -132,6 +132,27 @@ pub trait QueueStore: RunStore {
         Ok(run.map(|run| Claimed { run, history: None }))
     }
 
+    /// [`run_claim_with_history`](Self::run_claim_with_history) for up to `max` runs, oldest
+    /// first, in as few trips to the store as it can: a worker with several free slots
+    /// claims a run for each. Empty when none is due. This default claims them one at a
+    /// time until one finds none; a failure after a claim answers the runs claimed so far
+    /// (the next claim meets it again).
+    async fn run_claim_many(&self, params: Claim, max: usize) -> Result<Vec<Claimed>, StoreError> {
+        let mut claimed = Vec::new();
+        while claimed.len() < max {
+            match self.run_claim_with_history(params.clone()).await {
+                Ok(Some(run)) => claimed.push(run),
+                Ok(None) => break,
+                Err(error) if claimed.is_empty() => return Err(error),
+                Err(error) => {
+                    tracing::warn!(%error, claimed = claimed.len(), "could not claim another run");
+                    break;
+                }
+            }
+        }
+        Ok(claimed)
+    }
+
     /// R9: applies a segment's decision to a running run held by `owner` with the
     /// `requeue_count` and `pending_effect` it read: back to the queue (owner and lease
     /// cleared, due at `retry_at_ms`) or failed for good (`pending_effect` kept). When the

@@ -25,6 +25,11 @@ use runwarden_vault::store::{StoreError, StoreFault};
 /// taken to be gone (`enqueue` says so).
 pub const WORKER_BEAT: Duration = Duration::from_secs(5);
 
+/// The most runs one claim takes, when as many slots are free: a worker's first claim,
+/// or several segments that ended together. One transaction holds the write lock for
+/// all of them.
+const CLAIM_AT_ONCE: usize = 16;
+
 /// Builds the agent a queued run names, when a worker claims it.
 #[async_trait]
 pub trait AgentSource: Send + Sync {
@@ -197,33 +202,29 @@ impl Worker {
                 _ = stop.changed() => continue,
                 Some(outcome) = done_rx.recv() => { running -= 1; outcomes.push(outcome); continue; }
             };
+            // Every slot free now claims in the same trip to the store.
+            let mut free = vec![permit];
+            while free.len() < CLAIM_AT_ONCE
+                && let Ok(permit) = permits.clone().try_acquire_owned()
+            {
+                free.push(permit);
+            }
             let claim = Claim {
                 owner: self.executor.owner().to_string(),
                 lease_until_ms: now_ms() + self.executor.lease_ms(),
                 now_ms: now_ms(),
                 agents: self.agents.names(),
             };
-            match self.claim(claim).await {
-                Ok(Some(Claimed { run, history })) => {
-                    // O5: every claim, and below every segment's end, in the log.
-                    tracing::info!(run = %run.id, agent = %run.agent, owner = %self.executor.owner(), "claimed a run");
-                    summary.claimed += 1;
-                    running += 1;
-                    let (worker, drain, done) = (self.clone(), drain.clone(), done_tx.clone());
-                    self.busy.fetch_add(1, Ordering::SeqCst);
-                    tokio::spawn(async move {
-                        let outcome = worker.segment(run.clone(), history, drain).await;
-                        worker.busy.fetch_sub(1, Ordering::SeqCst);
-                        tracing::info!(run = %run.id, outcome = outcome.as_str(), "a run's segment ended");
-                        if let Some(observer) = &worker.observer {
-                            observer(&run, outcome);
-                        }
-                        drop(permit);
-                        let _ = done.send(outcome);
-                    });
+            match self.claim(claim, free.len()).await {
+                Ok(claimed) if !claimed.is_empty() => {
+                    for (claimed, permit) in claimed.into_iter().zip(free) {
+                        summary.claimed += 1;
+                        running += 1;
+                        self.start_segment(claimed, permit, &drain, &done_tx);
+                    }
                 }
-                Ok(None) => {
-                    drop(permit);
+                Ok(_) => {
+                    drop(free);
                     self.idle(
                         &mut feed,
                         &mut stop,
@@ -234,7 +235,7 @@ impl Worker {
                     .await;
                 }
                 Err(error) => {
-                    drop(permit);
+                    drop(free);
                     tracing::warn!(%error, "could not claim a run; trying again");
                     // A failing store is not hammered: only the backstop retries the claim.
                     tokio::select! {
@@ -270,16 +271,40 @@ impl Worker {
         summary
     }
 
-    /// One claim, bounded by half a lease so a store that hangs cannot stop the loop. A
-    /// claim abandoned at the bound may have been stored: it is not acted on, its lease
-    /// runs out and the reaper hands the run back.
-    async fn claim(&self, claim: Claim) -> Result<Option<Claimed>, StoreError> {
+    /// Runs a claimed run's segment on its own task, holding its slot until it ends.
+    fn start_segment(
+        self: &Arc<Self>,
+        Claimed { run, history }: Claimed,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        drain: &Arc<AtomicBool>,
+        done: &tokio::sync::mpsc::UnboundedSender<Outcome>,
+    ) {
+        // O5: every claim, and below every segment's end, in the log.
+        tracing::info!(run = %run.id, agent = %run.agent, owner = %self.executor.owner(), "claimed a run");
+        let (worker, drain, done) = (self.clone(), drain.clone(), done.clone());
+        self.busy.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(async move {
+            let outcome = worker.segment(run.clone(), history, drain).await;
+            worker.busy.fetch_sub(1, Ordering::SeqCst);
+            tracing::info!(run = %run.id, outcome = outcome.as_str(), "a run's segment ended");
+            if let Some(observer) = &worker.observer {
+                observer(&run, outcome);
+            }
+            drop(permit);
+            let _ = done.send(outcome);
+        });
+    }
+
+    /// One claim of up to `max` runs, bounded by half a lease so a store that hangs cannot
+    /// stop the loop. A claim abandoned at the bound may have been stored: it is not acted
+    /// on, its lease runs out and the reaper hands the run back.
+    async fn claim(&self, claim: Claim, max: usize) -> Result<Vec<Claimed>, StoreError> {
         let bound = std::time::Duration::from_millis(
             u64::try_from(self.executor.lease_ms() / 2)
                 .unwrap_or(0)
                 .max(1),
         );
-        tokio::time::timeout(bound, self.queue.run_claim_with_history(claim))
+        tokio::time::timeout(bound, self.queue.run_claim_many(claim, max))
             .await
             .unwrap_or_else(|_| {
                 Err(StoreError::with_fault(

@@ -330,7 +330,7 @@ async fn a_worker_claims_every_queued_run_exactly_once_and_completes_them() {
     let (outcome_tx, mut outcome_rx) = tokio::sync::mpsc::unbounded_channel();
     let worker = Worker::new(
         executor,
-        Arc::new(store.clone()),
+        f.store.clone(),
         agents,
         WorkerConfig {
             concurrency: 3,
@@ -366,6 +366,10 @@ async fn a_worker_claims_every_queued_run_exactly_once_and_completes_them() {
         .filter(|r| String::from_utf8_lossy(&r.body).contains("tools/call"))
         .count();
     assert_eq!(calls, 6, "one write per run, no duplicates");
+    // Three free slots at the start: the first claim takes three runs in one trip.
+    let at_once = f.store.claimed_at_once.lock().unwrap().clone();
+    assert_eq!(at_once.first(), Some(&3), "{at_once:?}");
+    assert_eq!(at_once.iter().sum::<usize>(), 6, "{at_once:?}");
 }
 
 /// An agent source that fails the same way every time (EMFILE and a store fault during

@@ -47,6 +47,8 @@ pub struct Instrumented {
     pub fail_kinds: std::sync::Mutex<Vec<String>>,
     /// Lease renewals never answer (a store that hangs).
     pub hang_heartbeats: AtomicBool,
+    /// How many runs each `run_claim_many` answered, in order.
+    pub claimed_at_once: std::sync::Mutex<Vec<usize>>,
 }
 
 #[async_trait]
@@ -83,7 +85,14 @@ impl Hook for Instrumented {
         Strike::Pass
     }
 
-    async fn after(&self, call: &Call, _answer: StoreAnswer<'_>) -> Option<StoreError> {
+    async fn after(&self, call: &Call, answer: StoreAnswer<'_>) -> Option<StoreError> {
+        if call.method == "run_claim_many"
+            && let Some(Ok(claimed)) = answer
+                .result
+                .downcast_ref::<Result<Vec<runwarden_runtime::queue::Claimed>, StoreError>>()
+        {
+            self.claimed_at_once.lock().unwrap().push(claimed.len());
+        }
         if call.method == "run_statuses" {
             self.read_done.notify_one();
             drop(self.hold_answers.lock().await);

@@ -197,6 +197,7 @@ forward! {
     impl QueueStore {}
     fn run_claim(&self, params: Claim) -> Option<Run>;
     fn run_claim_with_history(&self, params: Claim) -> Option<Claimed>;
+    fn run_claim_many(&self, params: Claim, max: usize) -> Vec<Claimed>;
     fn run_requeue_apply(&self, params: RequeueApply) -> RequeueAnswer;
     fn run_stale(&self, now_ms: i64, limit: u32) -> Vec<Run>;
     fn run_rescue_apply(&self, params: RescueApply) -> bool;

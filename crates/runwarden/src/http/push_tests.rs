@@ -84,6 +84,12 @@ impl Hook for Counting {
                     .downcast_ref::<Result<Option<Claimed>, StoreError>>(),
                 Some(Ok(None))
             ),
+            "run_claim_many" => matches!(
+                answer
+                    .result
+                    .downcast_ref::<Result<Vec<Claimed>, StoreError>>(),
+                Some(Ok(claimed)) if claimed.is_empty()
+            ),
             _ => false,
         };
         if empty {

@@ -202,3 +202,41 @@ async fn claim_with_history(store: &dyn QueueStore, now_ms: i64) -> Claimed {
         .expect("run_claim_with_history")
         .expect("a due run to claim")
 }
+
+/// A claim of several runs takes the oldest due ones in order, each as a claim of one
+/// would (running, held, the stored row answered), never more than asked.
+pub(super) async fn a_claim_of_several_takes_the_oldest_due_runs_in_order(store: &dyn QueueStore) {
+    create(store, queued_at("many-b", T0 + 20)).await;
+    create(store, queued_at("many-a", T0 + 10)).await;
+    create(store, queued_at("many-c", T0 + 30)).await;
+    let claim = |now_ms: i64| Claim {
+        owner: OWNER.into(),
+        lease_until_ms: now_ms + LEASE,
+        now_ms,
+        agents: None,
+    };
+    let first = store.run_claim_many(claim(T0 + 100), 2).await.unwrap();
+    let ids: Vec<&str> = first.iter().map(|c| c.run.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["many-a", "many-b"],
+        "the oldest due runs, no more than asked"
+    );
+    for claimed in &first {
+        assert_eq!(claimed.run, get(store, &claimed.run.id).await);
+        assert_eq!(claimed.run.status, RunState::Running);
+        assert_eq!(claimed.run.claimed_by.as_deref(), Some(OWNER));
+        assert_eq!(claimed.run.lease_expires_ms, Some(T0 + 100 + LEASE));
+    }
+    let rest = store.run_claim_many(claim(T0 + 200), 5).await.unwrap();
+    let ids: Vec<&str> = rest.iter().map(|c| c.run.id.as_str()).collect();
+    assert_eq!(ids, ["many-c"], "what is left, fewer than asked");
+    assert!(
+        store
+            .run_claim_many(claim(T0 + 300), 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    retire(store, &["many-a", "many-b", "many-c"]).await;
+}

@@ -55,6 +55,7 @@ pub async fn exercise_queue_store(store: Arc<dyn QueueStore>) {
     a_run_not_yet_due_is_not_claimed(s).await;
     a_cancelled_queued_run_is_never_claimed(s).await;
     a_claim_with_its_history_answers_the_stored_events(s).await;
+    a_claim_of_several_takes_the_oldest_due_runs_in_order(s).await;
 
     requeue_puts_the_run_back_with_its_backoff_and_counts_the_attempt(s).await;
     a_graceful_requeue_does_not_spend_the_budget(s).await;

@@ -57,6 +57,26 @@ impl QueueStore for SqliteStore {
         Ok(claimed)
     }
 
+    async fn run_claim_many(&self, params: Claim, max: usize) -> Result<Vec<Claimed>, StoreError> {
+        let claimed = self
+            .run("claiming queued runs", move |conn| {
+                let runs = claim_many(conn, &params, max)?;
+                // After the commit, as for one claim.
+                Ok(runs
+                    .into_iter()
+                    .map(|run| {
+                        let history = read_events(conn, &run.id, 0, 0).ok();
+                        Claimed { run, history }
+                    })
+                    .collect::<Vec<_>>())
+            })
+            .await?;
+        for claimed in &claimed {
+            publish_status(self.feed(), &claimed.run.id, claimed.run.status);
+        }
+        Ok(claimed)
+    }
+
     async fn run_requeue_apply(&self, params: RequeueApply) -> Result<RequeueAnswer, StoreError> {
         let run_id = params.id.clone();
         let answer = self
@@ -200,6 +220,12 @@ const DUE: &str = "SELECT id FROM runs INDEXED BY runs_queued_order
 /// confirmed: a failed commit may still have landed (an I/O error at commit), so the row
 /// is re-read, and the claim is acted on only if the row holds it.
 fn claim(conn: &mut Connection, params: &Claim) -> Result<Option<Run>, Failure> {
+    Ok(claim_many(conn, params, 1)?.pop())
+}
+
+/// Up to `max` of the oldest due runs, each claimed as [`claim`] claims one, in one
+/// transaction: all of them are claimed, or none.
+fn claim_many(conn: &mut Connection, params: &Claim, max: usize) -> Result<Vec<Run>, Failure> {
     let agents = params
         .agents
         .as_ref()
@@ -213,32 +239,38 @@ fn claim(conn: &mut Connection, params: &Claim) -> Result<Option<Run>, Failure> 
             .query_row(params![params.now_ms, agents], |row| row.get(0))
             .optional()?)
     };
-    if due(conn)?.is_none() {
-        return Ok(None);
+    if max == 0 || due(conn)?.is_none() {
+        return Ok(Vec::new());
     }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    // Under the write lock nobody else can claim between this read and the update.
-    let Some(id) = due(&tx)? else {
-        return Ok(None); // dropping the transaction rolls it back
-    };
-    // The last requeue's reason is cleared: the run is running again.
-    tx.execute_cached(
-        "UPDATE runs SET status = 'running', claimed_by = ?1, lease_expires_ms = ?2,
-             termination_reason = NULL, updated_ms = ?3, claim_epoch = claim_epoch + 1
-         WHERE id = ?4 AND status = 'queued'",
-        params![params.owner, params.lease_until_ms, params.now_ms, id],
-    )?;
-    let columns = tx.query_row_cached(
-        &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"),
-        [&id],
-        run_columns,
-    )?;
-    let run = run_row(columns)?;
-    let committed = tx.commit().map(|()| run.clone()).map_err(Failure::from);
+    let mut runs = Vec::new();
+    // Under the write lock nobody else can claim between a read and its update.
+    while runs.len() < max {
+        let Some(id) = due(&tx)? else {
+            break;
+        };
+        // The last requeue's reason is cleared: the run is running again.
+        tx.execute_cached(
+            "UPDATE runs SET status = 'running', claimed_by = ?1, lease_expires_ms = ?2,
+                 termination_reason = NULL, updated_ms = ?3, claim_epoch = claim_epoch + 1
+             WHERE id = ?4 AND status = 'queued'",
+            params![params.owner, params.lease_until_ms, params.now_ms, id],
+        )?;
+        let columns = tx.query_row_cached(
+            &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"),
+            [&id],
+            run_columns,
+        )?;
+        runs.push(run_row(columns)?);
+    }
+    if runs.is_empty() {
+        return Ok(runs); // dropping the transaction rolls it back
+    }
+    let committed = tx.commit().map(|()| runs.clone()).map_err(Failure::from);
+    // One transaction: when the first claim landed, they all did.
     crate::confirm::or_reread(conn, "claiming a queued run", committed, |conn| {
-        crate::confirm::claim_landed(conn, &run)
+        Ok(crate::confirm::claim_landed(conn, &runs[0])?.map(|_| runs.clone()))
     })
-    .map(Some)
 }
 
 /// R9: applies a segment's decision, guarded by what it read: the owner holds the lease

@@ -12,7 +12,9 @@
 
 use async_trait::async_trait;
 use runwarden_base::StoreError;
-use runwarden_runtime::queue::{Claim, QueueStore, RequeueAnswer, RequeueApply, RescueApply};
+use runwarden_runtime::queue::{
+    Claim, Claimed, QueueStore, RequeueAnswer, RequeueApply, RescueApply,
+};
 use runwarden_runtime::rules::{claims, runs};
 use runwarden_runtime::store::Run;
 use runwarden_runtime::{RetryDecision, RunState, WORKER_FORGOTTEN_AFTER_MS};
@@ -28,47 +30,20 @@ const REQUEUEING: &str = "requeueing a run";
 #[async_trait]
 impl QueueStore for PgStore {
     async fn run_claim(&self, params: Claim) -> Result<Option<Run>, StoreError> {
-        self.with("claiming a queued run", async {
-            let client = self.client().await?;
-            // R3: one statement. SKIP LOCKED passes over rows another claimant holds; the
-            // outer guard re-checks "queued and due" on the row as locked. The claim epoch
-            // goes up by one; the last requeue's reason is cleared: the run is running
-            // again. It runs in a transaction whose commit is awaited: the returned row is
-            // acted on only once the claim is known to be stored (a commit whose answer
-            // is lost is an error, and the run's lease then runs out for the reaper).
-            // BEGIN, the statement and COMMIT go in one flight.
-            let stmt = client
-                .prepare_cached(&format!(
-                    "UPDATE runs SET status = 'running', claimed_by = $1, lease_expires_ms = $2,
-                         termination_reason = NULL, updated_ms = $3,
-                         claim_epoch = claim_epoch + 1
-                     WHERE id = (
-                         SELECT id FROM runs WHERE status = 'queued' AND retry_at_ms <= $3
-                           AND ($4::TEXT[] IS NULL OR agent = ANY($4::TEXT[]))
-                         ORDER BY created_ms, id
-                         LIMIT 1
-                         FOR UPDATE SKIP LOCKED
-                     ) AND status = 'queued' AND retry_at_ms <= $3
-                     RETURNING {RUN_COLUMNS}"
-                ))
-                .await?;
-            let claim = async {
-                let row = client
-                    .query_opt(
-                        &stmt,
-                        &[
-                            &params.owner,
-                            &params.lease_until_ms,
-                            &params.now_ms,
-                            &params.agents,
-                        ],
-                    )
-                    .await?;
-                row.as_ref().map(run_row).transpose()
-            };
-            begin_with(&client, commit_with(&client, claim)).await
-        })
-        .await
+        Ok(self
+            .claim_up_to("claiming a queued run", params, 1)
+            .await?
+            .pop())
+    }
+
+    async fn run_claim_many(&self, params: Claim, max: usize) -> Result<Vec<Claimed>, StoreError> {
+        let runs = self
+            .claim_up_to("claiming queued runs", params, max)
+            .await?;
+        Ok(runs
+            .into_iter()
+            .map(|run| Claimed { run, history: None })
+            .collect())
     }
 
     async fn run_requeue_apply(&self, params: RequeueApply) -> Result<RequeueAnswer, StoreError> {
@@ -304,4 +279,63 @@ async fn rescue_apply(conn: &impl GenericClient, params: &RescueApply) -> Result
         crate::final_event::append_final(conn, &params.id, &body, params.now_ms).await?;
     }
     Ok(changed == 1)
+}
+
+impl PgStore {
+    /// R3: claims up to `limit` of the oldest due queued runs (of the claim's agents), the
+    /// oldest first, in one statement. The ids are picked once, as an array (a subquery
+    /// under `IN` could be run again for each row); SKIP LOCKED passes over rows another claimant
+    /// holds; the outer guard re-checks "queued and due" on each row as locked. Each claim
+    /// epoch goes up by one; the last requeue's reason is cleared: the run is running
+    /// again. It runs in a transaction whose commit is awaited: the returned rows are
+    /// acted on only once the claim is known to be stored (a commit whose answer is lost
+    /// is an error, and the runs' leases then run out for the reaper), and they are all
+    /// claimed or none. BEGIN, the statement and COMMIT go in one flight.
+    async fn claim_up_to(
+        &self,
+        operation: &'static str,
+        params: Claim,
+        limit: usize,
+    ) -> Result<Vec<Run>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut runs = self
+            .with(operation, async {
+                let client = self.client().await?;
+                let stmt = client
+                    .prepare_cached(&format!(
+                        "UPDATE runs SET status = 'running', claimed_by = $1, lease_expires_ms = $2,
+                             termination_reason = NULL, updated_ms = $3,
+                             claim_epoch = claim_epoch + 1
+                         WHERE id = ANY(ARRAY(
+                             SELECT id FROM runs WHERE status = 'queued' AND retry_at_ms <= $3
+                               AND ($4::TEXT[] IS NULL OR agent = ANY($4::TEXT[]))
+                             ORDER BY created_ms, id
+                             LIMIT $5
+                             FOR UPDATE SKIP LOCKED
+                         )) AND status = 'queued' AND retry_at_ms <= $3
+                         RETURNING {RUN_COLUMNS}"
+                    ))
+                    .await?;
+                let claim = async {
+                    let rows = client
+                        .query(
+                            &stmt,
+                            &[
+                                &params.owner,
+                                &params.lease_until_ms,
+                                &params.now_ms,
+                                &params.agents,
+                                &limit,
+                            ],
+                        )
+                        .await?;
+                    rows.iter().map(run_row).collect::<Result<Vec<_>, _>>()
+                };
+                begin_with(&client, commit_with(&client, claim)).await
+            })
+            .await?;
+        // RETURNING keeps no order: the oldest first, as they were picked.
+        runs.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
+        Ok(runs)
+    }
 }

@@ -124,24 +124,18 @@ pub trait QueueStore: RunStore {
     /// re-read), so a segment never runs on a claim the store does not hold.
     async fn run_claim(&self, params: Claim) -> Result<Option<Run>, StoreError>;
 
-    /// [`run_claim`](Self::run_claim), and the claimed run's events read in the same trip
-    /// to the store, so a segment starts without a second one. A store that cannot read
-    /// them together answers `history: None`, as this default does.
-    async fn run_claim_with_history(&self, params: Claim) -> Result<Option<Claimed>, StoreError> {
-        let run = self.run_claim(params).await?;
-        Ok(run.map(|run| Claimed { run, history: None }))
-    }
-
-    /// [`run_claim_with_history`](Self::run_claim_with_history) for up to `max` runs, oldest
-    /// first, in as few trips to the store as it can: a worker with several free slots
-    /// claims a run for each. Empty when none is due. This default claims them one at a
-    /// time until one finds none; a failure after a claim answers the runs claimed so far
-    /// (the next claim meets it again).
+    /// [`run_claim`](Self::run_claim) for up to `max` runs, oldest first, in as few trips
+    /// to the store as it can: a worker with several free slots claims a run for each.
+    /// Empty when none is due. A store that reads each run's events in the same trip
+    /// answers them, so a segment starts without a second one; one that cannot answers
+    /// `history: None`. This default claims one run at a time until one finds none; a
+    /// failure after a claim answers the runs claimed so far (the next claim meets it
+    /// again).
     async fn run_claim_many(&self, params: Claim, max: usize) -> Result<Vec<Claimed>, StoreError> {
         let mut claimed = Vec::new();
         while claimed.len() < max {
-            match self.run_claim_with_history(params.clone()).await {
-                Ok(Some(run)) => claimed.push(run),
+            match self.run_claim(params.clone()).await {
+                Ok(Some(run)) => claimed.push(Claimed { run, history: None }),
                 Ok(None) => break,
                 Err(error) if claimed.is_empty() => return Err(error),
                 Err(error) => {

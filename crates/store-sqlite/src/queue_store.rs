@@ -39,29 +39,12 @@ impl QueueStore for SqliteStore {
         Ok(run)
     }
 
-    async fn run_claim_with_history(&self, params: Claim) -> Result<Option<Claimed>, StoreError> {
-        let claimed = self
-            .run("claiming a queued run", move |conn| {
-                let Some(run) = claim(conn, &params)? else {
-                    return Ok(None);
-                };
-                // After the commit: the claim holds the run, so no other segment appends
-                // to it. A failed read leaves the segment to read the events itself.
-                let history = read_events(conn, &run.id, 0, 0).ok();
-                Ok(Some(Claimed { run, history }))
-            })
-            .await?;
-        if let Some(claimed) = &claimed {
-            publish_status(self.feed(), &claimed.run.id, claimed.run.status);
-        }
-        Ok(claimed)
-    }
-
     async fn run_claim_many(&self, params: Claim, max: usize) -> Result<Vec<Claimed>, StoreError> {
         let claimed = self
             .run("claiming queued runs", move |conn| {
                 let runs = claim_many(conn, &params, max)?;
-                // After the commit, as for one claim.
+                // After the commit: the claim holds each run, so no other segment appends
+                // to it. A failed read leaves the segment to read the events itself.
                 Ok(runs
                     .into_iter()
                     .map(|run| {

@@ -207,14 +207,18 @@ async fn a_claim_reads_the_runs_events_in_the_same_trip() {
     let store = db.open();
     store.run_create(queued("trip-1", 0)).await.unwrap();
     let claimed = store
-        .run_claim_with_history(Claim {
-            owner: "worker-a".into(),
-            lease_until_ms: LEASE,
-            now_ms: 0,
-            agents: None,
-        })
+        .run_claim_many(
+            Claim {
+                owner: "worker-a".into(),
+                lease_until_ms: LEASE,
+                now_ms: 0,
+                agents: None,
+            },
+            1,
+        )
         .await
         .unwrap()
+        .pop()
         .expect("the run is claimed");
     assert_eq!(claimed.run.id, "trip-1");
     assert_eq!(

@@ -196,7 +196,6 @@ forward! {
 forward! {
     impl QueueStore {}
     fn run_claim(&self, params: Claim) -> Option<Run>;
-    fn run_claim_with_history(&self, params: Claim) -> Option<Claimed>;
     fn run_claim_many(&self, params: Claim, max: usize) -> Vec<Claimed>;
     fn run_requeue_apply(&self, params: RequeueApply) -> RequeueAnswer;
     fn run_stale(&self, now_ms: i64, limit: u32) -> Vec<Run>;

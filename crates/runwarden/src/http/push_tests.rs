@@ -70,18 +70,12 @@ impl Hook for Counting {
     }
 
     async fn after(&self, call: &Call, answer: StoreAnswer<'_>) -> Option<StoreError> {
-        // A worker claims with the run's events; a bare claim counts the same.
+        // A worker claims a run for each free slot; a bare claim counts the same.
         let empty = match call.method {
             "run_claim" => matches!(
                 answer
                     .result
                     .downcast_ref::<Result<Option<Run>, StoreError>>(),
-                Some(Ok(None))
-            ),
-            "run_claim_with_history" => matches!(
-                answer
-                    .result
-                    .downcast_ref::<Result<Option<Claimed>, StoreError>>(),
                 Some(Ok(None))
             ),
             "run_claim_many" => matches!(

@@ -174,32 +174,32 @@ pub(super) async fn a_claim_with_its_history_answers_the_stored_events(store: &d
         assert_eq!(history, &stored, "the events read with the claim");
         assert_eq!(history.len(), 2);
     }
+    let claim = Claim {
+        owner: OWNER.into(),
+        lease_until_ms: T0 + 1_000 + LEASE,
+        now_ms: T0 + 1_000,
+        agents: None,
+    };
     assert_eq!(
-        store
-            .run_claim_with_history(Claim {
-                owner: OWNER.into(),
-                lease_until_ms: T0 + 1_000 + LEASE,
-                now_ms: T0 + 1_000,
-                agents: None,
-            })
-            .await
-            .unwrap(),
-        None,
+        store.run_claim_many(claim, 1).await.unwrap(),
+        Vec::new(),
         "nothing left to claim"
     );
     retire(store, &["history-1"]).await;
 }
 
 async fn claim_with_history(store: &dyn QueueStore, now_ms: i64) -> Claimed {
+    let claim = Claim {
+        owner: OWNER.into(),
+        lease_until_ms: now_ms + LEASE,
+        now_ms,
+        agents: None,
+    };
     store
-        .run_claim_with_history(Claim {
-            owner: OWNER.into(),
-            lease_until_ms: now_ms + LEASE,
-            now_ms,
-            agents: None,
-        })
+        .run_claim_many(claim, 1)
         .await
-        .expect("run_claim_with_history")
+        .expect("run_claim_many")
+        .pop()
         .expect("a due run to claim")
 }
 

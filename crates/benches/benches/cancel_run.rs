@@ -777,6 +777,7 @@ async fn overhead(ctx: &Ctx) -> Overhead {
                 round: None,
                 end: None,
                 now_ms: now_ms(),
+                before: None,
             };
             let started = Instant::now();
             let appended = ctx.store.run_event_append(event).await;

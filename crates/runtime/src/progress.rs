@@ -98,6 +98,7 @@ pub(crate) async fn append(target: &ProgressTarget, body: EventBody) {
         round: None,
         end: None,
         now_ms: time_ms,
+        before: None,
     };
     match target.store.run_event_append(append).await {
         Ok(Some(seq)) => {

@@ -206,6 +206,20 @@ pub struct EventAppend {
     pub end: Option<RunEnd>,
     /// Now.
     pub now_ms: i64,
+    /// An event stored just before this one, under the same guard and in the same
+    /// transaction: a final answer's model step with the run's end, so a run that answers
+    /// ends in one write. The answer is this event's sequence number; `before` takes the
+    /// one below it.
+    pub before: Option<EarlierEvent>,
+}
+
+/// The event stored with an [`EventAppend`], just before it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EarlierEvent {
+    /// The event's kind.
+    pub kind: String,
+    /// The event's details.
+    pub payload: Value,
 }
 
 /// The row change that goes with a run's final event (see [`EventAppend::end`]).

@@ -502,6 +502,7 @@ impl Worker {
                 reason,
             }),
             now_ms: now_ms(),
+            before: None,
         };
         match self.queue.run_event_append(append).await {
             Ok(Some(_)) => Outcome::DeadLettered,
@@ -521,6 +522,7 @@ impl Worker {
                     round: None,
                     end: None,
                     now_ms: now_ms(),
+                    before: None,
                 };
                 let _ = self.queue.run_event_append(append).await;
                 Outcome::Cancelled

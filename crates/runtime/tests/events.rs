@@ -166,6 +166,7 @@ async fn a_queued_run_with_a_malformed_event_is_dead_lettered_not_retryable() {
             round: None,
             end: None,
             now_ms: now,
+            before: None,
         };
         assert!(queue.run_event_append(append).await.unwrap().is_some());
     }

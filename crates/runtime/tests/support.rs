@@ -220,6 +220,7 @@ impl Fixture {
                 round: None,
                 end: None,
                 now_ms: 0,
+                before: None,
             };
             assert!(self.store.run_event_append(append).await.unwrap().is_some());
         }

@@ -216,6 +216,7 @@ async fn events_follow_sees_what_another_process_appends_through_a_resync() {
         round: None,
         end: None,
         now_ms: chrono::Utc::now().timestamp_millis(),
+        before: None,
     };
     store
         .run_event_append(append("run_started", json!({"agent": "a"})))

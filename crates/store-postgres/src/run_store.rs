@@ -207,9 +207,7 @@ impl RunStore for PgStore {
     }
 
     async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
-        if let Some(end) = &params.end {
-            rules::check_final_event_status(end.status)?;
-        }
+        rules::check_event_append(&params)?;
         const OPERATION: &str = "appending a run event";
         let payload = params.payload.to_string();
         let result = self
@@ -243,14 +241,28 @@ impl RunStore for PgStore {
                            AND (status = 'running' OR ($7::TEXT IS NULL AND status = 'cancelled'))",
                     )
                     .await?;
+                // With an event before it, both rows in one statement: the earlier one
+                // takes the next sequence number and this one the number after.
                 let insert = client
-                    .prepare_cached(
+                    .prepare_cached(if params.before.is_some() {
+                        "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
+                         SELECT $1::TEXT, next.seq + e.n, e.kind, e.payload, $4::BIGINT
+                         FROM (SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM run_events
+                               WHERE run_id = $1::TEXT) AS next,
+                              (VALUES (0, $5::TEXT, $6::TEXT), (1, $2::TEXT, $3::TEXT))
+                                  AS e (n, kind, payload)
+                         RETURNING seq"
+                    } else {
                         "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
                          SELECT $1::TEXT, COALESCE(MAX(seq), 0) + 1, $2::TEXT, $3::TEXT, $4::BIGINT
                          FROM run_events WHERE run_id = $1::TEXT
-                         RETURNING seq",
-                    )
+                         RETURNING seq"
+                    })
                     .await?;
+                let earlier = params
+                    .before
+                    .as_ref()
+                    .map(|b| (b.kind.clone(), b.payload.to_string()));
                 // Two flights: BEGIN and the guard, then the insert and COMMIT.
                 let guarded = [
                     &params.clear_fence as &(dyn tokio_postgres::types::ToSql + Sync),
@@ -272,13 +284,33 @@ impl RunStore for PgStore {
                     return Ok(None);
                 }
                 commit_with(&client, async {
-                    let row = client
-                        .query_one(
-                            &insert,
-                            &[&params.id, &params.kind, &payload, &params.now_ms],
-                        )
-                        .await?;
-                    Ok(Some(row.try_get(0)?))
+                    let rows = match &earlier {
+                        Some((kind, details)) => {
+                            let values = [
+                                &params.id as &(dyn tokio_postgres::types::ToSql + Sync),
+                                &params.kind,
+                                &payload,
+                                &params.now_ms,
+                                kind,
+                                details,
+                            ];
+                            client.query(&insert, &values).await?
+                        }
+                        None => {
+                            let values = [
+                                &params.id as &(dyn tokio_postgres::types::ToSql + Sync),
+                                &params.kind,
+                                &payload,
+                                &params.now_ms,
+                            ];
+                            client.query(&insert, &values).await?
+                        }
+                    };
+                    let mut seqs = Vec::with_capacity(rows.len());
+                    for row in &rows {
+                        seqs.push(row.try_get::<_, i64>(0)?);
+                    }
+                    Ok(seqs.into_iter().max())
                 })
                 .await
             })

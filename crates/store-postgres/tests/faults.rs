@@ -352,6 +352,7 @@ async fn an_append_dropped_inside_its_transaction_never_returns_that_connection_
                     round: None,
                     end: None,
                     now_ms: now,
+                    before: None,
                 })
                 .await
         })

@@ -265,6 +265,7 @@ async fn appenders_on_two_nodes_never_share_an_event_sequence() {
                         round: None,
                         end: None,
                         now_ms: t0 + 1,
+                        before: None,
                     })
                     .await
                     .expect("run_event_append")

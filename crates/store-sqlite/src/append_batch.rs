@@ -108,6 +108,12 @@ impl SqliteStore {
         if let Some(end) = &append.end {
             publish_status(self.feed(), &append.id, end.status);
         }
+        if append.before.is_some() {
+            self.feed().publish(Change::Appended {
+                run_id: append.id.clone(),
+                seq: seq - 1,
+            });
+        }
         self.feed().publish(Change::Appended {
             run_id: append.id.clone(),
             seq,
@@ -287,14 +293,23 @@ fn guarded_steps(
     if changed != 1 {
         return Ok(None);
     }
-    let seq: i64 = conn.query_row_cached(
+    let mut seq: i64 = conn.query_row_cached(
         "SELECT COALESCE(MAX(seq), 0) + 1 FROM run_events WHERE run_id = ?1",
         [&append.id],
         |row| row.get(0),
     )?;
+    let insert = "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
+     VALUES (?1, ?2, ?3, ?4, ?5)";
+    if let Some(before) = &append.before {
+        let earlier = before.payload.to_string();
+        conn.execute_cached(
+            insert,
+            params![append.id, seq, before.kind, earlier, append.now_ms],
+        )?;
+        seq += 1;
+    }
     conn.execute_cached(
-        "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
-     VALUES (?1, ?2, ?3, ?4, ?5)",
+        insert,
         params![append.id, seq, append.kind, payload, append.now_ms],
     )?;
     Ok(Some(seq))

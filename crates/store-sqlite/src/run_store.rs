@@ -230,9 +230,7 @@ impl RunStore for SqliteStore {
     }
 
     async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
-        if let Some(end) = &params.end {
-            rules::check_final_event_status(end.status)?;
-        }
+        rules::check_event_append(&params)?;
         // Group-committed with the appends of the runs beside it (`append_batch`).
         self.append_event(params).await
     }

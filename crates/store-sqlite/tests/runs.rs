@@ -45,6 +45,7 @@ fn event(id: &str) -> EventAppend {
         round: None,
         end: None,
         now_ms: 1,
+        before: None,
     }
 }
 

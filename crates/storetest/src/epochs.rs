@@ -98,6 +98,7 @@ fn step(run: &Run, epoch: i64, end: Option<RunEnd>) -> EventAppend {
         round: None,
         end,
         now_ms: T0 + 200,
+        before: None,
     }
 }
 

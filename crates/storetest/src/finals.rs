@@ -91,6 +91,7 @@ async fn a_cancel_of_a_running_run_leaves_the_final_event_to_its_segment(store: 
         round: None,
         end: None,
         now_ms: T0 + 20,
+        before: None,
     };
     assert!(store.run_event_append(stop).await.unwrap().is_some());
 }
@@ -160,6 +161,7 @@ async fn a_run_with_a_final_event_never_gets_a_second(store: &dyn QueueStore) {
         round: None,
         end: None,
         now_ms: T0 + 500,
+        before: None,
     };
     store.run_event_append(end).await.unwrap().unwrap();
     reap_at(store, &RetryPolicy::default(), T0 + 2_000, 1_000, Some(0.5))
@@ -196,6 +198,7 @@ async fn a_cancelled_run_whose_segment_died_gets_its_stop_from_the_reaper(store:
         round: None,
         end: None,
         now_ms: T0 + 20,
+        before: None,
     };
     store.run_event_append(stop).await.unwrap().unwrap();
 

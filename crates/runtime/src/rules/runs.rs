@@ -6,7 +6,7 @@ use runwarden_base::StoreError;
 use crate::events::{EventBody, cancelled_from};
 use crate::queue::RequeueAnswer;
 use crate::state::RunState;
-use crate::store::{CancelAnswer, NewRunStatus, Run, RunCreate, SettleAnswer};
+use crate::store::{CancelAnswer, EventAppend, NewRunStatus, Run, RunCreate, SettleAnswer};
 
 /// The termination reason an operator's cancel writes; people read it in `status` and
 /// the API.
@@ -118,6 +118,24 @@ pub fn check_final_event_status(status: RunState) -> Result<(), StoreError> {
         "appending a run event",
         "a final event ends a run as",
     )
+}
+
+/// What an append may carry: a final event's end as [`check_final_event_status`] says, and
+/// an event before it that is no final one (nothing follows a run's final event).
+pub fn check_event_append(append: &EventAppend) -> Result<(), StoreError> {
+    if let Some(end) = &append.end {
+        check_final_event_status(end.status)?;
+    }
+    match &append.before {
+        Some(before) if crate::events::is_final_kind(&before.kind) => Err(StoreError::new(
+            "appending a run event",
+            format!(
+                "{} is a final event and must be the last one; append it as the event itself",
+                before.kind
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn check_ending(status: RunState, operation: &str, what: &str) -> Result<(), StoreError> {
@@ -264,6 +282,33 @@ mod tests {
             assert!(error.contains(other.as_str()), "{error}");
             assert!(check_final_event_status(other).is_err());
         }
+    }
+
+    #[test]
+    fn an_event_stored_before_another_is_never_a_final_one() {
+        let append = |before: &str| EventAppend {
+            id: "r".into(),
+            owner: "w".into(),
+            epoch: 1,
+            kind: "run_completed".into(),
+            payload: serde_json::json!({"reason": "done"}),
+            clear_fence: false,
+            round: None,
+            end: Some(crate::store::RunEnd {
+                status: RunState::Completed,
+                reason: "done".into(),
+            }),
+            now_ms: 1,
+            before: Some(crate::store::EarlierEvent {
+                kind: before.into(),
+                payload: serde_json::json!({}),
+            }),
+        };
+        assert!(check_event_append(&append("model_response")).is_ok());
+        let error = check_event_append(&append("run_failed"))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("run_failed is a final event"), "{error}");
     }
 
     #[test]

@@ -51,6 +51,7 @@ pub(super) async fn committed_writes_are_published_on_the_feed(store: &dyn Queue
             round: Some(1),
             end: None,
             now_ms: T0 + 1,
+            before: None,
         })
         .await
         .expect("run_event_append")

@@ -270,6 +270,7 @@ fn event(id: &str, owner: &str, epoch: i64) -> EventAppend {
         round: None,
         end: None,
         now_ms: T0 + 50_000,
+        before: None,
     }
 }
 

@@ -1,7 +1,7 @@
 //! A run's events: sequences, paging, the owner guard, the boundary step after a cancel, the fence cleared by a recorded write, rounds.
 
 use super::*;
-use runwarden_runtime::store::RunEnd;
+use runwarden_runtime::store::{EarlierEvent, RunEnd};
 
 pub(super) async fn event_sequences_are_strictly_increasing_and_never_duplicated(
     store: &Arc<dyn RunStore>,
@@ -263,4 +263,64 @@ pub(super) async fn a_final_event_ends_a_run_only_as_completed_or_failed(store: 
         "the refused ends changed nothing"
     );
     assert!(seqs(store, "end-only-final").await.is_empty());
+}
+
+/// A final answer's step and the run's end in one append: both stored, in order, with the
+/// run ended; or, when the guard refuses it (a cancel won the row), neither. A final event
+/// is never the one before.
+pub(super) async fn an_answer_and_the_runs_end_are_stored_together_or_not_at_all(
+    store: &dyn RunStore,
+) {
+    let answered = |id: &str, before: &str| EventAppend {
+        end: Some(RunEnd {
+            status: RunState::Completed,
+            reason: "done".into(),
+        }),
+        before: Some(EarlierEvent {
+            kind: before.into(),
+            payload: json!({"text": "done"}),
+        }),
+        ..event(id, OWNER, "run_completed")
+    };
+    create(store, running("answer-1")).await;
+    assert_eq!(
+        append(store, event("answer-1", OWNER, "tool_executed")).await,
+        Some(1)
+    );
+    assert_eq!(
+        append(store, answered("answer-1", "model_response")).await,
+        Some(3),
+        "the answer is the end's sequence number"
+    );
+    let events = store.run_events("answer-1", 0, 0).await.unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["tool_executed", "model_response", "run_completed"]);
+    assert_eq!(events[1].payload, json!({"text": "done"}));
+    assert_eq!(get(store, "answer-1").await.status, RunState::Completed);
+
+    create(store, running("answer-cancelled")).await;
+    cancel(store, "answer-cancelled", T0 + 2).await;
+    assert_eq!(
+        append(store, answered("answer-cancelled", "model_response")).await,
+        None
+    );
+    assert!(
+        seqs(store, "answer-cancelled").await.is_empty(),
+        "nothing of it"
+    );
+
+    create(store, running("answer-final-first")).await;
+    let error = store
+        .run_event_append(answered("answer-final-first", "run_failed"))
+        .await
+        .expect_err("a final event before another");
+    assert!(
+        error.to_string().contains("run_failed is a final event"),
+        "{error}"
+    );
+    assert!(seqs(store, "answer-final-first").await.is_empty());
+    assert_eq!(
+        get(store, "answer-final-first").await.status,
+        RunState::Running
+    );
 }

@@ -57,6 +57,7 @@ pub async fn exercise_run_store(store: Arc<dyn RunStore>) {
     recording_a_write_step_clears_the_fence_but_not_on_a_cancelled_run(s).await;
     rounds_only_grow(s).await;
     a_final_event_ends_a_run_only_as_completed_or_failed(s).await;
+    an_answer_and_the_runs_end_are_stored_together_or_not_at_all(s).await;
 
     settle_moves_a_running_run_to_completed_or_failed(s).await;
     settle_accepts_only_completed_or_failed(s).await;
@@ -150,6 +151,7 @@ fn event(id: &str, owner: &str, kind: &str) -> EventAppend {
         round: None,
         end: None,
         now_ms: T0 + 1,
+        before: None,
     }
 }
 

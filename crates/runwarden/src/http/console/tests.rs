@@ -392,6 +392,7 @@ async fn server_written_text_is_escaped_on_every_page_that_shows_it() {
             round: None,
             end: None,
             now_ms: 2,
+            before: None,
         })
         .await
         .unwrap();

@@ -4,12 +4,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use runwarden_mcp::Effect;
-use runwarden_models::OpenAiCompatible;
+use runwarden_models::{ModelError, ModelProvider, ModelRequest, ModelTurn, OpenAiCompatible};
 use runwarden_runtime::{
     CancelAnswer, CancelRefused, Canceller, Outcome, RunState, RunStore, cancel_run,
 };
+use runwarden_store_sqlite::SqliteStore;
 use runwarden_testkit::{HttpReply, TestServer, mcp_handler, tool};
+use runwarden_vault::CancellationSignal;
 use runwarden_vault::audit::action;
 use serde_json::json;
 
@@ -324,9 +327,58 @@ async fn each_step_is_followed_by_one_read_of_the_run_row() {
         f.executor.execute(&run, &agent, "go", None).await,
         Outcome::Completed
     );
-    // R5: one read after each of the five steps and one before the first; R6: one for
-    // the first question of each call's signal (three model calls, two tool calls). The
-    // boundary that opens a round right after a tool step's boundary does not read the
-    // row again.
-    assert_eq!(f.status_reads() - before, 6 + 5);
+    // R5: one read after each of the four steps before the final answer and one before
+    // the first; R6: one for the first question of each call's signal (three model calls,
+    // two tool calls). The boundary that opens a round right after a tool step's boundary
+    // does not read the row again, and the final answer is stored with the run's end by
+    // one guarded write, which is its read.
+    assert_eq!(f.status_reads() - before, 5 + 5);
+}
+
+/// A model that, while it answers, has another process cancel the run (nothing wakes
+/// this one), then gives its final answer.
+struct CancelledWhileAnswering {
+    other: SqliteStore,
+    run_id: std::sync::Mutex<String>,
+}
+
+#[async_trait]
+impl ModelProvider for CancelledWhileAnswering {
+    async fn complete(
+        &self,
+        _: &ModelRequest,
+        _: Option<&dyn CancellationSignal>,
+    ) -> Result<ModelTurn, ModelError> {
+        let id = self.run_id.lock().unwrap().clone();
+        self.other.run_cancel(&id, 0).await.unwrap();
+        Ok(ModelTurn {
+            text: Some("done".into()),
+            tool_calls: vec![],
+            finish: None,
+            usage: None,
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_final_answer_after_a_cancel_won_the_row_is_stored_and_the_run_stays_cancelled() {
+    let f = fixture().await;
+    let run = f.executor.create_sync("helper", "go").await.unwrap();
+    let model = Arc::new(CancelledWhileAnswering {
+        other: f.other_process(),
+        run_id: std::sync::Mutex::new(run.id.clone()),
+    });
+    let agent = f.agent_with(model, vec![]);
+    assert_eq!(
+        f.executor.execute(&run, &agent, "go", None).await,
+        Outcome::Cancelled
+    );
+    // R5: the write that would have ended the run is refused; the step is stored alone,
+    // and the run records its stop, not a completion.
+    assert_eq!(
+        f.kinds(&run.id).await,
+        ["run_started", "model_response", "run_stopped"]
+    );
+    let row = f.store.run_get(&run.id).await.unwrap().unwrap();
+    assert_eq!(row.status, RunState::Cancelled);
 }

@@ -144,10 +144,11 @@ async fn a_run_on_an_openai_compatible_model_offers_the_tools_and_completes() {
 }
 
 /// A model that moves the run away from this segment while it "thinks", as a reaper
-/// would, then asks for a write.
+/// would, then asks for a write (or, with `answers`, gives its final answer).
 struct Usurper {
     db: std::path::PathBuf,
     run_id: std::sync::Mutex<String>,
+    answers: bool,
 }
 
 #[async_trait]
@@ -164,6 +165,14 @@ impl ModelProvider for Usurper {
             [id],
         )
         .unwrap();
+        if self.answers {
+            return Ok(ModelTurn {
+                text: Some("done".into()),
+                tool_calls: vec![],
+                finish: None,
+                usage: None,
+            });
+        }
         Ok(ModelTurn {
             text: None,
             tool_calls: vec![ToolCallRequest {
@@ -186,6 +195,7 @@ async fn a_write_without_the_lease_never_reaches_the_server() {
     let usurper = Arc::new(Usurper {
         db: f.dir.path().join("runwarden.db"),
         run_id: std::sync::Mutex::new(run.id.clone()),
+        answers: false,
     });
     let agent = f.agent_with(
         usurper,
@@ -205,6 +215,26 @@ async fn a_write_without_the_lease_never_reaches_the_server() {
         ["run_started"],
         "a lost segment appends nothing more"
     );
+}
+
+#[tokio::test]
+async fn a_final_answer_without_the_lease_neither_completes_the_run_nor_stores_the_answer() {
+    let f = fixture().await;
+    let run = f.executor.create_sync("helper", "go").await.unwrap();
+    let usurper = Arc::new(Usurper {
+        db: f.dir.path().join("runwarden.db"),
+        run_id: std::sync::Mutex::new(run.id.clone()),
+        answers: true,
+    });
+    let agent = f.agent_with(usurper, vec![]);
+    assert_eq!(
+        f.executor.execute(&run, &agent, "go", None).await,
+        Outcome::LeaseLost
+    );
+    // The answer and the run's end are one guarded write; the step alone is refused too.
+    assert_eq!(f.kinds(&run.id).await, ["run_started"]);
+    let row = f.store.run_get(&run.id).await.unwrap().unwrap();
+    assert_eq!(row.status, RunState::Running);
 }
 
 #[tokio::test]

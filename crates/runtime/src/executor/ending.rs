@@ -71,12 +71,7 @@ impl Executor {
         if let Some(stop) = self.must_stop_probing(segment, probe).await {
             return Some(stop);
         }
-        let draining = segment
-            .options
-            .drain
-            .as_ref()
-            .is_some_and(|d| d.load(Ordering::SeqCst));
-        if draining {
+        if is_draining(segment) {
             return Some(
                 self.requeue(
                     segment,
@@ -87,6 +82,15 @@ impl Executor {
             );
         }
         None
+    }
+
+    /// Whether the run may end at this boundary without reading its row: the lease is
+    /// held, the budget is not spent and the worker is not draining. The guarded write
+    /// that ends the run is then the read (a cancel that won the row refuses it).
+    pub(super) fn may_end_here(&self, segment: &Segment<'_>) -> bool {
+        !is_draining(segment)
+            && !segment.lease_lost.load(Ordering::SeqCst)
+            && segment.budget.reason().is_none()
     }
 
     /// Ends a segment for a failure: a queued run with a retry policy is requeued when the
@@ -236,6 +240,15 @@ impl Executor {
             }
         }
     }
+}
+
+/// Whether the worker is draining: the segment hands its run back at the next boundary.
+fn is_draining(segment: &Segment<'_>) -> bool {
+    segment
+        .options
+        .drain
+        .as_ref()
+        .is_some_and(|d| d.load(Ordering::SeqCst))
 }
 
 /// What a requeue's answer means for the segment.

@@ -8,18 +8,21 @@ use tracing::Instrument as _;
 
 use super::record::Recorded;
 use super::{Executor, Segment};
-use crate::events::{EventBody, ModelCancelled, ModelFailed, ModelProgress, ModelResponse};
+use crate::events::{
+    EventBody, ModelCancelled, ModelFailed, ModelProgress, ModelResponse, RunEnded,
+};
 use crate::progress::ProgressEvents;
 use crate::signal::RunSignal;
 use crate::state::{MODEL_NO_ANSWER, MODEL_TRUNCATED, Outcome, RunState};
+use crate::store::RunEnd;
 
 impl Executor {
-    /// One model round as a step. `Ok` is a turn to act upon, recorded (or a final answer
-    /// whose step the settle stores), with the signal the call carried, which the round
+    /// One model round as a step. `Ok` is a turn whose tool calls are to be made,
+    /// recorded, with the signal the call carried, which the round
     /// keeps: while it lives the run stays registered with the watcher and the hub keeps
     /// when a cancel woke the call (the cancel's latency is measured from it). `Err` is
-    /// the segment's outcome when it must stop: the call was cancelled or failed, the
-    /// turn was cut or empty, or the run was lost.
+    /// the segment's outcome when it ends: a final answer, the call was cancelled or
+    /// failed, the turn was cut or empty, or the run was lost.
     pub(super) async fn model_step(
         &self,
         segment: &Segment<'_>,
@@ -117,11 +120,16 @@ impl Executor {
             usage: turn.usage,
         };
         let unusable = unusable_turn(&step, segment.agent.max_tokens);
+        if step.tool_calls.is_empty() && unusable.is_none() {
+            self.spend_tokens(segment, turn.usage.map_or(0, |u| u.output_tokens));
+            let text = turn.text.unwrap_or_default();
+            return Err(self.final_answer(segment, round, step, text).await);
+        }
         let body = EventBody::ModelResponse(step);
         match self.record(segment, body, false, Some(round)).await {
             Recorded::Stored => {}
             Recorded::LostRun => return Err(Outcome::LeaseLost),
-            Recorded::Failed(error) if !turn.tool_calls.is_empty() && unusable.is_none() => {
+            Recorded::Failed(error) if unusable.is_none() => {
                 // R8 (amended): a tool call runs only if the step that asked for it is
                 // durable, or a resumed run would replay the turn and call it again.
                 let reason = format!(
@@ -130,8 +138,8 @@ impl Executor {
                 return Err(self.fail(segment, reason, true).await);
             }
             Recorded::Failed(error) => {
-                // A final answer with no call behind it: the settle stores it.
-                tracing::warn!(run = %segment.run.id, %error, "could not record the model's final step; settling with its text");
+                // A cut or empty turn: the run fails with its reason all the same.
+                tracing::warn!(run = %segment.run.id, %error, "could not record the model's step; failing the run");
             }
         }
         self.spend_tokens(segment, turn.usage.map_or(0, |u| u.output_tokens));
@@ -143,6 +151,53 @@ impl Executor {
             return Err(self.settle(segment, RunState::Failed, reason).await);
         }
         Ok(turn)
+    }
+
+    /// The model's final answer. When nothing stops the run here, its step and the run's
+    /// end are one write (R5: that write's guard is the read after the step). Otherwise,
+    /// or when the store refused or failed that write, the step alone, the boundary, then
+    /// the settle, as for any step.
+    async fn final_answer(
+        &self,
+        segment: &Segment<'_>,
+        round: u32,
+        step: ModelResponse,
+        text: String,
+    ) -> Outcome {
+        let body = EventBody::ModelResponse(step);
+        if self.may_end_here(segment) {
+            let ended = EventBody::RunCompleted(RunEnded {
+                reason: text.clone(),
+            });
+            let end = RunEnd {
+                status: RunState::Completed,
+                reason: text.clone(),
+            };
+            let before = Some(body.clone());
+            match self
+                .record_after(segment, before, ended, false, Some(round), Some(end))
+                .await
+            {
+                Recorded::Stored => return Outcome::Completed,
+                // A cancel or a newer claim won the row: the step alone says which.
+                Recorded::LostRun => {}
+                Recorded::Failed(error) => {
+                    tracing::warn!(run = %segment.run.id, %error, "could not record the final answer with the run's end; recording them one at a time");
+                }
+            }
+        }
+        match self.record(segment, body, false, Some(round)).await {
+            Recorded::Stored => {}
+            Recorded::LostRun => return Outcome::LeaseLost,
+            Recorded::Failed(error) => {
+                // A final answer with no call behind it: the settle stores its text.
+                tracing::warn!(run = %segment.run.id, %error, "could not record the model's final step; settling with its text");
+            }
+        }
+        if let Some(stop) = self.boundary(segment).await {
+            return stop; // R5: the step is stored; stop without settling
+        }
+        self.settle(segment, RunState::Completed, text).await
     }
 
     /// While a model call streams, what it has produced so far (L6): counted against the

@@ -8,7 +8,7 @@ use runwarden_base::StoreError;
 use super::{Executor, Segment};
 use crate::events::EventBody;
 use crate::progress::ProgressTarget;
-use crate::store::{EventAppend, RunEnd, RunEvent};
+use crate::store::{EarlierEvent, EventAppend, RunEnd, RunEvent};
 use crate::time::now_ms;
 
 /// How one step's recording went.
@@ -58,38 +58,61 @@ impl Executor {
         round: Option<u32>,
         end: Option<RunEnd>,
     ) -> Recorded {
-        let (kind, payload) = (body.kind(), body.to_payload());
+        self.record_after(segment, None, body, clear_fence, round, end)
+            .await
+    }
+
+    /// [`record_ending`](Self::record_ending), with `before` stored just before `body`
+    /// in the same transaction (a final answer's step before the run's end).
+    pub(super) async fn record_after(
+        &self,
+        segment: &Segment<'_>,
+        before: Option<EventBody>,
+        body: EventBody,
+        clear_fence: bool,
+        round: Option<u32>,
+        end: Option<RunEnd>,
+    ) -> Recorded {
         let time_ms = now_ms();
+        let before = before.map(|b| EarlierEvent {
+            kind: b.kind().to_string(),
+            payload: b.to_payload(),
+        });
         let append = EventAppend {
             id: segment.run.id.clone(),
             owner: self.config.owner.clone(),
             epoch: segment.run.claim_epoch,
-            kind: kind.to_string(),
-            payload: payload.clone(),
+            kind: body.kind().to_string(),
+            payload: body.to_payload(),
             clear_fence,
             round,
             end,
             now_ms: time_ms,
+            before,
         };
-        match self.store.run_event_append(append).await {
-            Ok(Some(seq)) => {
-                if crate::events::is_final_kind(kind) {
-                    segment.ended.store(true, Ordering::SeqCst);
-                }
-                if let Some(observer) = &segment.observer {
-                    observer(&RunEvent {
-                        run_id: segment.run.id.clone(),
-                        seq,
-                        kind: kind.to_string(),
-                        payload,
-                        time_ms,
-                    });
-                }
-                Recorded::Stored
-            }
-            Ok(None) => Recorded::LostRun,
-            Err(error) => Recorded::Failed(error),
+        let stored = self.store.run_event_append(append.clone()).await;
+        let seq = match stored {
+            Ok(Some(seq)) => seq,
+            Ok(None) => return Recorded::LostRun,
+            Err(error) => return Recorded::Failed(error),
+        };
+        if crate::events::is_final_kind(&append.kind) {
+            segment.ended.store(true, Ordering::SeqCst);
         }
+        if let Some(observer) = &segment.observer {
+            let earlier = append.before.map(|e| (seq - 1, e.kind, e.payload));
+            let this = (seq, append.kind, append.payload);
+            for (seq, kind, payload) in earlier.into_iter().chain([this]) {
+                observer(&RunEvent {
+                    run_id: segment.run.id.clone(),
+                    seq,
+                    kind,
+                    payload,
+                    time_ms,
+                });
+            }
+        }
+        Recorded::Stored
     }
 
     /// Records a step where a failure to record is tolerated (R8: read-only steps stay

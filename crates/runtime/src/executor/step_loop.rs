@@ -200,12 +200,9 @@ impl Executor {
             Ok(step) => step,
             Err(outcome) => return Some(outcome),
         };
+        // A final answer ended the segment in the model step: this turn asks for tools.
         if let Some(stop) = self.boundary(segment).await {
             return Some(stop); // R5: the boundary step is stored; stop without settling
-        }
-        if turn.tool_calls.is_empty() {
-            let text = turn.text.unwrap_or_default();
-            return Some(self.settle(segment, RunState::Completed, text).await);
         }
         messages.push(Message::Assistant {
             text: turn.text.clone(),

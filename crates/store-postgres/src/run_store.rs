@@ -22,6 +22,7 @@ use runwarden_runtime::{ChangeFeed, KeyedCreate, RunCreateKeyed, RunState};
 use tokio_postgres::{GenericClient, Row};
 
 use crate::PgStore;
+use crate::connection::Conn;
 use crate::failure::{Failure, finish};
 use crate::flight::{begin_with, commit_with, rollback};
 
@@ -241,28 +242,8 @@ impl RunStore for PgStore {
                            AND (status = 'running' OR ($7::TEXT IS NULL AND status = 'cancelled'))",
                     )
                     .await?;
-                // With an event before it, both rows in one statement: the earlier one
-                // takes the next sequence number and this one the number after.
-                let insert = client
-                    .prepare_cached(if params.before.is_some() {
-                        "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
-                         SELECT $1::TEXT, next.seq + e.n, e.kind, e.payload, $4::BIGINT
-                         FROM (SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM run_events
-                               WHERE run_id = $1::TEXT) AS next,
-                              (VALUES (0, $5::TEXT, $6::TEXT), (1, $2::TEXT, $3::TEXT))
-                                  AS e (n, kind, payload)
-                         RETURNING seq"
-                    } else {
-                        "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
-                         SELECT $1::TEXT, COALESCE(MAX(seq), 0) + 1, $2::TEXT, $3::TEXT, $4::BIGINT
-                         FROM run_events WHERE run_id = $1::TEXT
-                         RETURNING seq"
-                    })
-                    .await?;
-                let earlier = params
-                    .before
-                    .as_ref()
-                    .map(|b| (b.kind.clone(), b.payload.to_string()));
+                // Prepared before the flights: inside one, COMMIT could leave before it.
+                let insert = client.prepare_cached(insert_sql(&params)).await?;
                 // Two flights: BEGIN and the guard, then the insert and COMMIT.
                 let guarded = [
                     &params.clear_fence as &(dyn tokio_postgres::types::ToSql + Sync),
@@ -283,36 +264,7 @@ impl RunStore for PgStore {
                     rollback(&client).await;
                     return Ok(None);
                 }
-                commit_with(&client, async {
-                    let rows = match &earlier {
-                        Some((kind, details)) => {
-                            let values = [
-                                &params.id as &(dyn tokio_postgres::types::ToSql + Sync),
-                                &params.kind,
-                                &payload,
-                                &params.now_ms,
-                                kind,
-                                details,
-                            ];
-                            client.query(&insert, &values).await?
-                        }
-                        None => {
-                            let values = [
-                                &params.id as &(dyn tokio_postgres::types::ToSql + Sync),
-                                &params.kind,
-                                &payload,
-                                &params.now_ms,
-                            ];
-                            client.query(&insert, &values).await?
-                        }
-                    };
-                    let mut seqs = Vec::with_capacity(rows.len());
-                    for row in &rows {
-                        seqs.push(row.try_get::<_, i64>(0)?);
-                    }
-                    Ok(seqs.into_iter().max())
-                })
-                .await
+                commit_with(&client, insert_events(&client, &insert, &params, &payload)).await
             })
             .await;
         // A step whose answer was lost may be stored: read as unstored, a recorded write
@@ -573,4 +525,47 @@ pub(crate) fn run_row(row: &Row) -> Result<Run, Failure> {
         tags: row.try_get(15)?,
     };
     rows::run(stored).map_err(Failure::Corrupt)
+}
+
+/// The statement that inserts an append's rows: the event, and the one before it when
+/// there is one (the earlier one takes the next sequence number, this one the number
+/// after).
+fn insert_sql(params: &EventAppend) -> &'static str {
+    if params.before.is_some() {
+        "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
+         SELECT $1::TEXT, next.seq + e.n, e.kind, e.payload, $4::BIGINT
+         FROM (SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM run_events
+               WHERE run_id = $1::TEXT) AS next,
+              (VALUES (0, $5::TEXT, $6::TEXT), (1, $2::TEXT, $3::TEXT)) AS e (n, kind, payload)
+         RETURNING seq"
+    } else {
+        "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
+         SELECT $1::TEXT, COALESCE(MAX(seq), 0) + 1, $2::TEXT, $3::TEXT, $4::BIGINT
+         FROM run_events WHERE run_id = $1::TEXT
+         RETURNING seq"
+    }
+}
+
+/// An append's rows after its guard, with [`insert_sql`]'s statement; this event's
+/// sequence number.
+async fn insert_events(
+    client: &Conn,
+    insert: &tokio_postgres::Statement,
+    params: &EventAppend,
+    payload: &str,
+) -> Result<Option<i64>, Failure> {
+    type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
+    let earlier = params
+        .before
+        .as_ref()
+        .map(|b| (b.kind.as_str(), b.payload.to_string()));
+    let mut values: Vec<Param<'_>> = vec![&params.id, &params.kind, &payload, &params.now_ms];
+    if let Some((kind, details)) = &earlier {
+        values.extend([kind as Param<'_>, details as Param<'_>]);
+    }
+    let mut last = None;
+    for row in client.query(insert, &values).await? {
+        last = last.max(Some(row.try_get::<_, i64>(0)?));
+    }
+    Ok(last)
 }

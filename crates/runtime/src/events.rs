@@ -22,7 +22,7 @@ mod tool_steps;
 pub use decisions::{DecisionAnswered, DecisionAsked};
 pub use lifecycle::{
     ORPHAN_GRACE_MS, RunEnded, RunRequeued, RunResumed, RunStarted, RunStopped, cancelled_from,
-    stopped_orphan,
+    stopped_orphan, stored_prompt,
 };
 pub use model_steps::{ModelCancelled, ModelFailed, ModelResponse};
 pub use reports::{LimitWait, LimitWaited, ModelProgress, ToolLog, ToolProgress};

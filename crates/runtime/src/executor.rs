@@ -160,6 +160,9 @@ pub struct SegmentOptions {
     pub drain: Option<Arc<AtomicBool>>,
     /// The run's events, when the claim read them; `None` reads them at the start.
     pub history: Option<Vec<RunEvent>>,
+    /// The `run_started` the claim recorded; the segment then records no start of its
+    /// own.
+    pub started: Option<RunEvent>,
 }
 
 impl Executor {

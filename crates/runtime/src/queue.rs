@@ -26,6 +26,10 @@ pub struct Claim {
     pub now_ms: i64,
     /// Only runs of these agents (the ones the worker can run); `None` for any agent.
     pub agents: Option<Vec<String>>,
+    /// Record `run_started` ([`RunStarted::at_claim`](crate::events::RunStarted::at_claim))
+    /// for each claimed run that has no events yet, in the claim's transaction. A store
+    /// may leave it to the segment: [`Claimed::started`] says which.
+    pub start: bool,
 }
 
 /// A claimed run and, when the store read them with the claim, its stored events.
@@ -36,6 +40,9 @@ pub struct Claimed {
     /// Every event of the run, oldest first, read after the claim committed; `None` when
     /// they were not read (the segment reads them itself).
     pub history: Option<Vec<RunEvent>>,
+    /// The `run_started` event the claim recorded (not in `history`); `None` when it
+    /// recorded none and the segment records its own start.
+    pub started: Option<RunEvent>,
 }
 
 /// Parameters of [`QueueStore::run_requeue_apply`]: a decision the runtime took on the
@@ -135,7 +142,11 @@ pub trait QueueStore: RunStore {
         let mut claimed = Vec::new();
         while claimed.len() < max {
             match self.run_claim(params.clone()).await {
-                Ok(Some(run)) => claimed.push(Claimed { run, history: None }),
+                Ok(Some(run)) => claimed.push(Claimed {
+                    run,
+                    history: None,
+                    started: None,
+                }),
                 Ok(None) => break,
                 Err(error) if claimed.is_empty() => return Err(error),
                 Err(error) => {

@@ -214,6 +214,7 @@ impl Worker {
                 lease_until_ms: now_ms() + self.executor.lease_ms(),
                 now_ms: now_ms(),
                 agents: self.agents.names(),
+                start: true,
             };
             match self.claim(claim, free.len()).await {
                 Ok(claimed) if !claimed.is_empty() => {
@@ -274,7 +275,11 @@ impl Worker {
     /// Runs a claimed run's segment on its own task, holding its slot until it ends.
     fn start_segment(
         self: &Arc<Self>,
-        Claimed { run, history }: Claimed,
+        Claimed {
+            run,
+            history,
+            started,
+        }: Claimed,
         permit: tokio::sync::OwnedSemaphorePermit,
         drain: &Arc<AtomicBool>,
         done: &tokio::sync::mpsc::UnboundedSender<Outcome>,
@@ -284,7 +289,7 @@ impl Worker {
         let (worker, drain, done) = (self.clone(), drain.clone(), done.clone());
         self.busy.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
-            let outcome = worker.segment(run.clone(), history, drain).await;
+            let outcome = worker.segment(run.clone(), history, started, drain).await;
             worker.busy.fetch_sub(1, Ordering::SeqCst);
             tracing::info!(run = %run.id, outcome = outcome.as_str(), "a run's segment ended");
             if let Some(observer) = &worker.observer {
@@ -407,13 +412,10 @@ impl Worker {
         &self,
         run: Run,
         history: Option<Vec<RunEvent>>,
+        started: Option<RunEvent>,
         drain: Arc<AtomicBool>,
     ) -> Outcome {
-        let prompt = run
-            .request
-            .as_ref()
-            .and_then(|r| r["prompt"].as_str())
-            .map(str::to_string);
+        let prompt = crate::events::stored_prompt(&run).map(str::to_string);
         let agent = match (prompt.as_ref(), self.agents.agent(&run.agent).await) {
             (Some(_), Ok(agent)) => agent,
             (None, _) => {
@@ -430,6 +432,7 @@ impl Worker {
             retry: Some(self.config.retry),
             drain: Some(drain),
             history,
+            started,
         };
         self.executor
             .execute_with(

@@ -115,6 +115,7 @@ async fn resume(f: &Fixture, agent: &runwarden_runtime::AgentSpec) -> Outcome {
         lease_until_ms: now() + f.executor.lease_ms(),
         now_ms: now(),
         agents: None,
+        start: false,
     };
     let run = f
         .store

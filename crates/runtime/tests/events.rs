@@ -175,6 +175,7 @@ async fn a_queued_run_with_a_malformed_event_is_dead_lettered_not_retryable() {
         retry: Some(RetryPolicy::default()),
         drain: None,
         history: None,
+        started: None,
     };
     assert_eq!(
         executor

@@ -270,6 +270,7 @@ async fn trial(
         retry: Some(retry),
         drain: None,
         history: None,
+        started: None,
     };
     let mut outcomes = Vec::new();
     // Each pass moves the clock a lease further, so backoffs are due and leases expired.
@@ -284,6 +285,7 @@ async fn trial(
             lease_until_ms: later + LEASE.as_millis() as i64,
             now_ms: later + 1_000,
             agents: None,
+            start: false,
         };
         let Some(run) = inner.run_claim(claim).await.unwrap() else {
             break;

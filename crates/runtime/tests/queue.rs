@@ -65,6 +65,7 @@ async fn claim(store: &SqliteStore, executor: &Executor) -> runwarden_runtime::R
         lease_until_ms: now() + executor.lease_ms(),
         now_ms: now(),
         agents: None,
+        start: false,
     };
     store
         .run_claim(claim)
@@ -113,6 +114,7 @@ async fn a_retryable_model_failure_requeues_and_a_permanent_one_dead_letters() {
             retry: Some(retry),
             drain: None,
             history: None,
+            started: None,
         };
         assert_eq!(
             executor
@@ -150,6 +152,7 @@ async fn retries_stop_at_the_requeue_cap_with_retries_exhausted() {
         retry: Some(fast_retry()),
         drain: None,
         history: None,
+        started: None,
     };
     let mut outcomes = Vec::new();
     for _ in 0..4 {
@@ -160,6 +163,7 @@ async fn retries_stop_at_the_requeue_cap_with_retries_exhausted() {
                 lease_until_ms: now() + 30_000,
                 now_ms: now(),
                 agents: None,
+                start: false,
             };
             if let Some(run) = store.run_claim(claim).await.unwrap() {
                 break run;
@@ -212,6 +216,7 @@ async fn a_cancelled_queued_run_is_never_claimed() {
         lease_until_ms: now() + 30_000,
         now_ms: now(),
         agents: None,
+        start: false,
     };
     assert!(store.run_claim(claim).await.unwrap().is_none());
     assert_eq!(
@@ -246,6 +251,7 @@ async fn a_segment_that_lost_its_lease_stops_without_settling_or_appending() {
             retry: Some(fast_retry()),
             drain: None,
             history: None,
+            started: None,
         };
         segment_executor
             .execute_with(&segment_run, &agent, "go", None, &options)
@@ -420,6 +426,7 @@ async fn one_segment(agents: Failing) -> (Outcome, runwarden_runtime::Run) {
         lease_until_ms: now() + 30_000,
         now_ms: now(),
         agents: None,
+        start: false,
     };
     let due_now = store.run_claim(claim).await.unwrap();
     assert!(due_now.is_none(), "a run handed back waits for its backoff");

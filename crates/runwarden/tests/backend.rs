@@ -199,6 +199,7 @@ async fn events_follow_sees_what_another_process_appends_through_a_resync() {
         lease_until_ms: now + 60_000,
         now_ms: now,
         agents: None,
+        start: false,
     };
     let epoch = store
         .run_claim(claim)

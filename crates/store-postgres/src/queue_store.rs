@@ -42,7 +42,11 @@ impl QueueStore for PgStore {
             .await?;
         Ok(runs
             .into_iter()
-            .map(|run| Claimed { run, history: None })
+            .map(|run| Claimed {
+                run,
+                history: None,
+                started: None,
+            })
             .collect())
     }
 

@@ -80,6 +80,7 @@ async fn each_queued_run_is_claimed_exactly_once_by_racing_nodes() {
                         lease_until_ms: t0 + 60_000,
                         now_ms: t0 + 1,
                         agents: None,
+                        start: false,
                     };
                     match node.run_claim(claim).await.expect("run_claim") {
                         Some(run) => {
@@ -335,6 +336,7 @@ async fn a_refused_call_releases_its_row_lock_before_it_answers() {
                 lease_until_ms: t0 + 60_000,
                 now_ms: t0,
                 agents: None,
+                start: false,
             })
             .await
             .unwrap()

@@ -10,11 +10,12 @@
 
 use async_trait::async_trait;
 use runwarden_base::StoreError;
+use runwarden_runtime::events::RunStarted;
 use runwarden_runtime::queue::{
     Claim, Claimed, QueueStore, RequeueAnswer, RequeueApply, RescueApply,
 };
 use runwarden_runtime::rules::{claims, runs};
-use runwarden_runtime::store::Run;
+use runwarden_runtime::store::{Run, RunEvent};
 use runwarden_runtime::{Change, RetryDecision, RunState, WORKER_FORGOTTEN_AFTER_MS};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
@@ -44,18 +45,32 @@ impl QueueStore for SqliteStore {
             .run("claiming queued runs", move |conn| {
                 let runs = claim_many(conn, &params, max)?;
                 // After the commit: the claim holds each run, so no other segment appends
-                // to it. A failed read leaves the segment to read the events itself.
+                // to it. A failed read leaves the segment to read the events itself. A run
+                // the claim started had no events before its start.
                 Ok(runs
                     .into_iter()
-                    .map(|run| {
-                        let history = read_events(conn, &run.id, 0, 0).ok();
-                        Claimed { run, history }
+                    .map(|(run, started)| {
+                        let history = match started {
+                            Some(_) => Some(Vec::new()),
+                            None => read_events(conn, &run.id, 0, 0).ok(),
+                        };
+                        Claimed {
+                            run,
+                            history,
+                            started,
+                        }
                     })
                     .collect::<Vec<_>>())
             })
             .await?;
         for claimed in &claimed {
             publish_status(self.feed(), &claimed.run.id, claimed.run.status);
+            if let Some(started) = &claimed.started {
+                self.feed().publish(Change::Appended {
+                    run_id: started.run_id.clone(),
+                    seq: started.seq,
+                });
+            }
         }
         Ok(claimed)
     }
@@ -203,12 +218,25 @@ const DUE: &str = "SELECT id FROM runs INDEXED BY runs_queued_order
 /// confirmed: a failed commit may still have landed (an I/O error at commit), so the row
 /// is re-read, and the claim is acted on only if the row holds it.
 fn claim(conn: &mut Connection, params: &Claim) -> Result<Option<Run>, Failure> {
-    Ok(claim_many(conn, params, 1)?.pop())
+    // The answer carries no event: this claim records none, whatever `start` says.
+    let params = Claim {
+        start: false,
+        ..params.clone()
+    };
+    Ok(claim_many(conn, &params, 1)?.pop().map(|(run, _)| run))
 }
 
+/// A claimed run, and the `run_started` event the claim recorded for it.
+type ClaimedRun = (Run, Option<RunEvent>);
+
 /// Up to `max` of the oldest due runs, each claimed as [`claim`] claims one, in one
-/// transaction: all of them are claimed, or none.
-fn claim_many(conn: &mut Connection, params: &Claim, max: usize) -> Result<Vec<Run>, Failure> {
+/// transaction: all of them are claimed, or none. With `start`, each claimed run with no
+/// events gets its `run_started` in the same transaction.
+fn claim_many(
+    conn: &mut Connection,
+    params: &Claim,
+    max: usize,
+) -> Result<Vec<ClaimedRun>, Failure> {
     let agents = params
         .agents
         .as_ref()
@@ -244,7 +272,12 @@ fn claim_many(conn: &mut Connection, params: &Claim, max: usize) -> Result<Vec<R
             [&id],
             run_columns,
         )?;
-        runs.push(run_row(columns)?);
+        let run = run_row(columns)?;
+        let started = match params.start {
+            true => start(&tx, &run, params)?,
+            false => None,
+        };
+        runs.push((run, started));
     }
     if runs.is_empty() {
         return Ok(runs); // dropping the transaction rolls it back
@@ -252,8 +285,34 @@ fn claim_many(conn: &mut Connection, params: &Claim, max: usize) -> Result<Vec<R
     let committed = tx.commit().map(|()| runs.clone()).map_err(Failure::from);
     // One transaction: when the first claim landed, they all did.
     crate::confirm::or_reread(conn, "claiming a queued run", committed, |conn| {
-        Ok(crate::confirm::claim_landed(conn, &runs[0])?.map(|_| runs.clone()))
+        Ok(crate::confirm::claim_landed(conn, &runs[0].0)?.map(|_| runs.clone()))
     })
+}
+
+/// A claimed run's `run_started`, recorded in the claim's transaction when the run has
+/// no events yet (a resumed run's segment records `run_resumed` itself).
+fn start(conn: &Connection, run: &Run, params: &Claim) -> Result<Option<RunEvent>, Failure> {
+    let Some(body) = RunStarted::at_claim(run, &params.owner) else {
+        return Ok(None);
+    };
+    let payload = body.to_payload();
+    let inserted = conn
+        .query_row_cached(
+            "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
+             SELECT ?1, 1, ?2, ?3, ?4
+             WHERE NOT EXISTS (SELECT 1 FROM run_events WHERE run_id = ?1)
+             RETURNING seq",
+            params![run.id, body.kind(), payload.to_string(), params.now_ms],
+            |row| row.get::<_, i64>(0),
+        )
+        .optional()?;
+    Ok(inserted.map(|seq| RunEvent {
+        run_id: run.id.clone(),
+        seq,
+        kind: body.kind().to_string(),
+        payload,
+        time_ms: params.now_ms,
+    }))
 }
 
 /// R9: applies a segment's decision, guarded by what it read: the owner holds the lease

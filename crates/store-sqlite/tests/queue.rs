@@ -37,6 +37,7 @@ async fn claim_all(store: SqliteStore, owner: String) -> Vec<String> {
             lease_until_ms: 1_000 + LEASE,
             now_ms: 1_000,
             agents: None,
+            start: false,
         })
         .await
         .unwrap()
@@ -51,6 +52,33 @@ async fn claim_all(store: SqliteStore, owner: String) -> Vec<String> {
 async fn the_sqlite_store_passes_the_queue_conformance_suite() {
     let db = TempDb::new();
     runwarden_storetest::exercise_queue_store(Arc::new(db.open())).await;
+}
+
+#[tokio::test]
+async fn a_starting_claim_records_the_start_in_its_own_transaction() {
+    let db = TempDb::new();
+    let store = db.open();
+    for id in ["a", "b"] {
+        let params = RunCreate {
+            request: Some(json!({"prompt": "hello"})),
+            ..queued(id, 1)
+        };
+        store.run_create(params).await.unwrap();
+    }
+    let claim = Claim {
+        owner: "w1".into(),
+        lease_until_ms: 1_000 + LEASE,
+        now_ms: 1_000,
+        agents: None,
+        start: true,
+    };
+    let claimed = store.run_claim_many(claim.clone(), 1).await.unwrap();
+    let started = claimed[0].started.clone().expect("SQLite starts the run");
+    assert_eq!(store.run_events("a", 0, 0).await.unwrap(), [started]);
+    // A claim of one answers no event, so it records none.
+    let one = store.run_claim(claim).await.unwrap().unwrap();
+    assert_eq!(one.id, "b");
+    assert!(store.run_events("b", 0, 0).await.unwrap().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
@@ -104,6 +132,7 @@ async fn a_heartbeat_committed_by_another_connection_wins_over_the_reaper() {
             lease_until_ms: 100,
             now_ms: 0,
             agents: None,
+            start: false,
         })
         .await
         .unwrap()
@@ -191,6 +220,7 @@ async fn runs_queued_before_the_queue_migration_are_due_at_once() {
             lease_until_ms: 10 + LEASE,
             now_ms: 10,
             agents: None,
+            start: false,
         })
         .await
         .unwrap()
@@ -213,6 +243,7 @@ async fn a_claim_reads_the_runs_events_in_the_same_trip() {
                 lease_until_ms: LEASE,
                 now_ms: 0,
                 agents: None,
+                start: false,
             },
             1,
         )

@@ -178,6 +178,7 @@ async fn asking_an_approval_parks_the_run_without_a_lease_and_keeps_its_request(
         lease_until_ms: T0 + 100 + LEASE,
         now_ms: T0 + 100,
         agents: None,
+        start: false,
     };
     assert!(
         store.run_claim(claim).await.unwrap().is_none(),
@@ -240,6 +241,7 @@ async fn an_answer_queues_the_run_again_and_is_in_its_log(store: &dyn QueueStore
         lease_until_ms: T0 + 600 + LEASE,
         now_ms: T0 + 600,
         agents: None,
+        start: false,
     };
     let claimed = store.run_claim(claim).await.unwrap();
     assert_eq!(

@@ -45,6 +45,7 @@ async fn claim(store: &dyn QueueStore, now_ms: i64) -> Option<Run> {
             lease_until_ms: now_ms + LEASE,
             now_ms,
             agents: Some(vec![AGENT.into()]),
+            start: false,
         })
         .await
         .expect("run_claim")

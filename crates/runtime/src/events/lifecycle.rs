@@ -17,6 +17,24 @@ pub struct RunStarted {
     pub owner: String,
 }
 
+impl RunStarted {
+    /// The step a claim records for a queued run with no events yet, in the claim's
+    /// transaction: the run's agent, its stored prompt and the claiming worker. `None`
+    /// when the run has no stored prompt (the worker fails such a run instead).
+    pub fn at_claim(run: &crate::store::Run, owner: &str) -> Option<EventBody> {
+        Some(EventBody::RunStarted(Self {
+            agent: run.agent.clone(),
+            prompt: stored_prompt(run)?.to_string(),
+            owner: owner.to_string(),
+        }))
+    }
+}
+
+/// The prompt a queued run was created with, from its stored request.
+pub fn stored_prompt(run: &crate::store::Run) -> Option<&str> {
+    run.request.as_ref().and_then(|r| r["prompt"].as_str())
+}
+
 /// `run_resumed`: a later segment picked up a run that has events (R9: resume, never
 /// restart).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -134,7 +134,15 @@ impl Executor {
                 owner: self.config.owner.clone(),
             })
         };
-        self.record_soft(segment, body, None).await?;
+        match (&segment.options.started, replayed.resumed) {
+            // The claim recorded the start in its own transaction.
+            (Some(started), false) => {
+                if let Some(observer) = &segment.observer {
+                    observer(started);
+                }
+            }
+            _ => self.record_soft(segment, body, None).await?,
+        }
         *segment.spent.lock().unwrap_or_else(|p| p.into_inner()) = replayed.spent;
         *segment.approvals.lock().unwrap_or_else(|p| p.into_inner()) = replayed.approvals.clone();
         *segment.inputs.lock().unwrap_or_else(|p| p.into_inner()) = replayed.inputs.clone();

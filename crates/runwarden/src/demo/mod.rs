@@ -331,6 +331,7 @@ async fn approval_act(
         lease_until_ms: now + executor.lease_ms(),
         now_ms: now,
         agents: None,
+        start: false,
     };
     let claimed = at
         .store

@@ -179,6 +179,7 @@ pub(super) async fn a_claim_with_its_history_answers_the_stored_events(store: &d
         lease_until_ms: T0 + 1_000 + LEASE,
         now_ms: T0 + 1_000,
         agents: None,
+        start: false,
     };
     assert_eq!(
         store.run_claim_many(claim, 1).await.unwrap(),
@@ -194,6 +195,7 @@ async fn claim_with_history(store: &dyn QueueStore, now_ms: i64) -> Claimed {
         lease_until_ms: now_ms + LEASE,
         now_ms,
         agents: None,
+        start: false,
     };
     store
         .run_claim_many(claim, 1)
@@ -214,6 +216,7 @@ pub(super) async fn a_claim_of_several_takes_the_oldest_due_runs_in_order(store:
         lease_until_ms: now_ms + LEASE,
         now_ms,
         agents: None,
+        start: false,
     };
     let first = store.run_claim_many(claim(T0 + 100), 2).await.unwrap();
     let ids: Vec<&str> = first.iter().map(|c| c.run.id.as_str()).collect();
@@ -239,4 +242,80 @@ pub(super) async fn a_claim_of_several_takes_the_oldest_due_runs_in_order(store:
             .is_empty()
     );
     retire(store, &["many-a", "many-b", "many-c"]).await;
+}
+
+/// A claim that starts its runs records `run_started` for a claimed run with no events, in
+/// the claim's transaction, when the store does so (`started` says); never for a run that
+/// has events, nor for one without a stored prompt.
+pub(super) async fn a_starting_claim_records_a_new_runs_start_once(store: &dyn QueueStore) {
+    let with_prompt = RunCreate {
+        request: Some(json!({"prompt": "file a ticket"})),
+        ..queued_at("start-1", T0 + 1)
+    };
+    create(store, with_prompt).await;
+    create(store, queued_at("start-no-prompt", T0 + 2)).await;
+    let claim = |now_ms: i64| Claim {
+        owner: OWNER.into(),
+        lease_until_ms: now_ms + LEASE,
+        now_ms,
+        agents: None,
+        start: true,
+    };
+    let claimed = store.run_claim_many(claim(T0 + 100), 2).await.unwrap();
+    let [first, no_prompt] = &claimed[..] else {
+        panic!("two runs claimed: {claimed:?}");
+    };
+    let stored = store.run_events("start-1", 0, 0).await.unwrap();
+    if let Some(started) = &first.started {
+        assert_eq!(
+            stored,
+            std::slice::from_ref(started),
+            "the start, stored with the claim"
+        );
+        assert_eq!((started.seq, started.kind.as_str()), (1, "run_started"));
+        let expected = json!({"agent": "helpdesk", "prompt": "file a ticket", "owner": OWNER});
+        assert_eq!(started.payload, expected);
+        assert_eq!(
+            first.history.as_deref(),
+            Some(&[][..]),
+            "not in the history"
+        );
+    } else {
+        assert!(stored.is_empty(), "no start without `started`: {stored:?}");
+    }
+    assert_eq!(no_prompt.started, None, "no prompt, no start");
+    assert!(
+        store
+            .run_events("start-no-prompt", 0, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let epoch = first.run.claim_epoch;
+    let appended = store.run_event_append(event("start-1", OWNER, epoch)).await;
+    assert!(appended.unwrap().is_some());
+    let graceful = requeue("start-1", OWNER, false, BUDGET);
+    assert!(matches!(
+        requeued(store, graceful).await,
+        RequeueAnswer::Requeued { .. }
+    ));
+    let again = store.run_claim_many(claim(T0 + 1_000), 1).await.unwrap();
+    assert_eq!(again[0].run.id, "start-1");
+    assert_eq!(
+        again[0].started, None,
+        "a run with events is resumed, not started"
+    );
+    let kinds: Vec<String> = store
+        .run_events("start-1", 0, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "run_started").count(),
+        usize::from(first.started.is_some())
+    );
+    retire(store, &["start-1", "start-no-prompt"]).await;
 }

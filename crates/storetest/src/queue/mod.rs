@@ -56,6 +56,7 @@ pub async fn exercise_queue_store(store: Arc<dyn QueueStore>) {
     a_cancelled_queued_run_is_never_claimed(s).await;
     a_claim_with_its_history_answers_the_stored_events(s).await;
     a_claim_of_several_takes_the_oldest_due_runs_in_order(s).await;
+    a_starting_claim_records_a_new_runs_start_once(s).await;
 
     requeue_puts_the_run_back_with_its_backoff_and_counts_the_attempt(s).await;
     a_graceful_requeue_does_not_spend_the_budget(s).await;
@@ -131,6 +132,7 @@ async fn claim(store: &dyn QueueStore, owner: &str, now_ms: i64) -> Option<Run> 
             lease_until_ms: now_ms + LEASE,
             now_ms,
             agents: None,
+            start: false,
         })
         .await
         .expect("run_claim")

@@ -144,6 +144,7 @@ pub(super) async fn the_reaper_backs_off_exponentially_and_spends_the_shared_bud
                 lease_until_ms: now + 1,
                 now_ms: now,
                 agents: None,
+                start: false,
             })
             .await
             .unwrap()
@@ -342,6 +343,7 @@ pub(super) async fn the_old_owner_cannot_append_after_the_reaper_took_the_run(
             lease_until_ms: T0 + 9_000 + LEASE,
             now_ms: T0 + 9_000,
             agents: None,
+            start: false,
         })
         .await
         .unwrap()

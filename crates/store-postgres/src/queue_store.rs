@@ -12,17 +12,19 @@
 
 use async_trait::async_trait;
 use runwarden_base::StoreError;
+use runwarden_runtime::events::RunStarted;
 use runwarden_runtime::queue::{
     Claim, Claimed, QueueStore, RequeueAnswer, RequeueApply, RescueApply,
 };
 use runwarden_runtime::rules::{claims, runs};
-use runwarden_runtime::store::Run;
+use runwarden_runtime::store::{Run, RunEvent};
 use runwarden_runtime::{RetryDecision, RunState, WORKER_FORGOTTEN_AFTER_MS};
 use tokio_postgres::GenericClient;
 
 use crate::PgStore;
+use crate::connection::Conn;
 use crate::failure::{Failure, finish};
-use crate::flight::{begin_with, commit_with};
+use crate::flight::{begin_with, commit_with, rollback};
 use crate::run_store::{RUN_COLUMNS, run_row};
 
 const REQUEUEING: &str = "requeueing a run";
@@ -30,10 +32,16 @@ const REQUEUEING: &str = "requeueing a run";
 #[async_trait]
 impl QueueStore for PgStore {
     async fn run_claim(&self, params: Claim) -> Result<Option<Run>, StoreError> {
+        // The answer carries no event, so this claim records none, whatever `start` says.
+        let params = Claim {
+            start: false,
+            ..params
+        };
         Ok(self
             .claim_up_to("claiming a queued run", params, 1)
             .await?
-            .pop())
+            .pop()
+            .map(|(run, _)| run))
     }
 
     async fn run_claim_many(&self, params: Claim, max: usize) -> Result<Vec<Claimed>, StoreError> {
@@ -42,10 +50,11 @@ impl QueueStore for PgStore {
             .await?;
         Ok(runs
             .into_iter()
-            .map(|run| Claimed {
+            .map(|(run, started)| Claimed {
                 run,
-                history: None,
-                started: None,
+                // A run the claim started had no events before its start.
+                history: started.as_ref().map(|_| Vec::new()),
+                started,
             })
             .collect())
     }
@@ -300,7 +309,7 @@ impl PgStore {
         operation: &'static str,
         params: Claim,
         limit: usize,
-    ) -> Result<Vec<Run>, StoreError> {
+    ) -> Result<Vec<ClaimedRun>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut runs = self
             .with(operation, async {
@@ -320,6 +329,8 @@ impl PgStore {
                          RETURNING {RUN_COLUMNS}"
                     ))
                     .await?;
+                // Prepared before the flights: inside one, COMMIT could leave before it.
+                let start = client.prepare_cached(START).await?;
                 let claim = async {
                     let rows = client
                         .query(
@@ -335,11 +346,77 @@ impl PgStore {
                         .await?;
                     rows.iter().map(run_row).collect::<Result<Vec<_>, _>>()
                 };
-                begin_with(&client, commit_with(&client, claim)).await
+                if !params.start {
+                    let runs = begin_with(&client, commit_with(&client, claim)).await?;
+                    return Ok(runs.into_iter().map(|run| (run, None)).collect());
+                }
+                // Two flights: BEGIN and the claim, then the starts and COMMIT.
+                let runs = begin_with(&client, claim).await?;
+                if runs.is_empty() {
+                    rollback(&client).await; // nothing was changed
+                    return Ok(Vec::new());
+                }
+                commit_with(&client, record_starts(&client, &start, &params, runs)).await
             })
             .await?;
         // RETURNING keeps no order: the oldest first, as they were picked.
-        runs.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
+        runs.sort_by(|(a, _), (b, _)| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
         Ok(runs)
     }
+}
+
+/// A claimed run, and the `run_started` event the claim recorded for it.
+type ClaimedRun = (Run, Option<RunEvent>);
+
+/// The `run_started` rows of a claim, for the runs with no events yet.
+const START: &str = "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
+     SELECT s.run_id, 1, $4::TEXT, s.payload, $3
+     FROM unnest($1::TEXT[], $2::TEXT[]) AS s (run_id, payload)
+     WHERE NOT EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = s.run_id)
+     RETURNING run_id";
+
+/// Records `run_started` for each claimed run that has no events, in the claim's
+/// transaction (the claim holds the rows, so no one appends meanwhile); the runs with the
+/// start each got.
+async fn record_starts(
+    client: &Conn,
+    start: &tokio_postgres::Statement,
+    params: &Claim,
+    runs: Vec<Run>,
+) -> Result<Vec<ClaimedRun>, Failure> {
+    let mut starts = std::collections::HashMap::new();
+    for run in &runs {
+        if let Some(body) = RunStarted::at_claim(run, &params.owner) {
+            starts.insert(run.id.clone(), body);
+        }
+    }
+    let ids: Vec<&String> = starts.keys().collect();
+    let payloads: Vec<String> = ids
+        .iter()
+        .map(|id| starts[*id].to_payload().to_string())
+        .collect();
+    let mut started = std::collections::HashSet::new();
+    // Every start is a `run_started`, so the kind is one parameter.
+    if let Some(kind) = starts.values().next().map(|b| b.kind()) {
+        for row in client
+            .query(start, &[&ids, &payloads, &params.now_ms, &kind])
+            .await?
+        {
+            started.insert(row.try_get::<_, String>(0)?);
+        }
+    }
+    Ok(runs
+        .into_iter()
+        .map(|run| {
+            let body = starts.remove(&run.id).filter(|_| started.contains(&run.id));
+            let event = body.map(|body| RunEvent {
+                run_id: run.id.clone(),
+                seq: 1,
+                kind: body.kind().to_string(),
+                payload: body.to_payload(),
+                time_ms: params.now_ms,
+            });
+            (run, event)
+        })
+        .collect())
 }

@@ -245,8 +245,8 @@ pub(super) async fn a_claim_of_several_takes_the_oldest_due_runs_in_order(store:
 }
 
 /// A claim that starts its runs records `run_started` for a claimed run with no events, in
-/// the claim's transaction, when the store does so (`started` says); never for a run that
-/// has events, nor for one without a stored prompt.
+/// the claim's transaction (`started` answers it); never for a run that has events, nor
+/// for one without a stored prompt.
 pub(super) async fn a_starting_claim_records_a_new_runs_start_once(store: &dyn QueueStore) {
     let with_prompt = RunCreate {
         request: Some(json!({"prompt": "file a ticket"})),
@@ -266,23 +266,20 @@ pub(super) async fn a_starting_claim_records_a_new_runs_start_once(store: &dyn Q
         panic!("two runs claimed: {claimed:?}");
     };
     let stored = store.run_events("start-1", 0, 0).await.unwrap();
-    if let Some(started) = &first.started {
-        assert_eq!(
-            stored,
-            std::slice::from_ref(started),
-            "the start, stored with the claim"
-        );
-        assert_eq!((started.seq, started.kind.as_str()), (1, "run_started"));
-        let expected = json!({"agent": "helpdesk", "prompt": "file a ticket", "owner": OWNER});
-        assert_eq!(started.payload, expected);
-        assert_eq!(
-            first.history.as_deref(),
-            Some(&[][..]),
-            "not in the history"
-        );
-    } else {
-        assert!(stored.is_empty(), "no start without `started`: {stored:?}");
-    }
+    let started = first.started.as_ref().expect("the claim records the start");
+    assert_eq!(
+        stored,
+        std::slice::from_ref(started),
+        "the start, stored with the claim"
+    );
+    assert_eq!((started.seq, started.kind.as_str()), (1, "run_started"));
+    let expected = json!({"agent": "helpdesk", "prompt": "file a ticket", "owner": OWNER});
+    assert_eq!(started.payload, expected);
+    assert_eq!(
+        first.history.as_deref(),
+        Some(&[][..]),
+        "not in the history"
+    );
     assert_eq!(no_prompt.started, None, "no prompt, no start");
     assert!(
         store
@@ -313,9 +310,6 @@ pub(super) async fn a_starting_claim_records_a_new_runs_start_once(store: &dyn Q
         .into_iter()
         .map(|e| e.kind)
         .collect();
-    assert_eq!(
-        kinds.iter().filter(|k| *k == "run_started").count(),
-        usize::from(first.started.is_some())
-    );
+    assert_eq!(kinds, ["run_started", "tool_executed"], "one start");
     retire(store, &["start-1", "start-no-prompt"]).await;
 }

@@ -16,7 +16,7 @@ use runwarden_vault::CancellationSignal;
 use runwarden_vault::audit::action;
 use serde_json::json;
 
-use crate::support::{WAIT, fixture};
+use crate::support::{WAIT, final_turn, fixture};
 
 async fn wait_for_tools_call(server: &mut TestServer) {
     loop {
@@ -339,7 +339,7 @@ async fn each_step_is_followed_by_one_read_of_the_run_row() {
 /// this one), then gives its final answer.
 struct CancelledWhileAnswering {
     other: SqliteStore,
-    run_id: std::sync::Mutex<String>,
+    run_id: String,
 }
 
 #[async_trait]
@@ -349,14 +349,8 @@ impl ModelProvider for CancelledWhileAnswering {
         _: &ModelRequest,
         _: Option<&dyn CancellationSignal>,
     ) -> Result<ModelTurn, ModelError> {
-        let id = self.run_id.lock().unwrap().clone();
-        self.other.run_cancel(&id, 0).await.unwrap();
-        Ok(ModelTurn {
-            text: Some("done".into()),
-            tool_calls: vec![],
-            finish: None,
-            usage: None,
-        })
+        self.other.run_cancel(&self.run_id, 0).await.unwrap();
+        Ok(final_turn("done"))
     }
 }
 
@@ -366,7 +360,7 @@ async fn a_final_answer_after_a_cancel_won_the_row_is_stored_and_the_run_stays_c
     let run = f.executor.create_sync("helper", "go").await.unwrap();
     let model = Arc::new(CancelledWhileAnswering {
         other: f.other_process(),
-        run_id: std::sync::Mutex::new(run.id.clone()),
+        run_id: run.id.clone(),
     });
     let agent = f.agent_with(model, vec![]);
     assert_eq!(

@@ -166,12 +166,7 @@ impl ModelProvider for Usurper {
         )
         .unwrap();
         if self.answers {
-            return Ok(ModelTurn {
-                text: Some("done".into()),
-                tool_calls: vec![],
-                finish: None,
-                usage: None,
-            });
+            return Ok(crate::support::final_turn("done"));
         }
         Ok(ModelTurn {
             text: None,

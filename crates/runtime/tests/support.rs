@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use runwarden_mcp::{Effect, McpClient, ServerConfig};
-use runwarden_models::{ModelProvider, Scripted, ToolSpec};
+use runwarden_models::{ModelProvider, ModelTurn, Scripted, ToolSpec};
 use runwarden_runtime::store::EventAppend;
 use runwarden_runtime::{
     AgentSpec, BoundTool, CancelHub, Executor, ExecutorConfig, RunStore, StatusWatcher,
@@ -110,6 +110,16 @@ pub struct Fixture {
     pub hub: Arc<CancelHub>,
     pub watcher: StatusWatcher,
     pub executor: Arc<Executor>,
+}
+
+/// A model's final answer: `text`, no tool calls.
+pub fn final_turn(text: &str) -> ModelTurn {
+    ModelTurn {
+        text: Some(text.into()),
+        tool_calls: vec![],
+        finish: None,
+        usage: None,
+    }
 }
 
 pub async fn fixture() -> Fixture {

@@ -90,19 +90,23 @@ impl Executor {
             now_ms: time_ms,
             before,
         };
-        let stored = self.store.run_event_append(append.clone()).await;
-        let seq = match stored {
+        let is_final = crate::events::is_final_kind(&append.kind);
+        // What the live observer is told, kept only when there is one to tell.
+        let told = segment.observer.as_ref().map(|_| {
+            let earlier = append.before.clone().map(|e| (e.kind, e.payload));
+            (earlier, append.kind.clone(), append.payload.clone())
+        });
+        let seq = match self.store.run_event_append(append).await {
             Ok(Some(seq)) => seq,
             Ok(None) => return Recorded::LostRun,
             Err(error) => return Recorded::Failed(error),
         };
-        if crate::events::is_final_kind(&append.kind) {
+        if is_final {
             segment.ended.store(true, Ordering::SeqCst);
         }
-        if let Some(observer) = &segment.observer {
-            let earlier = append.before.map(|e| (seq - 1, e.kind, e.payload));
-            let this = (seq, append.kind, append.payload);
-            for (seq, kind, payload) in earlier.into_iter().chain([this]) {
+        if let (Some(observer), Some((earlier, kind, payload))) = (&segment.observer, told) {
+            let earlier = earlier.map(|(kind, payload)| (seq - 1, kind, payload));
+            for (seq, kind, payload) in earlier.into_iter().chain([(seq, kind, payload)]) {
                 observer(&RunEvent {
                     run_id: segment.run.id.clone(),
                     seq,

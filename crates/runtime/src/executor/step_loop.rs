@@ -121,19 +121,6 @@ impl Executor {
         prompt: &str,
         replayed: &Replayed,
     ) -> Option<()> {
-        let body = if replayed.resumed {
-            EventBody::RunResumed(RunResumed {
-                owner: self.config.owner.clone(),
-                from_round: replayed.round,
-                attempt: segment.run.requeue_count + 1,
-            })
-        } else {
-            EventBody::RunStarted(RunStarted {
-                agent: segment.agent.name.clone(),
-                prompt: prompt.to_string(),
-                owner: self.config.owner.clone(),
-            })
-        };
         match (&segment.options.started, replayed.resumed) {
             // The claim recorded the start in its own transaction.
             (Some(started), false) => {
@@ -141,7 +128,22 @@ impl Executor {
                     observer(started);
                 }
             }
-            _ => self.record_soft(segment, body, None).await?,
+            (_, true) => {
+                let resumed = EventBody::RunResumed(RunResumed {
+                    owner: self.config.owner.clone(),
+                    from_round: replayed.round,
+                    attempt: segment.run.requeue_count + 1,
+                });
+                self.record_soft(segment, resumed, None).await?;
+            }
+            (None, false) => {
+                let started = EventBody::RunStarted(RunStarted {
+                    agent: segment.agent.name.clone(),
+                    prompt: prompt.to_string(),
+                    owner: self.config.owner.clone(),
+                });
+                self.record_soft(segment, started, None).await?;
+            }
         }
         *segment.spent.lock().unwrap_or_else(|p| p.into_inner()) = replayed.spent;
         *segment.approvals.lock().unwrap_or_else(|p| p.into_inner()) = replayed.approvals.clone();

@@ -123,6 +123,25 @@ async fn a_streaming_model_reports_tokens_so_far_at_most_once_per_interval() {
         progress.len(),
         "the live observer sees each progress event as it is stored"
     );
+    // The final answer and the run's end are stored by one write; the observer is told
+    // of both, each with its own sequence number, as of every other stored event.
+    let stored: Vec<(i64, &str)> = events.iter().map(|e| (e.seq, e.kind.as_str())).collect();
+    let mut told: Vec<(i64, String)> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| (e.seq, e.kind.clone()))
+        .collect();
+    told.sort();
+    let told: Vec<(i64, &str)> = told.iter().map(|(s, k)| (*s, k.as_str())).collect();
+    assert_eq!(told, stored);
+    assert_eq!(
+        stored[stored.len() - 2..]
+            .iter()
+            .map(|e| e.1)
+            .collect::<Vec<_>>(),
+        ["model_response", "run_completed"]
+    );
 }
 
 #[tokio::test]

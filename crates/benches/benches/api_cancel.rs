@@ -9,6 +9,7 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use runwarden_benches as _;
 use runwarden_testkit::{Dist, Seen, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 

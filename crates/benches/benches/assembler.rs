@@ -8,6 +8,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use runwarden_benches as _;
 use runwarden_models::{StreamApi, StreamAssembler};
 use runwarden_testkit::Dist;
 use serde_json::{Value, json};

@@ -20,6 +20,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use runwarden_benches as _;
 use runwarden_store_sqlite::SqliteStore;
 use runwarden_testkit::{Dist, HttpReply, Seen, TestServer};
 use runwarden_vault::audit::action;

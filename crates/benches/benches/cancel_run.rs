@@ -28,6 +28,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use runwarden_benches as _;
 use runwarden_mcp::{Effect, McpCall, McpClient, ServerConfig};
 use runwarden_models::{Message, ModelProvider, ModelRequest, Scripted, ToolSpec};
 use runwarden_runtime::store::{EventAppend, FenceMark};

@@ -12,6 +12,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use runwarden_benches as _;
 use serde_json::Value;
 
 use common::runwarden;

@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use runwarden_benches as _;
 use runwarden_testkit::{Dist, Seen, TempCluster, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use runwarden_benches as _;
 use runwarden_mcp::{Effect, McpClient, ServerConfig};
 use runwarden_models::{Scripted, ToolSpec};
 use runwarden_runtime::queue::QueueStore;

@@ -13,6 +13,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use runwarden_benches as _;
 use runwarden_testkit::{Dist, TestServer, mcp_handler, tool};
 use serde_json::{Value, json};
 

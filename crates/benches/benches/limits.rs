@@ -19,6 +19,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use runwarden_benches as _;
 use runwarden_mcp::{McpCall, McpClient, ServerConfig};
 use runwarden_policy::{Decision, Policies, PolicyFile, Request, RunFacts, Target};
 use runwarden_runtime::limits::{

@@ -18,6 +18,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use runwarden_benches as _;
 use runwarden_models::{Message, ModelProvider, ModelRequest, OpenAiCompatible};
 use runwarden_testkit::{Dist, LlamaServer, loopback_vault};
 use runwarden_vault::{CancelFlag, EgressClient};

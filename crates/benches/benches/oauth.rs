@@ -10,6 +10,7 @@
 
 use std::time::{Duration, Instant};
 
+use runwarden_benches as _;
 use runwarden_mcp::{McpCall, McpClient, ServerConfig};
 use runwarden_oauth::{AuthMethod, Grant, OAuthSettings};
 use runwarden_testkit::{

@@ -14,6 +14,7 @@
 
 use std::time::{Duration, Instant};
 
+use runwarden_benches as _;
 use runwarden_policy::{Decision, Policies, PolicyFile, Request, RunFacts, Target};
 use runwarden_testkit::Dist;
 use serde_json::json;

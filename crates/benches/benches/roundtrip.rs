@@ -16,7 +16,9 @@
 //! SQLite commit of a small row, with no call, is timed in the same loop: the floor the
 //! default's durable intent cannot go under on this disk.
 //!
-//! Run: `cargo bench -p runwarden-benches --bench roundtrip` (add `-- --json` for JSON lines).
+//! Run: `cargo bench -p runwarden-benches --bench roundtrip` (add `-- --json` for JSON lines;
+//! `BENCH_CONCURRENT_CALLS=N` makes each path's part with 64 callers N calls long, for a
+//! profile).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -38,6 +40,15 @@ use serde_json::{Map, Value, json};
 const ITERATIONS: usize = 2_000;
 const CONCURRENT: usize = 64;
 const CONCURRENT_CALLS: usize = 4_000;
+
+/// Calls per path with 64 callers: `BENCH_CONCURRENT_CALLS` when set (a longer phase for a
+/// profile), else [`CONCURRENT_CALLS`].
+fn concurrent_calls() -> usize {
+    std::env::var("BENCH_CONCURRENT_CALLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(CONCURRENT_CALLS)
+}
 
 const BARE: &str = "bare reqwest POST";
 const OURS: &str = "McpClient tools/call (vault + audit)";
@@ -94,7 +105,7 @@ fn synced_floor(dir: &std::path::Path) -> rusqlite::Connection {
     conn
 }
 
-/// `CONCURRENT_CALLS` calls from `CONCURRENT` tasks, each calling in a loop; `call`
+/// [`concurrent_calls`] calls from `CONCURRENT` tasks, each calling in a loop; `call`
 /// answers whether its call succeeded.
 async fn throughput<F, Fut>(name: &'static str, call: F) -> Throughput
 where
@@ -102,12 +113,13 @@ where
     Fut: Future<Output = bool> + Send + 'static,
 {
     let (started, cpu) = (Instant::now(), runwarden_benches::cpu_time());
+    let calls = concurrent_calls();
     let mut tasks = Vec::new();
     for worker in 0..CONCURRENT {
         let call = call.clone();
         tasks.push(tokio::spawn(async move {
             let mut ok = 0;
-            for _ in (worker..CONCURRENT_CALLS).step_by(CONCURRENT) {
+            for _ in (worker..calls).step_by(CONCURRENT) {
                 ok += usize::from(call().await);
             }
             ok
@@ -421,7 +433,10 @@ async fn main() {
                 .saturating_sub(synced.p50)
                 .as_micros()
         );
-        println!("{CONCURRENT} concurrent callers, {CONCURRENT_CALLS} calls each path");
+        println!(
+            "{CONCURRENT} concurrent callers, {} calls each path",
+            concurrent_calls()
+        );
         println!(
             "{:<40} {:>10} {:>10} {:>10} {:>12}",
             "path", "ok", "seconds", "calls/s", "CPU µs/call"
@@ -430,7 +445,7 @@ async fn main() {
             println!(
                 "{:<40} {:>10} {:>10.2} {:>10.0} {:>12.0}",
                 row.name,
-                format!("{}/{CONCURRENT_CALLS}", row.succeeded),
+                format!("{}/{}", row.succeeded, concurrent_calls()),
                 row.elapsed.as_secs_f64(),
                 row.per_second(),
                 row.cpu_per_call_us()

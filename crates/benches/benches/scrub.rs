@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use memchr::memmem;
+use runwarden_benches as _;
 use runwarden_store_sqlite::SqliteStore;
 use runwarden_testkit::{Dist, HttpReply, TestServer};
 use runwarden_vault::store::VaultStore;

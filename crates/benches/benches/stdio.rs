@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use runwarden_benches as _;
 use runwarden_mcp::stdio::{EnvValue, SandboxMode, StdioConfig};
 use runwarden_mcp::{McpCall, McpClient, NoticeSink, ServerConfig};
 use runwarden_testkit::{Dist, LoopbackVault, Peer, loopback_vault};

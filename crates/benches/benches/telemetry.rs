@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig as _;
+use runwarden_benches as _;
 use runwarden_mcp::{McpCall, McpClient, ServerConfig};
 use runwarden_testkit::{
     Dist, LoopbackVault, OtlpReceiver, TestServer, loopback_vault, mcp_handler, tool,

@@ -2,9 +2,16 @@
 //! `cargo bench -p runwarden-benches --bench NAME`); `BENCHMARKS.md` holds their figures
 //! and commands. They sit in this crate, above every other, so what they measure against
 //! (the official MCP SDK's client, a second reqwest, PostgreSQL) stays out of the product
-//! crates' dependencies. This library holds what several of them read off the process.
+//! crates' dependencies. This library holds what several of them read off the process,
+//! and the allocator: the `runwarden` binary's, so a bench that measures the product in its
+//! own process measures it as shipped. Every bench links it (`use runwarden_benches as _;`
+//! when it uses nothing else from here).
 
 use std::time::Duration;
+
+/// The `runwarden` binary's allocator (see the workspace's Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The kernel's clock ticks per second for `/proc` CPU times (`getconf CLK_TCK`, 100 on
 /// Linux's common builds).

@@ -25,6 +25,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// mimalloc, not glibc's malloc: see the workspace's Cargo.toml.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Log lines go to stderr, filtered by `$RUNWARDEN_LOG` (default `warn`), as text or as
 /// one JSON object per line; with `[telemetry] otlp_endpoint`, runwarden's spans at info
 /// and above are also exported as OpenTelemetry traces. The returned provider must be

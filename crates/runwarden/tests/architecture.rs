@@ -342,3 +342,47 @@ fn architecture_md_stays_short_and_every_path_it_names_exists() {
         "ARCHITECTURE.md names paths that do not exist: {missing:?}"
     );
 }
+
+/// The type of the one `#[global_allocator]` static in `text`, if it declares one.
+fn global_allocator(text: &str) -> Option<String> {
+    let (_, after) = text.split_once("#[global_allocator]")?;
+    let declaration = after.split_once(';')?.0;
+    let (_, ty) = declaration.split_once(':')?;
+    Some(ty.split('=').next()?.trim().to_owned())
+}
+
+#[test]
+fn every_bench_runs_with_the_binarys_allocator() {
+    let read = |path: &str| std::fs::read_to_string(workspace().join(path)).unwrap();
+    let binary = global_allocator(&read("crates/runwarden/src/main.rs"));
+    assert!(binary.is_some(), "the runwarden binary names no allocator");
+    assert_eq!(
+        global_allocator(&read("crates/benches/src/lib.rs")),
+        binary,
+        "the benches' library must set the binary's allocator, so an in-process bench \
+         measures the product as shipped"
+    );
+    let mut unlinked = Vec::new();
+    for entry in std::fs::read_dir(workspace().join("crates/benches/benches")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "rs")
+            && !std::fs::read_to_string(&path)
+                .unwrap()
+                .contains("runwarden_benches")
+        {
+            unlinked.push(path.file_name().unwrap().to_string_lossy().into_owned());
+        }
+    }
+    assert!(
+        unlinked.is_empty(),
+        "these benches do not link runwarden_benches, so they run on another allocator \
+         (add `use runwarden_benches as _;`): {unlinked:?}"
+    );
+}
+
+#[test]
+fn the_allocator_is_read_from_its_declaration() {
+    let text = "use x;\n/// doc\n#[global_allocator]\nstatic ALLOCATOR: a::B = a::B;\nfn f() {}";
+    assert_eq!(global_allocator(text).as_deref(), Some("a::B"));
+    assert_eq!(global_allocator("fn main() {}"), None);
+}

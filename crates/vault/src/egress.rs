@@ -9,7 +9,10 @@
 //! sandbox's egress proxy (`proxy`, [`EgressClient::serve_proxy`]) puts the connections
 //! of a local MCP server under the same guard and audit.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tracing::Instrument as _;
@@ -111,11 +114,15 @@ impl EgressClient {
     /// With a signal: asked before anything that costs (a true answer reads no secret and
     /// sends nothing), then at least every tick and whenever it wakes the client while the
     /// transfer is in flight (a true answer drops the connection at once).
-    pub async fn send(
-        &self,
+    ///
+    /// Written as a function that returns its future, not as an `async fn`: an `async fn`
+    /// keeps its arguments twice in its state, and each call in flight holds that state
+    /// for as long as it waits.
+    pub fn send<'a>(
+        &'a self,
         request: EgressRequest,
-        signal: Option<&dyn CancellationSignal>,
-    ) -> Result<EgressResponse, EgressError> {
+        signal: Option<&'a dyn CancellationSignal>,
+    ) -> impl Future<Output = Result<EgressResponse, EgressError>> + 'a {
         // O5: one span per outbound call, named by what the audit row names (never the
         // query, never a header), with the delivery fact once it is known.
         let (host, _) = guard::describe_for_audit(&request.url);
@@ -127,104 +134,110 @@ impl EgressClient {
             delivery = tracing::field::Empty,
             http.response.status_code = tracing::field::Empty,
         );
-        let result = self
-            .send_in_span(request, signal)
-            .instrument(span.clone())
-            .await;
-        match &result {
-            Ok(response) => {
-                span.record("delivery", Delivery::Answered.as_str());
-                span.record("http.response.status_code", response.status);
-            }
-            Err(error) => {
-                span.record("delivery", error.delivery().as_str());
-            }
-        }
-        result
+        let call = self.send_in_span(request, signal).instrument(span.clone());
+        Delivered { call, span }
     }
 
     /// One call, its checks in order; each refusal writes the call's one audit row.
-    async fn send_in_span(
-        &self,
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn would keep the request twice in the state of every call in flight"
+    )]
+    fn send_in_span<'a>(
+        &'a self,
         mut request: EgressRequest,
-        signal: Option<&dyn CancellationSignal>,
-    ) -> Result<EgressResponse, EgressError> {
-        let mut record = CallRecord::new(&request);
-        let unscrubbed = Scrubber::none();
+        signal: Option<&'a dyn CancellationSignal>,
+    ) -> impl Future<Output = Result<EgressResponse, EgressError>> + 'a {
+        async move {
+            let mut record = CallRecord::new(&request);
+            let unscrubbed = Scrubber::none();
 
-        // V6: the first question comes before the guard, the secret and the socket.
-        if let Some((action, error)) = drive::stopped_before_send(signal, &record.host) {
-            return self
-                .finish(&record, action, 0, Err(error), &unscrubbed)
-                .await;
-        }
-
-        // V4: the guard (the operator's allow list among its rules) decides before any
-        // secret is read.
-        let vetted = guard::vet_target(&self.config.policy, &*self.resolver, &request.url).await;
-        let target = match vetted {
-            Ok(target) => target,
-            Err(refusal) => return self.refuse(&record, refusal.into(), &unscrubbed).await,
-        };
-        record.vetted(&target);
-
-        // The credential's value, and what comes back is searched for every stored secret
-        // and the one placed here.
-        let (secret, dpop_key) = match self.read_credential(request.credential.as_ref()).await {
-            Ok(read) => read,
-            Err(error) => return self.refuse(&record, error, &unscrubbed).await,
-        };
-        let scrubber = match self
-            .scrubber(request.credential.as_ref(), secret.as_ref())
-            .await
-        {
-            Ok(scrubber) => scrubber,
-            Err(error) => return self.refuse(&record, error, &unscrubbed).await,
-        };
-
-        // No secret leaves for a host it does not belong to: checked before the intent
-        // row, so a refused request sends nothing and writes one row naming the secret.
-        if let Some(error) = exfiltration::carried_refusal(&mut record, &request, &scrubber) {
-            return self.refuse(&record, error, &scrubber).await;
-        }
-
-        // The placement: the credential (with its proof of key) where the request says.
-        let wire = match self.build(&request, &target, secret.as_ref(), dpop_key.as_ref()) {
-            Ok(wire) => wire,
-            Err(error) => return self.refuse(&record, error, &scrubber).await,
-        };
-
-        // The audit intent, committed before any byte goes out, then the caller's last
-        // check (the runtime's write fence); either failing keeps the request unsent.
-        let on_intent = request.on_intent.take();
-        let due = match self.record_intent(&mut record, on_intent, &scrubber).await {
-            Ok(due) => due,
-            Err(error) => return self.refuse(&record, error, &scrubber).await,
-        };
-        // The anchor file follows the committed intent while the request goes out: the
-        // row is on disk already, and an anchor may lag the log but never lead it.
-        let anchored = async {
-            if let Some(due) = due {
-                due.write().await;
+            // V6: the first question comes before the guard, the secret and the socket.
+            if let Some((action, error)) = drive::stopped_before_send(signal, &record.host) {
+                return self
+                    .finish(&record, action, 0, Err(error), &unscrubbed)
+                    .await;
             }
-        };
-        let transfer = async {
-            if let Some(check) = request.before_transfer.take()
-                && let Err(reason) = check().await
-            {
-                return Err(EgressError::Held { reason });
-            }
-            // The send; then what came back is scrubbed and the outcome row names the intent.
-            Ok(self.send_wire(&mut request, wire, signal, &scrubber).await)
-        };
-        let (ended, ()) = tokio::join!(transfer, anchored);
-        let ended = match ended {
-            Ok(ended) => ended,
-            Err(held) => return self.refuse(&record, held, &scrubber).await,
-        };
-        let dpop_url = dpop_key.is_some().then_some(&target.url);
-        self.conclude(&record, request.action, ended, dpop_url, &scrubber)
-            .await
+
+            // V4: the guard (the operator's allow list among its rules) decides before any
+            // secret is read.
+            let target =
+                match guard::vet_target(&self.config.policy, &*self.resolver, &request.url).await {
+                    Ok(target) => target,
+                    Err(refusal) => {
+                        return self.refuse(&record, refusal.into(), &unscrubbed).await;
+                    }
+                };
+            record.vetted(&target);
+
+            // The credential, the scrubber and the wire request, in a block of their own:
+            // the secret's value and the DPoP key are dropped once the request is built,
+            // not kept while it is in flight.
+            let (scrubber, wire, bound) = {
+                // The credential's value, and what comes back is searched for every stored
+                // secret and the one placed here.
+                let (secret, dpop_key) =
+                    match self.read_credential(request.credential.as_ref()).await {
+                        Ok(read) => read,
+                        Err(error) => return self.refuse(&record, error, &unscrubbed).await,
+                    };
+                let scrubber = match self
+                    .scrubber(request.credential.as_ref(), secret.as_ref())
+                    .await
+                {
+                    Ok(scrubber) => scrubber,
+                    Err(error) => return self.refuse(&record, error, &unscrubbed).await,
+                };
+
+                // No secret leaves for a host it does not belong to: checked before the
+                // intent row, so a refused request sends nothing and writes one row naming
+                // the secret.
+                if let Some(error) = exfiltration::carried_refusal(&mut record, &request, &scrubber)
+                {
+                    return self.refuse(&record, error, &scrubber).await;
+                }
+
+                // The placement: the credential (with its proof of key) where the request
+                // says.
+                match self.build(&request, &target, secret.as_ref(), dpop_key.as_ref()) {
+                    Ok(wire) => (scrubber, wire, dpop_key.is_some()),
+                    Err(error) => return self.refuse(&record, error, &scrubber).await,
+                }
+            };
+
+            // The audit intent, committed before any byte goes out, then the caller's last
+            // check (the runtime's write fence); either failing keeps the request unsent.
+            let on_intent = request.on_intent.take();
+            let due = match self.record_intent(&mut record, on_intent, &scrubber).await {
+                Ok(due) => due,
+                Err(error) => return self.refuse(&record, error, &scrubber).await,
+            };
+            // The anchor file follows the committed intent while the request goes out: the
+            // row is on disk already, and an anchor may lag the log but never lead it.
+            let anchored = async {
+                if let Some(due) = due {
+                    due.write().await;
+                }
+            };
+            let transfer = async {
+                if let Some(check) = request.before_transfer.take()
+                    && let Err(reason) = check().await
+                {
+                    return Err(EgressError::Held { reason });
+                }
+                // The send; then what came back is scrubbed and the outcome row names the
+                // intent.
+                Ok(self.send_wire(&mut request, wire, signal, &scrubber).await)
+            };
+            let (ended, ()) = tokio::join!(transfer, anchored);
+            let ended = match ended {
+                Ok(ended) => ended,
+                Err(held) => return self.refuse(&record, held, &scrubber).await,
+            };
+            let dpop_url = bound.then_some(&target.url);
+            self.conclude(&record, request.action, ended, dpop_url, &scrubber)
+                .await
+        }
     }
 
     /// Reads what a credential places: a stored secret, or the access token of an OAuth
@@ -261,5 +274,34 @@ impl EgressClient {
             .map_err(EgressError::Store)?;
         let placed = credential.map(|c| c.secret.as_str()).zip(secret);
         Ok(Scrubber::new(Some(matcher), placed))
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// An outbound call's future that records on the call's span how the call ended.
+    struct Delivered<F> {
+        #[pin]
+        call: F,
+        span: tracing::Span,
+    }
+}
+
+impl<F: Future<Output = Result<EgressResponse, EgressError>>> Future for Delivered<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let result = std::task::ready!(this.call.poll(cx));
+        match &result {
+            Ok(response) => {
+                this.span.record("delivery", Delivery::Answered.as_str());
+                this.span
+                    .record("http.response.status_code", response.status);
+            }
+            Err(error) => {
+                this.span.record("delivery", error.delivery().as_str());
+            }
+        }
+        Poll::Ready(result)
     }
 }

@@ -1,7 +1,9 @@
 //! Cancel at the wire: the signal is asked before anything that costs, then while the
 //! transfer is in flight, and a stop drops the connection at once.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::time::Duration;
 
 use super::EgressClient;
@@ -57,20 +59,20 @@ pub(super) enum Driven {
 }
 
 impl EgressClient {
-    /// Drives a transfer while asking the signal; dropping the transfer closes its socket.
+    /// Drives a transfer while asking the signal. The caller owns the transfer (so it is
+    /// stored once in the call's state, not again here) and drops it as soon as this
+    /// answers: dropping it closes its socket.
     pub(super) async fn drive(
         &self,
-        transfer: impl std::future::Future<Output = Result<Transfer, reqwest::Error>>,
+        mut transfer: Pin<&mut impl Future<Output = Result<Transfer, reqwest::Error>>>,
         signal: Option<&dyn CancellationSignal>,
         backstop: Duration,
     ) -> Driven {
-        let transfer = std::pin::pin!(transfer);
-        let mut transfer = transfer;
         let deadline = tokio::time::sleep(backstop);
         let mut deadline = std::pin::pin!(deadline);
         let Some(signal) = signal else {
             return tokio::select! {
-                result = &mut transfer => Driven::Done(result),
+                result = transfer.as_mut() => Driven::Done(result),
                 _ = &mut deadline => Driven::Backstop,
             };
         };
@@ -92,7 +94,7 @@ impl EgressClient {
         loop {
             let woken = tokio::select! {
                 biased;
-                result = &mut transfer => return Driven::Done(result),
+                result = transfer.as_mut() => return Driven::Done(result),
                 _ = &mut deadline => return Driven::Backstop,
                 _ = std::future::ready(()), if first => false,
                 _ = &mut wake => true,

@@ -45,14 +45,18 @@ impl EgressClient {
             let mut stream = StreamScrub::new(scrubber.clone());
             Box::new(move |body: &[u8]| complete(&stream.view(body))) as CompleteFn
         });
-        let transfer = transfer(
-            self.http.clone(),
-            wire,
-            request.max_response_bytes,
-            complete_when,
-            request.on_head.take(),
-        );
-        let driven = self.drive(transfer, signal, backstop).await;
+        // The transfer lives in this block only, so it is dropped as soon as it is driven
+        // to its end: a cancelled one closes its socket before anything else happens.
+        let driven = {
+            let transfer = std::pin::pin!(transfer(
+                self.http.clone(),
+                wire,
+                request.max_response_bytes,
+                complete_when,
+                request.on_head.take(),
+            ));
+            self.drive(transfer, signal, backstop).await
+        };
         if matches!(driven, Driven::Cancelled) {
             // V6: dropping the transfer woke its connection's task, which closes the
             // socket. Let it run before this task writes the outcome: after thousands of

@@ -92,7 +92,8 @@ impl EgressClient {
         scrubber: &Scrubber,
     ) -> Result<Option<AnchorDue<'_>>, EgressError> {
         let intent = record.event(action::HTTP_CALL_STARTED, 0, None, scrubber);
-        match self.vault.audit_record_then_anchor(intent).await {
+        // Boxed for the same reason as the outcome's write (see `finish`).
+        match Box::pin(self.vault.audit_record_then_anchor(intent)).await {
             Ok((row, due)) => {
                 record.intent_id = Some(row.id);
                 if let Some(observe) = on_intent {
@@ -143,7 +144,9 @@ impl EgressClient {
             Err(error) => Err(scrubber.error(error)),
         };
         let event = record.event(action, status, outcome.as_ref().err(), scrubber);
-        let written = self.vault.audit_record(event).await;
+        // Boxed: the write's state is large and lives only while the row is written, so
+        // the call's own state, held for as long as the call waits, stays small.
+        let written = Box::pin(self.vault.audit_record(event)).await;
         match (&written, outcome) {
             (Ok(row), Ok(mut response)) => {
                 response.audit_id = Some(row.id);

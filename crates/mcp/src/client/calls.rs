@@ -145,8 +145,8 @@ impl McpClient {
             } else {
                 "the client stopped waiting for the result"
             };
-            self.notify_cancelled(id, reason, call.correlation.clone())
-                .await;
+            // Boxed, as the handshake is (see `session`): rare, and large.
+            Box::pin(self.notify_cancelled(id, reason, call.correlation.clone())).await;
         }
         let result = match outcome {
             // M19: nothing of the tool's work was done; the caller asks and re-issues.
@@ -225,7 +225,8 @@ impl McpClient {
                     ),
                 });
             }
-            resume = Some(self.answer_inputs(op, &session, call, &asked).await?);
+            // Boxed, as the handshake is (see `session`): rare, and large.
+            resume = Some(Box::pin(self.answer_inputs(op, &session, call, &asked)).await?);
         }
     }
 
@@ -299,7 +300,10 @@ impl McpClient {
                 let _ = end.send(true);
                 answered
             };
-            let (answered, ()) = tokio::join!(post, self.standalone(op, &listen, stream));
+            // Boxed: only a session's calls open the stream, so a stateless call's state
+            // does not hold room for a second leg while it waits.
+            let standalone = Box::pin(self.standalone(op, &listen, stream));
+            let (answered, ()) = tokio::join!(post, standalone);
             answered
         } else {
             self.resumable(op, spec).await

@@ -58,7 +58,9 @@ impl McpClient {
         let session = match slot.as_ref() {
             Some(session) => session.clone(),
             None => {
-                let session = Arc::new(self.handshake(op).await?);
+                // Boxed: a handshake is rare, and its state is large; inline, it would set
+                // the size of every call's state (see `call_once`).
+                let session = Arc::new(Box::pin(self.handshake(op)).await?);
                 *slot = Some(session.clone());
                 session
             }

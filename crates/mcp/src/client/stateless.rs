@@ -137,7 +137,8 @@ impl McpClient {
         let params = match known(self) {
             Some(params) => Some(params),
             None => {
-                self.list_tools(op).await?;
+                // Boxed, as the handshake is (see `session`): rare, and large.
+                Box::pin(self.list_tools(op)).await?;
                 known(self)
             }
         };

@@ -104,9 +104,11 @@ impl McpClient {
         let mut renewed = false;
         let mut nonces_tried = Vec::new();
         loop {
+            // The OAuth client's states (a token read, a renewal, a challenge) are boxed:
+            // inline, they would set the size of every leg's state, held for as long as
+            // the leg waits on the wire.
             let held = match &self.oauth {
-                Some(oauth) => oauth
-                    .credential(op.signal)
+                Some(oauth) => Box::pin(oauth.credential(op.signal))
                     .await
                     .map_err(|e| self.auth_error(spec.method, e))?,
                 None => None,
@@ -131,16 +133,15 @@ impl McpClient {
                         status: 401,
                     });
                 }
-                oauth
-                    .challenge(
-                        response.status,
-                        response.header("www-authenticate"),
-                        held.as_ref(),
-                        step_ups,
-                        op.signal,
-                    )
-                    .await
-                    .map_err(|e| self.auth_error(spec.method, e))?;
+                Box::pin(oauth.challenge(
+                    response.status,
+                    response.header("www-authenticate"),
+                    held.as_ref(),
+                    step_ups,
+                    op.signal,
+                ))
+                .await
+                .map_err(|e| self.auth_error(spec.method, e))?;
                 if response.status == 403 {
                     step_ups += 1;
                 } else {
@@ -326,12 +327,14 @@ impl McpClient {
                             // a person) is dropped when the stream ends; one being sent
                             // is finished (within the operation's budget), so the server
                             // is never left with half an answer and the leg is recorded.
+                            // Both boxed: a server's question is rare, and inline their
+                            // states would double what every leg holds while it waits.
                             let mut stop = finished.clone();
                             let answer = tokio::select! {
-                                answer = self.answer_to(op, listen, request) => answer,
+                                answer = Box::pin(self.answer_to(op, listen, request)) => answer,
                                 () = until_done(&mut stop) => return,
                             };
-                            self.send_answer(op, listen, answer).await;
+                            Box::pin(self.send_answer(op, listen, answer)).await;
                         }
                         None => return,
                     },

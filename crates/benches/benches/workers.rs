@@ -7,6 +7,8 @@
 //! On PostgreSQL it also reports what a run costs the server (`workers/pg_cost.rs`):
 //! statements, transactions, WAL bytes, the server's and the workers' CPU time per run,
 //! backends waiting for the audit chain's advisory lock, and the statements run most.
+//! `BENCH_PG_DELAY_US=N` puts a network hop of N us each way between the workers and the
+//! database (`workers/delay.rs`), as on a cluster.
 //!
 //! Everything is the real release binary (`target/release/runwarden`: build it first with
 //! `cargo build --release -p runwarden`; `common::built_binary` refuses a stale one) run as
@@ -37,6 +39,8 @@
 //! its `pending_effect` kept and exactly one `tools/call` on the server.
 
 mod common;
+#[path = "workers/delay.rs"]
+mod delay;
 #[path = "workers/pg_cost.rs"]
 mod pg_cost;
 
@@ -574,6 +578,29 @@ fn main() {
     }
 }
 
+/// `url` itself, or with `BENCH_PG_DELAY_US` set, the same database through a delay proxy
+/// (`workers/delay.rs`); prints the round trip measured through it.
+fn behind_the_delay(runtime: &tokio::runtime::Runtime, url: String) -> String {
+    let Some(one_way) = delay::asked() else {
+        return url;
+    };
+    let mut parsed = url::Url::parse(&url).expect("the test database's URL parses");
+    let upstream = parsed
+        .socket_addrs(|| Some(5432))
+        .expect("the test database's address")[0];
+    let port = delay::start(upstream, one_way);
+    parsed.set_port(Some(port)).expect("a URL with a port");
+    let proxied = parsed.to_string();
+    let (p50, p99) = delay::round_trip(runtime, &proxied);
+    let (direct, _) = delay::round_trip(runtime, &url);
+    println!(
+        "The workers reach PostgreSQL through a delay proxy ({} us each way): `SELECT 1` \
+         round trip p50 {p50:.0} us, p99 {p99:.0} us (direct: p50 {direct:.0} us).\n",
+        one_way.as_micros()
+    );
+    proxied
+}
+
 fn throughput_table(server: &mut Server, json_out: bool, only: &[&str]) {
     // A PostgreSQL server for the second half: the shared test cluster when
     // RUNWARDEN_TEST_PG_URL names one, else one in a temporary directory, removed on exit.
@@ -586,10 +613,13 @@ fn throughput_table(server: &mut Server, json_out: bool, only: &[&str]) {
     if picked("process_crash") {
         stores.push(Store::SqliteProcessCrash);
     }
+    // The statistics are read straight from the server; the workers go through the delay
+    // proxy when one is asked for.
+    let mut direct_url = None;
     if let Some(cluster) = &cluster {
-        stores.push(Store::Postgres(
-            server.runtime.block_on(cluster.fresh_database()),
-        ));
+        let url = server.runtime.block_on(cluster.fresh_database());
+        direct_url = Some(url.clone());
+        stores.push(Store::Postgres(behind_the_delay(&server.runtime, url)));
     }
     println!(
         "## Queued-run throughput ({} runs, instant scripted agent + instant read-only tool)\n",
@@ -605,7 +635,7 @@ fn throughput_table(server: &mut Server, json_out: bool, only: &[&str]) {
     for store in &stores {
         let install = Install::new(server, THROUGHPUT_SETTINGS, store);
         let meter = match store {
-            Store::Postgres(url) => Some(pg_cost::PgMeter::connect(url)),
+            Store::Postgres(_) => direct_url.as_deref().map(pg_cost::PgMeter::connect),
             _ => None,
         };
         let mut enqueue_ms = Vec::new();

@@ -29,6 +29,10 @@ pub(crate) struct Cost {
     pub samples: u64,
     pub advisory_waiters: u64,
     pub samples_with_a_waiter: u64,
+    /// The whole machine's CPU time (every core, `/proc/stat`) and the idle part of it,
+    /// in clock ticks: whether the layout ran out of CPU or waited on something else.
+    pub machine_ticks: u64,
+    pub idle_ticks: u64,
 }
 
 impl Cost {
@@ -42,6 +46,8 @@ impl Cost {
         self.samples += other.samples;
         self.advisory_waiters += other.advisory_waiters;
         self.samples_with_a_waiter += other.samples_with_a_waiter;
+        self.machine_ticks += other.machine_ticks;
+        self.idle_ticks += other.idle_ticks;
     }
 
     pub(crate) fn per_run(&self, n: u64) -> f64 {
@@ -72,6 +78,7 @@ pub(crate) struct PgMeter {
 pub(crate) struct Started {
     lsn: String,
     db_cpu: Duration,
+    machine: (u64, u64),
     sampler: Sampler,
 }
 
@@ -113,6 +120,7 @@ impl PgMeter {
         Started {
             lsn: self.lsn(),
             db_cpu: postgres_cpu(),
+            machine: machine_ticks(),
             sampler: Sampler::start(&self.admin_url, &self.database),
         }
     }
@@ -121,6 +129,7 @@ impl PgMeter {
     pub(crate) fn finish(&self, started: Started, runs: u64, worker_cpu: Duration) -> Cost {
         let (samples, advisory_waiters, samples_with_a_waiter) = started.sampler.stop();
         let db_cpu = postgres_cpu().saturating_sub(started.db_cpu);
+        let (all, idle) = machine_ticks();
         let wal: i64 = self
             .runtime
             .block_on(self.client.query_one(
@@ -154,6 +163,8 @@ impl PgMeter {
             samples,
             advisory_waiters,
             samples_with_a_waiter,
+            machine_ticks: all.saturating_sub(started.machine.0),
+            idle_ticks: idle.saturating_sub(started.machine.1),
         }
     }
 
@@ -275,6 +286,21 @@ impl Sampler {
 
 /// CPU time of every `postgres` process on this machine, with what the postmasters'
 /// exited children (backends whose connection closed) took.
+/// The machine's CPU ticks since boot, all and idle (idle and iowait), from `/proc/stat`.
+fn machine_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    (ticks.iter().take(8).sum(), idle)
+}
+
 fn postgres_cpu() -> Duration {
     std::fs::read_dir("/proc")
         .into_iter()
@@ -297,17 +323,18 @@ pub(crate) fn print(costs: &[(usize, usize, f64, Cost)], json_out: bool) {
     }
     println!("What a run costs PostgreSQL, per run (all measurements of the layout):\n");
     println!(
-        "| layout | runs/s | statements | transactions | WAL KiB | server CPU ms | worker CPU ms | backends waiting for an advisory lock (mean) | samples with one waiting |"
+        "| layout | runs/s | statements | transactions | WAL KiB | server CPU ms | worker CPU ms | backends waiting for an advisory lock (mean) | samples with one waiting | machine idle |"
     );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     let shown = |n: Option<u64>, cost: &Cost| {
         n.map_or("n/a".to_string(), |n| format!("{:.1}", cost.per_run(n)))
     };
     for (processes, slots, median, cost) in costs {
         let waiting = cost.advisory_waiters as f64 / cost.samples.max(1) as f64;
         let with_one = 100.0 * cost.samples_with_a_waiter as f64 / cost.samples.max(1) as f64;
+        let idle = 100.0 * cost.idle_ticks as f64 / cost.machine_ticks.max(1) as f64;
         println!(
-            "| {processes} x {slots} | {median:.0} | {} | {} | {:.1} | {:.2} | {:.2} | {waiting:.2} | {with_one:.0} % |",
+            "| {processes} x {slots} | {median:.0} | {} | {} | {:.1} | {:.2} | {:.2} | {waiting:.2} | {with_one:.0} % | {idle:.0} % |",
             shown(cost.statements, cost),
             shown(cost.transactions, cost),
             cost.per_run(cost.wal_bytes) / 1024.0,
@@ -324,7 +351,8 @@ pub(crate) fn print(costs: &[(usize, usize, f64, Cost)], json_out: bool) {
                     "wal_bytes": cost.per_run(cost.wal_bytes),
                     "server_cpu_ms": cost.ms_per_run(cost.db_cpu),
                     "worker_cpu_ms": cost.ms_per_run(cost.worker_cpu),
-                    "advisory_waiters_mean": waiting, "samples_with_a_waiter_pct": with_one})
+                    "advisory_waiters_mean": waiting, "samples_with_a_waiter_pct": with_one,
+                    "machine_idle_pct": idle})
             );
         }
     }

@@ -187,6 +187,13 @@ impl RunSignal {
         self.stops.push(stop);
         self
     }
+
+    /// True when a read of the run's row saw it `cancelled` (R5's probe, answered from the
+    /// signal's fresh read); unlike `is_cancelled`, a lost lease or a spent budget does not
+    /// count.
+    pub(crate) fn row_cancelled(&self) -> bool {
+        self.cell.cancelled()
+    }
 }
 
 impl Drop for RunSignal {

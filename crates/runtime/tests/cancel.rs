@@ -327,12 +327,59 @@ async fn each_step_is_followed_by_one_read_of_the_run_row() {
         f.executor.execute(&run, &agent, "go", None).await,
         Outcome::Completed
     );
-    // R5: one read after each of the four steps before the final answer and one before
-    // the first; R6: one for the first question of each call's signal (three model calls,
-    // two tool calls). The boundary that opens a round right after a tool step's boundary
-    // does not read the row again, and the final answer is stored with the run's end by
-    // one guarded write, which is its read.
-    assert_eq!(f.status_reads() - before, 5 + 5);
+    // R6: one read for the first question of each call's signal (three model calls, two
+    // tool calls). R5: one after each model answer that asked for tools (two); the read
+    // before the first step and after each tool step is the next model call's signal
+    // read, taken at that boundary. The final answer is stored with the run's end by one
+    // guarded write, which is its read.
+    assert_eq!(f.status_reads() - before, 5 + 2);
+}
+
+#[tokio::test]
+async fn a_cancel_during_a_tool_call_stops_the_run_before_the_next_model_call() {
+    let f = fixture().await;
+    let run = f.executor.create_sync("helper", "go").await.unwrap();
+    // The server answers the tool call after another process cancelled the run: nothing
+    // wakes this one, so only the read after the tool step can see it.
+    let (other, run_id) = (f.other_process(), run.id.clone());
+    let answer = mcp_handler(vec![tool("lookup")], &[]);
+    let server = TestServer::start(move |request| {
+        if String::from_utf8_lossy(&request.body).contains("\"tools/call\"") {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    runtime.block_on(other.run_cancel(&run_id, 0)).unwrap();
+                });
+            });
+        }
+        answer(request)
+    })
+    .await;
+    let plan = json!([
+        {"tool_calls": [{"name": "srv__lookup", "arguments": {}}]},
+        {"text": "done"}
+    ]);
+    let agent = f.agent(
+        plan,
+        vec![f.tool(&server.url("/mcp"), "lookup", Effect::ReadOnly)],
+    );
+    assert_eq!(
+        f.executor.execute(&run, &agent, "go", None).await,
+        Outcome::Cancelled
+    );
+    // R5: the tool's step is stored, then the run stops; the model is not asked again.
+    assert_eq!(
+        f.kinds(&run.id).await,
+        [
+            "run_started",
+            "model_response",
+            "tool_executed",
+            "run_stopped"
+        ]
+    );
 }
 
 /// A model that, while it answers, has another process cancel the run (nothing wakes

@@ -10,7 +10,7 @@ use crate::events::{EventBody, RunEnded, RunRequeued};
 use crate::queue::RequeueAnswer;
 use crate::requeue::{apply_held, decide_held};
 use crate::retry::{DeadLetter, RequeueCause, RetryDecision};
-use crate::signal::is_run_cancelled;
+use crate::signal::{RunSignal, is_run_cancelled};
 use crate::state::{Outcome, RunState};
 use crate::store::{RunEnd, RunSettle, SettleAnswer};
 use crate::time::now_ms;
@@ -82,6 +82,20 @@ impl Executor {
             );
         }
         None
+    }
+
+    /// [`boundary`](Self::boundary) whose read of the row is the one `signal` was just
+    /// answered from (R5, R6): a read made after the signal asked, fail-soft like the
+    /// probe.
+    pub(super) async fn boundary_read(
+        &self,
+        segment: &Segment<'_>,
+        signal: &RunSignal,
+    ) -> Option<Outcome> {
+        if signal.row_cancelled() {
+            return Some(Outcome::Cancelled);
+        }
+        self.boundary_probing(segment, false).await
     }
 
     /// Whether the run may end at this boundary without reading its row: the lease is

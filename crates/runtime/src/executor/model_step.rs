@@ -17,8 +17,9 @@ use crate::state::{MODEL_NO_ANSWER, MODEL_TRUNCATED, Outcome, RunState};
 use crate::store::RunEnd;
 
 impl Executor {
-    /// One model round as a step. `Ok` is a turn whose tool calls are to be made,
-    /// recorded, with the signal the call carried, which the round
+    /// One model round as a step, its call carrying `signal` (taken at the boundary
+    /// before it). `Ok` is a turn whose tool calls are to be made, recorded, with the
+    /// signal, which the round
     /// keeps: while it lives the run stays registered with the watcher and the hub keeps
     /// when a cancel woke the call (the cancel's latency is measured from it). `Err` is
     /// the segment's outcome when it ends: a final answer, the call was cancelled or
@@ -28,12 +29,13 @@ impl Executor {
         segment: &Segment<'_>,
         round: u32,
         messages: &[Message],
+        signal: RunSignal,
     ) -> Result<(ModelTurn, RunSignal), Outcome> {
         // P2: the policies decide the model call before anything leaves.
         self.model_gate(segment, round).await?;
         // R14: the call's limits, before its first byte.
         let hold = self.model_limits(segment, round).await?;
-        let (completed, returned, signal) = self.call_model(segment, round, messages).await;
+        let (completed, returned) = self.call_model(segment, round, messages, &signal).await;
         hold.release().await;
         match completed {
             Ok(turn) => Ok((self.record_turn(segment, round, turn).await?, signal)),
@@ -41,14 +43,15 @@ impl Executor {
         }
     }
 
-    /// Calls the model with the conversation so far; with when the call came back, and
-    /// the signal it carried.
+    /// Calls the model with the conversation so far, carrying `signal`; with when the
+    /// call came back.
     async fn call_model(
         &self,
         segment: &Segment<'_>,
         round: u32,
         messages: &[Message],
-    ) -> (Result<ModelTurn, ModelError>, Instant, RunSignal) {
+        signal: &RunSignal,
+    ) -> (Result<ModelTurn, ModelError>, Instant) {
         let agent = segment.agent;
         let (progress, progress_events) = self.stream_progress(segment, round);
         let request = ModelRequest {
@@ -59,16 +62,15 @@ impl Executor {
             progress: Some(progress),
             max_tokens: self.tokens_cap(segment),
         };
-        let signal = self.signal(segment).await;
         let completed = agent
             .provider
-            .complete(&request, Some(&signal))
+            .complete(&request, Some(signal))
             .instrument(tracing::info_span!("model_call", round))
             .await;
         let returned = Instant::now();
         // No progress event may follow the step that ends the call.
         progress_events.finish().await;
-        (completed, returned, signal)
+        (completed, returned)
     }
 
     /// A model call that came back without a turn: its step, then the segment's end.

@@ -174,14 +174,15 @@ impl Executor {
                 Err(outcome) => return outcome,
             }
         }
-        // A round that did not end the run ended with a boundary after its last tool step;
-        // the next round's own boundary then need not read the row again.
-        let mut probed = false;
         for round in last_round + 1..=agent.max_rounds {
-            if let Some(outcome) = self.round(segment, round, &mut messages, probed).await {
+            if let Some(outcome) = self.round(segment, round, &mut messages).await {
                 return outcome;
             }
-            probed = true;
+        }
+        // R5: the read after the last round's last tool step, which no model call's signal
+        // made.
+        if let Some(stop) = self.boundary(segment).await {
+            return stop;
         }
         self.fail(
             segment,
@@ -192,21 +193,22 @@ impl Executor {
     }
 
     /// One round: the model step, then each tool call it asked for, with a boundary
-    /// between steps. `Some` is the segment's outcome when the round ends it. `probed`:
-    /// the boundary just before this round read the row.
+    /// between steps. `Some` is the segment's outcome when the round ends it.
     async fn round(
         &self,
         segment: &Segment<'_>,
         round: u32,
         messages: &mut Vec<Message>,
-        probed: bool,
     ) -> Option<Outcome> {
         self.tokens_left(segment);
-        if let Some(stop) = self.boundary_probing(segment, !probed).await {
+        // R5, R6: the model call's signal is taken at the boundary before it, so the
+        // fresh read that answers its first question is also the boundary's read of the
+        // row: one query, not two. It lives through the round, tool steps included.
+        let signal = self.signal(segment).await;
+        if let Some(stop) = self.boundary_read(segment, &signal).await {
             return Some(stop);
         }
-        // The model call's signal lives through the round, tool steps included.
-        let (turn, _signal) = match self.model_step(segment, round, messages).await {
+        let (turn, _signal) = match self.model_step(segment, round, messages, signal).await {
             Ok(step) => step,
             Err(outcome) => return Some(outcome),
         };
@@ -218,13 +220,16 @@ impl Executor {
             text: turn.text.clone(),
             tool_calls: turn.tool_calls.clone(),
         });
-        for call in &turn.tool_calls {
+        for (i, call) in turn.tool_calls.iter().enumerate() {
             match self.tool_step(segment, round, call).await {
                 Ok(result) => messages.push(result),
                 Err(outcome) => return Some(outcome),
             }
-            if let Some(stop) = self.boundary(segment).await {
-                return Some(stop); // R5
+            // R5: after the round's last tool step, the row is read by the next round's
+            // signal (or, after the last round, before the run fails).
+            let last = i + 1 == turn.tool_calls.len();
+            if let Some(stop) = self.boundary_probing(segment, !last).await {
+                return Some(stop);
             }
         }
         None

@@ -416,9 +416,8 @@ async fn append_rows(
 struct Prepared {
     lock: Statement,
     tip: Statement,
-    /// The batch's rows and the tip moved to the last of them, in one statement: the rows
-    /// as one array per column.
-    append: Statement,
+    insert: Statement,
+    move_tip: Statement,
 }
 
 impl Prepared {
@@ -433,21 +432,18 @@ impl Prepared {
                 )
                 .await?,
             tip: client.prepare_cached(READ_TIP).await?,
-            // A data-modifying WITH runs once and to completion whether or not the
-            // statement reads it.
-            append: client
+            insert: client
                 .prepare_cached(&format!(
-                    "WITH appended AS (
-                         INSERT INTO audit_log ({AUDIT_COLUMNS})
-                         SELECT * FROM unnest($1::BIGINT[], $2::BIGINT[], $3::TEXT[],
-                             $4::BOOLEAN[], $5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[],
-                             $9::BIGINT[], $10::BIGINT[], $11::TEXT[], $12::TEXT[], $13::TEXT[],
-                             $14::TEXT[], $15::BYTEA[], $16::BYTEA[], $17::BIGINT[])
-                     )
-                     INSERT INTO audit_tip (id, last_id, last_hash, anchor) VALUES (1, $18, $19, $20)
-                     ON CONFLICT (id) DO UPDATE SET
-                         last_id = excluded.last_id, last_hash = excluded.last_hash, anchor = excluded.anchor"
+                    "INSERT INTO audit_log ({AUDIT_COLUMNS})
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
                 ))
+                .await?,
+            move_tip: client
+                .prepare_cached(
+                    "INSERT INTO audit_tip (id, last_id, last_hash, anchor) VALUES (1, $1, $2, $3)
+                     ON CONFLICT (id) DO UPDATE SET
+                         last_id = excluded.last_id, last_hash = excluded.last_hash, anchor = excluded.anchor",
+                )
                 .await?,
         })
     }
@@ -471,8 +467,8 @@ async fn lock_and_read_tip(
     row?.as_ref().map(tip_row).transpose()
 }
 
-/// The second flight's statement before COMMIT: the rows, and the tip moved to the last
-/// of them.
+/// The second flight's statements before COMMIT, sent in this order: the rows, then the
+/// tip moved to the last of them.
 async fn insert_rows_and_move_tip(
     client: &Conn,
     prepared: &Prepared,
@@ -480,56 +476,54 @@ async fn insert_rows_and_move_tip(
     durations: &[i64],
     chain: &AuditChain,
 ) -> Result<(), Failure> {
-    let Some(last) = rows.last() else {
-        return Ok(());
-    };
-    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-    let times: Vec<i64> = rows.iter().map(|r| r.event.time_ms).collect();
-    let actions: Vec<&str> = rows.iter().map(|r| r.event.action.as_str()).collect();
-    let successes: Vec<bool> = rows.iter().map(|r| r.event.success).collect();
-    let secrets: Vec<Option<&str>> = rows.iter().map(|r| r.event.secret.as_deref()).collect();
-    let methods: Vec<&str> = rows.iter().map(|r| r.event.method.as_str()).collect();
-    let hosts: Vec<&str> = rows.iter().map(|r| r.event.host.as_str()).collect();
-    let paths: Vec<&str> = rows.iter().map(|r| r.event.path.as_str()).collect();
-    let statuses: Vec<i64> = rows.iter().map(|r| i64::from(r.event.status)).collect();
-    let errors: Vec<Option<&str>> = rows.iter().map(|r| r.event.error.as_deref()).collect();
-    let reasons: Vec<Option<&str>> = rows.iter().map(|r| r.event.reason.as_deref()).collect();
-    let actors: Vec<&str> = rows.iter().map(|r| r.event.actor.as_str()).collect();
-    let correlations: Vec<Option<&str>> = rows
+    let inserts = rows
         .iter()
-        .map(|r| r.event.correlation.as_deref())
-        .collect();
-    let prev_hashes: Vec<&[u8]> = rows.iter().map(|r| &r.prev_hash[..]).collect();
-    let hashes: Vec<&[u8]> = rows.iter().map(|r| &r.hash[..]).collect();
-    let intents: Vec<Option<i64>> = rows.iter().map(|r| r.event.intent_id).collect();
-    let anchor = chain.anchor(last.id, &last.hash);
-    client
-        .execute(
-            &prepared.append,
-            &[
-                &ids,
-                &times,
-                &actions,
-                &successes,
-                &secrets,
-                &methods,
-                &hosts,
-                &paths,
-                &statuses,
-                &durations,
-                &errors,
-                &reasons,
-                &actors,
-                &correlations,
-                &prev_hashes,
-                &hashes,
-                &intents,
-                &last.id,
-                &&last.hash[..],
-                &&anchor[..],
-            ],
-        )
-        .await?;
+        .zip(durations)
+        .map(|(row, duration_ms)| async move {
+            let event = &row.event;
+            let status = i64::from(event.status);
+            client
+                .execute(
+                    &prepared.insert,
+                    &[
+                        &row.id,
+                        &event.time_ms,
+                        &event.action,
+                        &event.success,
+                        &event.secret,
+                        &event.method,
+                        &event.host,
+                        &event.path,
+                        &status,
+                        duration_ms,
+                        &event.error,
+                        &event.reason,
+                        &event.actor,
+                        &event.correlation,
+                        &&row.prev_hash[..],
+                        &&row.hash[..],
+                        &event.intent_id,
+                    ],
+                )
+                .await
+        });
+    let (inserted, moved) = tokio::join!(
+        biased;
+        futures_util::future::join_all(inserts),
+        async {
+            let Some(last) = rows.last() else {
+                return Ok(0);
+            };
+            let anchor = chain.anchor(last.id, &last.hash);
+            client
+                .execute(&prepared.move_tip, &[&last.id, &&last.hash[..], &&anchor[..]])
+                .await
+        },
+    );
+    for result in inserted {
+        result?;
+    }
+    moved?;
     Ok(())
 }
 

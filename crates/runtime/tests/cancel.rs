@@ -327,12 +327,11 @@ async fn each_step_is_followed_by_one_read_of_the_run_row() {
         f.executor.execute(&run, &agent, "go", None).await,
         Outcome::Completed
     );
-    // R6: one read for the first question of each call's signal (three model calls, two
-    // tool calls). R5: one after each model answer that asked for tools (two); the read
-    // before the first step and after each tool step is the next model call's signal
-    // read, taken at that boundary. The final answer is stored with the run's end by one
-    // guarded write, which is its read.
-    assert_eq!(f.status_reads() - before, 5 + 2);
+    // R5 and R6 together: each call's signal is taken at the boundary before it, and the
+    // read that answers its first question is that boundary's read of the row: one read
+    // per call (three model calls, two tool calls). The final answer is stored with the
+    // run's end by one guarded write, which is its read.
+    assert_eq!(f.status_reads() - before, 5);
 }
 
 #[tokio::test]
@@ -383,10 +382,11 @@ async fn a_cancel_during_a_tool_call_stops_the_run_before_the_next_model_call() 
 }
 
 /// A model that, while it answers, has another process cancel the run (nothing wakes
-/// this one), then gives its final answer.
+/// this one), then gives `answer`.
 struct CancelledWhileAnswering {
     other: SqliteStore,
     run_id: String,
+    answer: ModelTurn,
 }
 
 #[async_trait]
@@ -397,7 +397,7 @@ impl ModelProvider for CancelledWhileAnswering {
         _: Option<&dyn CancellationSignal>,
     ) -> Result<ModelTurn, ModelError> {
         self.other.run_cancel(&self.run_id, 0).await.unwrap();
-        Ok(final_turn("done"))
+        Ok(self.answer.clone())
     }
 }
 
@@ -408,6 +408,7 @@ async fn a_final_answer_after_a_cancel_won_the_row_is_stored_and_the_run_stays_c
     let model = Arc::new(CancelledWhileAnswering {
         other: f.other_process(),
         run_id: run.id.clone(),
+        answer: final_turn("done"),
     });
     let agent = f.agent_with(model, vec![]);
     assert_eq!(
@@ -422,4 +423,34 @@ async fn a_final_answer_after_a_cancel_won_the_row_is_stored_and_the_run_stays_c
     );
     let row = f.store.run_get(&run.id).await.unwrap().unwrap();
     assert_eq!(row.status, RunState::Cancelled);
+}
+
+#[tokio::test]
+async fn a_cancel_during_a_model_call_stops_the_run_before_the_tool_call_it_asked_for() {
+    let f = fixture().await;
+    let server = TestServer::start(mcp_handler(vec![tool("lookup")], &[])).await;
+    let run = f.executor.create_sync("helper", "go").await.unwrap();
+    let call = serde_json::from_value(json!({"id": "c1", "name": "srv__lookup", "arguments": {}}))
+        .unwrap();
+    let model = Arc::new(CancelledWhileAnswering {
+        other: f.other_process(),
+        run_id: run.id.clone(),
+        answer: ModelTurn {
+            tool_calls: vec![call],
+            ..final_turn("")
+        },
+    });
+    let tools = vec![f.tool(&server.url("/mcp"), "lookup", Effect::ReadOnly)];
+    let agent = f.agent_with(model, tools);
+    assert_eq!(
+        f.executor.execute(&run, &agent, "go", None).await,
+        Outcome::Cancelled
+    );
+    // R5: the model's step is stored, then the run stops; the tool is never called.
+    assert_eq!(
+        f.kinds(&run.id).await,
+        ["run_started", "model_response", "run_stopped"]
+    );
+    assert_eq!(server.connection_count(), 0, "the server receives nothing");
+    assert!(f.audit_actions().await.is_empty());
 }

@@ -84,18 +84,22 @@ impl Executor {
         None
     }
 
-    /// [`boundary`](Self::boundary) whose read of the row is the one `signal` was just
-    /// answered from (R5, R6): a read made after the signal asked, fail-soft like the
-    /// probe.
-    pub(super) async fn boundary_read(
+    /// [`boundary`](Self::boundary) before a call: the call's signal is taken here, and
+    /// the read that answers its first question is the boundary's read of the row (R5,
+    /// R6): made after the signal asked, fail-soft like the probe. `Ok` is the signal for
+    /// the call.
+    pub(super) async fn boundary_signal(
         &self,
         segment: &Segment<'_>,
-        signal: &RunSignal,
-    ) -> Option<Outcome> {
+    ) -> Result<RunSignal, Outcome> {
+        let signal = self.signal(segment).await;
         if signal.row_cancelled() {
-            return Some(Outcome::Cancelled);
+            return Err(Outcome::Cancelled);
         }
-        self.boundary_probing(segment, false).await
+        match self.boundary_probing(segment, false).await {
+            Some(stop) => Err(stop),
+            None => Ok(signal),
+        }
     }
 
     /// Whether the run may end at this boundary without reading its row: the lease is

@@ -257,6 +257,7 @@ impl Executor {
             sampler: gateway.sampler.clone(),
             // The client is waiting: a server's question is answered within the call.
             park_on_input: false,
+            signal: None,
         };
         let made = self
             .make_call(segment, round, &call, tool, arguments, options)

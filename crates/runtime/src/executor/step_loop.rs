@@ -166,10 +166,11 @@ impl Executor {
         } = replayed;
         // A resumed run first finishes the tool calls its last model turn asked for.
         for call in &unanswered {
-            if let Some(stop) = self.boundary(segment).await {
-                return stop;
-            }
-            match self.tool_step(segment, last_round, call).await {
+            let signal = match self.boundary_signal(segment).await {
+                Ok(signal) => signal,
+                Err(stop) => return stop,
+            };
+            match self.tool_step(segment, last_round, call, signal).await {
                 Ok(result) => messages.push(result),
                 Err(outcome) => return outcome,
             }
@@ -204,35 +205,35 @@ impl Executor {
         // R5, R6: the model call's signal is taken at the boundary before it, so the
         // fresh read that answers its first question is also the boundary's read of the
         // row: one query, not two. It lives through the round, tool steps included.
-        let signal = self.signal(segment).await;
-        if let Some(stop) = self.boundary_read(segment, &signal).await {
-            return Some(stop);
-        }
+        let signal = match self.boundary_signal(segment).await {
+            Ok(signal) => signal,
+            Err(stop) => return Some(stop),
+        };
         let (turn, _signal) = match self.model_step(segment, round, messages, signal).await {
             Ok(step) => step,
             Err(outcome) => return Some(outcome),
         };
         // A final answer ended the segment in the model step: this turn asks for tools.
-        if let Some(stop) = self.boundary(segment).await {
-            return Some(stop); // R5: the boundary step is stored; stop without settling
-        }
         messages.push(Message::Assistant {
             text: turn.text.clone(),
             tool_calls: turn.tool_calls.clone(),
         });
-        for (i, call) in turn.tool_calls.iter().enumerate() {
-            match self.tool_step(segment, round, call).await {
+        for call in &turn.tool_calls {
+            // R5: the read after the step before (the model's answer or a tool step) is
+            // this call's signal read, taken at the boundary (a stop there leaves that
+            // step stored and settles nothing).
+            let signal = match self.boundary_signal(segment).await {
+                Ok(signal) => signal,
+                Err(stop) => return Some(stop),
+            };
+            match self.tool_step(segment, round, call, signal).await {
                 Ok(result) => messages.push(result),
                 Err(outcome) => return Some(outcome),
             }
-            // R5: after the round's last tool step, the row is read by the next round's
-            // signal (or, after the last round, before the run fails).
-            let last = i + 1 == turn.tool_calls.len();
-            if let Some(stop) = self.boundary_probing(segment, !last).await {
-                return Some(stop);
-            }
         }
-        None
+        // R5: the row is read after the round's last tool step by the next round's signal
+        // (or, after the last round, before the run fails).
+        self.boundary_probing(segment, false).await
     }
 
     /// What the log decides before any call: an uncertain write waits for a person, a cut

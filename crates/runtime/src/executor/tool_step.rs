@@ -49,6 +49,9 @@ pub(super) struct CallOptions {
     pub(super) sampler: Option<runwarden_mcp::SamplerHandle>,
     /// M19, R12: a server's `input_required` parks the run on an `input` decision.
     pub(super) park_on_input: bool,
+    /// The signal taken at the boundary before the step, when nothing waited since (R6:
+    /// its read was made after it asked); without one the call takes its own.
+    pub(super) signal: Option<RunSignal>,
 }
 
 impl Default for CallOptions {
@@ -60,6 +63,7 @@ impl Default for CallOptions {
             elicitor: None,
             sampler: None,
             park_on_input: true,
+            signal: None,
         }
     }
 }
@@ -76,12 +80,14 @@ pub(super) struct Made {
 }
 
 impl Executor {
-    /// One tool execution as a step. `Err` is the segment's outcome when it must stop.
+    /// One tool execution as a step, `signal` taken at the boundary before it. `Err` is
+    /// the segment's outcome when it must stop.
     pub(super) async fn tool_step(
         &self,
         segment: &Segment<'_>,
         round: u32,
         call: &ToolCallRequest,
+        signal: RunSignal,
     ) -> Result<Message, Outcome> {
         let answer = |content: String, is_error: bool| Message::Tool {
             call_id: call.id.clone(),
@@ -103,7 +109,10 @@ impl Executor {
             Gate::Approval(note, message) => (Some(note), Some(message)),
         };
         let mut edited_note = String::new();
+        let mut signal = Some(signal);
         if tool.approval.is_some() || asked_by_policy.is_some() {
+            // An approval may wait for hours: the call takes a signal of its own after it.
+            signal = None;
             match self
                 .approval(segment, round, call, tool, asked_by_policy)
                 .await?
@@ -140,8 +149,11 @@ impl Executor {
             // R13: counted before the call; the budget's stop settles the run.
             return Err(self.must_stop(segment).await.unwrap_or(Outcome::Failed));
         }
+        // A limit's wait, if any, ended with a guarded append: a cancel during it stops
+        // the step there, so the boundary's signal still serves.
         let options = CallOptions {
             resume,
+            signal,
             ..CallOptions::default()
         };
         let made = self
@@ -202,7 +214,10 @@ impl Executor {
         options: CallOptions,
     ) -> Result<Made, Outcome> {
         let fence_failure = Arc::new(Mutex::new(None));
-        let mut signal = self.signal(segment).await;
+        let mut signal = match options.signal {
+            Some(signal) => signal,
+            None => self.signal(segment).await,
+        };
         if let Some(stop) = options.stop {
             signal = signal.with_stop(stop);
         }

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use runwarden_mcp::Effect;
 use runwarden_models::{ModelError, ModelProvider, ModelRequest, ModelTurn, OpenAiCompatible};
 use runwarden_runtime::{
-    CancelAnswer, CancelRefused, Canceller, Outcome, RunState, RunStore, cancel_run,
+    BoundTool, CancelAnswer, CancelRefused, Canceller, Outcome, RunState, RunStore, cancel_run,
 };
 use runwarden_store_sqlite::SqliteStore;
 use runwarden_testkit::{HttpReply, TestServer, mcp_handler, tool};
@@ -16,7 +16,7 @@ use runwarden_vault::CancellationSignal;
 use runwarden_vault::audit::action;
 use serde_json::json;
 
-use crate::support::{WAIT, final_turn, fixture};
+use crate::support::{Fixture, WAIT, final_turn, fixture};
 
 async fn wait_for_tools_call(server: &mut TestServer) {
     loop {
@@ -401,27 +401,38 @@ impl ModelProvider for CancelledWhileAnswering {
     }
 }
 
-#[tokio::test]
-async fn a_final_answer_after_a_cancel_won_the_row_is_stored_and_the_run_stays_cancelled() {
-    let f = fixture().await;
+/// Executes a run whose model, while it answers, has another process cancel the run and
+/// then gives `answer`. R5: the model's step is stored and the run records its stop, not
+/// a completion and no tool step. Answers the run's id.
+async fn cancelled_while_answering(
+    f: &Fixture,
+    answer: ModelTurn,
+    tools: Vec<BoundTool>,
+) -> String {
     let run = f.executor.create_sync("helper", "go").await.unwrap();
     let model = Arc::new(CancelledWhileAnswering {
         other: f.other_process(),
         run_id: run.id.clone(),
-        answer: final_turn("done"),
+        answer,
     });
-    let agent = f.agent_with(model, vec![]);
+    let agent = f.agent_with(model, tools);
     assert_eq!(
         f.executor.execute(&run, &agent, "go", None).await,
         Outcome::Cancelled
     );
-    // R5: the write that would have ended the run is refused; the step is stored alone,
-    // and the run records its stop, not a completion.
     assert_eq!(
         f.kinds(&run.id).await,
         ["run_started", "model_response", "run_stopped"]
     );
-    let row = f.store.run_get(&run.id).await.unwrap().unwrap();
+    run.id
+}
+
+#[tokio::test]
+async fn a_final_answer_after_a_cancel_won_the_row_is_stored_and_the_run_stays_cancelled() {
+    let f = fixture().await;
+    // The write that would have ended the run is refused; the answer's step is stored alone.
+    let run_id = cancelled_while_answering(&f, final_turn("done"), vec![]).await;
+    let row = f.store.run_get(&run_id).await.unwrap().unwrap();
     assert_eq!(row.status, RunState::Cancelled);
 }
 
@@ -429,28 +440,15 @@ async fn a_final_answer_after_a_cancel_won_the_row_is_stored_and_the_run_stays_c
 async fn a_cancel_during_a_model_call_stops_the_run_before_the_tool_call_it_asked_for() {
     let f = fixture().await;
     let server = TestServer::start(mcp_handler(vec![tool("lookup")], &[])).await;
-    let run = f.executor.create_sync("helper", "go").await.unwrap();
     let call = serde_json::from_value(json!({"id": "c1", "name": "srv__lookup", "arguments": {}}))
         .unwrap();
-    let model = Arc::new(CancelledWhileAnswering {
-        other: f.other_process(),
-        run_id: run.id.clone(),
-        answer: ModelTurn {
-            tool_calls: vec![call],
-            ..final_turn("")
-        },
-    });
+    let answer = ModelTurn {
+        tool_calls: vec![call],
+        ..final_turn("")
+    };
+    // A read-only tool: no fence would stop it, only the boundary's read.
     let tools = vec![f.tool(&server.url("/mcp"), "lookup", Effect::ReadOnly)];
-    let agent = f.agent_with(model, tools);
-    assert_eq!(
-        f.executor.execute(&run, &agent, "go", None).await,
-        Outcome::Cancelled
-    );
-    // R5: the model's step is stored, then the run stops; the tool is never called.
-    assert_eq!(
-        f.kinds(&run.id).await,
-        ["run_started", "model_response", "run_stopped"]
-    );
+    cancelled_while_answering(&f, answer, tools).await;
     assert_eq!(server.connection_count(), 0, "the server receives nothing");
     assert!(f.audit_actions().await.is_empty());
 }

@@ -1,4 +1,4 @@
-//! Measures the status watcher at scale (R6 amended, V6): run-status reads per second and idle CPU with 1, 100, 1,000 and 10,000 calls in flight in one process, and how long 10,000 in-flight calls cancelled at once take to be closed at the server; run: `cargo bench -p runwarden-benches --bench inflight [-- --json]`.
+//! Measures the status watcher at scale (R6 amended, V6): run-status reads per second and idle CPU with 1, 100, 1,000 and 10,000 calls in flight in one process, and how long 10,000 in-flight calls cancelled at once take to be closed at the server; run: `cargo bench -p runwarden-benches --bench inflight [-- --json]`, or `-- cancel` for the cancel trials alone in `BENCH_CANCEL_ROUNDS` rounds (default 3).
 //!
 //! Every call is a real guarded `EgressClient::send` (audit intent row, then a POST) to a
 //! server that holds the request and never answers: `runwarden-testkit`'s `TestServer` in
@@ -22,7 +22,9 @@
 //! (what a PostgreSQL NOTIFY from another node becomes); "poll" announces nothing (another
 //! process on the SQLite file; the periodic refresh finds it). Baselines in the same run:
 //! the vault's own `CancelFlag` flipped with a wake-up (no store at all), and bare reqwest
-//! POSTs whose futures are dropped at t0.
+//! POSTs whose futures are dropped at t0. Each trial also reports the CPU time this process
+//! and the server's spent from t0 to the last close: both share the machine's cores, so
+//! what one spends during the teardown the other waits for.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -33,14 +35,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use runwarden_benches::{cpu_time, rss_kib};
 use runwarden_runtime::store::{NewRunStatus, RunCreate};
-use runwarden_runtime::{
-    CancelHub, Change, ChangeFeed, RunState, RunStore, StatusWatcher, WatcherConfig,
-};
+use runwarden_runtime::{CancelHub, RunStore, StatusWatcher, WatcherConfig};
 use runwarden_store_sqlite::SqliteStore;
-use runwarden_testkit::{Dist, HttpReply, Seen, TestServer};
+use runwarden_testkit::{HttpReply, Seen, TestServer};
 use runwarden_vault::{
-    Algorithm, CancelFlag, CancellationSignal, EgressClient, EgressConfig, EgressPolicy,
-    EgressRequest, MasterKey, Method, Vault,
+    Algorithm, CancellationSignal, EgressClient, EgressConfig, EgressPolicy, EgressRequest,
+    MasterKey, Method, Vault,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -49,6 +49,13 @@ const CALLS: [usize; 4] = [1, 100, 1_000, 10_000];
 const SETTLE: Duration = Duration::from_secs(1);
 const WINDOW: Duration = Duration::from_secs(5);
 const CANCEL_CALLS: usize = 10_000;
+#[path = "inflight/cancel.rs"]
+mod cancel;
+use cancel::{
+    CancelFigure, CpuMark, Wake, bare_cancel, cancel_json, cancel_only, cpu_window, flag_cancel,
+    print_cancels, watcher_cancel,
+};
+
 const BODY: &[u8] = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"tickets__create","arguments":{"title":"Printer on floor 3"}}}"#;
 
 fn main() {
@@ -63,6 +70,10 @@ fn main() {
         return;
     }
     let json = args.iter().any(|a| a == "--json");
+    if args.iter().any(|a| a == "cancel") {
+        cancel_only(json);
+        return;
+    }
     // Memory first, each in a process of its own: a heap that earlier rounds grew and
     // freed would hide what the calls take.
     let rss: Vec<(&str, f64)> = [
@@ -104,12 +115,7 @@ fn main() {
             );
         }
         for figure in &cancels {
-            println!(
-                "{}",
-                serde_json::json!({"bench": "inflight_cancel", "variant": figure.variant, "calls": figure.calls,
-                    "closes": figure.closes.len(), "p50_ms": ms(figure.closes.pct(50.0)),
-                    "p99_ms": ms(figure.closes.pct(99.0)), "max_ms": ms(figure.closes.max())})
-            );
+            println!("{}", cancel_json(figure, None));
         }
     }
 }
@@ -426,13 +432,6 @@ struct IdleFigure {
     cpu_pct: f64,
 }
 
-struct CancelFigure {
-    variant: &'static str,
-    calls: usize,
-    closes: Dist,
-    missing: usize,
-}
-
 /// Starts `n` guarded calls of the first `n` runs; each waits on the server.
 async fn start_calls(
     ctx: &Ctx,
@@ -506,6 +505,7 @@ async fn bench() -> (Vec<IdleFigure>, Vec<CancelFigure>) {
             // End the calls: the 10,000 of the watcher are the "hub" cancel trial; the
             // seed's are its poll-only cancel, side by side.
             let t0 = ctx.cancel_all();
+            let mark = CpuMark::now(&server);
             let variant = match design {
                 Design::Watcher | Design::WatcherSlowBackstop => {
                     for id in &ctx.runs[..n] {
@@ -520,15 +520,11 @@ async fn bench() -> (Vec<IdleFigure>, Vec<CancelFigure>) {
                 Design::Seed => "seed, poll only (1 s throttle, 100 ms tick)",
             };
             let closes = server.closes(n, t0, Duration::from_secs(60)).await;
-            if n == CANCEL_CALLS {
-                cancels.push(CancelFigure {
-                    variant,
-                    calls: n,
-                    missing: n - closes.len(),
-                    closes: Dist::new(closes),
-                });
-            }
+            let closed = mark.closed();
             while calls.join_next().await.is_some() {}
+            if n == CANCEL_CALLS {
+                cancels.push(CancelFigure::new(variant, closes, cpu_window(closed)));
+            }
         }
     }
 
@@ -537,83 +533,11 @@ async fn bench() -> (Vec<IdleFigure>, Vec<CancelFigure>) {
         ("watcher, woken by the change feed (NOTIFY)", true),
         ("watcher, poll only (periodic refresh)", false),
     ] {
-        ctx.reset();
-        let unused = Arc::new(AtomicU64::new(0));
-        let mut calls = start_calls(&ctx, &url, CANCEL_CALLS, Design::Watcher, &unused).await;
-        server
-            .requests(CANCEL_CALLS, Duration::from_secs(120))
-            .await;
-        tokio::time::sleep(SETTLE).await;
-        let t0 = ctx.cancel_all();
-        if feed {
-            announce(ctx.store.change_feed(), &ctx.runs);
-        }
-        let closes = server
-            .closes(CANCEL_CALLS, t0, Duration::from_secs(60))
-            .await;
-        cancels.push(CancelFigure {
-            variant,
-            calls: CANCEL_CALLS,
-            missing: CANCEL_CALLS - closes.len(),
-            closes: Dist::new(closes),
-        });
-        while calls.join_next().await.is_some() {}
+        let wake = if feed { Wake::Feed } else { Wake::Nothing };
+        cancels.push(watcher_cancel(&ctx, &mut server, variant, wake).await);
     }
-
-    // Baseline: the vault's own in-memory flag, woken; no store involved.
-    {
-        let flags: Vec<CancelFlag> = (0..CANCEL_CALLS).map(|_| CancelFlag::new()).collect();
-        let mut calls = JoinSet::new();
-        for flag in &flags {
-            let (egress, request, flag) = (ctx.egress.clone(), ctx.request(&url), flag.clone());
-            calls.spawn(async move {
-                let _ = egress.send(request, Some(&flag)).await;
-            });
-        }
-        server
-            .requests(CANCEL_CALLS, Duration::from_secs(120))
-            .await;
-        tokio::time::sleep(SETTLE).await;
-        let t0 = wall_nanos();
-        for flag in &flags {
-            flag.cancel();
-        }
-        let closes = server
-            .closes(CANCEL_CALLS, t0, Duration::from_secs(60))
-            .await;
-        cancels.push(CancelFigure {
-            variant: "vault CancelFlag, woken (no store)",
-            calls: CANCEL_CALLS,
-            missing: CANCEL_CALLS - closes.len(),
-            closes: Dist::new(closes),
-        });
-        while calls.join_next().await.is_some() {}
-    }
-
-    // Baseline: bare reqwest POSTs, their futures dropped at once.
-    {
-        let bare = reqwest::Client::builder()
-            .no_proxy()
-            .build()
-            .expect("a bare reqwest client");
-        let mut calls = bare_calls(&bare, &url, CANCEL_CALLS);
-        server
-            .requests(CANCEL_CALLS, Duration::from_secs(120))
-            .await;
-        tokio::time::sleep(SETTLE).await;
-        let t0 = wall_nanos();
-        calls.abort_all();
-        let closes = server
-            .closes(CANCEL_CALLS, t0, Duration::from_secs(60))
-            .await;
-        cancels.push(CancelFigure {
-            variant: "bare reqwest, futures dropped",
-            calls: CANCEL_CALLS,
-            missing: CANCEL_CALLS - closes.len(),
-            closes: Dist::new(closes),
-        });
-        while calls.join_next().await.is_some() {}
-    }
+    cancels.push(flag_cancel(&ctx, &mut server).await);
+    cancels.push(bare_cancel(&mut server).await);
     drop(server);
     (idle, cancels)
 }
@@ -698,16 +622,6 @@ fn rss_child(what: &str) {
     });
 }
 
-/// One `Change::Status { Cancelled }` per run, as the NOTIFYs of a cancel on another node.
-fn announce(feed: &ChangeFeed, runs: &[String]) {
-    for id in runs {
-        feed.publish(Change::Status {
-            run_id: id.clone(),
-            status: RunState::Cancelled,
-        });
-    }
-}
-
 fn print_idle(figures: &[IdleFigure]) {
     println!();
     println!(
@@ -723,42 +637,6 @@ fn print_idle(figures: &[IdleFigure]) {
         println!(
             "{:<26} {:>8} {:>10} {:>12.1} {:>14.1}",
             f.design, f.calls, f.in_flight, f.reads_per_s, f.cpu_pct
-        );
-    }
-}
-
-fn print_cancels(figures: &[CancelFigure]) {
-    println!();
-    println!(
-        "{} in-flight calls cancelled at once: row committed (or flags flipped, futures dropped) -> close seen by the server",
-        CANCEL_CALLS
-    );
-    println!(
-        "{:<46} {:>7} {:>9} {:>9} {:>9} {:>8}",
-        "variant", "closes", "p50 ms", "p99 ms", "max ms", "missing"
-    );
-    let bare = figures
-        .iter()
-        .find(|f| f.variant.starts_with("bare"))
-        .map(|f| f.closes.pct(99.0));
-    for f in figures {
-        let ratio = bare
-            .filter(|b| !b.is_zero())
-            .map(|b| {
-                format!(
-                    "  p99 x{:.2} of bare",
-                    f.closes.pct(99.0).as_secs_f64() / b.as_secs_f64()
-                )
-            })
-            .unwrap_or_default();
-        println!(
-            "{:<46} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>8}{ratio}",
-            f.variant,
-            f.closes.len(),
-            ms(f.closes.pct(50.0)),
-            ms(f.closes.pct(99.0)),
-            ms(f.closes.max()),
-            f.missing
         );
     }
 }

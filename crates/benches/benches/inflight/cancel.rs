@@ -180,24 +180,14 @@ pub(crate) async fn watcher_cancel(
     ctx.reset();
     let unused = Arc::new(AtomicU64::new(0));
     let url = server.url.clone();
-    let mut calls = start_calls(ctx, &url, CANCEL_CALLS, Design::Watcher, &unused).await;
-    server
-        .requests(CANCEL_CALLS, Duration::from_secs(120))
-        .await;
-    tokio::time::sleep(SETTLE).await;
-    let t0 = ctx.cancel_all();
-    let mark = CpuMark::now(server);
-    match wake {
+    let calls = start_calls(ctx, &url, CANCEL_CALLS, Design::Watcher, &unused).await;
+    let start = || ctx.cancel_all();
+    let cancel = |_: &mut JoinSet<()>| match wake {
         Wake::Hub => ctx.runs.iter().for_each(|id| ctx.hub.wake(id)),
         Wake::Feed => announce(ctx.store.change_feed(), &ctx.runs),
         Wake::Nothing => {}
-    }
-    let closes = server
-        .closes(CANCEL_CALLS, t0, Duration::from_secs(60))
-        .await;
-    let closed = mark.closed();
-    while calls.join_next().await.is_some() {}
-    CancelFigure::new(variant, closes, cpu_window(closed))
+    };
+    trial(server, calls, variant, start, cancel).await
 }
 
 /// Baseline: the vault's own in-memory flag, woken; no store involved.
@@ -210,21 +200,9 @@ pub(crate) async fn flag_cancel(ctx: &Ctx, server: &mut StallServer) -> CancelFi
             let _ = egress.send(request, Some(&flag)).await;
         });
     }
-    server
-        .requests(CANCEL_CALLS, Duration::from_secs(120))
-        .await;
-    tokio::time::sleep(SETTLE).await;
-    let (t0, mark) = (wall_nanos(), CpuMark::now(server));
-    for flag in &flags {
-        flag.cancel();
-    }
-    let closes = server
-        .closes(CANCEL_CALLS, t0, Duration::from_secs(60))
-        .await;
-    let closed = mark.closed();
-    while calls.join_next().await.is_some() {}
+    let cancel = |_: &mut JoinSet<()>| flags.iter().for_each(CancelFlag::cancel);
     let variant = "vault CancelFlag, woken (no store)";
-    CancelFigure::new(variant, closes, cpu_window(closed))
+    trial(server, calls, variant, wall_nanos, cancel).await
 }
 
 /// Baseline: bare reqwest POSTs, their futures dropped at once.
@@ -233,19 +211,33 @@ pub(crate) async fn bare_cancel(server: &mut StallServer) -> CancelFigure {
         .no_proxy()
         .build()
         .expect("a bare reqwest client");
-    let mut calls = bare_calls(&bare, &server.url, CANCEL_CALLS);
+    let calls = bare_calls(&bare, &server.url, CANCEL_CALLS);
+    let variant = "bare reqwest, futures dropped";
+    trial(server, calls, variant, wall_nanos, JoinSet::abort_all).await
+}
+
+/// One trial: once the server holds every call and a settling second has passed, `start`
+/// answers t0 (the cancel's commit, or now) and `cancel` reaches the calls; then the closes
+/// after t0, and the CPU spent until the last close and until every call ended.
+async fn trial(
+    server: &mut StallServer,
+    mut calls: JoinSet<()>,
+    variant: &'static str,
+    start: impl FnOnce() -> i128,
+    cancel: impl FnOnce(&mut JoinSet<()>),
+) -> CancelFigure {
     server
         .requests(CANCEL_CALLS, Duration::from_secs(120))
         .await;
     tokio::time::sleep(SETTLE).await;
-    let (t0, mark) = (wall_nanos(), CpuMark::now(server));
-    calls.abort_all();
+    let t0 = start();
+    let mark = CpuMark::now(server);
+    cancel(&mut calls);
     let closes = server
         .closes(CANCEL_CALLS, t0, Duration::from_secs(60))
         .await;
     let closed = mark.closed();
     while calls.join_next().await.is_some() {}
-    let variant = "bare reqwest, futures dropped";
     CancelFigure::new(variant, closes, cpu_window(closed))
 }
 

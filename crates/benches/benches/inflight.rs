@@ -45,17 +45,17 @@ use runwarden_vault::{
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+#[path = "inflight/cancel.rs"]
+mod cancel;
+use cancel::{
+    CancelFigure, CpuMark, Wake, bare_cancel, cancel_json, cancel_only, flag_cancel, print_cancels,
+    watcher_cancel,
+};
+
 const CALLS: [usize; 4] = [1, 100, 1_000, 10_000];
 const SETTLE: Duration = Duration::from_secs(1);
 const WINDOW: Duration = Duration::from_secs(5);
 const CANCEL_CALLS: usize = 10_000;
-#[path = "inflight/cancel.rs"]
-mod cancel;
-use cancel::{
-    CancelFigure, CpuMark, Wake, bare_cancel, cancel_json, cancel_only, cpu_window, flag_cancel,
-    print_cancels, watcher_cancel,
-};
-
 const BODY: &[u8] = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"tickets__create","arguments":{"title":"Printer on floor 3"}}}"#;
 
 fn main() {
@@ -523,7 +523,7 @@ async fn bench() -> (Vec<IdleFigure>, Vec<CancelFigure>) {
             let closed = mark.closed();
             while calls.join_next().await.is_some() {}
             if n == CANCEL_CALLS {
-                cancels.push(CancelFigure::new(variant, closes, cpu_window(closed)));
+                cancels.push(CancelFigure::new(variant, closes, closed.ended()));
             }
         }
     }

@@ -52,8 +52,12 @@ pub(crate) struct CpuMark {
     server_pid: u32,
 }
 
-/// A mark and the CPU time spent from it to the last close (this process, the server).
-pub(crate) type Closed = (CpuMark, Duration, Duration);
+/// What each side spent from the mark to the last close.
+pub(crate) struct AtClose {
+    mark: CpuMark,
+    client: Duration,
+    server: Duration,
+}
 
 impl CpuMark {
     pub(crate) fn now(server: &StallServer) -> Self {
@@ -66,19 +70,25 @@ impl CpuMark {
     }
 
     /// At the last close.
-    pub(crate) fn closed(self) -> Closed {
+    pub(crate) fn closed(self) -> AtClose {
         let client = cpu_time().saturating_sub(self.client);
         let server = cpu_time_of(Some(self.server_pid), false).saturating_sub(self.server);
-        (self, client, server)
+        AtClose {
+            mark: self,
+            client,
+            server,
+        }
     }
 }
 
-/// At the end of the trial's calls.
-pub(crate) fn cpu_window((start, client, server): Closed) -> CpuWindow {
-    CpuWindow {
-        client,
-        server,
-        client_to_end: cpu_time().saturating_sub(start.client),
+impl AtClose {
+    /// Once every call of the trial has ended.
+    pub(crate) fn ended(self) -> CpuWindow {
+        CpuWindow {
+            client: self.client,
+            server: self.server,
+            client_to_end: cpu_time().saturating_sub(self.mark.client),
+        }
     }
 }
 
@@ -103,15 +113,20 @@ pub(crate) fn cancel_only(json: bool) {
         ratios.push(p99_ratio(round, "watcher, woken"));
     }
     ratios.sort_by(f64::total_cmp);
+    let mid = ratios.len() / 2;
+    let median = if ratios.len() % 2 == 0 {
+        (ratios[mid - 1] + ratios[mid]) / 2.0
+    } else {
+        ratios[mid]
+    };
     println!();
     println!(
-        "hub / bare p99, each round: {}; median x{:.2}",
+        "hub / bare p99, each round: {}; median x{median:.2}",
         ratios
             .iter()
             .map(|r| format!("x{r:.2}"))
             .collect::<Vec<_>>()
             .join(", "),
-        ratios[ratios.len() / 2]
     );
     println!("(took {:.1} s)", started.elapsed().as_secs_f64());
     if json {
@@ -238,7 +253,7 @@ async fn trial(
         .await;
     let closed = mark.closed();
     while calls.join_next().await.is_some() {}
-    CancelFigure::new(variant, closes, cpu_window(closed))
+    CancelFigure::new(variant, closes, closed.ended())
 }
 
 /// One `Change::Status { Cancelled }` per run, as the NOTIFYs of a cancel on another node.

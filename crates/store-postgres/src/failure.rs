@@ -37,7 +37,7 @@ impl Failure {
             ),
             Self::Sql(error) => {
                 let fault = classify(&error);
-                StoreError::with_fault(operation, fault, described(&error.to_string(), fault))
+                StoreError::with_fault(operation, fault, described(&driver_words(&error), fault))
             }
             Self::Pool(error) => {
                 let fault = classify_pool(&error);
@@ -109,6 +109,16 @@ pub(crate) fn classify_state(state: &SqlState) -> StoreFault {
         StoreFault::Io
     } else {
         StoreFault::Other
+    }
+}
+
+/// What the driver says, with the server's own message when the server refused the
+/// statement (the driver's display stops at "db error"). The server's detail, which can
+/// quote a row's values, is left out.
+fn driver_words(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{error}: {}", db.message()),
+        None => error.to_string(),
     }
 }
 

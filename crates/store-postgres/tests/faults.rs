@@ -378,10 +378,16 @@ async fn an_append_dropped_inside_its_transaction_never_returns_that_connection_
     until(&watcher, in_transaction, 0).await;
 }
 
-/// Waits (up to 10 s) until `count_query` answers `want`.
+/// Waits (up to 10 s) until `count_query` answers `want`. The server keeps its view of
+/// its sessions for a whole transaction, and the client may be inside one: the view is
+/// dropped before each read.
 async fn until(client: &tokio_postgres::Client, count_query: &str, want: i64) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
+        client
+            .execute("SELECT pg_stat_clear_snapshot()", &[])
+            .await
+            .unwrap();
         let n: i64 = client.query_one(count_query, &[]).await.unwrap().get(0);
         if n == want {
             return;

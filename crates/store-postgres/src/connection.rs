@@ -16,6 +16,7 @@ use runwarden_runtime::ChangeFeed;
 use runwarden_vault::store::{StoreError, StoreFault};
 use tokio_postgres::NoTls;
 
+use crate::append_queue::Appends;
 use crate::failure::Failure;
 use crate::keepalive::keepalives;
 use crate::listener::Listener;
@@ -140,6 +141,8 @@ struct Inner {
     target: String,
     /// O6: every node's committed run changes, as heard by the listener.
     feed: ChangeFeed,
+    /// Run events waiting to share a transaction (see `append_batch`).
+    appends: Appends,
     /// Stops the listener when the last clone of the store is dropped.
     _listener: Listener,
 }
@@ -240,6 +243,7 @@ impl PgStore {
                 options,
                 target,
                 feed,
+                appends: Default::default(),
                 _listener: listener,
             }),
         })
@@ -291,6 +295,11 @@ impl PgStore {
     /// The URL this store connected to, with its password replaced by `[redacted]`.
     pub fn redacted_url(&self) -> &str {
         &self.inner.target
+    }
+
+    /// The run events waiting to share a transaction.
+    pub(crate) fn appends(&self) -> &Appends {
+        &self.inner.appends
     }
 
     /// O6: the feed this store's listener publishes every node's committed changes to.

@@ -29,6 +29,8 @@
 
 pub use connection::{PgOptions, PgStore};
 
+mod append_batch;
+mod append_queue;
 mod catalogue_store;
 mod connection;
 mod decision_store;

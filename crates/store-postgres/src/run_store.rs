@@ -22,9 +22,7 @@ use runwarden_runtime::{ChangeFeed, KeyedCreate, RunCreateKeyed, RunState};
 use tokio_postgres::{GenericClient, Row};
 
 use crate::PgStore;
-use crate::connection::Conn;
 use crate::failure::{Failure, finish};
-use crate::flight::{begin_with, commit_with, rollback};
 
 pub(crate) const RUN_COLUMNS: &str = "id, agent, status, termination_reason, request, claimed_by, lease_expires_ms, \
                            pending_effect, requeue_count, rounds, correlation, created_ms, updated_ms, claim_epoch, \
@@ -209,79 +207,7 @@ impl RunStore for PgStore {
 
     async fn run_event_append(&self, params: EventAppend) -> Result<Option<i64>, StoreError> {
         rules::check_event_append(&params)?;
-        const OPERATION: &str = "appending a run event";
-        let payload = params.payload.to_string();
-        let result = self
-            .with(OPERATION, async {
-                let round = params.round.map(i64::from);
-                let client = self.client().await?;
-                // The guard decides, and its row lock makes every other appender of this run,
-                // on any node, wait until this transaction ends: MAX(seq) below is read after
-                // the previous appender committed, so a sequence is never taken twice (R1).
-                // The owner of a running run, or of a run cancelled under it (R5: it records its
-                // boundary step). R7: the fence is cleared on a running run only; a cancelled
-                // mid-write run keeps its mark. Rounds never go down. The claim epoch is
-                // checked beside the owner. A final event with `end` moves a running run to
-                // its final status in the same transaction (one truth per run); a cancel
-                // that won the row refuses it.
-                let (end_status, end_reason) = match &params.end {
-                    Some(end) => (Some(end.status.as_str()), Some(end.reason.as_str())),
-                    None => (None, None),
-                };
-                let guard = client
-                    .prepare_cached(
-                        "UPDATE runs SET
-                             pending_effect = CASE WHEN $1 AND status = 'running' THEN NULL
-                                                   ELSE pending_effect END,
-                             rounds = GREATEST(rounds, COALESCE($2, rounds)),
-                             termination_reason = CASE WHEN $7::TEXT IS NULL
-                                                       THEN termination_reason ELSE $8 END,
-                             status = COALESCE($7::TEXT, status),
-                             updated_ms = $3
-                         WHERE id = $4 AND claimed_by = $5 AND claim_epoch = $6
-                           AND (status = 'running' OR ($7::TEXT IS NULL AND status = 'cancelled'))",
-                    )
-                    .await?;
-                // Prepared before the flights: inside one, COMMIT could leave before it.
-                let insert = client.prepare_cached(insert_sql(&params)).await?;
-                // Two flights: BEGIN and the guard, then the insert and COMMIT.
-                let guarded = [
-                    &params.clear_fence as &(dyn tokio_postgres::types::ToSql + Sync),
-                    &round,
-                    &params.now_ms,
-                    &params.id,
-                    &params.owner,
-                    &params.epoch,
-                    &end_status,
-                    &end_reason,
-                ];
-                let changed = begin_with(&client, async {
-                    Ok(client.execute(&guard, &guarded).await?)
-                })
-                .await?;
-                if changed != 1 {
-                    // The guard matched nothing: the transaction ends having stored nothing.
-                    rollback(&client).await;
-                    return Ok(None);
-                }
-                commit_with(&client, insert_events(&client, &insert, &params, &payload)).await
-            })
-            .await;
-        // A step whose answer was lost may be stored: read as unstored, a recorded write
-        // would end FENCED_WRITE. The same kind, payload and time is this append.
-        self.confirm(result, OPERATION, || async {
-            let client = self.client().await?;
-            let row = client
-                .query_opt(
-                    "SELECT seq FROM run_events
-                     WHERE run_id = $1 AND kind = $2 AND time_ms = $3 AND payload = $4
-                     ORDER BY seq DESC LIMIT 1",
-                    &[&params.id, &params.kind, &params.now_ms, &payload],
-                )
-                .await?;
-            Ok(row.map(|row| row.try_get(0)).transpose()?.map(Some))
-        })
-        .await
+        self.append_event(params).await
     }
 
     async fn run_settle(&self, params: RunSettle) -> Result<SettleAnswer, StoreError> {
@@ -525,47 +451,4 @@ pub(crate) fn run_row(row: &Row) -> Result<Run, Failure> {
         tags: row.try_get(15)?,
     };
     rows::run(stored).map_err(Failure::Corrupt)
-}
-
-/// The statement that inserts an append's rows: the event, and the one before it when
-/// there is one (the earlier one takes the next sequence number, this one the number
-/// after).
-fn insert_sql(params: &EventAppend) -> &'static str {
-    if params.before.is_some() {
-        "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
-         SELECT $1::TEXT, next.seq + e.n, e.kind, e.payload, $4::BIGINT
-         FROM (SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM run_events
-               WHERE run_id = $1::TEXT) AS next,
-              (VALUES (0, $5::TEXT, $6::TEXT), (1, $2::TEXT, $3::TEXT)) AS e (n, kind, payload)
-         RETURNING seq"
-    } else {
-        "INSERT INTO run_events (run_id, seq, kind, payload, time_ms)
-         SELECT $1::TEXT, COALESCE(MAX(seq), 0) + 1, $2::TEXT, $3::TEXT, $4::BIGINT
-         FROM run_events WHERE run_id = $1::TEXT
-         RETURNING seq"
-    }
-}
-
-/// An append's rows after its guard, with [`insert_sql`]'s statement; this event's
-/// sequence number.
-async fn insert_events(
-    client: &Conn,
-    insert: &tokio_postgres::Statement,
-    params: &EventAppend,
-    payload: &str,
-) -> Result<Option<i64>, Failure> {
-    type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
-    let earlier = params
-        .before
-        .as_ref()
-        .map(|b| (b.kind.as_str(), b.payload.to_string()));
-    let mut values: Vec<Param<'_>> = vec![&params.id, &params.kind, &payload, &params.now_ms];
-    if let Some((kind, details)) = &earlier {
-        values.extend([kind as Param<'_>, details as Param<'_>]);
-    }
-    let mut last = None;
-    for row in client.query(insert, &values).await? {
-        last = last.max(Some(row.try_get::<_, i64>(0)?));
-    }
-    Ok(last)
 }

@@ -2,6 +2,7 @@
 //! temporary directory, or the one `RUNWARDEN_TEST_PG_URL` names): the conformance suites
 //! every backend runs, plus what only several nodes on one database can show.
 
+mod appends;
 mod common;
 mod conformance;
 mod faults;

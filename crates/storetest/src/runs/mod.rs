@@ -17,6 +17,7 @@ mod events;
 mod lease;
 mod reads;
 mod settle;
+mod together;
 
 use births::*;
 use cancel::*;
@@ -24,6 +25,7 @@ use events::*;
 use lease::*;
 use reads::*;
 use settle::*;
+use together::*;
 
 /// The segment that holds the lease in these checks.
 const OWNER: &str = "segment-a";
@@ -58,6 +60,7 @@ pub async fn exercise_run_store(store: Arc<dyn RunStore>) {
     rounds_only_grow(s).await;
     a_final_event_ends_a_run_only_as_completed_or_failed(s).await;
     an_answer_and_the_runs_end_are_stored_together_or_not_at_all(s).await;
+    appends_side_by_side_keep_each_guard_and_each_answer(&store).await;
 
     settle_moves_a_running_run_to_completed_or_failed(s).await;
     settle_accepts_only_completed_or_failed(s).await;

@@ -8,7 +8,9 @@
 //! statements, transactions, WAL bytes, the server's and the workers' CPU time per run,
 //! backends waiting for the audit chain's advisory lock, and the statements run most.
 //! `BENCH_PG_DELAY_US=N` puts a network hop of N us each way between the workers and the
-//! database (`workers/delay.rs`), as on a cluster.
+//! database (`workers/delay.rs`), as on a cluster. `BENCH_PG_FSYNC=on` runs PostgreSQL
+//! with `fsync=on`, syncing at commit as a real server and SQLite here do (unset, the test
+//! cluster's `fsync=off` makes PostgreSQL's figures an upper bound).
 //!
 //! Everything is the real release binary (`target/release/runwarden`: build it first with
 //! `cargo build --release -p runwarden`; `common::built_binary` refuses a stale one) run as
@@ -75,6 +77,13 @@ fn layouts_asked() -> Option<Vec<(usize, usize)>> {
         })
         .collect::<Option<Vec<_>>>();
     Some(layouts.unwrap_or_else(|| panic!("BENCH_LAYOUTS={list}: write layouts as 1x16,2x4")))
+}
+
+/// Whether PostgreSQL syncs its WAL at commit (`BENCH_PG_FSYNC=on`), as a real server
+/// does and as SQLite does here by default: a cluster of the bench's own with `fsync=on`.
+/// Unset, the test cluster runs with `fsync=off`, an upper bound for a real disk.
+fn synced_postgres() -> bool {
+    std::env::var("BENCH_PG_FSYNC").is_ok_and(|v| v == "on")
 }
 
 /// Runs per throughput measurement: `BENCH_RUNS`, or 400 when unset. More runs weigh a
@@ -605,7 +614,13 @@ fn throughput_table(server: &mut Server, json_out: bool, only: &[&str]) {
     // A PostgreSQL server for the second half: the shared test cluster when
     // RUNWARDEN_TEST_PG_URL names one, else one in a temporary directory, removed on exit.
     let picked = |word: &str| only.is_empty() || only.contains(&word);
-    let cluster = picked("postgres").then(runwarden_testkit::TempCluster::start);
+    let cluster = picked("postgres").then(|| {
+        if synced_postgres() {
+            runwarden_testkit::TempCluster::start_owned_synced()
+        } else {
+            runwarden_testkit::TempCluster::start()
+        }
+    });
     let mut stores = Vec::new();
     if picked("sqlite") {
         stores.push(Store::Sqlite);

@@ -37,6 +37,9 @@ struct Owned {
     bin: PathBuf,
     port: u16,
     running: bool,
+    /// Whether the server syncs its WAL to disk at commit (a real server does); off for
+    /// tests, whose data is thrown away.
+    fsync: bool,
 }
 
 static DATABASES: AtomicU64 = AtomicU64::new(0);
@@ -58,6 +61,16 @@ impl TempCluster {
     /// `pg_ctl start -w` on a free 127.0.0.1 port with the socket in that directory. Tests
     /// that stop or restart the server use this one.
     pub fn start_owned() -> Self {
+        Self::start_owned_with(false)
+    }
+
+    /// [`start_owned`](Self::start_owned) with `fsync=on`, as a real server runs: each
+    /// commit waits for the disk. For benches that compare stores with their syncs.
+    pub fn start_owned_synced() -> Self {
+        Self::start_owned_with(true)
+    }
+
+    fn start_owned_with(fsync: bool) -> Self {
         let bin = binaries();
         let dir = tempfile::Builder::new()
             .prefix("runwarden-pg-")
@@ -79,6 +92,7 @@ impl TempCluster {
             bin,
             port: free_port(),
             running: false,
+            fsync,
         };
         owned.pg_ctl_start();
         Self {
@@ -135,9 +149,10 @@ impl Owned {
         let data = self.dir.path().join("data");
         let log = self.dir.path().join("server.log");
         let mut options = format!(
-            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off -c max_connections=200",
+            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync={} -c max_connections=200",
             self.port,
-            self.dir.path().display()
+            self.dir.path().display(),
+            if self.fsync { "on" } else { "off" },
         );
         // Statement counts for the benches that read what a run costs the server, where
         // the server's installation has the module.

@@ -13,7 +13,7 @@ use runwarden_testkit::TempCluster;
 use serde_json::json;
 use tokio_postgres::Client;
 
-use crate::common::{TestDb, now_ms};
+use crate::common::{TestDb, now_ms, until};
 
 const OWNER: &str = "worker-a";
 
@@ -25,6 +25,14 @@ async fn next_xid(client: &Client) -> i64 {
         .await
         .unwrap();
     row.get(0)
+}
+
+/// A database on `cluster`, a store on it, and a plain client beside the store.
+async fn fixture(cluster: TempCluster) -> (TestDb, Arc<PgStore>, Client) {
+    let db = TestDb::on(cluster).await;
+    let store = Arc::new(PgStore::connect(&db.url).await.unwrap());
+    let client = admin(&db.url).await;
+    (db, store, client)
 }
 
 async fn admin(url: &str) -> Client {
@@ -98,7 +106,7 @@ async fn release_together(
             tokio::spawn(async move { store.run_event_append(append).await })
         })
         .collect();
-    until(client, WAITING, 1).await;
+    until(client, WAITING, 1..).await;
     client.batch_execute("COMMIT").await.unwrap();
     let mut answers = Vec::new();
     for task in tasks {
@@ -117,9 +125,7 @@ async fn appends_side_by_side_share_transactions_and_keep_every_sequence() {
     // runs append at once.
     const RUNS: usize = 48;
     const WAVES: usize = 3;
-    let db = TestDb::on(TempCluster::start_owned()).await;
-    let store = Arc::new(PgStore::connect(&db.url).await.unwrap());
-    let client = admin(&db.url).await;
+    let (_db, store, client) = fixture(TempCluster::start_owned()).await;
     let templates = runs(&store, "together", RUNS).await;
     let before = next_xid(&client).await;
     for n in 0..WAVES {
@@ -152,9 +158,7 @@ async fn appends_side_by_side_share_transactions_and_keep_every_sequence() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_batch_the_server_refuses_fails_only_the_append_at_fault() {
-    let db = TestDb::new().await;
-    let store = Arc::new(PgStore::connect(&db.url).await.unwrap());
-    let client = admin(&db.url).await;
+    let (_db, store, client) = fixture(TempCluster::start()).await;
     client
         .batch_execute("ALTER TABLE run_events ADD CONSTRAINT no_poison CHECK (kind <> 'poison')")
         .await
@@ -176,33 +180,9 @@ async fn a_batch_the_server_refuses_fails_only_the_append_at_fault() {
     }
 }
 
-/// Waits (up to 10 s) until `count_query` answers at least `want`. The server's view of
-/// its sessions is kept for a whole transaction, so it is dropped before each read: the
-/// client may be inside one, holding rows.
-async fn until(client: &Client, count_query: &str, want: i64) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        client
-            .execute("SELECT pg_stat_clear_snapshot()", &[])
-            .await
-            .unwrap();
-        let n: i64 = client.query_one(count_query, &[]).await.unwrap().get(0);
-        if n >= want {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{count_query} gave {n}, not {want}"
-        );
-        tokio::task::yield_now().await;
-    }
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn a_run_whose_row_another_session_holds_does_not_hold_up_the_batch() {
-    let db = TestDb::new().await;
-    let store = Arc::new(PgStore::connect(&db.url).await.unwrap());
-    let client = admin(&db.url).await;
+    let (db, store, client) = fixture(TempCluster::start()).await;
     let blocker = admin(&db.url).await;
     let wave = runs(&store, "held", 6).await;
     blocker.batch_execute("BEGIN").await.unwrap();
@@ -257,9 +237,7 @@ async fn a_run_whose_row_another_session_holds_does_not_hold_up_the_batch() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_batch_whose_connection_dies_stores_nothing_and_answers_each_append_unknown() {
-    let db = TestDb::new().await;
-    let store = Arc::new(PgStore::connect(&db.url).await.unwrap());
-    let client = admin(&db.url).await;
+    let (db, store, client) = fixture(TempCluster::start()).await;
     let watcher = admin(&db.url).await;
     let wave = runs(&store, "killed", 5).await;
     // The server stalls while the batch updates the last run's row, as a server that
@@ -278,7 +256,7 @@ async fn a_batch_whose_connection_dies_stores_nothing_and_answers_each_append_un
     let killer = tokio::spawn(async move {
         let stalled = "SELECT count(*) FROM pg_stat_activity
                        WHERE datname = current_database() AND wait_event = 'PgSleep'";
-        until(&watcher, stalled, 1).await;
+        until(&watcher, stalled, 1..).await;
         let killed: bool = watcher
             .query_one(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
@@ -319,9 +297,7 @@ async fn a_batch_whose_connection_dies_stores_nothing_and_answers_each_append_un
 
 #[tokio::test(flavor = "current_thread")]
 async fn each_append_in_a_batch_keeps_its_own_guard() {
-    let db = TestDb::new().await;
-    let store = Arc::new(PgStore::connect(&db.url).await.unwrap());
-    let client = admin(&db.url).await;
+    let (_db, store, client) = fixture(TempCluster::start()).await;
     let mut wave = runs(&store, "guards", 7).await;
     let (fenced, ending) = (wave[3].clone(), wave[4].clone());
     let mark = FenceMark {

@@ -33,3 +33,29 @@ impl TestDb {
 }
 
 pub(crate) use runwarden_base::now_ms;
+
+/// Waits (up to 10 s) until `count_query` answers a count in `want`. The server keeps its
+/// view of its sessions for a whole transaction, and the client may be inside one: the
+/// view is dropped before each read.
+pub(crate) async fn until(
+    client: &tokio_postgres::Client,
+    count_query: &str,
+    want: impl std::ops::RangeBounds<i64>,
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        client
+            .execute("SELECT pg_stat_clear_snapshot()", &[])
+            .await
+            .unwrap();
+        let n: i64 = client.query_one(count_query, &[]).await.unwrap().get(0);
+        if want.contains(&n) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{count_query} stayed at {n}"
+        );
+        tokio::task::yield_now().await;
+    }
+}

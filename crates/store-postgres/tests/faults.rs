@@ -10,7 +10,7 @@ use runwarden_store_postgres::{PgOptions, PgStore};
 use runwarden_testkit::TempCluster;
 use runwarden_vault::store::{SealedKind, StoreFault, VaultStore};
 
-use crate::common::TestDb;
+use crate::common::{TestDb, until};
 
 const SIGIL: &str = "SIGIL-pg-password-7f3a";
 
@@ -359,14 +359,14 @@ async fn an_append_dropped_inside_its_transaction_never_returns_that_connection_
     };
     let waiting = "SELECT count(*) FROM pg_stat_activity
                    WHERE datname = current_database() AND wait_event_type = 'Lock'";
-    until(&watcher, waiting, 1).await;
+    until(&watcher, waiting, 1..=1).await;
     appending.abort();
     assert!(appending.await.unwrap_err().is_cancelled());
     watcher.batch_execute("COMMIT").await.unwrap();
     let in_transaction = "SELECT count(*) FROM pg_stat_activity
                           WHERE datname = current_database() AND pid <> pg_backend_pid()
                             AND state LIKE 'idle in transaction%'";
-    until(&watcher, in_transaction, 0).await;
+    until(&watcher, in_transaction, 0..=0).await;
     let events = tokio::time::timeout(Duration::from_secs(5), store.run_events("dropped-1", 0, 0))
         .await
         .expect("the pool gives a working connection")
@@ -375,27 +375,5 @@ async fn an_append_dropped_inside_its_transaction_never_returns_that_connection_
         events.is_empty(),
         "the dropped append stored nothing: {events:?}"
     );
-    until(&watcher, in_transaction, 0).await;
-}
-
-/// Waits (up to 10 s) until `count_query` answers `want`. The server keeps its view of
-/// its sessions for a whole transaction, and the client may be inside one: the view is
-/// dropped before each read.
-async fn until(client: &tokio_postgres::Client, count_query: &str, want: i64) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        client
-            .execute("SELECT pg_stat_clear_snapshot()", &[])
-            .await
-            .unwrap();
-        let n: i64 = client.query_one(count_query, &[]).await.unwrap().get(0);
-        if n == want {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{count_query} stayed at {n}, not {want}"
-        );
-        tokio::task::yield_now().await;
-    }
+    until(&watcher, in_transaction, 0..=0).await;
 }

@@ -111,7 +111,7 @@ async fn the_others_kept_their_own_guards(
     let fenced = get(s, "side-fenced").await;
     assert_eq!(
         fenced.pending_effect, None,
-        "R7: its write step clears the fence"
+        "its write step clears the fence"
     );
     assert_eq!(fenced.rounds, 3);
 
@@ -129,7 +129,7 @@ async fn the_others_kept_their_own_guards(
     assert_eq!(
         answers["cancelled boundary"],
         Some(1),
-        "R5: the boundary step"
+        "the boundary step is stored"
     );
     assert_eq!(seqs(s, "side-cancelled").await, [1]);
     assert_eq!(get(s, "side-cancelled").await.status, RunState::Cancelled);

@@ -177,10 +177,11 @@ async fn serve_opens_one_store_with_one_writer_for_the_api_and_its_workers() {
     let sandbox = Sandbox::initialised();
     let serve = Serve::start(&sandbox, 2).await;
     let database = std::fs::canonicalize(sandbox.database()).unwrap();
-    // One SQLite store: its write connection, its read-only status probe (R6) and its
-    // read-only connection for the reads a call makes on its own thread. Before the
-    // composition root, `serve` held three stores: three writers and three probes.
-    assert_eq!(descriptors_on(serve.pid(), &database), (1, 2));
+    // One SQLite store: its write connection, and three read-only ones: the status probe
+    // (R6), the reads a call makes on its own thread, and the reads over whole tables (a
+    // metrics scrape's counts). Before the composition root, `serve` held three stores:
+    // three writers and three probes.
+    assert_eq!(descriptors_on(serve.pid(), &database), (1, 3));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -30,9 +30,9 @@ pub enum Durability {
     ProcessCrash,
 }
 
-/// The embedded SQLite store. Clones share one write connection (and one read-only probe
-/// connection); open another store on the same path for a second connection (as another
-/// process would).
+/// The embedded SQLite store. Clones share one write connection (and the read-only
+/// connections beside it); open another store on the same path for a second writer (as
+/// another process would).
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
@@ -47,7 +47,12 @@ pub(crate) struct Inner {
     /// call's first question waits on. A WAL reader of its own never waits behind `conn`'s
     /// mutex, the write gate or a writer's transactions.
     probe: Arc<Mutex<Connection>>,
-    /// A third, read-only connection for one-row reads asked on every call (the secrets'
+    /// O5: reads that may cover a whole table: the counts every metrics scrape asks for
+    /// (a tenth of a second per million rows) and the operator's lists of runs. On `conn`
+    /// each would hold every write behind it for that long; on the probe, every call's
+    /// first question.
+    scan: Arc<Mutex<Connection>>,
+    /// A fourth, read-only connection for one-row reads asked on every call (the secrets'
     /// version), run on the caller's own thread when nobody else is using it: the read
     /// takes microseconds, a trip to the blocking pool and back several times as long. It
     /// never waits for a lock (busy timeout 0); a read that would wait goes to the pool.
@@ -149,6 +154,9 @@ impl SqliteStore {
         // Opened after the migration, so the file exists, is in WAL mode and has its tables.
         let probe = open_probe(path).map_err(|e| failed(e, &operation))?;
         let quick = open_probe(path).map_err(|e| failed(e, &operation))?;
+        let scan = open_probe(path).map_err(|e| failed(e, &operation))?;
+        scan.busy_timeout(WRITER_BUSY_TIMEOUT)
+            .map_err(|e| failed(Failure::from(e), &operation))?;
         quick
             .busy_timeout(Duration::ZERO)
             .map_err(|e| failed(Failure::from(e), &operation))?;
@@ -161,6 +169,7 @@ impl SqliteStore {
                 tightened,
                 conn: Mutex::new(conn),
                 probe: Arc::new(Mutex::new(probe)),
+                scan: Arc::new(Mutex::new(scan)),
                 quick: Mutex::new(quick),
                 gate: Arc::new(tokio::sync::Semaphore::new(2)),
                 watched,
@@ -255,19 +264,47 @@ impl SqliteStore {
         F: FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
     {
         tracing::trace!(operation, "store read");
-        let probe = Arc::clone(&self.inner.probe);
-        let task = tokio::task::spawn_blocking(move || {
-            let conn = probe.lock().map_err(|_| {
-                StoreError::new(
-                    operation,
-                    "the probe connection was poisoned by an earlier panic: restart the process",
-                )
-            })?;
-            work(&conn).map_err(|e| e.into_store_error(operation))
-        });
-        task.await
-            .map_err(|e| StoreError::new(operation, format!("the store task failed: {e}")))?
+        read_on(Arc::clone(&self.inner.probe), "probe", operation, work).await
     }
+
+    /// Runs `work`, a read over a whole table, with the read-only scan connection on
+    /// tokio's blocking pool: it holds neither the write connection nor the probe while it
+    /// reads, so writes and every call's first question go on beside it (O5).
+    pub(crate) async fn scan<T, F>(&self, operation: &'static str, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
+    {
+        tracing::trace!(operation, "store scan");
+        read_on(Arc::clone(&self.inner.scan), "scan", operation, work).await
+    }
+}
+
+/// Runs `work` with the read-only connection `conn` (named `name` in errors) on tokio's
+/// blocking pool. A poisoned lock or a panicking task becomes a `StoreError`.
+async fn read_on<T, F>(
+    conn: Arc<Mutex<Connection>>,
+    name: &'static str,
+    operation: &'static str,
+    work: F,
+) -> Result<T, StoreError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
+{
+    let task = tokio::task::spawn_blocking(move || {
+        let conn = conn.lock().map_err(|_| {
+            StoreError::new(
+                operation,
+                format!(
+                    "the {name} connection was poisoned by an earlier panic: restart the process"
+                ),
+            )
+        })?;
+        work(&conn).map_err(|e| e.into_store_error(operation))
+    });
+    task.await
+        .map_err(|e| StoreError::new(operation, format!("the store task failed: {e}")))?
 }
 
 impl SqliteStore {
@@ -417,5 +454,62 @@ fn io_fault(error: &std::io::Error) -> StoreFault {
         std::io::ErrorKind::StorageFull => StoreFault::DiskFull,
         _ if crate::failure::is_out_of_files(error) => StoreFault::TooManyFiles,
         _ => StoreFault::Io,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use runwarden_runtime::store::{RunFilter, RunStore};
+    use runwarden_vault::store::VaultStore;
+
+    use super::SqliteStore;
+
+    /// A metrics scrape counts, and an operator lists runs, on a connection of their own:
+    /// while the write connection is held, as a long write holds it, they still answer,
+    /// and they see every committed row.
+    #[tokio::test]
+    async fn scrapes_and_lists_do_not_wait_for_the_write_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runwarden.db");
+        let store = SqliteStore::open(&path).unwrap();
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch(
+                "INSERT INTO audit_log (id, time_ms, action, success, method, host, path,
+                     status, duration_ms, actor, prev_hash, hash)
+                 VALUES (1, 1, 'http_call_started', 1, 'POST', 'h', '/', 0, 0, 'a', x'00', x'00'),
+                        (2, 2, 'http_call_answered', 1, 'POST', 'h', '/', 200, 1, 'a', x'00', x'00')",
+            )
+            .unwrap();
+        // A thread holds the write connection, as a long write does, until released.
+        let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let inner = std::sync::Arc::clone(store.inner());
+        let holder = std::thread::spawn(move || {
+            let _conn = inner.conn.lock().unwrap();
+            held_tx.send(()).unwrap();
+            let _ = release_rx.recv();
+        });
+        held_rx.await.unwrap();
+        let answered = tokio::time::timeout(Duration::from_secs(30), async {
+            let listed = store.run_list(RunFilter::default()).await;
+            (listed, store.run_counts().await, store.audit_counts().await)
+        })
+        .await;
+        release_tx.send(()).unwrap();
+        holder.join().unwrap();
+        let (listed, runs, rows) =
+            answered.expect("the reads answered while a write held the connection");
+        assert_eq!(listed.unwrap(), vec![]);
+        assert_eq!(runs.unwrap(), vec![]);
+        assert_eq!(
+            rows.unwrap(),
+            vec![
+                ("http_call_answered".to_string(), 1),
+                ("http_call_started".to_string(), 1)
+            ]
+        );
     }
 }

@@ -268,7 +268,7 @@ impl RunStore for SqliteStore {
     }
 
     async fn run_list(&self, filter: RunFilter) -> Result<Vec<Run>, StoreError> {
-        self.run("listing runs", move |conn| {
+        self.scan("listing runs", move |conn| {
             let limit = runwarden_runtime::store::page_limit(filter.limit);
             let mut stmt = conn.prepare_cached(&format!(
                 "SELECT {RUN_COLUMNS} FROM runs
@@ -289,7 +289,7 @@ impl RunStore for SqliteStore {
     }
 
     async fn run_counts(&self) -> Result<Vec<(RunState, u64)>, StoreError> {
-        self.run("counting runs", |conn| {
+        self.scan("counting runs", |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status",
             )?;

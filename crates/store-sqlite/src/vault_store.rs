@@ -241,7 +241,7 @@ impl VaultStore for SqliteStore {
     }
 
     async fn audit_counts(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        self.run("counting audit rows", |conn| {
+        self.scan("counting audit rows", |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT action, COUNT(*) FROM audit_log GROUP BY action ORDER BY action",
             )?;

@@ -18,7 +18,8 @@
 //!
 //! Run: `cargo bench -p runwarden-benches --bench roundtrip` (add `-- --json` for JSON lines;
 //! `BENCH_CONCURRENT_CALLS=N` makes each path's part with 64 callers N calls long, for a
-//! profile).
+//! profile; `BENCH_ONLY=ours|fast|session|pooled` runs only that path's part with 64
+//! callers, after the warm-up, so a profile or a count of system calls sees it alone).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -277,6 +278,33 @@ async fn main() {
             .unwrap();
         assert!(rmcp_call(&rmcp_default, arguments()).await);
         assert!(rmcp_call(&rmcp_pooled, arguments()).await);
+    }
+
+    if let Ok(only) = std::env::var("BENCH_ONLY") {
+        let row = match only.as_str() {
+            "ours" => ours_throughput(OURS, client).await,
+            "fast" => ours_throughput(OURS_FAST, fast_client).await,
+            "session" => ours_throughput(OURS_SESSION, session_client).await,
+            "pooled" => {
+                let peer = rmcp_pooled.peer().clone();
+                throughput(RMCP_POOLED, move || {
+                    let peer = peer.clone();
+                    async move { rmcp_call(&peer, Map::new()).await }
+                })
+                .await
+            }
+            other => panic!("BENCH_ONLY names ours, fast, session or pooled, not {other:?}"),
+        };
+        println!(
+            "{}: {}/{} calls, {:.2} s, {:.0} calls/s, {:.0} CPU µs/call",
+            row.name,
+            row.succeeded,
+            concurrent_calls(),
+            row.elapsed.as_secs_f64(),
+            row.per_second(),
+            row.cpu_per_call_us()
+        );
+        return;
     }
 
     // The paths take turns, call by call, so a burst of load on the shared machine

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use runwarden_vault::AuditCounted;
 use runwarden_vault::audit::{AuditChain, AuditEvent, AuditRow, AuditTip};
 use runwarden_vault::store::{
     AuditFilter, RewrapFn, SealedKind, SealedMeta, SealedRecord, StoreError, VaultStore,
@@ -314,18 +315,66 @@ impl VaultStore for PgStore {
         .await
     }
 
-    async fn audit_counts(&self) -> Result<Vec<(String, u64)>, StoreError> {
+    async fn audit_counts(&self, after: Option<i64>) -> Result<AuditCounted, StoreError> {
         self.with("counting audit rows", async {
             let client = self.client().await?;
+            // In this order, each its own read: rows are only appended, and their ids
+            // commit in order (under the chain's lock), so the rows up to the newest read
+            // here are all there for the count.
+            let at_after = match after {
+                Some(id) => {
+                    let stmt = client
+                        .prepare_cached("SELECT hash FROM audit_log WHERE id = $1")
+                        .await?;
+                    match client.query_opt(&stmt, &[&id]).await? {
+                        Some(row) => Some(hash32(row.try_get(0)?, "an audit row's hash")?),
+                        None => None,
+                    }
+                }
+                None => None,
+            };
             let stmt = client
-                .prepare_cached(
-                    "SELECT action, COUNT(*) FROM audit_log GROUP BY action ORDER BY action",
-                )
+                .prepare_cached("SELECT id, hash FROM audit_log ORDER BY id DESC LIMIT 1")
                 .await?;
-            let rows = client.query(&stmt, &[]).await?;
-            rows.iter()
+            let newest = match client.query_opt(&stmt, &[]).await? {
+                Some(row) => Some((
+                    row.try_get::<_, i64>(0)?,
+                    hash32(row.try_get(1)?, "an audit row's hash")?,
+                )),
+                None => return Ok(AuditCounted::default()),
+            };
+            let last = newest.map_or(0, |(id, _)| id);
+            // Every row: the action index can cover the count. The rows after one: a range
+            // of ids.
+            let rows = match after {
+                None => {
+                    let stmt = client
+                        .prepare_cached(
+                            "SELECT action, COUNT(*) FROM audit_log WHERE id <= $1
+                             GROUP BY action ORDER BY action",
+                        )
+                        .await?;
+                    client.query(&stmt, &[&last]).await?
+                }
+                Some(after) => {
+                    let stmt = client
+                        .prepare_cached(
+                            "SELECT action, COUNT(*) FROM audit_log WHERE id > $1 AND id <= $2
+                             GROUP BY action ORDER BY action",
+                        )
+                        .await?;
+                    client.query(&stmt, &[&after, &last]).await?
+                }
+            };
+            let by_action = rows
+                .iter()
                 .map(|row| Ok((row.try_get(0)?, row.try_get::<_, i64>(1)?.max(0) as u64)))
-                .collect()
+                .collect::<Result<Vec<_>, Failure>>()?;
+            Ok(AuditCounted {
+                at_after,
+                newest,
+                by_action,
+            })
         })
         .await
     }

@@ -479,8 +479,8 @@ mod tests {
             .execute_batch(
                 "INSERT INTO audit_log (id, time_ms, action, success, method, host, path,
                      status, duration_ms, actor, prev_hash, hash)
-                 VALUES (1, 1, 'http_call_started', 1, 'POST', 'h', '/', 0, 0, 'a', x'00', x'00'),
-                        (2, 2, 'http_call_answered', 1, 'POST', 'h', '/', 200, 1, 'a', x'00', x'00')",
+                 VALUES (1, 1, 'http_call_started', 1, 'POST', 'h', '/', 0, 0, 'a', zeroblob(32), zeroblob(32)),
+                        (2, 2, 'http_call_answered', 1, 'POST', 'h', '/', 200, 1, 'a', zeroblob(32), zeroblob(32))",
             )
             .unwrap();
         // A thread holds the write connection, as a long write does, until released.
@@ -495,7 +495,11 @@ mod tests {
         held_rx.await.unwrap();
         let answered = tokio::time::timeout(Duration::from_secs(30), async {
             let listed = store.run_list(RunFilter::default()).await;
-            (listed, store.run_counts().await, store.audit_counts().await)
+            (
+                listed,
+                store.run_counts().await,
+                store.audit_counts(None).await,
+            )
         })
         .await;
         release_tx.send(()).unwrap();
@@ -505,7 +509,7 @@ mod tests {
         assert_eq!(listed.unwrap(), vec![]);
         assert_eq!(runs.unwrap(), vec![]);
         assert_eq!(
-            rows.unwrap(),
+            rows.unwrap().by_action,
             vec![
                 ("http_call_answered".to_string(), 1),
                 ("http_call_started".to_string(), 1)

@@ -36,6 +36,7 @@
 
 mod anchoring;
 pub mod audit;
+mod audit_tally;
 mod audit_verify;
 mod audit_writer;
 mod delivery;
@@ -64,6 +65,7 @@ mod vault;
 mod witness;
 
 pub use audit::{AuditEvent, AuditRow, VerifyReport};
+pub use audit_tally::{AuditCounted, AuditTally};
 pub use delivery::Delivery;
 pub use egress::{
     CallObserver, DEFAULT_BACKSTOP_TICK, EgressClient, EgressConfig, EnvironmentFor, MAX_TICK,

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::audit::{AuditChain, AuditEvent, AuditRow, AuditTip};
+use crate::audit_tally::AuditCounted;
 pub use crate::tokens::TokenStore;
 pub use runwarden_base::{StoreError, StoreFault};
 
@@ -165,8 +166,10 @@ pub trait VaultStore: Send + Sync + 'static {
     /// The tip anchor, if any row was ever appended.
     async fn audit_tip(&self) -> Result<Option<AuditTip>, StoreError>;
 
-    /// How many rows carry each action, ordered by action (for metrics).
-    async fn audit_counts(&self) -> Result<Vec<(String, u64)>, StoreError>;
+    /// How many of the rows with an id after `after` (every row when `None`) carry each
+    /// action, for metrics, with the largest id among them and the newest id in the log,
+    /// read first. [`AuditTally`](crate::AuditTally) adds these up between scrapes.
+    async fn audit_counts(&self, after: Option<i64>) -> Result<AuditCounted, StoreError>;
 
     /// M18: takes the refresh lease of an OAuth token (`key`) for `holder` until
     /// `expires_ms`, if no other holder has it unexpired at `now_ms`; answers whether this

@@ -464,7 +464,10 @@ pub(super) async fn an_untouched_log_verifies_intact(store: &dyn VaultStore, cha
 
 pub(super) async fn audit_counts_follow_appends(store: &dyn VaultStore) {
     let chain = std::sync::Arc::new(runwarden_vault::audit::AuditChain::from_audit_key(&[9; 32]));
-    let before = store.audit_counts().await.unwrap();
+    let before = store.audit_counts(None).await.unwrap();
+    let mut tally = runwarden_vault::AuditTally::default();
+    assert!(tally.add(before.clone()));
+    let before = before.by_action;
     let count = |counts: &[(String, u64)], action: &str| {
         counts
             .iter()
@@ -490,10 +493,38 @@ pub(super) async fn audit_counts_follow_appends(store: &dyn VaultStore) {
         };
         store.audit_append(event, chain.clone()).await.unwrap();
     }
-    let after = store.audit_counts().await.unwrap();
+    let after = store.audit_counts(None).await.unwrap();
+    let newest = store
+        .audit_tip()
+        .await
+        .unwrap()
+        .map(|tip| (tip.last_id, tip.last_hash));
+    assert_eq!(after.newest, newest, "the newest row is the tip");
+    assert_eq!(after.at_after, None, "no row was asked after");
+    let after = after.by_action;
     assert_eq!(count(&after, "http_call"), count(&before, "http_call") + 2);
     assert_eq!(
         count(&after, "http_call_cancelled"),
         count(&before, "http_call_cancelled") + 1
     );
+    // Counted after the rows seen before, only the three new rows are read, and the tally
+    // adds up to the whole log.
+    let since = store.audit_counts(tally.after()).await.unwrap();
+    assert!(
+        since.at_after.is_some(),
+        "the row counted last is read back"
+    );
+    assert_eq!(
+        since.by_action,
+        vec![
+            ("http_call".to_string(), 2),
+            ("http_call_cancelled".to_string(), 1)
+        ]
+    );
+    assert!(tally.add(since));
+    assert_eq!(tally.counts(), after);
+    let nothing_new = store.audit_counts(tally.after()).await.unwrap();
+    assert_eq!(nothing_new.by_action, vec![]);
+    assert_eq!(nothing_new.newest, newest);
+    assert_eq!(nothing_new.at_after, newest.map(|(_, hash)| hash));
 }

@@ -74,6 +74,10 @@ const SQL: &[(&str, &str)] = &[
         "0021_catalogue_version",
         include_str!("../migrations/0021_catalogue_version.sql"),
     ),
+    (
+        "0022_run_lists",
+        include_str!("../migrations/0022_run_lists.sql"),
+    ),
 ];
 
 const _: () = assert!(

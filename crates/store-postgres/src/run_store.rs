@@ -19,6 +19,7 @@ use runwarden_runtime::store::{
     RunSettle, RunStore, SettleAnswer,
 };
 use runwarden_runtime::{ChangeFeed, KeyedCreate, RunCreateKeyed, RunState};
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{GenericClient, Row};
 
 use crate::PgStore;
@@ -270,18 +271,26 @@ impl RunStore for PgStore {
         self.with("listing runs", async {
             let client = self.client().await?;
             let limit = runwarden_runtime::store::page_limit(filter.limit);
-            let stmt = client
-                .prepare_cached(&format!(
-                    "SELECT {RUN_COLUMNS} FROM runs
-                     WHERE ($1::TEXT IS NULL OR status = $1) AND ($2::TEXT IS NULL OR agent = $2)
-                       AND ($3::TEXT IS NULL OR id < $3)
-                     ORDER BY id DESC LIMIT $4"
-                ))
-                .await?;
+            // Only the filters asked for are in the text, so the planner sees each one and
+            // walks `runs_status_id` or `runs_agent_id` from the newest end.
+            let mut sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE TRUE");
+            let mut args: Vec<&(dyn ToSql + Sync)> = Vec::new();
             let status = filter.status.map(RunState::as_str);
-            let rows = client
-                .query(&stmt, &[&status, &filter.agent, &filter.before_id, &limit])
-                .await?;
+            let (agent, before) = (filter.agent.as_deref(), filter.before_id.as_deref());
+            for (value, column) in [
+                (&status, "status ="),
+                (&agent, "agent ="),
+                (&before, "id <"),
+            ] {
+                if let Some(value) = value {
+                    args.push(value);
+                    sql.push_str(&format!(" AND {column} ${}", args.len()));
+                }
+            }
+            args.push(&limit);
+            sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", args.len()));
+            let stmt = client.prepare_cached(&sql).await?;
+            let rows = client.query(&stmt, &args).await?;
             rows.iter().map(run_row).collect()
         })
         .await

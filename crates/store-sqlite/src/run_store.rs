@@ -270,12 +270,7 @@ impl RunStore for SqliteStore {
     async fn run_list(&self, filter: RunFilter) -> Result<Vec<Run>, StoreError> {
         self.scan("listing runs", move |conn| {
             let limit = runwarden_runtime::store::page_limit(filter.limit);
-            let mut stmt = conn.prepare_cached(&format!(
-                "SELECT {RUN_COLUMNS} FROM runs
-                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR agent = ?2)
-                   AND (?3 IS NULL OR id < ?3)
-                 ORDER BY id DESC LIMIT ?4"
-            ))?;
+            let mut stmt = conn.prepare_cached(&list_sql(&filter))?;
             let status = filter.status.map(RunState::as_str);
             let rows = stmt
                 .query_map(
@@ -400,6 +395,25 @@ pub(crate) fn run_columns(row: &Row<'_>) -> rusqlite::Result<StoredRun> {
     })
 }
 
+/// The list of runs for `filter`'s shape: only the filters asked for are in the text, so
+/// the planner sees each one and walks `runs_status_id` or `runs_agent_id` from the newest
+/// end (`?1 IS NULL OR status = ?1` hid them, and a rare state was found by reading every
+/// run). The parameters keep their numbers: state, agent, before, limit.
+fn list_sql(filter: &RunFilter) -> String {
+    let mut sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE 1 = 1");
+    if filter.status.is_some() {
+        sql.push_str(" AND status = ?1");
+    }
+    if filter.agent.is_some() {
+        sql.push_str(" AND agent = ?2");
+    }
+    if filter.before_id.is_some() {
+        sql.push_str(" AND id < ?3");
+    }
+    sql.push_str(" ORDER BY id DESC LIMIT ?4");
+    sql
+}
+
 /// A run row, its status, request and counters checked.
 pub(crate) fn run_row(c: StoredRun) -> Result<Run, Failure> {
     rows::run(c).map_err(Failure::Corrupt)
@@ -497,7 +511,60 @@ pub(crate) fn read_events(
 mod tests {
     use rusqlite::{Connection, StatementStatus};
 
-    use super::{ALL_EVENTS, SOME_EVENTS, read_events};
+    use runwarden_runtime::RunState;
+    use runwarden_runtime::store::RunFilter;
+
+    use super::{ALL_EVENTS, SOME_EVENTS, list_sql, read_events};
+
+    /// Every list of runs walks an index from the newest end: none reads every run to find
+    /// a rare state or agent, and none sorts.
+    #[test]
+    fn each_list_of_runs_walks_an_index_without_sorting() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::migrate::migrate(&mut conn).unwrap();
+        let shapes = [
+            (None, None, None, "sqlite_autoindex_runs_1"),
+            (Some(RunState::Failed), None, None, "runs_status_id"),
+            (None, Some("helpdesk"), None, "runs_agent_id"),
+            (Some(RunState::Failed), None, Some("0190"), "runs_status_id"),
+            (None, Some("helpdesk"), Some("0190"), "runs_agent_id"),
+            (None, None, Some("0190"), "sqlite_autoindex_runs_1"),
+        ];
+        for (status, agent, before, index) in shapes {
+            let filter = RunFilter {
+                status,
+                agent: agent.map(str::to_string),
+                before_id: before.map(str::to_string),
+                limit: 50,
+            };
+            let plan: Vec<String> = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {}", list_sql(&filter)))
+                .unwrap()
+                .query_map(
+                    rusqlite::params![status.map(RunState::as_str), agent, before, 50],
+                    |row| row.get(3),
+                )
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            let plan = plan.join("; ");
+            assert!(plan.contains(index), "{filter:?}: {plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "{filter:?}: {plan}");
+        }
+        let both = RunFilter {
+            status: Some(RunState::Failed),
+            agent: Some("helpdesk".into()),
+            ..RunFilter::default()
+        };
+        let plan: String = conn
+            .query_row(
+                &format!("EXPLAIN QUERY PLAN {}", list_sql(&both)),
+                rusqlite::params!["failed", "helpdesk", None::<String>, 50],
+                |row| row.get(3),
+            )
+            .unwrap();
+        assert!(plan.contains("_id"), "{plan}");
+    }
 
     /// Reading a run's events again (every segment's start) reuses the prepared statement;
     /// a LIMIT bound from a parameter would have it prepared again each time.

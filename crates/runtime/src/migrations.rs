@@ -47,7 +47,7 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration::new(19, "0019_decisions_in_call"),
     Migration::new(20, "0020_claim_order"),
     Migration::new(21, "0021_catalogue_version"),
-    Migration::new(22, "0022_run_lists"),
+    Migration::new(22, "0022_list_indexes"),
 ];
 
 /// The latest schema version this build knows.

@@ -18,6 +18,7 @@ use runwarden_runtime::events::{DecisionAnswered, EventBody};
 use runwarden_runtime::rules::decisions::{self as rules, CANCEL_BY_ANSWER_REASON, RunAfterAnswer};
 use runwarden_runtime::rules::rows::{self, StoredDecision};
 use serde_json::Value;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{GenericClient, Row};
 
 use crate::PgStore;
@@ -63,18 +64,30 @@ impl PgStore {
         self.with("listing decisions", async {
             let client = self.client().await?;
             let limit = runwarden_runtime::store::page_limit(filter.limit);
-            let stmt = client
-                .prepare_cached(&format!(
-                    "SELECT {DECISION_COLUMNS} FROM decisions
-                     WHERE ($1::TEXT IS NULL OR status = $1) AND ($2::TEXT IS NULL OR run_id = $2)
-                       AND ($3::BIGINT IS NULL OR (status = 'pending' AND expires_ms <= $3))
-                     ORDER BY id DESC LIMIT $4"
-                ))
-                .await?;
+            // Only the filters asked for are in the text, so the planner sees each one and
+            // reads an index.
+            let mut sql = format!("SELECT {DECISION_COLUMNS} FROM decisions WHERE TRUE");
+            let mut args: Vec<&(dyn ToSql + Sync)> = Vec::new();
             let status = filter.status.map(DecisionStatus::as_str);
-            let rows = client
-                .query(&stmt, &[&status, &filter.run_id, &filter.due_by_ms, &limit])
-                .await?;
+            if let Some(status) = &status {
+                args.push(status);
+                sql.push_str(&format!(" AND status = ${}", args.len()));
+            }
+            if let Some(run_id) = &filter.run_id {
+                args.push(run_id);
+                sql.push_str(&format!(" AND run_id = ${}", args.len()));
+            }
+            if let Some(due_by_ms) = &filter.due_by_ms {
+                args.push(due_by_ms);
+                sql.push_str(&format!(
+                    " AND status = 'pending' AND expires_ms <= ${}",
+                    args.len()
+                ));
+            }
+            args.push(&limit);
+            sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", args.len()));
+            let stmt = client.prepare_cached(&sql).await?;
+            let rows = client.query(&stmt, &args).await?;
             rows.iter().map(decode).collect()
         })
         .await

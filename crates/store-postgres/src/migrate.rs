@@ -75,8 +75,8 @@ const SQL: &[(&str, &str)] = &[
         include_str!("../migrations/0021_catalogue_version.sql"),
     ),
     (
-        "0022_run_lists",
-        include_str!("../migrations/0022_run_lists.sql"),
+        "0022_list_indexes",
+        include_str!("../migrations/0022_list_indexes.sql"),
     ),
 ];
 

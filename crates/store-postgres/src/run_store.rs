@@ -276,16 +276,17 @@ impl RunStore for PgStore {
             let mut sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE TRUE");
             let mut args: Vec<&(dyn ToSql + Sync)> = Vec::new();
             let status = filter.status.map(RunState::as_str);
-            let (agent, before) = (filter.agent.as_deref(), filter.before_id.as_deref());
-            for (value, column) in [
-                (&status, "status ="),
-                (&agent, "agent ="),
-                (&before, "id <"),
-            ] {
-                if let Some(value) = value {
-                    args.push(value);
-                    sql.push_str(&format!(" AND {column} ${}", args.len()));
-                }
+            if let Some(status) = &status {
+                args.push(status);
+                sql.push_str(&format!(" AND status = ${}", args.len()));
+            }
+            if let Some(agent) = &filter.agent {
+                args.push(agent);
+                sql.push_str(&format!(" AND agent = ${}", args.len()));
+            }
+            if let Some(before) = &filter.before_id {
+                args.push(before);
+                sql.push_str(&format!(" AND id < ${}", args.len()));
             }
             args.push(&limit);
             sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", args.len()));

@@ -75,12 +75,7 @@ impl SqliteStore {
     ) -> Result<Vec<Decision>, StoreError> {
         self.run("listing decisions", move |conn| {
             let limit = runwarden_runtime::store::page_limit(filter.limit);
-            let mut stmt = conn.prepare_cached(&format!(
-                "SELECT {DECISION_COLUMNS} FROM decisions
-                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR run_id = ?2)
-                   AND (?3 IS NULL OR (status = 'pending' AND expires_ms <= ?3))
-                 ORDER BY id DESC LIMIT ?4"
-            ))?;
+            let mut stmt = conn.prepare_cached(&list_sql(&filter))?;
             let status = filter.status.map(DecisionStatus::as_str);
             let rows = stmt
                 .query_map(
@@ -92,6 +87,25 @@ impl SqliteStore {
         })
         .await
     }
+}
+
+/// The list of decisions for `filter`'s shape: only the filters asked for are in the text,
+/// so the planner sees each one and reads an index (`?1 IS NULL OR status = ?1` hid them,
+/// and the pending decisions were found by reading every decision). The parameters keep
+/// their numbers: state, run, due by, limit.
+pub(crate) fn list_sql(filter: &DecisionFilter) -> String {
+    let mut sql = format!("SELECT {DECISION_COLUMNS} FROM decisions WHERE 1 = 1");
+    if filter.status.is_some() {
+        sql.push_str(" AND status = ?1");
+    }
+    if filter.run_id.is_some() {
+        sql.push_str(" AND run_id = ?2");
+    }
+    if filter.due_by_ms.is_some() {
+        sql.push_str(" AND status = 'pending' AND expires_ms <= ?3");
+    }
+    sql.push_str(" ORDER BY id DESC LIMIT ?4");
+    sql
 }
 
 /// R12: the guarded ask. The run must be running and held by `owner` under the claim's
@@ -327,4 +341,48 @@ fn columns(row: &Row<'_>) -> rusqlite::Result<StoredDecision> {
 /// Stored text this build cannot read is damage, reported, never a panic.
 fn decode(c: StoredDecision) -> Result<Decision, Failure> {
     rows::decision(c).map_err(Failure::Corrupt)
+}
+
+#[cfg(test)]
+mod tests {
+    use runwarden_runtime::decision::{DecisionFilter, DecisionStatus};
+    use rusqlite::Connection;
+
+    use super::list_sql;
+
+    /// Every filtered list of decisions reads an index: the pending ones (the console, the
+    /// expiry sweep every reaper pass) are found without reading every decision answered.
+    #[test]
+    fn each_filtered_list_of_decisions_reads_an_index() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::migrate::migrate(&mut conn).unwrap();
+        let pending = Some(DecisionStatus::Pending);
+        let shapes = [
+            (pending, None, None, "decisions_status_id"),
+            (None, Some("run-1"), None, "decisions_run"),
+            (None, None, Some(1), "decisions_status_"),
+            (pending, Some("run-1"), None, "decisions_"),
+        ];
+        for (status, run_id, due_by_ms, index) in shapes {
+            let filter = DecisionFilter {
+                status,
+                run_id: run_id.map(str::to_string),
+                due_by_ms,
+                limit: 50,
+            };
+            let plan: Vec<String> = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {}", list_sql(&filter)))
+                .unwrap()
+                .query_map(
+                    rusqlite::params![status.map(DecisionStatus::as_str), run_id, due_by_ms, 50],
+                    |row| row.get(3),
+                )
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            let plan = plan.join("; ");
+            assert!(plan.contains(index), "{filter:?}: {plan}");
+            assert!(plan.starts_with("SEARCH"), "{filter:?}: {plan}");
+        }
+    }
 }

@@ -8,3 +8,6 @@ CREATE INDEX runs_status_id ON runs (status, id);
 CREATE INDEX runs_agent_id ON runs (agent, id);
 DROP INDEX runs_agent;
 CREATE INDEX decisions_status_id ON decisions (status, id);
+-- A claim walks `runs_queued_order` since migration 0020; nothing reads this one, and every
+-- change of a run's state wrote it.
+DROP INDEX runs_status_retry;

@@ -206,8 +206,8 @@ fn publish_requeue(store: &SqliteStore, run_id: &str, answer: RequeueAnswer) {
 }
 
 /// The oldest due queued run (of the given agents, a JSON list, or any). The claim order's
-/// own index is named: without it SQLite's planner prefers the (status, retry_at_ms) index
-/// and sorts every due queued run for each claim.
+/// own index is named: without it SQLite's planner prefers an index that leads with the
+/// state, and sorts every due queued run for each claim.
 const DUE: &str = "SELECT id FROM runs INDEXED BY runs_queued_order
      WHERE status = 'queued' AND retry_at_ms <= ?1
      AND (?2 IS NULL OR agent IN (SELECT value FROM json_each(?2)))

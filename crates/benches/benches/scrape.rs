@@ -12,7 +12,12 @@
 //! audit row and each later one only the rows appended since (`AuditTally`). It prints
 //! the calls' latency in each part and how long the scrapes took.
 //!
-//! Run: `cargo bench -p runwarden-benches --bench scrape [-- --rows N --calls N --every-ms N]`.
+//! The store also holds `--runs` runs (1,000,000 by default), one in 100,000 failed and
+//! the rest completed, so the scrapes count them too; at the end it times a list of the
+//! failed runs, as an open console asks for it up to four times a second.
+//!
+//! Run: `cargo bench -p runwarden-benches --bench scrape [-- --rows N --runs N --calls N
+//! --every-ms N]`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +25,8 @@ use std::time::{Duration, Instant};
 
 use runwarden_benches as _;
 use runwarden_mcp::{McpCall, McpClient, ServerConfig};
-use runwarden_runtime::store::RunStore;
+use runwarden_runtime::RunState;
+use runwarden_runtime::store::{RunFilter, RunStore};
 use runwarden_store_sqlite::SqliteStore;
 use runwarden_testkit::{Dist, LoopbackVault, TestServer, loopback_vault, mcp_handler, tool};
 use runwarden_vault::AuditTally;
@@ -43,6 +49,7 @@ fn arg(name: &str, default: u64) -> u64 {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let rows = arg("--rows", 2_000_000);
+    let runs = arg("--runs", 1_000_000);
     let calls = arg("--calls", 2_000) as usize;
     let every = Duration::from_millis(arg("--every-ms", 250));
 
@@ -51,9 +58,9 @@ async fn main() {
         dir, store, egress, ..
     } = loopback_vault().await;
     let filled = Instant::now();
-    fill(&dir.path().join("runwarden.db"), rows);
+    fill(&dir.path().join("runwarden.db"), rows, runs);
     eprintln!(
-        "filled the audit log with {rows} rows in {:.1} s",
+        "filled the audit log with {rows} rows and {runs} runs in {:.1} s",
         filled.elapsed().as_secs_f64()
     );
     let client = McpClient::new(ServerConfig::new("bench", server.url("/mcp")), egress);
@@ -91,7 +98,24 @@ async fn main() {
         Dist::new(vec![first]),
         Dist::new(later),
     );
-    println!("tools/call beside /metrics scrapes, {rows} audit rows, a scrape every {every:?}");
+    let mut lists = Vec::new();
+    for _ in 0..20 {
+        let started = Instant::now();
+        let failed = store
+            .run_list(RunFilter {
+                status: Some(RunState::Failed),
+                ..RunFilter::default()
+            })
+            .await
+            .expect("the failed runs listed");
+        lists.push(started.elapsed());
+        assert_eq!(failed.len() as u64, runs / 100_000);
+    }
+    let lists = Dist::new(lists);
+
+    println!(
+        "tools/call beside /metrics scrapes, {rows} audit rows, {runs} runs, a scrape every {every:?}"
+    );
     println!(
         "{:<34} {:>8} {:>10} {:>10} {:>10}",
         "", "count", "p50", "p99", "max"
@@ -101,6 +125,7 @@ async fn main() {
         ("calls while scrapes run", &beside, beside.len()),
         ("first scrape (every audit row)", &first, first.len()),
         ("later scrapes (rows since the last)", &later, later.len()),
+        ("a list of the failed runs", &lists, lists.len()),
     ] {
         println!(
             "{name:<34} {count:>8} {:>8}µs {:>8}µs {:>8}µs",
@@ -111,9 +136,9 @@ async fn main() {
     }
 }
 
-/// Writes `rows` audit rows with ids from `-rows` to `-1`, in one transaction: calls,
-/// half intents and half outcomes, a run id for every ten.
-fn fill(path: &std::path::Path, rows: u64) {
+/// Writes `rows` audit rows with ids from `-rows` to `-1`, in one transaction (calls,
+/// half intents and half outcomes, a run id for every ten), and `runs` ended runs.
+fn fill(path: &std::path::Path, rows: u64, runs: u64) {
     let conn = rusqlite::Connection::open(path).expect("the bench's database opens");
     conn.busy_timeout(Duration::from_secs(5)).unwrap();
     conn.execute(
@@ -129,6 +154,16 @@ fn fill(path: &std::path::Path, rows: u64) {
         [rows],
     )
     .expect("the audit log fills");
+    conn.execute(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+         INSERT INTO runs (id, agent, status, request, correlation, created_ms, updated_ms)
+         SELECT printf('0190%012d', i), 'helpdesk',
+             CASE WHEN i % 100000 = 7 THEN 'failed' ELSE 'completed' END,
+             NULL, printf('0190%012d', i), 1700000000000 + i, 1700000000000 + i
+         FROM n",
+        [runs],
+    )
+    .expect("the runs fill");
 }
 
 /// Counts as `GET /metrics` does, every `every`, until stopped.

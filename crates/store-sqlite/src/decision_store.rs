@@ -370,17 +370,9 @@ mod tests {
                 due_by_ms,
                 limit: 50,
             };
-            let plan: Vec<String> = conn
-                .prepare(&format!("EXPLAIN QUERY PLAN {}", list_sql(&filter)))
-                .unwrap()
-                .query_map(
-                    rusqlite::params![status.map(DecisionStatus::as_str), run_id, due_by_ms, 50],
-                    |row| row.get(3),
-                )
-                .unwrap()
-                .collect::<Result<_, _>>()
-                .unwrap();
-            let plan = plan.join("; ");
+            let params =
+                rusqlite::params![status.map(DecisionStatus::as_str), run_id, due_by_ms, 50];
+            let plan = crate::plan::query_plan(&conn, &list_sql(&filter), params);
             assert!(plan.contains(index), "{filter:?}: {plan}");
             assert!(plan.starts_with("SEARCH"), "{filter:?}: {plan}");
         }

@@ -45,6 +45,8 @@ mod limit_store;
 mod migrate;
 mod other_writers;
 mod permissions;
+#[cfg(test)]
+mod plan;
 mod publish;
 mod queue_store;
 mod removed;

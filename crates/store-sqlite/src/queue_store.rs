@@ -433,14 +433,7 @@ mod tests {
     fn a_claim_reads_the_queue_in_order_without_sorting_it() {
         let mut conn = Connection::open_in_memory().unwrap();
         crate::migrate::migrate(&mut conn).unwrap();
-        let plan: Vec<String> = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {DUE}"))
-            .unwrap()
-            .query_map(rusqlite::params![0, None::<String>], |row| row.get(3))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        let plan = plan.join("; ");
+        let plan = crate::plan::query_plan(&conn, DUE, rusqlite::params![0, None::<String>]);
         assert!(plan.contains("runs_queued_order"), "{plan}");
         assert!(!plan.contains("TEMP B-TREE"), "{plan}");
     }

@@ -537,17 +537,8 @@ mod tests {
                 before_id: before.map(str::to_string),
                 limit: 50,
             };
-            let plan: Vec<String> = conn
-                .prepare(&format!("EXPLAIN QUERY PLAN {}", list_sql(&filter)))
-                .unwrap()
-                .query_map(
-                    rusqlite::params![status.map(RunState::as_str), agent, before, 50],
-                    |row| row.get(3),
-                )
-                .unwrap()
-                .collect::<Result<_, _>>()
-                .unwrap();
-            let plan = plan.join("; ");
+            let params = rusqlite::params![status.map(RunState::as_str), agent, before, 50];
+            let plan = crate::plan::query_plan(&conn, &list_sql(&filter), params);
             assert!(plan.contains(index), "{filter:?}: {plan}");
             assert!(!plan.contains("TEMP B-TREE"), "{filter:?}: {plan}");
         }
@@ -556,13 +547,8 @@ mod tests {
             agent: Some("helpdesk".into()),
             ..RunFilter::default()
         };
-        let plan: String = conn
-            .query_row(
-                &format!("EXPLAIN QUERY PLAN {}", list_sql(&both)),
-                rusqlite::params!["failed", "helpdesk", None::<String>, 50],
-                |row| row.get(3),
-            )
-            .unwrap();
+        let params = rusqlite::params!["failed", "helpdesk", None::<String>, 50];
+        let plan = crate::plan::query_plan(&conn, &list_sql(&both), params);
         assert!(plan.contains("_id"), "{plan}");
     }
 

@@ -48,6 +48,7 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration::new(20, "0020_claim_order"),
     Migration::new(21, "0021_catalogue_version"),
     Migration::new(22, "0022_list_indexes"),
+    Migration::new(23, "0023_audit_counts"),
 ];
 
 /// The latest schema version this build knows.

@@ -16,8 +16,6 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use runwarden_runtime::limits::{LimitObserver, WaitEnd};
 use runwarden_runtime::{CancelLatencyObserver, RunState};
-use runwarden_vault::AuditTally;
-use runwarden_vault::store::{StoreError, VaultStore};
 
 /// Upper bounds of the cancel-latency buckets, in seconds. The goal is p99 <= 10 ms
 /// woken in-process, so the low end is fine-grained.
@@ -114,8 +112,6 @@ pub(crate) struct Metrics {
     limit_waiting: Gauge,
     limit_waits: Family<WaitLabels, Counter>,
     sources: std::sync::Mutex<Sources>,
-    /// The audit rows counted by earlier scrapes: each scrape counts only newer rows.
-    audit_tally: tokio::sync::Mutex<AuditTally>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -227,7 +223,6 @@ impl Metrics {
             db_decisions_pending,
             limit_waiting,
             limit_waits,
-            audit_tally: tokio::sync::Mutex::default(),
             sources: std::sync::Mutex::default(),
         }
     }
@@ -332,20 +327,6 @@ impl Metrics {
         Arc::new(move |latency| metrics.observe_cancel(latency))
     }
 
-    /// The audit log's rows by action, ordered by action: those counted by earlier scrapes
-    /// and the rows `store` holds after them (the whole log when it was wiped or restored).
-    pub(crate) async fn audit_rows(
-        &self,
-        store: &dyn VaultStore,
-    ) -> Result<Vec<(String, u64)>, StoreError> {
-        let mut tally = self.audit_tally.lock().await;
-        let counted = store.audit_counts(tally.after()).await?;
-        if !tally.add(counted) {
-            tally.add(store.audit_counts(None).await?);
-        }
-        Ok(tally.counts())
-    }
-
     /// The exposition, with the database figures given.
     pub(crate) fn render(&self, runs: &[(RunState, u64)], calls: &[(String, u64)]) -> String {
         self.refresh();
@@ -404,69 +385,6 @@ impl LimitObserver for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Each scrape reads only the audit rows after those it counted before, and counts a
-    /// wiped log again from its start.
-    #[tokio::test]
-    async fn each_scrape_counts_only_the_audit_rows_appended_since_the_last() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("runwarden.db");
-        let store = runwarden_store_sqlite::SqliteStore::open(&path).unwrap();
-        let chain = Arc::new(runwarden_vault::audit::AuditChain::from_audit_key(&[9; 32]));
-        let append = |action: &'static str| {
-            let (store, chain) = (store.clone(), chain.clone());
-            async move {
-                let event = runwarden_vault::AuditEvent {
-                    time_ms: 1,
-                    action: action.into(),
-                    success: true,
-                    secret: None,
-                    method: "POST".into(),
-                    host: "h".into(),
-                    path: "/".into(),
-                    status: 200,
-                    duration_ms: 1,
-                    error: None,
-                    reason: None,
-                    actor: "test".into(),
-                    correlation: None,
-                    intent_id: None,
-                };
-                store.audit_append(event, chain).await.unwrap();
-            }
-        };
-        let metrics = Metrics::new();
-        let rows = |n: &[(&str, u64)]| -> Vec<(String, u64)> {
-            n.iter().map(|(a, n)| (a.to_string(), *n)).collect()
-        };
-        append("http_call").await;
-        append("http_call").await;
-        assert_eq!(
-            metrics.audit_rows(&store).await.unwrap(),
-            rows(&[("http_call", 2)])
-        );
-
-        // A row counted before is not read again: changed under the tally, it still counts
-        // as it was, while the new rows are added.
-        let db = rusqlite::Connection::open(&path).unwrap();
-        db.execute("UPDATE audit_log SET action = 'edited' WHERE id = 1", [])
-            .unwrap();
-        append("http_call").await;
-        append("proxy_connect").await;
-        assert_eq!(
-            metrics.audit_rows(&store).await.unwrap(),
-            rows(&[("http_call", 3), ("proxy_connect", 1)])
-        );
-
-        // Wiped, the log starts again at id 1: it is counted again from its start.
-        db.execute_batch("DELETE FROM audit_log; DELETE FROM audit_tip;")
-            .unwrap();
-        append("proxy_connect").await;
-        assert_eq!(
-            metrics.audit_rows(&store).await.unwrap(),
-            rows(&[("proxy_connect", 1)])
-        );
-    }
 
     #[test]
     fn the_exposition_has_every_status_each_action_requests_and_cumulative_buckets() {

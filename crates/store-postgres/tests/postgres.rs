@@ -3,6 +3,7 @@
 //! every backend runs, plus what only several nodes on one database can show.
 
 mod appends;
+mod audit_counts;
 mod common;
 mod conformance;
 mod faults;

@@ -495,11 +495,7 @@ mod tests {
         held_rx.await.unwrap();
         let answered = tokio::time::timeout(Duration::from_secs(30), async {
             let listed = store.run_list(RunFilter::default()).await;
-            (
-                listed,
-                store.run_counts().await,
-                store.audit_counts(None).await,
-            )
+            (listed, store.run_counts().await, store.audit_counts().await)
         })
         .await;
         release_tx.send(()).unwrap();
@@ -509,7 +505,7 @@ mod tests {
         assert_eq!(listed.unwrap(), vec![]);
         assert_eq!(runs.unwrap(), vec![]);
         assert_eq!(
-            rows.unwrap().by_action,
+            rows.unwrap(),
             vec![
                 ("http_call_answered".to_string(), 1),
                 ("http_call_started".to_string(), 1)

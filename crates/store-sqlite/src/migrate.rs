@@ -78,6 +78,10 @@ const SQL: &[(&str, &str)] = &[
         "0022_list_indexes",
         include_str!("../migrations/0022_list_indexes.sql"),
     ),
+    (
+        "0023_audit_counts",
+        include_str!("../migrations/0023_audit_counts.sql"),
+    ),
 ];
 
 const _: () = assert!(

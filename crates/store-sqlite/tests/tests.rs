@@ -1,6 +1,7 @@
 //! The store-sqlite integration tests: the conformance suite on a real file, plus what only
 //! a real file can show (tampering through raw SQL, several connections, migrations).
 
+mod audit_counts;
 mod audit_tamper;
 mod catalogue;
 mod common;

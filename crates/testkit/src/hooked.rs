@@ -24,7 +24,6 @@ use runwarden_runtime::store::{
     RunSettle, RunStore, SettleAnswer,
 };
 use runwarden_runtime::{ChangeFeed, KeyedCreate, RunCreateKeyed, RunState};
-use runwarden_vault::AuditCounted;
 use runwarden_vault::audit::{AuditChain, AuditEvent, AuditRow, AuditTip};
 use runwarden_vault::store::{
     AuditFilter, RewrapFn, SealedKind, SealedMeta, SealedRecord, StoreError, VaultStore,
@@ -221,7 +220,7 @@ forward! {
     fn audit_incomplete(&self, intent_ids: Vec<i64>) -> Vec<i64>;
     fn audit_list(&self, filter: AuditFilter) -> Vec<AuditRow>;
     fn audit_tip(&self) -> Option<AuditTip>;
-    fn audit_counts(&self, after: Option<i64>) -> AuditCounted;
+    fn audit_counts(&self) -> Vec<(String, u64)>;
     fn oauth_lease_acquire(&self, key: &str, holder: &str, now_ms: i64, expires_ms: i64) -> bool;
     fn oauth_lease_release(&self, key: &str, holder: &str) -> ();
 }

@@ -36,7 +36,6 @@
 
 mod anchoring;
 pub mod audit;
-mod audit_tally;
 mod audit_verify;
 mod audit_writer;
 mod delivery;
@@ -65,7 +64,6 @@ mod vault;
 mod witness;
 
 pub use audit::{AuditEvent, AuditRow, VerifyReport};
-pub use audit_tally::{AuditCounted, AuditTally};
 pub use delivery::Delivery;
 pub use egress::{
     CallObserver, DEFAULT_BACKSTOP_TICK, EgressClient, EgressConfig, EnvironmentFor, MAX_TICK,

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::audit::{AuditChain, AuditEvent, AuditRow, AuditTip};
-use crate::audit_tally::AuditCounted;
 pub use crate::tokens::TokenStore;
 pub use runwarden_base::{StoreError, StoreFault};
 
@@ -166,10 +165,11 @@ pub trait VaultStore: Send + Sync + 'static {
     /// The tip anchor, if any row was ever appended.
     async fn audit_tip(&self) -> Result<Option<AuditTip>, StoreError>;
 
-    /// How many of the rows with an id after `after` (every row when `None`) carry each
-    /// action, for metrics, with the largest id among them and the newest id in the log,
-    /// read first. [`AuditTally`](crate::AuditTally) adds these up between scrapes.
-    async fn audit_counts(&self, after: Option<i64>) -> Result<AuditCounted, StoreError>;
+    /// How many rows the log holds with each action, ordered by action, for metrics. The
+    /// store keeps these counts beside the log, changed in the same transaction as the
+    /// rows, so reading them never reads the log (an action whose rows were all removed
+    /// reads 0).
+    async fn audit_counts(&self) -> Result<Vec<(String, u64)>, StoreError>;
 
     /// M18: takes the refresh lease of an OAuth token (`key`) for `holder` until
     /// `expires_ms`, if no other holder has it unexpired at `now_ms`; answers whether this

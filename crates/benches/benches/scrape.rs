@@ -8,9 +8,11 @@
 //! (vault, intent synced, audit rows) to a local server. Blocks of calls alone take turns
 //! with blocks made while a scraper counts, as `/metrics` does, every `--every-ms`
 //! milliseconds (250 by default; Prometheus scrapes every 15 to 60 s, so this packs many
-//! scrapes into a short run). A scrape reads the audit rows' counts by action, which the
-//! store keeps beside the log, and counts the runs by state. It prints the calls' latency
-//! in each part and how long the scrapes took, the first one apart.
+//! scrapes into a short run). A scrape folds the audit rows appended since the last one
+//! into the counts the store keeps beside the log and reads them (the first scrape folds
+//! the whole filled log, a bounded number of rows per transaction), and counts the runs by
+//! state. It prints the calls' latency in each part and how long the scrapes took, the
+//! first one apart.
 //!
 //! The store also holds `--runs` runs (1,000,000 by default), one in 100,000 failed and
 //! the rest completed, so the scrapes count them too; at the end it times a list of the
@@ -29,7 +31,6 @@ use runwarden_runtime::RunState;
 use runwarden_runtime::store::{RunFilter, RunStore};
 use runwarden_store_sqlite::SqliteStore;
 use runwarden_testkit::{Dist, LoopbackVault, TestServer, loopback_vault, mcp_handler, tool};
-use runwarden_vault::store::VaultStore;
 use serde_json::json;
 
 /// Calls in each block; the blocks alone and with the scraper alternate.
@@ -180,7 +181,9 @@ impl Scraper {
             while !stopped.load(Ordering::Relaxed) {
                 let started = Instant::now();
                 store.run_counts().await.expect("runs counted");
-                let counts = store.audit_counts().await.expect("audit rows counted");
+                let counts = runwarden_vault::store::audit_rows_by_action(&store)
+                    .await
+                    .expect("audit rows counted");
                 let counted: u64 = counts.iter().map(|(_, n)| n).sum();
                 assert!(counted >= rows, "{counted} audit rows counted of {rows}");
                 took.push(started.elapsed());

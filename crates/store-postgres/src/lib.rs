@@ -31,6 +31,7 @@ pub use connection::{PgOptions, PgStore};
 
 mod append_batch;
 mod append_queue;
+mod audit_counts;
 mod catalogue_store;
 mod connection;
 mod decision_store;

@@ -12,6 +12,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{GenericClient, Row, Statement};
 
 use crate::PgStore;
+use crate::audit_counts;
 use crate::connection::Conn;
 use crate::failure::{Failure, finish, hash32};
 use crate::flight::{begin_with, commit_with};
@@ -315,17 +316,20 @@ impl VaultStore for PgStore {
     }
 
     async fn audit_counts(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        // Migration 0023's triggers keep these few rows beside the log: the read costs the
-        // same for a log of any length.
+        // The counts kept beside the log and the few rows not folded in yet.
         self.with("counting audit rows", async {
             let client = self.client().await?;
-            let stmt = client
-                .prepare_cached("SELECT action, n FROM audit_counts ORDER BY action")
-                .await?;
-            let rows = client.query(&stmt, &[]).await?;
-            rows.iter()
-                .map(|row| Ok((row.try_get(0)?, row.try_get::<_, i64>(1)?.max(0) as u64)))
-                .collect()
+            audit_counts::read(&*client).await
+        })
+        .await
+    }
+
+    async fn audit_counts_fold(&self, most: u64) -> Result<u64, StoreError> {
+        self.with("folding audit rows into their counts", async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let folded = audit_counts::fold(&tx, most).await;
+            finish(tx, folded).await
         })
         .await
     }

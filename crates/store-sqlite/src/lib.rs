@@ -33,6 +33,7 @@ pub use other_writers::OtherWriters;
 
 mod append_batch;
 mod append_queue;
+mod audit_counts;
 mod cached;
 mod catalogue_store;
 mod confirm;

@@ -11,6 +11,7 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params, params_from_iter};
 
 use crate::SqliteStore;
+use crate::audit_counts;
 use crate::connection::durably;
 use crate::failure::{Failure, hash32};
 
@@ -241,19 +242,13 @@ impl VaultStore for SqliteStore {
     }
 
     async fn audit_counts(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        // Migration 0023's triggers keep these few rows beside the log: the read costs the
-        // same for a log of any length.
-        self.scan("counting audit rows", |conn| {
-            let counts = conn
-                .prepare_cached("SELECT action, n FROM audit_counts ORDER BY action")?
-                .query_map([], |row| {
-                    Ok((
-                        row.get::<_, String>(0)?,
-                        row.get::<_, i64>(1)?.max(0) as u64,
-                    ))
-                })?
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(counts)
+        // The counts kept beside the log and the few rows not folded in yet.
+        self.scan("counting audit rows", audit_counts::read).await
+    }
+
+    async fn audit_counts_fold(&self, most: u64) -> Result<u64, StoreError> {
+        self.run("folding audit rows into their counts", move |conn| {
+            audit_counts::fold(conn, most)
         })
         .await
     }

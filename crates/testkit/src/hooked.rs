@@ -221,6 +221,7 @@ forward! {
     fn audit_list(&self, filter: AuditFilter) -> Vec<AuditRow>;
     fn audit_tip(&self) -> Option<AuditTip>;
     fn audit_counts(&self) -> Vec<(String, u64)>;
+    fn audit_counts_fold(&self, most: u64) -> u64;
     fn oauth_lease_acquire(&self, key: &str, holder: &str, now_ms: i64, expires_ms: i64) -> bool;
     fn oauth_lease_release(&self, key: &str, holder: &str) -> ();
 }

@@ -11,7 +11,7 @@ use super::error::ApiError;
 /// `GET /metrics`.
 pub(crate) async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let runs = state.runs.run_counts().await?;
-    let calls = state.audit.audit_counts().await?;
+    let calls = runwarden_vault::store::audit_rows_by_action(state.audit.as_ref()).await?;
     let text = state.metrics.render(&runs, &calls);
     Ok((
         [(

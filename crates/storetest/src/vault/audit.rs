@@ -499,6 +499,7 @@ pub(super) async fn audit_counts_follow_appends(store: &dyn VaultStore) {
         )
         .await
         .unwrap();
+    // Read before any fold: the rows after the last one folded are counted as they are.
     let after = store.audit_counts().await.unwrap();
     assert_eq!(count(&after, "http_call"), count(&before, "http_call") + 2);
     assert_eq!(
@@ -514,4 +515,34 @@ pub(super) async fn audit_counts_follow_appends(store: &dyn VaultStore) {
         let listed = rows.iter().filter(|r| &r.event.action == action).count() as u64;
         assert_eq!(*n, listed, "rows with action {action}");
     }
+    // Folded two rows at a time, the counts read the same at every step, and a fold that
+    // reaches the newest row adds fewer than it may.
+    let mut folds = 0;
+    loop {
+        let folded = store.audit_counts_fold(2).await.unwrap();
+        assert!(folded <= 2, "a fold added {folded} rows, at most 2 asked");
+        assert_eq!(store.audit_counts().await.unwrap(), after);
+        folds += 1;
+        if folded < 2 {
+            break;
+        }
+    }
+    assert!(
+        folds >= 2,
+        "three new rows take two folds of two, took {folds}"
+    );
+    assert_eq!(
+        store.audit_counts_fold(2).await.unwrap(),
+        0,
+        "nothing left to fold"
+    );
+    store
+        .audit_append(event("http_call"), chain.clone())
+        .await
+        .unwrap();
+    assert_eq!(store.audit_counts_fold(100).await.unwrap(), 1);
+    assert_eq!(
+        count(&store.audit_counts().await.unwrap(), "http_call"),
+        count(&after, "http_call") + 1
+    );
 }

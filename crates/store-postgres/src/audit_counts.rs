@@ -29,8 +29,8 @@ pub(crate) async fn read(client: &impl GenericClient) -> Result<Vec<(String, u64
 }
 
 /// Adds up to `most` rows after the last one folded to the counts, inside the caller's
-/// transaction, and answers how many it added: fewer than `most` when it reached the
-/// newest row. A log that no longer holds the last row folded, with its hash, is counted
+/// transaction, and answers how many it added: 0 once no row is left after the last one
+/// folded. A log that no longer holds the last row folded, with its hash, is counted
 /// again from its start. The row of `audit_counted` stays locked until the transaction
 /// ends, so folds on several nodes take turns, and a removal by hand waits for the fold
 /// that may be counting the rows it removes.
@@ -57,21 +57,19 @@ pub(crate) async fn fold(tx: &impl GenericClient, most: u64) -> Result<u64, Fail
             through = i64::MIN;
         }
     }
-    let offset = i64::try_from(most.max(1) - 1).unwrap_or(i64::MAX);
-    let mut last = tx
+    // The last id of this fold: `most` ids on from the first row after the last one
+    // folded, or the newest row when it comes sooner. Two index seeks, nothing walked (ids
+    // are dense but for rows removed by hand, so a fold may take fewer rows than it may).
+    let most = i64::try_from(most.max(1)).unwrap_or(i64::MAX);
+    let last = tx
         .query_opt(
-            "SELECT id, hash FROM audit_log WHERE id > $1 ORDER BY id LIMIT 1 OFFSET $2",
-            &[&through, &offset],
+            "SELECT id, hash FROM audit_log
+             WHERE id <= (SELECT MIN(id) FROM audit_log WHERE id > $1) + $2 - 1
+             ORDER BY id DESC LIMIT 1",
+            &[&through, &most],
         )
-        .await?;
-    if last.is_none() {
-        last = tx
-            .query_opt(
-                "SELECT id, hash FROM audit_log WHERE id > $1 ORDER BY id DESC LIMIT 1",
-                &[&through],
-            )
-            .await?;
-    }
+        .await?
+        .filter(|row| row.try_get::<_, i64>(0).is_ok_and(|id| id > through));
     let Some(last) = last else {
         // Nothing after the last row folded (a reset is kept).
         return Ok(0);

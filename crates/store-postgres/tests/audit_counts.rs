@@ -102,7 +102,7 @@ async fn folds_on_two_nodes_at_once_count_each_row_once() {
         one.audit_append(event(), chain.clone()).await.unwrap();
     }
     let fold_all = |store: Arc<runwarden_store_postgres::PgStore>| async move {
-        while store.audit_counts_fold(3).await.unwrap() == 3 {}
+        while store.audit_counts_fold(3).await.unwrap() > 0 {}
     };
     tokio::join!(fold_all(one.clone()), fold_all(two.clone()));
     assert_eq!(

@@ -4,32 +4,13 @@
 
 use std::sync::Arc;
 
-use runwarden_vault::audit::{AuditChain, AuditEvent};
+use runwarden_vault::audit::AuditChain;
 use runwarden_vault::store::VaultStore;
 
-use crate::common::TestDb;
+use crate::common::{TestDb, audit_event};
 
 fn rows(counts: &[(&str, u64)]) -> Vec<(String, u64)> {
     counts.iter().map(|(a, n)| (a.to_string(), *n)).collect()
-}
-
-fn event() -> AuditEvent {
-    AuditEvent {
-        time_ms: 1,
-        action: "http_call".into(),
-        success: true,
-        secret: None,
-        method: "GET".into(),
-        host: "h".into(),
-        path: "/".into(),
-        status: 200,
-        duration_ms: 1,
-        error: None,
-        reason: None,
-        actor: "test".into(),
-        correlation: None,
-        intent_id: None,
-    }
 }
 
 async fn session(db: &TestDb) -> tokio_postgres::Client {
@@ -46,7 +27,10 @@ async fn the_counts_follow_rows_written_removed_or_edited_by_hand() {
     let (one, two) = (db.node().await, db.node().await);
     let chain = Arc::new(AuditChain::from_audit_key(&[7; 32]));
     for store in [&one, &two, &one] {
-        store.audit_append(event(), chain.clone()).await.unwrap();
+        store
+            .audit_append(audit_event(), chain.clone())
+            .await
+            .unwrap();
     }
     assert_eq!(two.audit_counts_fold(10).await.unwrap(), 3);
     assert_eq!(one.audit_counts().await.unwrap(), rows(&[("http_call", 3)]));
@@ -85,7 +69,9 @@ async fn the_counts_follow_rows_written_removed_or_edited_by_hand() {
         two.audit_counts().await.unwrap(),
         rows(&[("edited", 0), ("http_call", 0)])
     );
-    one.audit_append(event(), chain.clone()).await.unwrap();
+    one.audit_append(audit_event(), chain.clone())
+        .await
+        .unwrap();
     assert_eq!(one.audit_counts_fold(10).await.unwrap(), 1);
     assert_eq!(
         two.audit_counts().await.unwrap(),
@@ -99,7 +85,9 @@ async fn folds_on_two_nodes_at_once_count_each_row_once() {
     let (one, two) = (db.node().await, db.node().await);
     let chain = Arc::new(AuditChain::from_audit_key(&[7; 32]));
     for _ in 0..40 {
-        one.audit_append(event(), chain.clone()).await.unwrap();
+        one.audit_append(audit_event(), chain.clone())
+            .await
+            .unwrap();
     }
     let fold_all = |store: Arc<runwarden_store_postgres::PgStore>| async move {
         while store.audit_counts_fold(3).await.unwrap() > 0 {}
@@ -130,7 +118,10 @@ async fn an_upgraded_database_starts_with_its_rows_counted() {
     let store = db.node().await;
     let chain = Arc::new(AuditChain::from_audit_key(&[7; 32]));
     for _ in 0..4 {
-        store.audit_append(event(), chain.clone()).await.unwrap();
+        store
+            .audit_append(audit_event(), chain.clone())
+            .await
+            .unwrap();
     }
     // The schema as the build before the counts left it, with four rows in the log.
     session(&db)
@@ -159,7 +150,7 @@ async fn an_upgraded_database_starts_with_its_rows_counted() {
     let counted: (i64, i64) = (row.get(0), row.get(1));
     assert_eq!(counted, (4, 4), "the upgrade counted the four rows");
     assert_eq!(upgraded.audit_counts_fold(10).await.unwrap(), 0);
-    upgraded.audit_append(event(), chain).await.unwrap();
+    upgraded.audit_append(audit_event(), chain).await.unwrap();
     assert_eq!(
         upgraded.audit_counts().await.unwrap(),
         rows(&[("http_call", 5)])

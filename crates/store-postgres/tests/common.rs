@@ -59,3 +59,23 @@ pub(crate) async fn until(
         tokio::task::yield_now().await;
     }
 }
+
+/// One audit event of an answered call, for tests that append rows.
+pub(crate) fn audit_event() -> runwarden_vault::audit::AuditEvent {
+    runwarden_vault::audit::AuditEvent {
+        time_ms: 1,
+        action: runwarden_vault::audit::action::HTTP_CALL.into(),
+        success: true,
+        secret: None,
+        method: "GET".into(),
+        host: "example.com".into(),
+        path: "/".into(),
+        status: 200,
+        duration_ms: 1,
+        error: None,
+        reason: None,
+        actor: "test".into(),
+        correlation: None,
+        intent_id: None,
+    }
+}

@@ -10,7 +10,7 @@ use runwarden_store_postgres::{PgOptions, PgStore};
 use runwarden_testkit::TempCluster;
 use runwarden_vault::store::{SealedKind, StoreFault, VaultStore};
 
-use crate::common::{TestDb, until};
+use crate::common::{TestDb, audit_event, until};
 
 const SIGIL: &str = "SIGIL-pg-password-7f3a";
 
@@ -229,25 +229,6 @@ async fn a_call_past_its_bounds_fails_retryable_and_its_connection_leaves_the_po
     .expect("the next call does not queue behind the abandoned one");
     assert!(listed.unwrap().is_empty());
     holder.batch_execute("COMMIT").await.unwrap();
-}
-
-fn audit_event() -> runwarden_vault::audit::AuditEvent {
-    runwarden_vault::audit::AuditEvent {
-        time_ms: 1,
-        action: runwarden_vault::audit::action::HTTP_CALL.into(),
-        success: true,
-        secret: None,
-        method: "GET".into(),
-        host: "example.com".into(),
-        path: "/".into(),
-        status: 200,
-        duration_ms: 1,
-        error: None,
-        reason: None,
-        actor: "test".into(),
-        correlation: None,
-        intent_id: None,
-    }
 }
 
 /// V7: the server refuses a row in the middle of a batch (PostgreSQL text cannot hold a

@@ -32,15 +32,19 @@ pub(crate) async fn read(client: &impl GenericClient) -> Result<Vec<(String, u64
 /// transaction, and answers how many it added: 0 once no row is left after the last one
 /// folded. A log that no longer holds the last row folded, with its hash, is counted
 /// again from its start. The row of `audit_counted` stays locked until the transaction
-/// ends, so folds on several nodes take turns, and a removal by hand waits for the fold
-/// that may be counting the rows it removes.
+/// ends, so a removal by hand waits for the fold that may be counting the rows it removes;
+/// while another node folds, this one adds nothing (0) and the read counts the rest.
 pub(crate) async fn fold(tx: &impl GenericClient, most: u64) -> Result<u64, Failure> {
-    let row = tx
-        .query_one(
-            "SELECT through_id, through_hash FROM audit_counted WHERE id = 1 FOR UPDATE",
+    let Some(row) = tx
+        .query_opt(
+            "SELECT through_id, through_hash FROM audit_counted WHERE id = 1
+             FOR UPDATE SKIP LOCKED",
             &[],
         )
-        .await?;
+        .await?
+    else {
+        return Ok(0);
+    };
     let mut through: i64 = row.try_get(0)?;
     if let Some(hash) = row.try_get::<_, Option<Vec<u8>>>(1)? {
         let held = tx

@@ -143,3 +143,27 @@ async fn a_scrape_folds_a_long_log_in_bounded_steps() {
     assert_eq!(through, 120_001, "every row folded");
     assert_eq!(store.audit_counts_fold(20_000).await.unwrap(), 0);
 }
+
+#[tokio::test]
+async fn a_scrape_that_cannot_fold_still_counts_every_row() {
+    let db = TempDb::new();
+    let store = db.open();
+    for n in 0..3 {
+        store.audit_append(event(n), chain()).await.unwrap();
+    }
+    // Another process holds the write lock past the store's busy timeout: the fold fails.
+    let other = db.raw();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    assert!(
+        store.audit_counts_fold(10).await.is_err(),
+        "the fold took the lock"
+    );
+    assert_eq!(
+        runwarden_vault::store::audit_rows_by_action(&store)
+            .await
+            .unwrap(),
+        rows(&[("http_call", 3)])
+    );
+    other.execute_batch("COMMIT").unwrap();
+    assert_eq!(store.audit_counts_fold(10).await.unwrap(), 3);
+}

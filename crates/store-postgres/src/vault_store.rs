@@ -318,8 +318,15 @@ impl VaultStore for PgStore {
     async fn audit_counts(&self) -> Result<Vec<(String, u64)>, StoreError> {
         // The counts kept beside the log and the few rows not folded in yet.
         self.with("counting audit rows", async {
-            let client = self.client().await?;
-            audit_counts::read(&*client).await
+            let mut client = self.client().await?;
+            let tx = client
+                .build_transaction()
+                .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .await?;
+            let counts = audit_counts::read(&tx).await;
+            finish(tx, counts).await
         })
         .await
     }

@@ -63,15 +63,12 @@ async fn a_log_wiped_by_hand_is_counted_again_from_its_start() {
         rows(&[("http_call", 1)])
     );
     // Restored from another copy: the row at the last id folded has another hash.
-    db.raw()
-        .execute_batch(
-            "DELETE FROM audit_log; DELETE FROM audit_tip;
-             INSERT INTO audit_log (id, time_ms, action, success, method, host, path, status,
-                 duration_ms, actor, prev_hash, hash)
-             VALUES (1, 1, 'proxy_connect', 1, 'CONNECT', 'h', '/', 0, 0, 'a', zeroblob(32), zeroblob(32)),
-                    (2, 1, 'proxy_connect', 1, 'CONNECT', 'h', '/', 0, 0, 'a', zeroblob(32), zeroblob(32));",
-        )
+    let raw = db.raw();
+    raw.execute_batch("DELETE FROM audit_log; DELETE FROM audit_tip;")
         .unwrap();
+    for id in [1, 2] {
+        raw.execute(RAW_ROW, (id, "proxy_connect")).unwrap();
+    }
     assert_eq!(store.audit_counts_fold(10).await.unwrap(), 2);
     assert_eq!(
         store.audit_counts().await.unwrap(),

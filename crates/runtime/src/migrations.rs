@@ -49,6 +49,7 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration::new(21, "0021_catalogue_version"),
     Migration::new(22, "0022_list_indexes"),
     Migration::new(23, "0023_audit_counts"),
+    Migration::new(24, "0024_run_counts"),
 ];
 
 /// The latest schema version this build knows.

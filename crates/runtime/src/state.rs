@@ -35,18 +35,19 @@ impl RunState {
         }
     }
 
+    /// Every state, in the order a run may pass through them.
+    pub const ALL: [Self; 6] = [
+        Self::Queued,
+        Self::Running,
+        Self::WaitingForApproval,
+        Self::Completed,
+        Self::Failed,
+        Self::Cancelled,
+    ];
+
     /// Parses a stored status.
     pub fn parse(text: &str) -> Option<Self> {
-        [
-            Self::Queued,
-            Self::Running,
-            Self::WaitingForApproval,
-            Self::Completed,
-            Self::Failed,
-            Self::Cancelled,
-        ]
-        .into_iter()
-        .find(|s| s.as_str() == text)
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
     }
 
     /// Completed, failed and cancelled are terminal (R1).

@@ -27,16 +27,6 @@ const REQUEST_BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 60.0,
 ];
 
-/// Every status, so the gauge has a series for each even when no run is in it.
-const STATUSES: [RunState; 6] = [
-    RunState::Queued,
-    RunState::Running,
-    RunState::WaitingForApproval,
-    RunState::Completed,
-    RunState::Failed,
-    RunState::Cancelled,
-];
-
 /// One API request's labels: the route's template (never the concrete path), the method
 /// and the status.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -330,7 +320,8 @@ impl Metrics {
     /// The exposition, with the database figures given.
     pub(crate) fn render(&self, runs: &[(RunState, u64)], calls: &[(String, u64)]) -> String {
         self.refresh();
-        for status in STATUSES {
+        // Every status, so the gauge has a series for each even when no run is in it.
+        for status in RunState::ALL {
             let n = runs
                 .iter()
                 .find(|(s, _)| *s == status)

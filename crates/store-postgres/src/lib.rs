@@ -44,6 +44,7 @@ mod limit_store;
 mod listener;
 mod migrate;
 mod queue_store;
+mod run_counts;
 mod run_store;
 mod session_store;
 mod token_store;

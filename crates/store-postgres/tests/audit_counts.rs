@@ -13,14 +13,6 @@ fn rows(counts: &[(&str, u64)]) -> Vec<(String, u64)> {
     counts.iter().map(|(a, n)| (a.to_string(), *n)).collect()
 }
 
-async fn session(db: &TestDb) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_counts_follow_rows_written_removed_or_edited_by_hand() {
     let db = TestDb::new().await;
@@ -37,7 +29,7 @@ async fn the_counts_follow_rows_written_removed_or_edited_by_hand() {
 
     // Another session (an older node, a hand edit) goes around the store's code: its row
     // is counted as it comes.
-    let raw = session(&db).await;
+    let raw = db.session().await;
     raw.batch_execute(
         "INSERT INTO audit_log (id, time_ms, action, success, method, host, path, status,
              duration_ms, actor, prev_hash, hash)
@@ -100,7 +92,8 @@ async fn folds_on_two_nodes_at_once_count_each_row_once() {
         rows(&[("http_call", 40)])
     );
     let (through, n): (i64, i64) = {
-        let row = session(&db)
+        let row = db
+            .session()
             .await
             .query_one(
                 "SELECT through_id, (SELECT n FROM audit_counts WHERE action = 'http_call')
@@ -126,21 +119,10 @@ async fn an_upgraded_database_starts_with_its_rows_counted() {
             .unwrap();
     }
     // The schema as the build before the counts left it, with four rows in the log.
-    session(&db)
-        .await
-        .batch_execute(
-            "DROP TRIGGER audit_rows_removed ON audit_log;
-             DROP TRIGGER audit_rows_changed ON audit_log;
-             DROP TRIGGER audit_log_emptied ON audit_log;
-             DROP FUNCTION runwarden_audit_rows_removed, runwarden_audit_rows_changed,
-                 runwarden_audit_log_emptied;
-             DROP TABLE audit_counts, audit_counted;
-             DELETE FROM schema_migrations WHERE version = 23;",
-        )
-        .await
-        .unwrap();
+    db.schema_back_to(22).await;
     let upgraded = db.node().await;
-    let row = session(&db)
+    let row = db
+        .session()
         .await
         .query_one(
             "SELECT (SELECT n FROM audit_counts WHERE action = 'http_call'), through_id

@@ -22,6 +22,53 @@ impl TestDb {
         Self { cluster, url }
     }
 
+    /// A plain session on this database, around the store's code (an older node, a hand
+    /// edit).
+    pub(crate) async fn session(&self) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+    }
+
+    /// Puts the schema back to `version`, as a build before the later migrations left it,
+    /// keeping the rows of the tables it had. Each migration a test undoes is listed here.
+    pub(crate) async fn schema_back_to(&self, version: i64) {
+        let undo = [
+            (
+                23,
+                "DROP TRIGGER audit_rows_removed ON audit_log;
+                 DROP TRIGGER audit_rows_changed ON audit_log;
+                 DROP TRIGGER audit_log_emptied ON audit_log;
+                 DROP FUNCTION runwarden_audit_rows_removed, runwarden_audit_rows_changed,
+                     runwarden_audit_log_emptied;
+                 DROP TABLE audit_counts, audit_counted;",
+            ),
+            (
+                24,
+                "DROP TRIGGER run_state_changed ON runs;
+                 DROP TRIGGER run_inserted_ended ON runs;
+                 DROP TRIGGER runs_removed ON runs;
+                 DROP TRIGGER runs_emptied ON runs;
+                 DROP FUNCTION runwarden_run_state_changed, runwarden_runs_removed,
+                     runwarden_runs_emptied;
+                 DROP TABLE run_counts, run_count_changes;",
+            ),
+        ];
+        let session = self.session().await;
+        for (_, sql) in undo.iter().rev().filter(|(v, _)| *v > version) {
+            session.batch_execute(sql).await.unwrap();
+        }
+        session
+            .execute(
+                "DELETE FROM schema_migrations WHERE version > $1",
+                &[&version],
+            )
+            .await
+            .unwrap();
+    }
+
     /// One more store on this database: one more node.
     pub(crate) async fn node(&self) -> Arc<PgStore> {
         Arc::new(

@@ -9,4 +9,5 @@ mod conformance;
 mod faults;
 mod limits;
 mod nodes;
+mod run_counts;
 mod secrets_version;

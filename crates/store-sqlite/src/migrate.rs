@@ -82,6 +82,10 @@ const SQL: &[(&str, &str)] = &[
         "0023_audit_counts",
         include_str!("../migrations/0023_audit_counts.sql"),
     ),
+    (
+        "0024_run_counts",
+        include_str!("../migrations/0024_run_counts.sql"),
+    ),
 ];
 
 const _: () = assert!(

@@ -36,6 +36,17 @@ const READING_STATUS: &str = "reading a run's status";
 const QUICK_STATUS_IDS: usize = 4;
 const SETTLING: &str = "settling a run";
 
+/// Runs by state, in one statement (one snapshot): the ended ones from `run_counts`, which
+/// migration 0024's triggers keep, and the ones under way from `runs_status_id`. Ended runs
+/// are most of the table, and were read one by one before.
+const RUN_COUNTS: &str = "SELECT status, SUM(n) FROM (
+         SELECT status, n FROM run_counts
+         UNION ALL
+         SELECT status, COUNT(*) AS n FROM runs INDEXED BY runs_status_id
+         WHERE status IN ('queued', 'running', 'waiting_for_approval')
+         GROUP BY status
+     ) GROUP BY status HAVING SUM(n) > 0 ORDER BY status";
+
 #[async_trait]
 impl RunStore for SqliteStore {
     async fn run_create(&self, params: RunCreate) -> Result<Run, StoreError> {
@@ -285,9 +296,7 @@ impl RunStore for SqliteStore {
 
     async fn run_counts(&self) -> Result<Vec<(RunState, u64)>, StoreError> {
         self.scan("counting runs", |conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT status, COUNT(*) FROM runs GROUP BY status ORDER BY status",
-            )?;
+            let mut stmt = conn.prepare_cached(RUN_COUNTS)?;
             let rows = stmt
                 .query_map([], |row| {
                     Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
@@ -514,7 +523,7 @@ mod tests {
     use runwarden_runtime::RunState;
     use runwarden_runtime::store::RunFilter;
 
-    use super::{ALL_EVENTS, SOME_EVENTS, list_sql, read_events};
+    use super::{ALL_EVENTS, RUN_COUNTS, SOME_EVENTS, list_sql, read_events};
 
     /// Every list of runs walks an index from the newest end: none reads every run to find
     /// a rare state or agent, and none sorts.
@@ -550,6 +559,20 @@ mod tests {
         let params = rusqlite::params!["failed", "helpdesk", None::<String>, 50];
         let plan = crate::plan::query_plan(&conn, &list_sql(&both), params);
         assert!(plan.contains("_id"), "{plan}");
+    }
+
+    /// The counts read the ended runs' few rows and the entries of runs under way in
+    /// `runs_status_id`, never every run.
+    #[test]
+    fn the_counts_read_no_ended_run() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::migrate::migrate(&mut conn).unwrap();
+        let plan = crate::plan::query_plan(&conn, RUN_COUNTS, []);
+        assert!(!plan.contains("SCAN runs"), "{plan}");
+        assert!(
+            plan.contains("SEARCH runs USING COVERING INDEX runs_status_id (status=?)"),
+            "{plan}"
+        );
     }
 
     /// Reading a run's events again (every segment's start) reuses the prepared statement;

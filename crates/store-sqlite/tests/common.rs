@@ -24,6 +24,32 @@ impl TempDb {
         SqliteStore::open(&self.path).unwrap()
     }
 
+    /// Puts the schema back to `version`, as a build before the later migrations left it,
+    /// keeping the rows of the tables it had. Each migration a test undoes is listed here.
+    pub(crate) fn schema_back_to(&self, version: i64) {
+        let undo = [
+            (
+                23,
+                "DROP TRIGGER audit_row_removed; DROP TRIGGER audit_row_action_changed;
+                 DROP TABLE audit_counts; DROP TABLE audit_counted;",
+            ),
+            (
+                24,
+                "DROP TRIGGER run_state_changed; DROP TRIGGER run_removed;
+                 DROP TRIGGER run_inserted_ended; DROP TABLE run_counts;",
+            ),
+        ];
+        let raw = self.raw();
+        for (_, sql) in undo.iter().rev().filter(|(v, _)| *v > version) {
+            raw.execute_batch(sql).unwrap();
+        }
+        raw.execute(
+            "DELETE FROM schema_migrations WHERE version > ?1",
+            [version],
+        )
+        .unwrap();
+    }
+
     /// A raw connection for doing what an attacker with file access could do.
     pub(crate) fn raw(&self) -> rusqlite::Connection {
         rusqlite::Connection::open(&self.path).unwrap()

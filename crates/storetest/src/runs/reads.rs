@@ -84,22 +84,49 @@ pub(super) async fn counts_follow_every_transition(store: &dyn RunStore) {
             .map_or(0, |(_, n)| *n)
     };
     let before = store.run_counts().await.unwrap();
+    let moved = |now: &[(RunState, u64)], changes: &[(RunState, i64)]| {
+        for state in RunState::ALL {
+            let change = changes
+                .iter()
+                .find(|(s, _)| *s == state)
+                .map_or(0, |(_, n)| *n);
+            assert_eq!(
+                count(now, state) as i64,
+                count(&before, state) as i64 + change,
+                "runs {}: {now:?} after {changes:?}, from {before:?}",
+                state.as_str()
+            );
+        }
+    };
     let id = "01900000-0000-7000-8000-00000000cnt1";
     create(store, queued(id)).await;
-    let queued_now = store.run_counts().await.unwrap();
-    assert_eq!(
-        count(&queued_now, RunState::Queued),
-        count(&before, RunState::Queued) + 1
-    );
+    moved(&store.run_counts().await.unwrap(), &[(RunState::Queued, 1)]);
     cancel(store, id, T0).await;
-    let after = store.run_counts().await.unwrap();
-    assert_eq!(
-        count(&after, RunState::Queued),
-        count(&before, RunState::Queued)
+    moved(
+        &store.run_counts().await.unwrap(),
+        &[(RunState::Cancelled, 1)],
     );
-    assert_eq!(
-        count(&after, RunState::Cancelled),
-        count(&before, RunState::Cancelled) + 1
+    // Every other way a run ends: settled completed, settled failed, cancelled running.
+    let (done, failed, stopped) = ("counts-done", "counts-failed", "counts-stopped");
+    for id in [done, failed, stopped] {
+        create(store, running(id)).await;
+    }
+    moved(
+        &store.run_counts().await.unwrap(),
+        &[(RunState::Cancelled, 1), (RunState::Running, 3)],
+    );
+    settled(store, settle(done, OWNER, RunState::Completed)).await;
+    settled(store, settle(failed, OWNER, RunState::Failed)).await;
+    cancel(store, stopped, T0).await;
+    // A settle refused (the run already ended) changes no count.
+    settled(store, settle(done, OWNER, RunState::Failed)).await;
+    moved(
+        &store.run_counts().await.unwrap(),
+        &[
+            (RunState::Cancelled, 2),
+            (RunState::Completed, 1),
+            (RunState::Failed, 1),
+        ],
     );
 }
 

@@ -16,8 +16,10 @@
 //! that took.
 //!
 //! The store also holds `--runs` runs (1,000,000 by default), one in 100,000 failed and
-//! the rest completed, so the scrapes count them too; at the end it times a list of the
-//! failed runs, as an open console asks for it up to four times a second.
+//! the rest completed, so the scrapes count them too (the store keeps the ended runs'
+//! counts; the fill's inserts go through its triggers as any writer's do); at the end it
+//! times a list of the failed runs, as an open console asks for it up to four times a
+//! second.
 //!
 //! Run: `cargo bench -p runwarden-benches --bench scrape [-- --rows N --runs N --calls N
 //! --every-ms N]`.
@@ -88,7 +90,7 @@ async fn main() {
     let (mut alone, mut beside, mut scrapes) = (Vec::new(), Vec::new(), Vec::new());
     for block in 0..calls.div_ceil(BLOCK) {
         let scraping = block % 2 == 1;
-        let scraper = scraping.then(|| Scraper::start(store.clone(), every, rows));
+        let scraper = scraping.then(|| Scraper::start(store.clone(), every, rows, runs));
         for _ in 0..BLOCK {
             let started = Instant::now();
             let outcome = client.call_tool(call(), None).await;
@@ -185,14 +187,21 @@ struct Scraper {
 }
 
 impl Scraper {
-    fn start(store: SqliteStore, every: Duration, rows: u64) -> Self {
+    fn start(store: SqliteStore, every: Duration, rows: u64, runs: u64) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let task = tokio::spawn(async move {
             let mut took = Vec::new();
             while !stopped.load(Ordering::Relaxed) {
                 let started = Instant::now();
-                store.run_counts().await.expect("runs counted");
+                let ran: u64 = store
+                    .run_counts()
+                    .await
+                    .expect("runs counted")
+                    .iter()
+                    .map(|(_, n)| n)
+                    .sum();
+                assert!(ran >= runs, "{ran} runs counted of {runs}");
                 let counts = runwarden_vault::store::audit_rows_by_action(&store)
                     .await
                     .expect("audit rows counted");

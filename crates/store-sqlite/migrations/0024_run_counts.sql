@@ -1,9 +1,11 @@
 -- The ended runs by state (completed, failed, cancelled), kept beside the runs, so a
--- metrics scrape reads three rows and the runs still under way (counting the runs read
--- every row, about 50 ms per million runs, and a deployment ends millions a day).
--- A run's state changes in one guarded UPDATE; these triggers change the counts in the
--- same transaction, so the counts are never ahead of or behind the rows. Only a run that
--- ends (or a run changed by hand) touches them: once per run, not once per change.
+-- metrics scrape reads three rows and the runs still under way. Counting the runs read
+-- every row, about 50 ms per million runs at every scrape, and a deployment ends millions
+-- a week.
+-- Triggers keep the counts in the transaction that changes a run's state, whoever writes
+-- it (an older build, a hand edit), so they are never ahead of or behind the rows. Their
+-- check runs at each change of a run's state and their write once per run that ends:
+-- about 11 us of the one writer's time per run, 3 to 4 % of runs/s at the limit.
 -- The states of runs under way are not kept: they are few, and read from `runs_status_id`.
 -- Released migrations are never edited: a change is a new numbered file.
 CREATE TABLE run_counts (

@@ -5,7 +5,7 @@
 -- Triggers keep the counts in the transaction that changes a run's state, whoever writes
 -- it (an older build, a hand edit), so they are never ahead of or behind the rows. Their
 -- check runs at each change of a run's state and their write once per run that ends:
--- about 11 us of the one writer's time per run, 3 to 4 % of runs/s at the limit.
+-- about 11 us of the one writer's time per run, about 5 % of runs/s at the limit.
 -- The states of runs under way are not kept: they are few, and read from `runs_status_id`.
 -- Released migrations are never edited: a change is a new numbered file.
 CREATE TABLE run_counts (

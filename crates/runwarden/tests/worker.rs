@@ -15,6 +15,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::support::Live as Child;
+use crate::support::fault_checks::ended_counts_match_rows;
 use crate::support::workers::{
     Install, WAIT, WORKER_SETTINGS, call_then_answer, enqueue, events, install_in, kinds,
     past_lease_expiry, status, summary, until_call_is_held, write_agents,
@@ -169,6 +170,8 @@ async fn write_trials(trials: usize, durability: Option<&str>) {
     assert_eq!(dead_lettered, trials);
     assert_eq!(calls.total("create"), trials);
     assert_eq!(duplicates, 0, "at most once (R9)");
+    // Runs ended by the reaper of a worker, by `reap` and by a worker: each counted once.
+    assert_eq!(ended_counts_match_rows(&sandbox.database()), Ok(()));
 }
 
 /// How many kill -9 trials the answered-but-unrecorded test repeats.

@@ -6,8 +6,9 @@
 //! Every run calls one non-idempotent write on a server that counts them. After each case:
 //! the server saw each run's write at most once, a run reported or stored completed has its
 //! write step and its end in the log, the worker never printed two endings for one run, the
-//! row's status matches the log's final event, `audit verify` passes, and once the fault is
-//! removed every run ends within [`SETTLE_BOUND`] without a restart.
+//! row's status matches the log's final event, the ended runs' counts kept for metrics
+//! match the rows, `audit verify` passes, and once the fault is removed every run ends
+//! within [`SETTLE_BOUND`] without a restart.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

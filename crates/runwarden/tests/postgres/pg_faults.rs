@@ -11,8 +11,9 @@
 //! server saw (a stored write step means one write, a completed run means a stored write,
 //! no write stored means none sent unless the run is failed as an unknown outcome); every
 //! run is terminal within [`SETTLE`] of the fault's end; each run's row matches its log;
-//! both workers are still running, and they exit cleanly at the end. Waits are on the
-//! store's own change notifications, each with a timeout.
+//! the ended runs' counts kept for metrics match the rows; both workers are still running,
+//! and they exit cleanly at the end. Waits are on the store's own change notifications,
+//! each with a timeout.
 //!
 //! A second test stops the server itself hard (`pg_ctl stop -m immediate`, as a crash)
 //! while runs are in flight and starts it again, on a cluster of its own so no other test
@@ -159,6 +160,35 @@ struct Seen {
     writes: usize,
     /// Whether the row's status matches the log's final event.
     row_and_log: Result<(), String>,
+}
+
+/// Asserts that the ended runs' counts the store keeps for metrics (the counts and the
+/// changes not moved into them yet) match the rows, counted one by one: each change of a
+/// run's state and its count commit together or not at all.
+async fn assert_ended_counts_match_rows(db: &tokio_postgres::Client, case: &str) {
+    let read = |sql: &'static str| async move {
+        db.query(sql, &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1)))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let kept = read(
+        "SELECT status, SUM(n)::BIGINT FROM (SELECT status, n FROM run_counts
+             UNION ALL SELECT status, n FROM run_count_changes) AS kept
+         GROUP BY status HAVING SUM(n) <> 0",
+    )
+    .await;
+    let rows = read(
+        "SELECT status, COUNT(*) FROM runs WHERE status IN ('completed', 'failed', 'cancelled')
+         GROUP BY status",
+    )
+    .await;
+    assert_eq!(
+        kept, rows,
+        "case {case}: the ended runs' counts match the rows"
+    );
 }
 
 /// The runs among `ids` (by id, with their agent's index) not yet terminal.
@@ -442,6 +472,7 @@ async fn two_workers_through_a_faulty_link_write_at_most_once_and_recover_withou
                 panic!("case {case}: worker {w} exited: {report}");
             }
         }
+        assert_ended_counts_match_rows(&db, case).await;
         figures.push(format!(
             "case {case}: {} runs, {completed} completed, {unknown} failed as unknown ({unknown_unsent} of them never sent), \
              all terminal {settled:.1?} after the fault (bound {SETTLE:?}); terminated {terminated}, cut {}, hung {}; others: {others:?}",
@@ -535,6 +566,7 @@ async fn two_workers_across_a_server_restart_write_once_per_run_and_finish() {
             panic!("worker {w} exited after the restart: {report}");
         }
     }
+    assert_ended_counts_match_rows(&db, "server restart").await;
     println!(
         "server restart: {} runs, {} writes seen ({writes_while_up} before the stop), rows {statuses:?}, \
          all terminal {settled:.1?} after the restart (bound {SETTLE:?}), {:.1?} in all",

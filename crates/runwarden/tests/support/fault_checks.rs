@@ -1,6 +1,6 @@
 //! What a test checks once a storage fault is removed: every run ended within a bound, the
 //! server saw each write at most once, each row matches its log, the worker printed one
-//! ending per run, and `audit verify` passes.
+//! ending per run, the ended runs' counts match the rows, and `audit verify` passes.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -51,6 +51,35 @@ fn read_run(database: &Path, id: &str) -> (String, Vec<String>) {
         .collect::<Result<Vec<_>, _>>()
         .unwrap();
     (status, kinds)
+}
+
+/// The ended runs' counts the store keeps (for metrics) against the rows, counted one by
+/// one: each change of a run's state and its count commit together or not at all.
+pub(crate) fn ended_counts_match_rows(database: &Path) -> Result<(), String> {
+    let conn =
+        rusqlite::Connection::open_with_flags(database, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .expect("the database opens read-only");
+    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    let read = |sql: &str| -> BTreeMap<String, i64> {
+        conn.prepare(sql)
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let kept = read("SELECT status, n FROM run_counts WHERE n <> 0");
+    let rows = read(
+        "SELECT status, COUNT(*) FROM runs WHERE status IN ('completed', 'failed', 'cancelled')
+         GROUP BY status",
+    );
+    if kept == rows {
+        Ok(())
+    } else {
+        Err(format!(
+            "the ended runs' counts {kept:?} differ from the rows {rows:?}"
+        ))
+    }
 }
 
 /// Waits (reading the file every 100 ms, up to `bound`) until no run is queued, running or
@@ -145,6 +174,9 @@ pub(crate) async fn check_case(
                 "run {id}: the worker printed completed, the row says {status}"
             ));
         }
+    }
+    if let Err(e) = ended_counts_match_rows(&database) {
+        seen.violations.push(e);
     }
     let verify = runwarden(&install.sandbox, &["audit", "verify"]).await;
     if verify.code != Some(0) {

@@ -204,6 +204,15 @@ pub trait QueueStore: RunStore {
     async fn worker_last_seen(&self) -> Result<Option<i64>, StoreError> {
         Ok(None)
     }
+
+    /// Moves the ended runs' counts that a store keeps as one change per run into the
+    /// counts [`run_counts`](RunStore::run_counts) reads, in bounded steps, and answers how
+    /// many changes it moved. The reaper calls it each pass, so a store nobody scrapes for
+    /// metrics does not keep a change for every run that ever ended. The default (a store
+    /// that changes the counts in place) does nothing.
+    async fn run_counts_fold(&self) -> Result<u64, StoreError> {
+        Ok(0)
+    }
 }
 
 /// How long worker rows are kept after their last beat.

@@ -403,6 +403,11 @@ impl Worker {
                     Ok(n) => tracing::info!(expired = n, "operator decisions expired"),
                     Err(error) => tracing::warn!(%error, "could not expire operator decisions"),
                 }
+                // Keeps the changes a store holds per ended run few, scraped or not. One
+                // that fails is moved by the next pass or scrape; the counts stay right.
+                if let Err(error) = self.queue.run_counts_fold().await {
+                    tracing::debug!(%error, "run counts not folded; the next pass tries again");
+                }
             }
         })
     }

@@ -434,6 +434,34 @@ async fn one_segment(agents: Failing) -> (Outcome, runwarden_runtime::Run) {
 }
 
 #[tokio::test]
+async fn the_reaper_folds_the_run_counts_at_each_pass() {
+    let f = fixture().await;
+    let store = (*f.store.inner).clone();
+    let executor = queue_executor(&store, Duration::from_secs(30), Duration::from_secs(10));
+    let worker = Worker::new(
+        executor,
+        f.store.clone(),
+        Arc::new(Failing(AgentError::Invalid("no run is queued".into()))),
+        WorkerConfig {
+            concurrency: 1,
+            reap_every: Duration::from_millis(20),
+            ..WorkerConfig::default()
+        },
+    );
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(StopLevel::Run);
+    let handle = tokio::spawn(Arc::new(worker).run(stop_rx));
+    // Two passes, so it is each pass and not only the first; a store nobody scrapes still
+    // has its changes moved.
+    for pass in 1..=2 {
+        tokio::time::timeout(WAIT, f.store.folds.notified())
+            .await
+            .unwrap_or_else(|_| panic!("pass {pass} folded no run counts"));
+    }
+    stop_tx.send(StopLevel::Drain).unwrap();
+    tokio::time::timeout(WAIT, handle).await.unwrap().unwrap();
+}
+
+#[tokio::test]
 async fn an_agent_unavailable_for_now_goes_back_to_the_queue_without_spending_the_budget() {
     let problem = "store error while listing the catalogue: too many open files".to_string();
     let (outcome, row) = one_segment(Failing(AgentError::Unavailable(problem))).await;

@@ -49,6 +49,8 @@ pub struct Instrumented {
     pub hang_heartbeats: AtomicBool,
     /// How many runs each `run_claim_many` answered, in order.
     pub claimed_at_once: std::sync::Mutex<Vec<usize>>,
+    /// Gets a permit each time the run counts are folded.
+    pub folds: tokio::sync::Notify,
 }
 
 #[async_trait]
@@ -66,6 +68,7 @@ impl Hook for Instrumented {
                     ));
                 }
             }
+            ("run_counts_fold", _) => self.folds.notify_one(),
             ("run_heartbeat", _) if self.hang_heartbeats.load(Ordering::SeqCst) => {
                 return Strike::Hang;
             }

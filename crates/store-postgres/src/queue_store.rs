@@ -234,6 +234,14 @@ impl QueueStore for PgStore {
         })
         .await
     }
+
+    async fn run_counts_fold(&self) -> Result<u64, StoreError> {
+        self.with("moving the ended runs' counts", async {
+            let mut client = self.client().await?;
+            crate::run_counts::fold(&mut client).await
+        })
+        .await
+    }
 }
 
 /// R9: the reaper's guarded rescue inside the caller's transaction; R8: a dead letter

@@ -203,6 +203,7 @@ forward! {
     fn run_stopped_orphans(&self, expired_before_ms: i64, now_ms: i64, limit: u32) -> Vec<String>;
     fn worker_seen(&self, id: &str, now_ms: i64) -> ();
     fn worker_last_seen(&self) -> Option<i64>;
+    fn run_counts_fold(&self) -> u64;
 }
 
 forward! {

@@ -35,13 +35,14 @@ struct Counting {
     empty_claims: watch::Sender<usize>,
 }
 
-/// The calls not counted: the reaper's pass (its stale runs, their rescue and the
-/// decisions' expiry sweep) and the worker's presence.
-const UNCOUNTED: [&str; 7] = [
+/// The calls not counted: the reaper's pass (its stale runs, their rescue, the
+/// decisions' expiry sweep and the run counts' fold) and the worker's presence.
+const UNCOUNTED: [&str; 8] = [
     "run_stale",
     "run_rescue_apply",
     "run_stopped_orphans",
     "decision_list",
+    "run_counts_fold",
     "worker_seen",
     "worker_last_seen",
     "run_create_keyed",

@@ -33,6 +33,14 @@ async fn truth(raw: &tokio_postgres::Client) -> Vec<(RunState, u64)> {
     .collect()
 }
 
+/// The ended runs in `status` as the counts keep them (changes not moved left out).
+async fn kept(raw: &tokio_postgres::Client, status: &str) -> i64 {
+    raw.query_one("SELECT n FROM run_counts WHERE status = $1", &[&status])
+        .await
+        .unwrap()
+        .get(0)
+}
+
 async fn changes_left(raw: &tokio_postgres::Client) -> i64 {
     raw.query_one("SELECT COUNT(*) FROM run_count_changes", &[])
         .await
@@ -121,13 +129,8 @@ async fn scrapes_on_several_nodes_at_once_move_each_change_once() {
     for counted in futures_util::future::join_all(scrapes).await {
         assert_eq!(counted.unwrap(), expected);
     }
-    let kept: i64 = raw
-        .query_one("SELECT n FROM run_counts WHERE status = 'completed'", &[])
-        .await
-        .unwrap()
-        .get(0);
     assert_eq!(
-        (kept, changes_left(&raw).await),
+        (kept(&raw, "completed").await, changes_left(&raw).await),
         (40_500, 0),
         "each change moved once"
     );
@@ -147,12 +150,7 @@ async fn the_reapers_fold_moves_the_changes_with_no_scrape() {
     assert_eq!(store.run_counts_fold().await.unwrap(), 25_000);
     assert_eq!(changes_left(&raw).await, 0, "every change moved");
     assert_eq!(store.run_counts_fold().await.unwrap(), 0, "none left");
-    let kept: i64 = raw
-        .query_one("SELECT n FROM run_counts WHERE status = 'failed'", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(kept, 25_000);
+    assert_eq!(kept(&raw, "failed").await, 25_000);
     assert_eq!(store.run_counts().await.unwrap(), truth(&raw).await);
 }
 
@@ -199,12 +197,12 @@ async fn an_upgraded_database_starts_with_its_runs_counted() {
         raw.execute(RAW_RUNS, &[&n, &name, &state]).await.unwrap();
     }
     let store = db.node().await;
-    let kept: i64 = raw
+    let seeded: i64 = raw
         .query_one("SELECT SUM(n)::BIGINT FROM run_counts", &[])
         .await
         .unwrap()
         .get(0);
-    assert_eq!(kept, 3, "the upgrade counted the three ended runs");
+    assert_eq!(seeded, 3, "the upgrade counted the three ended runs");
     assert_eq!(store.run_counts().await.unwrap(), truth(&raw).await);
     raw.execute("UPDATE runs SET status = 'failed' WHERE id = 'd-1'", &[])
         .await

@@ -42,7 +42,7 @@ pub(crate) struct Inner {
     path: PathBuf,
     /// What opening changed about the files' modes, for the operator's warning.
     tightened: Vec<String>,
-    conn: Mutex<Connection>,
+    pub(crate) conn: Mutex<Connection>,
     /// R6: the status watcher's batched reads (and the step-boundary probe), which every
     /// call's first question waits on. A WAL reader of its own never waits behind `conn`'s
     /// mutex, the write gate or a writer's transactions.
@@ -62,10 +62,12 @@ pub(crate) struct Inner {
     /// burst (a thousand cancelled calls writing their audit rows at once) otherwise wakes
     /// a thousand threads to fight over one mutex on two cores. One permit would put a
     /// thread hand-off between every two calls and cost a quarter of the throughput.
-    gate: Arc<tokio::sync::Semaphore>,
+    pub(crate) gate: Arc<tokio::sync::Semaphore>,
     /// The `-wal` and `-shm` files as opened: a call on `conn` is refused once one of them
     /// was deleted under this process.
-    watched: crate::removed::Watched,
+    pub(crate) watched: crate::removed::Watched,
+    /// A checkpoint a quick write left to the pool is queued (`quick_write`).
+    pub(crate) checkpoint_due: AtomicBool,
     /// False under [`Durability::ProcessCrash`]: the commits a promise rests on are not
     /// synced either.
     syncs_promises: AtomicBool,
@@ -151,6 +153,9 @@ impl SqliteStore {
             .map_err(|e| failed(Failure::from(e), &operation))?;
         configure(&conn).map_err(|e| failed(e, &operation))?;
         migrate(&mut conn).map_err(|e| failed(e, "migrating the database"))?;
+        // In place of SQLite's automatic checkpoint, which it keeps, except after a commit
+        // made on a runtime thread (`quick_write`).
+        conn.wal_hook(Some(crate::quick_write::after_commit));
         // Opened after the migration, so the file exists, is in WAL mode and has its tables.
         let probe = open_probe(path).map_err(|e| failed(e, &operation))?;
         let quick = open_probe(path).map_err(|e| failed(e, &operation))?;
@@ -173,6 +178,7 @@ impl SqliteStore {
                 quick: Mutex::new(quick),
                 gate: Arc::new(tokio::sync::Semaphore::new(2)),
                 watched,
+                checkpoint_due: AtomicBool::new(false),
                 syncs_promises: AtomicBool::new(true),
                 feed: runwarden_runtime::ChangeFeed::new(),
                 appends: Default::default(),
@@ -349,7 +355,7 @@ fn write_probe(conn: &Connection) -> Result<(), Failure> {
 const STATEMENT_CACHE: usize = 128;
 
 /// How long a writer waits for another process's transaction before failing `Busy`.
-const WRITER_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const WRITER_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// O3: WAL and a busy timeout let `serve`, workers and the CLI share one file; a
 /// writer waits up to five seconds for another process's transaction instead of failing.

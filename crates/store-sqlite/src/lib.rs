@@ -7,7 +7,9 @@
 //! for durable runs and their events (R1-R7), `runwarden_runtime::store::RunStore`,
 //! and, for the queue and the reaper (R3, R9), `runwarden_runtime::queue::QueueStore`.
 //! It is cheap to clone; every call runs on tokio's blocking pool, except the synchronous
-//! run-status probe, which answers at once from a read-only connection of its own (R6).
+//! run-status probe, which answers at once from a read-only connection of its own (R6),
+//! and short reads and unsynced audit rows, which run on the caller's thread when the
+//! database is free and nothing would wait for a lock.
 //! Its run writes are published on its change feed (O6); what other processes commit to
 //! the same file reaches the feed as a resync through the opt-in
 //! [`SqliteStore::watch_other_writers`].
@@ -50,6 +52,7 @@ mod permissions;
 mod plan;
 mod publish;
 mod queue_store;
+mod quick_write;
 mod removed;
 mod run_store;
 mod session_store;

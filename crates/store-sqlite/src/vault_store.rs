@@ -8,7 +8,9 @@ use runwarden_vault::store::{
     AuditFilter, RewrapFn, SealedKind, SealedMeta, SealedRecord, StoreError, VaultStore,
 };
 use rusqlite::types::Value;
-use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params, params_from_iter};
+use rusqlite::{
+    Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params, params_from_iter,
+};
 
 use crate::SqliteStore;
 use crate::audit_counts;
@@ -167,14 +169,16 @@ impl VaultStore for SqliteStore {
             return Ok(Vec::new());
         }
         // V7 (amended): a batch of outcome rows only is not synced (see `must_sync`).
-        let durable = events.iter().any(AuditEvent::must_sync);
-        let sync = self.syncs_promises();
+        let sync = self.syncs_promises() && events.iter().any(AuditEvent::must_sync);
+        if !sync && events.len() <= QUICK_ROWS {
+            return self
+                .quick_write("appending audit rows", move |tx| {
+                    insert_rows(tx, events, &chain)
+                })
+                .await;
+        }
         self.run("appending audit rows", move |conn| {
-            if durable {
-                append_durably(conn, sync, events, &chain)
-            } else {
-                append_rows(conn, events, &chain)
-            }
+            append_durably(conn, sync, events, &chain)
         })
         .await
     }
@@ -301,6 +305,11 @@ fn append_durably(
     durably(conn, sync, |conn| append_rows(conn, events, chain))
 }
 
+/// The most audit rows a batch may hold to be written on the caller's thread
+/// (`quick_write`): a call's outcome row, or a few side by side. A larger batch (a burst
+/// of cancelled calls) goes to the blocking pool, so no runtime thread stops for long.
+const QUICK_ROWS: usize = 4;
+
 fn append_rows(
     conn: &mut Connection,
     events: Vec<AuditEvent>,
@@ -309,9 +318,21 @@ fn append_rows(
     // BEGIN IMMEDIATE takes the write lock before reading the tip, so a writer in another
     // process waits (busy timeout) instead of linking to the same tip.
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let rows = insert_rows(&tx, events, chain)?;
+    tx.commit()?;
+    Ok(rows)
+}
+
+/// Appends `events` to the chain inside `tx`, which must hold the write lock (`BEGIN
+/// IMMEDIATE`).
+fn insert_rows(
+    tx: &Transaction<'_>,
+    events: Vec<AuditEvent>,
+    chain: &AuditChain,
+) -> Result<Vec<AuditRow>, Failure> {
     // V7: continue from the anchored tip, not from MAX(id), so a cut tail stays visible to
     // verify instead of being silently overwritten.
-    let tip = read_tip(&tx)?.map(|t| (t.last_id, t.last_hash));
+    let tip = read_tip(tx)?.map(|t| (t.last_id, t.last_hash));
     let rows = chain.extend(tip, events);
     {
         let mut insert = tx.prepare_cached(&format!(
@@ -365,7 +386,6 @@ fn append_rows(
             &chain.anchor(prev_id, &prev_hash)[..]
         ])?;
     }
-    tx.commit()?;
     Ok(rows)
 }
 

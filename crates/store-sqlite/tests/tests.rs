@@ -10,6 +10,7 @@ mod limits;
 mod open;
 mod other_writers;
 mod queue;
+mod quick_write;
 mod run_counts;
 mod runs;
 mod sealed;

@@ -155,7 +155,7 @@ impl SqliteStore {
         migrate(&mut conn).map_err(|e| failed(e, "migrating the database"))?;
         // In place of SQLite's automatic checkpoint, which it keeps, except after a commit
         // made on a runtime thread (`quick_write`).
-        conn.wal_hook(Some(crate::quick_write::after_commit));
+        conn.wal_hook(Some(crate::checkpoint::after_commit));
         // Opened after the migration, so the file exists, is in WAL mode and has its tables.
         let probe = open_probe(path).map_err(|e| failed(e, &operation))?;
         let quick = open_probe(path).map_err(|e| failed(e, &operation))?;

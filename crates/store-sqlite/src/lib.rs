@@ -38,6 +38,7 @@ mod append_queue;
 mod audit_counts;
 mod cached;
 mod catalogue_store;
+mod checkpoint;
 mod confirm;
 mod connection;
 mod decision_store;

@@ -10,56 +10,22 @@
 //!   timeout of zero, and a lock that is held sends the write to the pool, where it waits
 //!   as usual.
 //! - A checkpoint, which SQLite runs in the committing call once the WAL holds 1,000 pages
-//!   and which syncs the database file: the write connection's WAL hook ([`after_commit`])
-//!   leaves it to the pool when the commit ran here, unless the WAL has grown four times
+//!   and which syncs the database file: the write connection's WAL hook
+//!   ([`after_commit`](crate::checkpoint::after_commit)) leaves it to the pool when the commit ran here, unless the WAL has grown four times
 //!   past that because the pool's checkpoint has not run.
 //! - A commit that syncs (an intent under `power_cut`): callers never send one here.
 
-use std::cell::Cell;
 use std::os::raw::c_int;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use runwarden_vault::store::StoreError;
-use rusqlite::hooks::Wal;
 use rusqlite::{ErrorCode, Transaction, TransactionBehavior};
 
+use crate::checkpoint::{CHECKPOINT_PAGES, deferring};
 use crate::connection::{SqliteStore, WRITER_BUSY_TIMEOUT};
 use crate::failure::Failure;
-
-/// The WAL's size, in pages, from which a commit is followed by a checkpoint: SQLite's own
-/// default (`wal_autocheckpoint`), which the hook below replaces on the write connection.
-const CHECKPOINT_PAGES: c_int = 1000;
-
-/// The WAL's size from which a quick write checkpoints where it is after all: the
-/// checkpoint it left to the pool has not run (a runtime with one thread, busy with quick
-/// writes that never yield), and the WAL must not grow without bound.
-const BACKSTOP_PAGES: c_int = 4 * CHECKPOINT_PAGES;
-
-thread_local! {
-    /// `Some` while a quick write commits on this thread: the WAL hook then records the
-    /// WAL's size here instead of checkpointing.
-    static DEFERRED: Cell<Option<c_int>> = const { Cell::new(None) };
-}
-
-/// The write connection's WAL hook, called after each commit with the WAL's size in pages.
-/// On the pool it checkpoints as SQLite's automatic checkpoint does (a passive checkpoint
-/// from 1,000 pages on); during a quick write it records the size, and checkpoints only
-/// from [`BACKSTOP_PAGES`] on. It never fails the commit, which has happened: a checkpoint
-/// that fails leaves the WAL as it was, and the next commit tries again.
-pub(crate) fn after_commit(wal: &Wal, pages: c_int) -> rusqlite::Result<()> {
-    let deferred = DEFERRED.with(|d| d.get().map(|_| d.set(Some(pages))).is_some());
-    let due = if deferred {
-        BACKSTOP_PAGES
-    } else {
-        CHECKPOINT_PAGES
-    };
-    if pages >= due {
-        let _ = wal.checkpoint();
-    }
-    Ok(())
-}
 
 /// What beginning and committing on the caller's thread came to.
 enum Tried<T, F> {
@@ -198,13 +164,13 @@ where
     F: FnOnce(&Transaction<'_>) -> Result<T, Failure>,
 {
     tx.busy_timeout(WRITER_BUSY_TIMEOUT)?;
-    DEFERRED.set(Some(0));
-    let done = catch_unwind(AssertUnwindSafe(|| {
-        let value = work(&tx)?;
-        tx.commit()?;
-        Ok(value)
-    }));
-    let pages = DEFERRED.replace(None).unwrap_or(0);
+    let (done, pages) = deferring(|| {
+        catch_unwind(AssertUnwindSafe(|| {
+            let value = work(&tx)?;
+            tx.commit()?;
+            Ok(value)
+        }))
+    });
     match done {
         Ok(done) => done.map(|value| (value, pages)),
         Err(_) => {

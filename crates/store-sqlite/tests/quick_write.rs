@@ -3,9 +3,11 @@
 //! stalls that thread, and the checkpoints it leaves to the blocking pool never let the
 //! WAL grow without bound, even on a runtime with one thread.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use runwarden_vault::audit::AuditEvent;
+use runwarden_store_sqlite::SqliteStore;
+use runwarden_vault::audit::{AuditChain, AuditEvent};
 use runwarden_vault::store::VaultStore;
 
 use crate::common::{TempDb, chain, event};
@@ -18,24 +20,31 @@ fn outcome(n: i64, intent_id: i64) -> AuditEvent {
     }
 }
 
+/// A store on a fresh file whose log holds one intent (row 1, synced on the pool).
+async fn with_an_intent() -> (TempDb, SqliteStore, Arc<AuditChain>, i64) {
+    let db = TempDb::new();
+    let store = db.open();
+    let chain = chain();
+    let rows = store
+        .audit_append_many(vec![event(1)], chain.clone())
+        .await
+        .unwrap();
+    assert_eq!(rows[0].id, 1);
+    (db, store, chain, rows[0].id)
+}
+
 /// On a runtime with one thread (the test's), an outcome row whose write lock another
 /// process holds goes to the pool and waits there; the thread answers at once.
 #[tokio::test]
 async fn another_processs_write_lock_never_holds_the_callers_thread() {
-    let db = TempDb::new();
-    let store = db.open();
-    let chain = chain();
-    let intent = store
-        .audit_append_many(vec![event(1)], chain.clone())
-        .await
-        .unwrap();
+    let (db, store, chain, intent) = with_an_intent().await;
     let other = db.raw();
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
     let writing = tokio::spawn({
         let (store, chain) = (store.clone(), chain.clone());
         async move {
             store
-                .audit_append_many(vec![outcome(2, intent[0].id)], chain)
+                .audit_append_many(vec![outcome(2, intent)], chain)
                 .await
         }
     });
@@ -69,18 +78,12 @@ async fn quick_writes_on_a_runtime_with_one_thread_keep_the_wal_bounded() {
     const ROWS: i64 = 4_000;
     /// 4,000 pages and a batch's worth, at 4,096 bytes a page and 24 a frame header.
     const MOST_BYTES: u64 = 4_100 * (4_096 + 24) + 32;
-    let db = TempDb::new();
-    let store = db.open();
-    let chain = chain();
-    let intent = store
-        .audit_append_many(vec![event(0)], chain.clone())
-        .await
-        .unwrap();
+    let (db, store, chain, intent) = with_an_intent().await;
     let wal = db.path.with_extension("db-wal");
     let mut largest = 0;
     for n in 1..=ROWS {
         store
-            .audit_append_many(vec![outcome(n, intent[0].id)], chain.clone())
+            .audit_append_many(vec![outcome(n + 1, intent)], chain.clone())
             .await
             .unwrap();
         largest = largest.max(std::fs::metadata(&wal).unwrap().len());
